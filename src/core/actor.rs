@@ -1,0 +1,455 @@
+//! The actor: one thread that owns the connection and runs every job, in batches.
+//!
+//! Loop: take one message; for a job, drain up to `batch_max - 1` more jobs without waiting;
+//! run them in one transaction (`BEGIN IMMEDIATE`, or deferred when every job only reads), one
+//! savepoint per job; one `COMMIT`; then every reply; then every event to the subscribers.
+//! Subscribe requests and close are handled between batches, never inside one.
+//!
+//! Failure handling, from the smallest scope out:
+//! - a job that returns `Err`, returns `Rollback` or panics is rolled back to its savepoint and
+//!   the rest of the batch goes on;
+//! - if SQLite ends the whole transaction under a job (disk full, I/O error), every job of the
+//!   batch so far is answered with that error and the remaining jobs start a new transaction;
+//! - a failed `COMMIT` answers every job of the batch with the error and publishes nothing;
+//! - only when the connection cannot be brought back to "no transaction open" does the store
+//!   poison itself: every later job is answered `Poisoned`.
+//!
+//! The actor also schedules WAL checkpoints (auto-checkpoint is off): a passive one when the
+//! mailbox is idle or the WAL passes a quarter of its limit, a truncating one past the limit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounded};
+use rusqlite::Connection;
+use rusqlite::wal::CheckpointMode;
+
+use crate::core::clock::Stamp;
+use crate::core::msg::{Applied, Job, Msg};
+use crate::core::op::Access;
+use crate::core::publish::{LiveRequest, Published, Publisher};
+use crate::core::schema::{self, Location};
+use crate::core::tx::{Tx, forbidden};
+use crate::error::{Error, Result};
+use crate::ids::IdGen;
+use crate::limits::Limits;
+use crate::options::Options;
+
+/// How long the actor spins for the next message before parking, when at most one caller is
+/// waiting (a free core); waking a parked thread costs about 50 µs here.
+const ACTOR_SPIN: Duration = Duration::from_micros(50);
+
+/// How long the mailbox must stay empty before an idle passive checkpoint.
+const IDLE_CHECKPOINT_AFTER: Duration = Duration::from_millis(100);
+
+/// What the actor and the handles share about the actor's life.
+#[derive(Debug, Default)]
+pub(crate) struct ActorState {
+    /// Callers waiting for a reply; spinning helps only when there is at most one.
+    pub(crate) waiting: AtomicUsize,
+    /// Set when the actor thread has stopped: nobody will answer any more.
+    pub(crate) exited: AtomicBool,
+}
+
+/// A running actor: its mailbox and its thread.
+pub(crate) struct Spawned {
+    pub(crate) mailbox: Sender<Msg>,
+    pub(crate) thread: JoinHandle<()>,
+}
+
+/// Opens the database on a new thread and starts the actor there; returns once the open has
+/// succeeded or failed.
+pub(crate) fn spawn(
+    location: Location,
+    options: Options,
+    state: Arc<ActorState>,
+) -> Result<Spawned> {
+    let (mailbox, inbox) = bounded(options.mailbox_capacity);
+    let (opened_tx, opened_rx) = bounded::<Result<()>>(1);
+    let thread = std::thread::Builder::new()
+        .name("spindle-store".into())
+        .spawn(move || {
+            let exited = ExitFlag(Arc::clone(&state));
+            match schema::open(&location, &options) {
+                Ok(conn) => match Actor::new(conn, inbox, &location, options, state) {
+                    Ok(actor) => {
+                        let _ = opened_tx.send(Ok(()));
+                        actor.run();
+                    }
+                    Err(error) => {
+                        let _ = opened_tx.send(Err(error));
+                    }
+                },
+                Err(error) => {
+                    let _ = opened_tx.send(Err(error));
+                }
+            }
+            drop(exited);
+        })?;
+    match opened_rx.recv() {
+        Ok(Ok(())) => Ok(Spawned { mailbox, thread }),
+        Ok(Err(error)) => {
+            let _ = thread.join();
+            Err(error)
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(Error::Poisoned(
+                "the store thread stopped while opening".into(),
+            ))
+        }
+    }
+}
+
+/// Marks the actor as exited when the thread ends, however it ends.
+struct ExitFlag(Arc<ActorState>);
+
+impl Drop for ExitFlag {
+    fn drop(&mut self) {
+        self.0.exited.store(true, Ordering::SeqCst);
+    }
+}
+
+struct Actor {
+    conn: Connection,
+    inbox: Receiver<Msg>,
+    stamp: Stamp,
+    limits: Limits,
+    ids: IdGen,
+    batch_max: usize,
+    read_only: bool,
+    publisher: Publisher,
+    poisoned: Option<String>,
+    state: Arc<ActorState>,
+    wal: WalSchedule,
+}
+
+/// The jobs of the open transaction, waiting for its `COMMIT`.
+#[derive(Default)]
+struct Batch {
+    open: bool,
+    applied: Vec<Applied>,
+    events: Vec<Published>,
+}
+
+impl Actor {
+    fn new(
+        mut conn: Connection,
+        inbox: Receiver<Msg>,
+        location: &Location,
+        options: Options,
+        state: Arc<ActorState>,
+    ) -> Result<Self> {
+        let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
+        Ok(Self {
+            conn,
+            inbox,
+            stamp: Stamp::new(options.clock),
+            limits: options.limits,
+            ids: IdGen::default(),
+            batch_max: options.batch_max,
+            read_only: options.read_only,
+            publisher: Publisher::default(),
+            poisoned: None,
+            state,
+            wal,
+        })
+    }
+
+    fn run(mut self) {
+        let mut held = None;
+        loop {
+            let message = match held.take() {
+                Some(message) => message,
+                None => match self.next_message() {
+                    Some(message) => message,
+                    None => break,
+                },
+            };
+            match message {
+                Msg::Run(job) => {
+                    let (jobs, stopped_at) = self.gather(job);
+                    self.run_batch(jobs);
+                    self.schedule_checkpoint();
+                    held = stopped_at;
+                }
+                Msg::GoLive(request) => self.go_live(request),
+                Msg::Close(reply) => {
+                    let result = self.shutdown();
+                    let _ = reply.send(result);
+                    return;
+                }
+            }
+        }
+        // Every handle is gone without a close: still finish properly.
+        let _ = self.shutdown();
+    }
+
+    /// Waits for the next message: spin briefly when a core is free, checkpoint when idle.
+    fn next_message(&mut self) -> Option<Msg> {
+        match self.inbox.try_recv() {
+            Ok(message) => return Some(message),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => {}
+        }
+        if self.state.waiting.load(Ordering::Relaxed) <= 1 {
+            if let Some(message) = spin_recv(&self.inbox, ACTOR_SPIN) {
+                return Some(message);
+            }
+        }
+        if self.wal.dirty {
+            match self.inbox.recv_timeout(IDLE_CHECKPOINT_AFTER) {
+                Ok(message) => return Some(message),
+                Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) => self.checkpoint(CheckpointMode::PASSIVE),
+            }
+        }
+        self.inbox.recv().ok()
+    }
+
+    /// Takes up to `batch_max` jobs; a message of another kind ends the batch and is returned.
+    fn gather(&mut self, first: Job) -> (Vec<Job>, Option<Msg>) {
+        let mut jobs = vec![first];
+        while jobs.len() < self.batch_max {
+            match self.inbox.try_recv() {
+                Ok(Msg::Run(job)) => jobs.push(job),
+                Ok(other) => return (jobs, Some(other)),
+                Err(_) => break,
+            }
+        }
+        (jobs, None)
+    }
+
+    fn run_batch(&mut self, jobs: Vec<Job>) {
+        let now_ms = self.stamp.next_ms();
+        let jobs: Vec<Job> = jobs.into_iter().filter_map(|job| self.admit(job)).collect();
+        let writes = jobs.iter().any(|job| job.access != Access::Read);
+        let mut batch = Batch::default();
+        for job in jobs {
+            if !batch.open {
+                if let Err(error) = self.begin(writes) {
+                    job.refuse(error);
+                    continue;
+                }
+                batch.open = true;
+            }
+            self.run_job(job, now_ms, &mut batch);
+        }
+        if batch.open {
+            self.commit(batch, writes);
+        }
+    }
+
+    /// Refuses a job that must not run (poisoned store, role, read-only) and passes the rest.
+    fn admit(&self, job: Job) -> Option<Job> {
+        if let Some(reason) = &self.poisoned {
+            job.refuse(Error::Poisoned(reason.clone()));
+            return None;
+        }
+        if !job.scope.role.allows(job.access) {
+            let error = forbidden(job.label, job.scope.role);
+            job.refuse(error);
+            return None;
+        }
+        if self.read_only && job.access != Access::Read {
+            job.refuse(Error::ReadOnly);
+            return None;
+        }
+        Some(job)
+    }
+
+    fn begin(&self, writes: bool) -> Result<()> {
+        let sql = if writes {
+            "BEGIN IMMEDIATE"
+        } else {
+            "BEGIN DEFERRED"
+        };
+        self.conn.prepare_cached(sql)?.execute([])?;
+        Ok(())
+    }
+
+    /// Runs one job under its own savepoint and keeps or rolls back its work.
+    fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch) {
+        if let Err(error) = self.statement("SAVEPOINT op") {
+            job.refuse(error.replicate());
+            return self.abandon(batch, &error);
+        }
+        let scope = job.scope.clone();
+        let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids);
+        let applied = job.run(&mut tx);
+        let published = tx.into_published();
+        if self.conn.is_autocommit() {
+            let cause = applied.failure.as_ref().map_or_else(
+                || Error::InvalidInput("an operation ended the batch's transaction".into()),
+                Error::replicate,
+            );
+            batch.applied.push(applied);
+            return self.abandon(batch, &cause);
+        }
+        let ended = if applied.keep {
+            self.statement("RELEASE op")
+        } else {
+            self.statement("ROLLBACK TO op")
+                .and_then(|()| self.statement("RELEASE op"))
+        };
+        let keep = applied.keep;
+        batch.applied.push(applied);
+        match ended {
+            Ok(()) if keep => batch.events.extend(published),
+            Ok(()) => {}
+            Err(error) => self.abandon(batch, &error),
+        }
+    }
+
+    fn commit(&mut self, mut batch: Batch, writes: bool) {
+        match self.statement("COMMIT") {
+            Ok(()) => {
+                if writes {
+                    self.wal.dirty = true;
+                }
+                for applied in batch.applied {
+                    applied.deliver(None);
+                }
+                self.publisher.publish(&batch.events);
+            }
+            Err(error) => self.abandon(&mut batch, &error),
+        }
+    }
+
+    /// The transaction is lost: roll back whatever is left of it, answer every job of the
+    /// batch (kept work with `cause`, rolled-back work with its own result), publish nothing.
+    fn abandon(&mut self, batch: &mut Batch, cause: &Error) {
+        if !self.conn.is_autocommit() {
+            if let Err(error) = self.conn.execute_batch("ROLLBACK") {
+                self.poisoned = Some(format!("rollback after {cause} failed: {error}"));
+            }
+        }
+        for applied in batch.applied.drain(..) {
+            let commit_error = applied.keep.then(|| cause.replicate());
+            applied.deliver(commit_error);
+        }
+        batch.events.clear();
+        batch.open = false;
+    }
+
+    fn statement(&self, sql: &str) -> Result<()> {
+        self.conn.prepare_cached(sql)?.execute([])?;
+        Ok(())
+    }
+
+    fn go_live(&mut self, request: LiveRequest) {
+        // A failed read drops the request; the subscriber goes back to paging and sees the
+        // error there.
+        let _ = self.publisher.go_live(&self.conn, request);
+    }
+
+    fn schedule_checkpoint(&mut self) {
+        if self.wal.over_limit() {
+            self.checkpoint(CheckpointMode::TRUNCATE);
+        } else if self.wal.over_soft_limit() && self.inbox.is_empty() {
+            self.checkpoint(CheckpointMode::PASSIVE);
+        }
+    }
+
+    /// Runs a checkpoint. A busy one (another process is reading) is retried at a later turn;
+    /// committed data is safe in the WAL either way.
+    fn checkpoint(&mut self, mode: CheckpointMode) {
+        if self.read_only || !self.wal.enabled {
+            return;
+        }
+        if let Ok((log_pages, done_pages)) = self.conn.wal_checkpoint_v2(None::<&str>, mode) {
+            if log_pages == done_pages {
+                self.wal.dirty = false;
+            }
+        }
+    }
+
+    /// Finishes what is queued, drops the subscribers, checkpoints and closes the connection.
+    fn shutdown(mut self) -> Result<()> {
+        while let Ok(message) = self.inbox.try_recv() {
+            match message {
+                Msg::Run(job) => {
+                    let (jobs, stopped_at) = self.gather(job);
+                    self.run_batch(jobs);
+                    if let Some(Msg::Close(reply)) = stopped_at {
+                        let _ = reply.send(Ok(()));
+                    }
+                }
+                Msg::GoLive(_) => {}
+                Msg::Close(reply) => {
+                    let _ = reply.send(Ok(()));
+                }
+            }
+        }
+        self.publisher.clear();
+        let checkpointed = self.final_checkpoint();
+        let closed = self.conn.close().map_err(|(_, error)| Error::from(error));
+        checkpointed.and(closed)
+    }
+
+    fn final_checkpoint(&mut self) -> Result<()> {
+        if self.read_only || !self.wal.enabled || self.poisoned.is_some() {
+            return Ok(());
+        }
+        self.conn
+            .wal_checkpoint_v2(None::<&str>, CheckpointMode::TRUNCATE)?;
+        Ok(())
+    }
+}
+
+/// Tries to receive for up to `spin`, without parking.
+pub(crate) fn spin_recv<T>(inbox: &Receiver<T>, spin: Duration) -> Option<T> {
+    let deadline = Instant::now() + spin;
+    while Instant::now() < deadline {
+        match inbox.try_recv() {
+            Ok(message) => return Some(message),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => std::hint::spin_loop(),
+        }
+    }
+    None
+}
+
+/// The WAL's size as SQLite reports it after each commit, and the limits that trigger
+/// checkpoints.
+struct WalSchedule {
+    enabled: bool,
+    pages: Arc<AtomicU64>,
+    soft_pages: u64,
+    hard_pages: u64,
+    dirty: bool,
+}
+
+impl WalSchedule {
+    fn install(conn: &mut Connection, location: &Location, wal_bytes_max: u64) -> Result<Self> {
+        let enabled = matches!(location, Location::File(_));
+        let pages = Arc::new(AtomicU64::new(0));
+        let page_bytes: i64 = conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
+        let page_bytes = u64::try_from(page_bytes).unwrap_or(4096);
+        let hard_pages = (wal_bytes_max / page_bytes.max(1)).max(1);
+        if enabled {
+            let seen = Arc::clone(&pages);
+            conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, wal_pages| {
+                seen.store(u64::try_from(wal_pages).unwrap_or(0), Ordering::Relaxed);
+                Ok(())
+            }))?;
+        }
+        Ok(Self {
+            enabled,
+            pages,
+            soft_pages: (hard_pages / 4).max(1),
+            hard_pages,
+            dirty: false,
+        })
+    }
+
+    fn over_limit(&self) -> bool {
+        self.enabled && self.pages.load(Ordering::Relaxed) >= self.hard_pages
+    }
+
+    fn over_soft_limit(&self) -> bool {
+        self.enabled && self.pages.load(Ordering::Relaxed) >= self.soft_pages
+    }
+}

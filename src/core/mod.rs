@@ -1,0 +1,14 @@
+//! The engine: the actor thread, the mailbox, the operation contract, transactions, publishing,
+//! opening and the schema, and time.
+//!
+//! Nothing here names a domain except the event log (`crate::log`), which is what publishing is
+//! made of. Domains see only [`Tx`](tx::Tx) and [`Op`](op::Op): never a channel, a thread or
+//! the raw connection outside a transaction.
+
+pub(crate) mod actor;
+pub(crate) mod clock;
+pub(crate) mod msg;
+pub(crate) mod op;
+pub(crate) mod publish;
+pub(crate) mod schema;
+pub(crate) mod tx;

@@ -1,0 +1,172 @@
+//! The mailbox: the closed set of messages the actor handles, and the type-erased job envelope.
+//!
+//! A `Job` can only be built from an [`Op`] or from a transaction closure. It carries the op's
+//! name (for errors and tracing), what it accesses, who it runs as, and the reply channel, kept
+//! beside the work so that a panic inside the work still gets answered.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crossbeam_channel::Sender;
+
+use crate::core::op::{Access, Op, TxOutcome};
+use crate::core::publish::LiveRequest;
+use crate::core::tx::{Scope, Tx};
+use crate::error::{Error, Result};
+
+/// Everything the actor can be asked to do.
+pub(crate) enum Msg {
+    /// Run one job in the next batch.
+    Run(Job),
+    /// Register a subscriber from its cursor, between two commits.
+    GoLive(LiveRequest),
+    /// Finish what is queued, checkpoint, close the connection and stop.
+    Close(Sender<Result<()>>),
+}
+
+/// One unit of work for a batch: an op or a transaction closure, with its reply channel.
+pub(crate) struct Job {
+    pub(crate) label: &'static str,
+    pub(crate) access: Access,
+    pub(crate) scope: Scope,
+    work: Box<dyn Work>,
+}
+
+impl Job {
+    /// A job that applies `op` and replies with its output.
+    pub(crate) fn op<O: Op>(op: O, scope: Scope, reply: Sender<Result<O::Output>>) -> Self {
+        let access = op.access();
+        let label = std::any::type_name::<O>();
+        Self {
+            label,
+            access,
+            scope,
+            work: Box::new(OpWork { op, reply }),
+        }
+    }
+
+    /// A job that runs a transaction closure and replies with the value of its outcome.
+    pub(crate) fn transaction<T, F>(f: F, scope: Scope, reply: Sender<Result<T>>) -> Self
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
+    {
+        let work = Box::new(TxWork { f, reply });
+        Self {
+            label: "transaction",
+            access: Access::Write,
+            scope,
+            work,
+        }
+    }
+
+    /// Runs the work, catching a panic.
+    pub(crate) fn run(self, tx: &mut Tx<'_>) -> Applied {
+        self.work.run(tx, self.label)
+    }
+
+    /// Answers the job with `error` without running it.
+    pub(crate) fn refuse(self, error: Error) {
+        self.work.refuse(error);
+    }
+}
+
+/// The result of running a job, waiting for the batch's `COMMIT` before it is delivered.
+pub(crate) struct Applied {
+    /// Whether the job's writes are kept (`Ok` and `Commit`), or were rolled back.
+    pub(crate) keep: bool,
+    /// A copy of the job's own error, if it failed.
+    pub(crate) failure: Option<Error>,
+    deliver: Box<dyn FnOnce(Option<Error>) + Send>,
+}
+
+impl Applied {
+    /// Sends the reply. `commit_error` is the batch's failure, if its writes were lost; a job
+    /// that kept nothing is answered with its own result either way.
+    pub(crate) fn deliver(self, commit_error: Option<Error>) {
+        (self.deliver)(commit_error);
+    }
+
+    fn new<T: Send + 'static>(result: Result<(bool, T)>, reply: Sender<Result<T>>) -> Self {
+        match result {
+            Ok((keep, value)) => Self {
+                keep,
+                failure: None,
+                deliver: Box::new(move |commit_error| {
+                    let answer = match commit_error {
+                        Some(error) if keep => Err(error),
+                        _ => Ok(value),
+                    };
+                    // The caller may have gone away; nobody is left to tell.
+                    let _ = reply.send(answer);
+                }),
+            },
+            Err(error) => Self {
+                keep: false,
+                failure: Some(error.replicate()),
+                deliver: Box::new(move |_| {
+                    let _ = reply.send(Err(error));
+                }),
+            },
+        }
+    }
+}
+
+trait Work: Send {
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Applied;
+    fn refuse(self: Box<Self>, error: Error);
+}
+
+struct OpWork<O: Op> {
+    op: O,
+    reply: Sender<Result<O::Output>>,
+}
+
+impl<O: Op> Work for OpWork<O> {
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Applied {
+        let OpWork { op, reply } = *self;
+        let result = catch_unwind(AssertUnwindSafe(|| op.apply(tx)))
+            .unwrap_or_else(|payload| Err(panicked(label, payload.as_ref())));
+        Applied::new(result.map(|output| (true, output)), reply)
+    }
+
+    fn refuse(self: Box<Self>, error: Error) {
+        let _ = self.reply.send(Err(error));
+    }
+}
+
+struct TxWork<F, T> {
+    f: F,
+    reply: Sender<Result<T>>,
+}
+
+impl<T, F> Work for TxWork<F, T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
+{
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Applied {
+        let TxWork { f, reply } = *self;
+        let result = catch_unwind(AssertUnwindSafe(|| f(tx)))
+            .unwrap_or_else(|payload| Err(panicked(label, payload.as_ref())));
+        let result = result.map(|outcome| match outcome {
+            TxOutcome::Commit(value) => (true, value),
+            TxOutcome::Rollback(value) => (false, value),
+        });
+        Applied::new(result, reply)
+    }
+
+    fn refuse(self: Box<Self>, error: Error) {
+        let _ = self.reply.send(Err(error));
+    }
+}
+
+/// The error for a panic inside a job, with the panic's message when it has one.
+fn panicked(label: &str, payload: &(dyn Any + Send)) -> Error {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned());
+    Error::OpPanicked(format!("{label}: {message}"))
+}

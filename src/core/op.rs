@@ -1,0 +1,120 @@
+//! The operation contract: the sealed `Op` trait, what an op may touch (`Access`), and the roles
+//! that decide which accesses a store view may make.
+//!
+//! An operation is plain data. Its `apply` runs on the actor thread inside the batch's
+//! transaction, under its own savepoint: returning `Err` (or panicking) rolls back exactly its
+//! own work, including its events. Only this crate can implement `Op`, so the set of things that
+//! can run against a store is closed and every one of them checks its own invariants.
+
+use std::fmt;
+
+use crate::core::tx::Tx;
+use crate::error::Result;
+
+pub(crate) mod sealed {
+    /// Seals [`Op`](super::Op): only this crate's operations can run on the actor.
+    pub trait Sealed {}
+}
+
+/// A typed operation that runs in one transaction on the store's thread.
+///
+/// Run one with [`Store::exec`](crate::Store::exec), or compose several inside
+/// [`Store::transaction`](crate::Store::transaction) with [`Tx::exec`].
+pub trait Op: fmt::Debug + Send + 'static + sealed::Sealed {
+    /// What the caller receives once the transaction has committed.
+    type Output: Send + 'static;
+
+    /// Whether the operation reads, writes or administers; checked against the caller's role
+    /// and the store's read-only flag before it runs.
+    fn access(&self) -> Access;
+
+    /// Does the work. `Err` rolls back everything this call wrote.
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Self::Output>;
+}
+
+/// What an operation does to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Access {
+    /// Reads only.
+    Read,
+    /// Writes the tenant's data.
+    Write,
+    /// Changes tenants, tokens or other administration.
+    Admin,
+}
+
+/// What a store view may do. A view opened from a file is `Admin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// May only read.
+    Reader,
+    /// May read and write the tenant's data.
+    Writer,
+    /// May do everything, including administration.
+    Admin,
+}
+
+impl Role {
+    /// Whether this role may perform an operation with `access`.
+    pub fn allows(self, access: Access) -> bool {
+        match access {
+            Access::Read => true,
+            Access::Write => self >= Role::Writer,
+            Access::Admin => self == Role::Admin,
+        }
+    }
+
+    /// The role's name as stored and printed: `reader`, `writer` or `admin`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Reader => "reader",
+            Role::Writer => "writer",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// The explicit end of a unit of work: commit it or roll it back, and hand `T` back either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxOutcome<T> {
+    /// Keep everything the unit of work wrote.
+    Commit(T),
+    /// Discard everything the unit of work wrote (its events are never published).
+    Rollback(T),
+}
+
+impl<T> TxOutcome<T> {
+    /// The value carried by either arm.
+    pub fn into_inner(self) -> T {
+        match self {
+            TxOutcome::Commit(value) | TxOutcome::Rollback(value) => value,
+        }
+    }
+
+    /// Whether this outcome keeps the work.
+    pub fn is_commit(&self) -> bool {
+        matches!(self, TxOutcome::Commit(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_allow_what_they_should() {
+        assert!(Role::Reader.allows(Access::Read));
+        assert!(!Role::Reader.allows(Access::Write));
+        assert!(Role::Writer.allows(Access::Write));
+        assert!(!Role::Writer.allows(Access::Admin));
+        assert!(Role::Admin.allows(Access::Admin));
+    }
+
+    #[test]
+    fn both_outcome_arms_carry_the_value() {
+        assert_eq!(TxOutcome::Commit(3).into_inner(), 3);
+        assert_eq!(TxOutcome::Rollback(4).into_inner(), 4);
+        assert!(TxOutcome::Commit(()).is_commit());
+        assert!(!TxOutcome::Rollback(()).is_commit());
+    }
+}

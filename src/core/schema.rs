@@ -1,0 +1,294 @@
+//! Opening the connection: flags, pragmas (set, then read back), the SQLite version, and the
+//! schema (initialise an empty file, migrate an older one forward, refuse a newer one).
+//!
+//! Runs on the actor thread, before the actor takes its first message; `Store::open` reports
+//! whatever fails here.
+
+use std::time::{Duration, Instant};
+
+use rusqlite::config::DbConfig;
+use rusqlite::types::Value;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::error::{Error, Result};
+use crate::options::{Durability, Options};
+
+/// The schema version `schema.sql` creates; stored in `PRAGMA user_version`.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// Identifies a Spindle file (`PRAGMA application_id`, the bytes 'SPND').
+const APPLICATION_ID: i64 = 0x5350_4E44;
+
+/// The whole current schema, applied to an empty file.
+const SCHEMA_SQL: &str = include_str!("../../schema.sql");
+
+/// Forward migrations: `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
+const MIGRATIONS: &[&str] = &[];
+
+const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
+
+/// The oldest SQLite this crate runs on: 3.35 brought `RETURNING`.
+const SQLITE_VERSION_MIN: i32 = 3_035_000;
+
+/// Where the database lives.
+#[derive(Debug, Clone)]
+pub(crate) enum Location {
+    /// A file on disk.
+    File(std::path::PathBuf),
+    /// A private in-memory database.
+    Memory,
+}
+
+/// Opens, configures and prepares the connection the actor will own.
+pub(crate) fn open(location: &Location, options: &Options) -> Result<Connection> {
+    check_sqlite_version(rusqlite::version_number())?;
+    let mut conn = open_connection(location, options.read_only)?;
+    conn.busy_timeout(options.busy_timeout)?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
+    // Read the version before anything can write to the file, so a newer (or foreign) file is
+    // left exactly as it was.
+    let found = user_version(&conn)?;
+    refuse_newer(found)?;
+    configure(&conn, location, options)?;
+    prepare_schema(&mut conn, found, options.read_only)?;
+    Ok(conn)
+}
+
+fn open_connection(location: &Location, read_only: bool) -> Result<Connection> {
+    let mode = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+    };
+    let flags = mode | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let conn = match location {
+        Location::File(path) => Connection::open_with_flags(path, flags)?,
+        Location::Memory => Connection::open_in_memory_with_flags(flags)?,
+    };
+    Ok(conn)
+}
+
+fn check_sqlite_version(version: i32) -> Result<()> {
+    if version < SQLITE_VERSION_MIN {
+        return Err(Error::InvalidInput(format!(
+            "SQLite {version} is older than the required {SQLITE_VERSION_MIN}"
+        )));
+    }
+    Ok(())
+}
+
+fn refuse_newer(found: i64) -> Result<()> {
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Sets every pragma the store relies on and reads each back; a pragma that did not take is an
+/// error, not a silently weaker store.
+fn configure(conn: &Connection, location: &Location, options: &Options) -> Result<()> {
+    if let (Location::File(_), false) = (location, options.read_only) {
+        set_wal(conn, options.busy_timeout)?;
+        expect_pragma(conn, "journal_mode", "wal")?;
+    }
+    let synchronous = match options.durability {
+        Durability::Full => "2",
+        Durability::Normal => "1",
+    };
+    set_pragma(conn, "synchronous", synchronous)?;
+    set_pragma(conn, "foreign_keys", "1")?;
+    // The actor schedules checkpoints itself (see actor.rs).
+    set_pragma(conn, "wal_autocheckpoint", "0")?;
+    expect_pragma(
+        conn,
+        "busy_timeout",
+        &options.busy_timeout.as_millis().to_string(),
+    )
+}
+
+/// Switches to WAL. SQLite does not call the busy handler for this pragma, so a lock held by
+/// another process is retried here, with backoff, up to the busy timeout.
+fn set_wal(conn: &Connection, busy_timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + busy_timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Ok(()) => return Ok(()),
+            Err(error) => {
+                let mapped = Error::from(error);
+                if !matches!(mapped, Error::Busy) || Instant::now() >= deadline {
+                    return Err(mapped);
+                }
+            }
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+fn set_pragma(conn: &Connection, name: &str, value: &str) -> Result<()> {
+    conn.pragma_update(None, name, value)?;
+    expect_pragma(conn, name, value)
+}
+
+fn expect_pragma(conn: &Connection, name: &str, expected: &str) -> Result<()> {
+    let actual = read_pragma(conn, name)?;
+    if !actual.eq_ignore_ascii_case(expected) {
+        return Err(Error::InvalidInput(format!(
+            "PRAGMA {name} is {actual} after setting it to {expected}"
+        )));
+    }
+    Ok(())
+}
+
+/// A pragma's value as text, whatever type SQLite reports it in.
+pub(crate) fn read_pragma(conn: &Connection, name: &str) -> Result<String> {
+    let value: Value = conn.pragma_query_value(None, name, |row| row.get(0))?;
+    Ok(match value {
+        Value::Integer(number) => number.to_string(),
+        Value::Text(text) => text,
+        Value::Real(number) => number.to_string(),
+        Value::Null | Value::Blob(_) => String::new(),
+    })
+}
+
+fn user_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
+}
+
+/// Brings the schema to `SCHEMA_VERSION`: nothing to do, initialise, or migrate forward.
+fn prepare_schema(conn: &mut Connection, found: i64, read_only: bool) -> Result<()> {
+    if found == SCHEMA_VERSION {
+        return check_application_id(conn);
+    }
+    if read_only {
+        return Err(Error::InvalidInput(format!(
+            "schema version {found} needs an upgrade to {SCHEMA_VERSION}; open it read-write once"
+        )));
+    }
+    upgrade(conn, MIGRATIONS)
+}
+
+/// Initialises or migrates under the write lock, re-reading the version there: another
+/// process may have done it first.
+fn upgrade(conn: &mut Connection, steps: &[&str]) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let found = user_version(&tx)?;
+    refuse_newer(found)?;
+    if found == 0 {
+        initialise(&tx)?;
+    } else {
+        check_application_id(&tx)?;
+        migrate(&tx, found, steps)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn initialise(conn: &Connection) -> Result<()> {
+    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?;
+    if tables > 0 {
+        return Err(Error::InvalidInput(
+            "the file holds another application's tables, not a Spindle store".into(),
+        ));
+    }
+    conn.execute_batch(SCHEMA_SQL)?;
+    Ok(())
+}
+
+/// Runs the steps from `found` to the newest, then records the new version. The caller's
+/// transaction makes it all-or-nothing.
+fn migrate(conn: &Connection, found: i64, steps: &[&str]) -> Result<()> {
+    let first = usize::try_from(found - 1).unwrap_or(usize::MAX);
+    for step in steps.iter().skip(first) {
+        conn.execute_batch(step)?;
+    }
+    let target = steps.len() as i64 + 1;
+    conn.pragma_update(None, "user_version", target)?;
+    Ok(())
+}
+
+fn check_application_id(conn: &Connection) -> Result<()> {
+    let id: i64 = conn.pragma_query_value(None, "application_id", |row| row.get(0))?;
+    if id != APPLICATION_ID {
+        return Err(Error::InvalidInput(format!(
+            "application_id {id:#x} is not Spindle's; this is not a Spindle store"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory() -> Connection {
+        Connection::open_in_memory().expect("in-memory database")
+    }
+
+    #[test]
+    fn fresh_schema_has_the_current_version_and_application_id() -> Result<()> {
+        let mut conn = memory();
+        upgrade(&mut conn, MIGRATIONS)?;
+        assert_eq!(user_version(&conn)?, SCHEMA_VERSION);
+        check_application_id(&conn)
+    }
+
+    #[test]
+    fn migration_runs_every_missing_step_and_sets_the_version() -> Result<()> {
+        let mut conn = memory();
+        conn.execute_batch(
+            "CREATE TABLE t (a INTEGER); PRAGMA user_version = 1;
+             PRAGMA application_id = 1397771844;",
+        )?;
+        let steps = [
+            "ALTER TABLE t ADD COLUMN b INTEGER",
+            "CREATE TABLE u (c TEXT)",
+        ];
+        upgrade(&mut conn, &steps)?;
+        assert_eq!(user_version(&conn)?, 3);
+        conn.execute("INSERT INTO t (a, b) VALUES (1, 2)", [])?;
+        conn.execute("INSERT INTO u (c) VALUES ('x')", [])?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_failing_step_rolls_back_every_step() -> Result<()> {
+        let mut conn = memory();
+        conn.execute_batch(
+            "CREATE TABLE t (a INTEGER); PRAGMA user_version = 1;
+             PRAGMA application_id = 1397771844;",
+        )?;
+        let steps = ["CREATE TABLE u (c TEXT)", "THIS IS NOT SQL"];
+        assert!(upgrade(&mut conn, &steps).is_err());
+        assert_eq!(user_version(&conn)?, 1);
+        let tables: i64 = conn.query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'u'",
+            [],
+            |r| r.get(0),
+        )?;
+        assert_eq!(tables, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn a_foreign_database_is_not_initialised() -> Result<()> {
+        let mut conn = memory();
+        conn.execute_batch("CREATE TABLE theirs (x INTEGER)")?;
+        assert!(matches!(
+            upgrade(&mut conn, MIGRATIONS),
+            Err(Error::InvalidInput(_))
+        ));
+        assert_eq!(user_version(&conn)?, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn old_sqlite_is_refused() {
+        assert!(check_sqlite_version(3_034_999).is_err());
+        assert!(check_sqlite_version(rusqlite::version_number()).is_ok());
+    }
+}

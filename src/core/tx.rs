@@ -1,0 +1,182 @@
+//! `Tx`: what an operation sees of the open transaction.
+//!
+//! A `Tx` lives for one job of a batch. It hands out the batch's timestamp, the caller's tenant
+//! and role, the limits, composition of further ops (each under its own nested savepoint), the
+//! event log, and the raw connection for the caller's own tables. Events appended through it are
+//! collected here and published by the actor only after `COMMIT` succeeds.
+
+use std::sync::Arc;
+
+use rusqlite::Connection;
+use serde_json::Value;
+
+use crate::core::op::{Op, Role};
+use crate::core::publish::Published;
+use crate::error::{Error, Result};
+use crate::ids::IdGen;
+use crate::limits::Limits;
+use crate::log::{self, Appended, Stream};
+
+/// The open transaction, as seen by one operation or one [`Store::transaction`] closure.
+///
+/// [`Store::transaction`]: crate::Store::transaction
+pub struct Tx<'a> {
+    conn: &'a Connection,
+    now_ms: i64,
+    scope: &'a Scope,
+    limits: &'a Limits,
+    ids: &'a IdGen,
+    published: Vec<Published>,
+}
+
+/// Who a job runs as: the tenant whose data it may touch and the role it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Scope {
+    pub(crate) tenant: Arc<str>,
+    pub(crate) role: Role,
+}
+
+impl std::fmt::Debug for Tx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx")
+            .field("now_ms", &self.now_ms)
+            .field("tenant", &self.scope.tenant)
+            .field("role", &self.scope.role)
+            .field("events", &self.published.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Tx<'a> {
+    /// The batch's timestamp in epoch milliseconds: one value for every operation of the batch,
+    /// never smaller than the previous batch's.
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// The tenant this transaction runs for.
+    pub fn tenant(&self) -> &str {
+        &self.scope.tenant
+    }
+
+    /// The role of the view that submitted this transaction.
+    pub fn role(&self) -> Role {
+        self.scope.role
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        self.limits
+    }
+
+    /// A new UUID v7 id, time-ordered by the batch's timestamp.
+    pub fn new_id(&self) -> String {
+        self.ids.next(self.now_ms)
+    }
+
+    /// Runs another operation inside this transaction, under its own savepoint: if it fails,
+    /// its writes and events are rolled back and the error is returned, and the rest of this
+    /// transaction carries on (or not) as the caller decides.
+    ///
+    /// # Errors
+    /// `Forbidden` if the view's role does not allow the operation; otherwise the op's own error.
+    pub fn exec<O: Op>(&mut self, op: O) -> Result<O::Output> {
+        if !self.scope.role.allows(op.access()) {
+            return Err(forbidden(std::any::type_name::<O>(), self.scope.role));
+        }
+        let mark = self.published.len();
+        self.conn.prepare_cached("SAVEPOINT nested")?.execute([])?;
+        match op.apply(self) {
+            Ok(output) => {
+                self.conn.prepare_cached("RELEASE nested")?.execute([])?;
+                Ok(output)
+            }
+            Err(error) => {
+                self.published.truncate(mark);
+                // If SQLite already rolled the whole transaction back (disk full, I/O error), the
+                // savepoint is gone; the actor notices and reports the batch, so the op's own
+                // error is the one to return.
+                let _ = self
+                    .conn
+                    .execute_batch("ROLLBACK TO nested; RELEASE nested");
+                Err(error)
+            }
+        }
+    }
+
+    /// Appends an event to `stream`; it is published to subscribers after commit.
+    ///
+    /// # Errors
+    /// `InvalidInput` or `TooLarge` for a bad stream id, event type or payload.
+    pub fn append_event(
+        &mut self,
+        stream: &Stream,
+        event_type: &str,
+        payload: Value,
+    ) -> Result<Appended> {
+        log::append(self, stream, event_type, payload, None)
+    }
+
+    /// Appends an event unless one with the same `idem_key` exists on the stream: the same type
+    /// and payload return the existing event (`existed: true`) and write nothing; different
+    /// content is `Conflict`.
+    ///
+    /// # Errors
+    /// `Conflict` for a reused key with different content; `InvalidInput`/`TooLarge` for bad input.
+    pub fn append_event_idempotent(
+        &mut self,
+        stream: &Stream,
+        event_type: &str,
+        payload: Value,
+        idem_key: &str,
+    ) -> Result<Appended> {
+        log::append(self, stream, event_type, payload, Some(idem_key))
+    }
+
+    /// The connection, for the caller's own tables. Statements run inside this transaction.
+    ///
+    /// Do not begin, commit or roll back through it: the batch's transaction belongs to the
+    /// actor. If a statement ends it anyway, every operation of the batch gets an error.
+    pub fn sql(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl<'a> Tx<'a> {
+    pub(crate) fn new(
+        conn: &'a Connection,
+        now_ms: i64,
+        scope: &'a Scope,
+        limits: &'a Limits,
+        ids: &'a IdGen,
+    ) -> Self {
+        Self {
+            conn,
+            now_ms,
+            scope,
+            limits,
+            ids,
+            published: Vec::new(),
+        }
+    }
+
+    /// Records an event written in this transaction, to publish after commit.
+    pub(crate) fn record(&mut self, published: Published) {
+        self.published.push(published);
+    }
+
+    /// The shared tenant id, cheap to clone into published events.
+    pub(crate) fn tenant_arc(&self) -> &Arc<str> {
+        &self.scope.tenant
+    }
+
+    /// Hands the recorded events to the actor.
+    pub(crate) fn into_published(self) -> Vec<Published> {
+        self.published
+    }
+}
+
+/// The error for an operation the view's role may not perform.
+pub(crate) fn forbidden(op_name: &str, role: Role) -> Error {
+    Error::Forbidden(format!("role {} may not run {op_name}", role.as_str()))
+}

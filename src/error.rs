@@ -1,0 +1,230 @@
+//! The crate's one error type, and the mapping from SQLite's result codes onto it.
+//!
+//! Outcomes a caller routinely branches on (an empty claim, a busy lease) are values in the
+//! operations' outputs, not errors. Everything here means "this call did not do what it asked",
+//! and, for every variant but the storage ones, "and it wrote nothing".
+
+use rusqlite::ErrorCode;
+
+/// The result type of every fallible call in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a Spindle call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The object does not exist for this tenant (another tenant's object is reported the same).
+    #[error("{kind} not found: {id}")]
+    NotFound {
+        /// What kind of object was looked up ("stream", "queue item", ...).
+        kind: &'static str,
+        /// The id that was looked up.
+        id: String,
+    },
+    /// The write conflicts with what is stored: an idempotency key reused with other content, a
+    /// compare-and-set that lost, a transition the state machine does not allow.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A lease-holder write carried a stale fencing token or arrived after its lease expired.
+    #[error("lease lost: {0}")]
+    LeaseLost(String),
+    /// An argument has the wrong shape (an empty id, a control character, a bad range).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// An argument is larger than its documented limit (see [`Limits`](crate::Limits)).
+    #[error("{what} is too large: {actual} exceeds the limit of {limit}")]
+    TooLarge {
+        /// What was measured ("payload bytes", "page size", ...).
+        what: &'static str,
+        /// The limit in force.
+        limit: u64,
+        /// The size that was given.
+        actual: u64,
+    },
+    /// The caller presented no valid credentials.
+    #[error("unauthorized")]
+    Unauthorized,
+    /// The caller's role does not allow this operation.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// The tenant is suspended: it can read, but every write is refused.
+    #[error("tenant {0} is suspended")]
+    TenantSuspended(String),
+    /// The database stayed locked by another connection for longer than the busy timeout.
+    #[error("database is busy (locked by another connection)")]
+    Busy,
+    /// The store was opened read-only, or the file cannot be written.
+    #[error("database is read-only")]
+    ReadOnly,
+    /// The disk (or the configured `max_page_count`) is full; the batch was rolled back.
+    #[error("database or disk is full")]
+    DiskFull,
+    /// SQLite found the file damaged.
+    #[error("database is corrupt: {0}")]
+    Corrupt(String),
+    /// The file is not a SQLite database.
+    #[error("file is not a database")]
+    NotADatabase,
+    /// The file was written by a newer Spindle; it was left untouched.
+    #[error("schema version {found} is newer than the supported version {supported}")]
+    SchemaTooNew {
+        /// The version stored in the file.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The store has been closed (or its thread has exited).
+    #[error("store is closed")]
+    Closed,
+    /// The store could not get back to a clean state after a failure; reopen it.
+    #[error("store is poisoned: {0}")]
+    Poisoned(String),
+    /// An operation panicked; its work was rolled back and the store is still usable.
+    #[error("operation {0} panicked")]
+    OpPanicked(String),
+    /// Any other SQLite error.
+    #[error("sqlite: {0}")]
+    Sqlite(#[source] rusqlite::Error),
+    /// A JSON value could not be encoded or decoded.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// An operating-system I/O error.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// Builds a `TooLarge` from sizes of any integer type.
+    pub(crate) fn too_large(what: &'static str, limit: usize, actual: usize) -> Self {
+        Self::TooLarge {
+            what,
+            limit: limit as u64,
+            actual: actual as u64,
+        }
+    }
+
+    /// An equal error built afresh: a failure that ends a whole batch is reported to every
+    /// operation in it, and errors carrying foreign types are not `Clone`.
+    pub(crate) fn replicate(&self) -> Self {
+        match self {
+            Self::NotFound { kind, id } => Self::NotFound {
+                kind,
+                id: id.clone(),
+            },
+            Self::Conflict(m) => Self::Conflict(m.clone()),
+            Self::LeaseLost(m) => Self::LeaseLost(m.clone()),
+            Self::InvalidInput(m) => Self::InvalidInput(m.clone()),
+            Self::TooLarge {
+                what,
+                limit,
+                actual,
+            } => Self::TooLarge {
+                what,
+                limit: *limit,
+                actual: *actual,
+            },
+            Self::Unauthorized => Self::Unauthorized,
+            Self::Forbidden(m) => Self::Forbidden(m.clone()),
+            Self::TenantSuspended(m) => Self::TenantSuspended(m.clone()),
+            Self::Busy => Self::Busy,
+            Self::ReadOnly => Self::ReadOnly,
+            Self::DiskFull => Self::DiskFull,
+            Self::Corrupt(m) => Self::Corrupt(m.clone()),
+            Self::NotADatabase => Self::NotADatabase,
+            Self::SchemaTooNew { found, supported } => Self::SchemaTooNew {
+                found: *found,
+                supported: *supported,
+            },
+            Self::Closed => Self::Closed,
+            Self::Poisoned(m) => Self::Poisoned(m.clone()),
+            Self::OpPanicked(m) => Self::OpPanicked(m.clone()),
+            Self::Sqlite(e) => Self::from_sqlite_ref(e),
+            Self::Json(e) => Self::Json(<serde_json::Error as serde::de::Error>::custom(e)),
+            Self::Io(e) => Self::Io(std::io::Error::new(e.kind(), e.to_string())),
+        }
+    }
+
+    /// Maps a borrowed SQLite error onto this enum, without consuming it.
+    ///
+    /// A failed `COMMIT` has to be reported to every operation of its batch, so the mapping
+    /// builds a fresh value each time instead of moving the original.
+    pub(crate) fn from_sqlite_ref(error: &rusqlite::Error) -> Self {
+        let rusqlite::Error::SqliteFailure(code, message) = error else {
+            let text = error.to_string();
+            return Self::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+                Some(text),
+            ));
+        };
+        match code.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Self::Busy,
+            ErrorCode::ReadOnly => Self::ReadOnly,
+            ErrorCode::DiskFull => Self::DiskFull,
+            ErrorCode::NotADatabase => Self::NotADatabase,
+            ErrorCode::DatabaseCorrupt => {
+                Self::Corrupt(message.clone().unwrap_or_else(|| code.to_string()))
+            }
+            _ => Self::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone())),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(error: rusqlite::Error) -> Self {
+        match &error {
+            rusqlite::Error::SqliteFailure(..) => Self::from_sqlite_ref(&error),
+            _ => Self::Sqlite(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(code: std::ffi::c_int) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), Some("m".into()))
+    }
+
+    #[test]
+    fn sqlite_codes_map_to_typed_variants() {
+        use rusqlite::ffi;
+        assert!(matches!(
+            Error::from(failure(ffi::SQLITE_BUSY)),
+            Error::Busy
+        ));
+        assert!(matches!(
+            Error::from(failure(ffi::SQLITE_LOCKED)),
+            Error::Busy
+        ));
+        assert!(matches!(
+            Error::from(failure(ffi::SQLITE_READONLY)),
+            Error::ReadOnly
+        ));
+        assert!(matches!(
+            Error::from(failure(ffi::SQLITE_FULL)),
+            Error::DiskFull
+        ));
+        assert!(matches!(
+            Error::from(failure(ffi::SQLITE_NOTADB)),
+            Error::NotADatabase
+        ));
+        assert!(matches!(Error::from(failure(ffi::SQLITE_CORRUPT)), Error::Corrupt(m) if m == "m"));
+        assert!(matches!(
+            Error::from(failure(ffi::SQLITE_MISUSE)),
+            Error::Sqlite(_)
+        ));
+    }
+
+    #[test]
+    fn mapping_by_reference_copies_the_message() {
+        let original = failure(rusqlite::ffi::SQLITE_CONSTRAINT);
+        let Error::Sqlite(rusqlite::Error::SqliteFailure(code, message)) =
+            Error::from_sqlite_ref(&original)
+        else {
+            panic!("expected a plain sqlite error");
+        };
+        assert_eq!(code.code, ErrorCode::ConstraintViolation);
+        assert_eq!(message.as_deref(), Some("m"));
+    }
+}

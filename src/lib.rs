@@ -1,0 +1,77 @@
+//! Spindle: an embedded, durable state store for workflow engines, job queues and agent
+//! runtimes. One SQLite file, one thread that owns the connection, typed operations that
+//! commit or roll back whole, and gap-free subscriptions to every event stream. No async
+//! runtime: callers hold a cheap [`Store`] handle and block on crossbeam channels.
+//!
+//! ```
+//! # fn main() -> spindle::Result<()> {
+//! use spindle::{Store, Stream, TxOutcome};
+//! use serde_json::json;
+//!
+//! let store = Store::open_in_memory()?;          // Store::open("app.db") for a file
+//! let orders = Stream::custom("orders");
+//! let mut follower = store.subscribe(&orders, 0)?;
+//!
+//! let stream = orders.clone();
+//! store.transaction(move |tx| {
+//!     tx.append_event(&stream, "placed", json!({"order": 1}))?;
+//!     tx.append_event(&stream, "paid", json!({"order": 1}))?;
+//!     Ok(TxOutcome::Commit(()))
+//! })?;
+//!
+//! assert_eq!(follower.recv()?.event_type, "placed");
+//! assert_eq!(follower.recv()?.event_type, "paid");
+//! store.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees
+//!
+//! 1. A reply is sent only after the transaction that produced it has committed. `Ok` means
+//!    the effect is on disk; under [`Durability::Full`] (the default) also across power loss.
+//! 2. Every operation is atomic: it commits whole or leaves no trace, its events included.
+//! 3. Events are published to subscribers only after commit, in commit order, to every
+//!    subscriber. A subscriber never misses an event and never sees one twice, even when it
+//!    falls behind.
+//! 4. Every lease-holder write is checked against its fencing token in the same statement.
+//! 5. Fencing tokens strictly increase per item and per process, across restarts.
+//! 6. Idempotent writes return the first result for the same content, `Conflict` for
+//!    different content, and write nothing the second time.
+//! 7. Tenants are isolated: another tenant's object behaves exactly like a missing one.
+//! 8. Nothing is unbounded: every size has a limit in [`Limits`] (or [`Options`]), and
+//!    exceeding one is a typed error with nothing written.
+//! 9. No operation panics on any input; a panic inside an operation is caught, rolled back and
+//!    returned as [`Error::OpPanicked`], and the store stays usable.
+//!
+//! # How it works
+//!
+//! A [`Store`] sends each call to one actor thread through a bounded mailbox. The actor takes
+//! a message, drains up to `batch_max` more, and runs them in one transaction with one
+//! savepoint per operation (group commit: one fsync for the whole batch). After `COMMIT` it
+//! replies to every caller and publishes every event. See `ARCHITECTURE.md` for the map.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(clippy::unwrap_used)]
+
+mod core;
+mod error;
+mod hash;
+mod ids;
+mod limits;
+mod options;
+mod store;
+mod subscription;
+
+pub mod log;
+
+pub use crate::core::clock::{Clock, ManualClock, SystemClock};
+pub use crate::core::op::{Access, Op, Role, TxOutcome};
+pub use crate::core::tx::Tx;
+pub use crate::error::{Error, Result};
+pub use crate::limits::Limits;
+pub use crate::log::{Appended, Event, Events, Stream, StreamKind};
+pub use crate::options::{Durability, Options};
+pub use crate::store::{DEFAULT_TENANT, Store};
+pub use crate::subscription::Subscription;

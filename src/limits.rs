@@ -1,0 +1,171 @@
+//! Every bound the store enforces, in one place, with units last in each name.
+//!
+//! Nothing is unbounded (guarantee 8): an argument past one of these limits is refused with
+//! [`Error::TooLarge`](crate::Error::TooLarge) or [`Error::InvalidInput`](crate::Error::InvalidInput)
+//! before anything is written. The defaults are DESIGN.md §6.
+
+use crate::error::{Error, Result};
+
+/// The limits a store enforces. `Limits::default()` gives the documented defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest id or name, in bytes (tenants, streams, queues, caller-chosen ids). Default 256.
+    pub id_len_max: usize,
+    /// Longest JSON payload, state, result or output, in bytes of compact JSON. Default 1 MiB.
+    pub payload_bytes_max: usize,
+    /// Most rows one read returns. Default 1000.
+    pub page_size_max: usize,
+    /// Most events a live subscriber may have waiting before the actor drops it back to paging.
+    /// Default 1024.
+    pub subscriber_buffer_max: usize,
+    /// Shortest lease, in milliseconds. Default 1.
+    pub lease_ms_min: i64,
+    /// Longest lease, in milliseconds. Default 24 hours.
+    pub lease_ms_max: i64,
+    /// Most attempts a queue item may be given. Default 1000.
+    pub max_attempts_max: u32,
+    /// Most nodes in one graph. Default 10,000.
+    pub graph_nodes_max: usize,
+    /// Most edges in one graph. Default 100,000.
+    pub graph_edges_max: usize,
+    /// Most times one graph node may be fired again by a loop. Default 10,000.
+    pub loop_refires_max: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            id_len_max: 256,
+            payload_bytes_max: 1024 * 1024,
+            page_size_max: 1000,
+            subscriber_buffer_max: 1024,
+            lease_ms_min: 1,
+            lease_ms_max: 24 * 60 * 60 * 1000,
+            max_attempts_max: 1000,
+            graph_nodes_max: 10_000,
+            graph_edges_max: 100_000,
+            loop_refires_max: 10_000,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks a caller-chosen id or name: non-empty, at most `id_len_max` bytes, no control
+    /// characters. `what` names it in the error.
+    pub fn check_id(&self, what: &'static str, id: &str) -> Result<()> {
+        if id.is_empty() {
+            return Err(Error::InvalidInput(format!("{what} must not be empty")));
+        }
+        if id.len() > self.id_len_max {
+            return Err(Error::too_large(what, self.id_len_max, id.len()));
+        }
+        if id.chars().any(char::is_control) {
+            return Err(Error::InvalidInput(format!(
+                "{what} must not contain control characters"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks the size of an encoded JSON value against `payload_bytes_max`.
+    pub fn check_payload(&self, what: &'static str, encoded: &str) -> Result<()> {
+        if encoded.len() > self.payload_bytes_max {
+            return Err(Error::too_large(
+                what,
+                self.payload_bytes_max,
+                encoded.len(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a requested page size against `page_size_max`.
+    pub fn check_page(&self, limit: usize) -> Result<()> {
+        if limit > self.page_size_max {
+            return Err(Error::too_large("page size", self.page_size_max, limit));
+        }
+        Ok(())
+    }
+
+    /// Checks that every limit is usable (non-zero, ranges the right way round).
+    pub(crate) fn validate(&self) -> Result<()> {
+        let positive = [
+            ("id_len_max", self.id_len_max),
+            ("payload_bytes_max", self.payload_bytes_max),
+            ("page_size_max", self.page_size_max),
+            ("subscriber_buffer_max", self.subscriber_buffer_max),
+            ("graph_nodes_max", self.graph_nodes_max),
+            ("graph_edges_max", self.graph_edges_max),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, value)| *value == 0) {
+            return Err(Error::InvalidInput(format!(
+                "limit {name} must be positive"
+            )));
+        }
+        if self.lease_ms_min < 1 || self.lease_ms_min > self.lease_ms_max {
+            return Err(Error::InvalidInput(
+                "lease limits must satisfy 1 <= min <= max".into(),
+            ));
+        }
+        if self.max_attempts_max == 0 || self.loop_refires_max == 0 {
+            return Err(Error::InvalidInput(
+                "attempt and loop limits must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_at_the_limit_pass_and_one_past_fails() {
+        let limits = Limits::default();
+        assert!(limits.check_id("id", &"a".repeat(256)).is_ok());
+        let err = limits.check_id("id", &"a".repeat(257)).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::TooLarge {
+                limit: 256,
+                actual: 257,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn empty_and_control_characters_are_invalid() {
+        let limits = Limits::default();
+        assert!(matches!(
+            limits.check_id("id", ""),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(matches!(
+            limits.check_id("id", "a\nb"),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(matches!(
+            limits.check_id("id", "a\u{7f}"),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(limits.check_id("id", "ünïcode-ok").is_ok());
+    }
+
+    #[test]
+    fn defaults_validate_and_zero_limits_do_not() {
+        assert!(Limits::default().validate().is_ok());
+        let zero_page = Limits {
+            page_size_max: 0,
+            ..Limits::default()
+        };
+        assert!(matches!(zero_page.validate(), Err(Error::InvalidInput(_))));
+        let inverted = Limits {
+            lease_ms_min: 10,
+            lease_ms_max: 5,
+            ..Limits::default()
+        };
+        assert!(matches!(inverted.validate(), Err(Error::InvalidInput(_))));
+    }
+}

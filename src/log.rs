@@ -1,0 +1,601 @@
+//! The event log: one append-only table for every stream of every domain.
+//!
+//! A stream is named by a kind and an id ([`Stream`]). Each event gets a `seq`, dense per stream
+//! from 1 and never reused (the head is kept apart from the rows, so truncation cannot reset
+//! it), and a global `position` that only grows. The caller's sequence numbers are never
+//! trusted. An append with an idempotency key writes once: the same key with the same type and
+//! payload returns the first event, with different content it is `Conflict`.
+//!
+//! Ops: [`Append`], [`Read`], [`ReadAll`], [`Head`], [`Truncate`]; the facade is
+//! [`Events`], reached with `store.events()`. Subscriptions (`store.subscribe`) read through
+//! [`read_filtered`] here.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::core::op::{Access, Op, sealed::Sealed};
+use crate::core::publish::{Filter, Published};
+use crate::core::tx::Tx;
+use crate::error::{Error, Result};
+use crate::hash::content_hash;
+use crate::store::Store;
+
+/// The name of an event stream: a kind and an id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Stream {
+    kind: StreamKind,
+    id: String,
+}
+
+/// What a stream belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKind {
+    /// A workflow execution's history.
+    Execution,
+    /// A registered process's event log.
+    Process,
+    /// A graph's lifecycle events.
+    Graph,
+    /// A stream the caller names and uses as it likes.
+    Custom,
+}
+
+impl StreamKind {
+    /// The kind's name as stored: `execution`, `process`, `graph` or `custom`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamKind::Execution => "execution",
+            StreamKind::Process => "process",
+            StreamKind::Graph => "graph",
+            StreamKind::Custom => "custom",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self> {
+        match text {
+            "execution" => Ok(StreamKind::Execution),
+            "process" => Ok(StreamKind::Process),
+            "graph" => Ok(StreamKind::Graph),
+            "custom" => Ok(StreamKind::Custom),
+            other => Err(Error::Corrupt(format!(
+                "unknown stream kind {other:?} in the event log"
+            ))),
+        }
+    }
+}
+
+impl Stream {
+    /// The stream of a workflow execution.
+    pub fn execution(id: impl AsRef<str>) -> Self {
+        Self::new(StreamKind::Execution, id)
+    }
+
+    /// The stream of a registered process.
+    pub fn process(id: impl AsRef<str>) -> Self {
+        Self::new(StreamKind::Process, id)
+    }
+
+    /// The stream of a graph.
+    pub fn graph(id: impl AsRef<str>) -> Self {
+        Self::new(StreamKind::Graph, id)
+    }
+
+    /// A stream of the caller's own.
+    pub fn custom(name: impl AsRef<str>) -> Self {
+        Self::new(StreamKind::Custom, name)
+    }
+
+    /// A stream of any kind. The id is checked when the stream is used.
+    pub fn new(kind: StreamKind, id: impl AsRef<str>) -> Self {
+        Self {
+            kind,
+            id: id.as_ref().to_owned(),
+        }
+    }
+
+    /// What the stream belongs to.
+    pub fn kind(&self) -> StreamKind {
+        self.kind
+    }
+
+    /// The stream's id within its kind.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl fmt::Display for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind.as_str(), self.id)
+    }
+}
+
+/// One committed event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Global position in the log: only grows, across every stream and tenant.
+    pub position: u64,
+    /// The stream the event belongs to.
+    pub stream: Stream,
+    /// Position within the stream: 1, 2, 3, ... with no gaps at append time.
+    pub seq: u64,
+    /// What happened, in the appender's vocabulary.
+    pub event_type: String,
+    /// The event's data.
+    pub payload: Value,
+    /// The idempotency key it was appended with, if any.
+    pub idem_key: Option<String>,
+    /// When it was committed (the batch's timestamp), in epoch milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Appended {
+    /// The event's sequence in its stream.
+    pub seq: u64,
+    /// The event's global position.
+    pub position: u64,
+    /// True when an idempotent append found the same event already there and wrote nothing.
+    pub existed: bool,
+}
+
+/// Appends an event to a stream (see [`Tx::append_event`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Append {
+    /// The stream to append to.
+    pub stream: Stream,
+    /// The event's type.
+    pub event_type: String,
+    /// The event's data.
+    pub payload: Value,
+    /// Makes the append idempotent: a second append with this key writes nothing.
+    pub idem_key: Option<String>,
+}
+
+/// Reads a stream's events with `seq > after_seq`, oldest first, at most `limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// The stream to read.
+    pub stream: Stream,
+    /// Read events after this sequence (0 reads from the start).
+    pub after_seq: u64,
+    /// Most events to return; at most `Limits::page_size_max`.
+    pub limit: usize,
+}
+
+/// Reads the tenant's events of every stream with `position > after_position`, in log order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadAll {
+    /// Read events after this position (0 reads from the start).
+    pub after_position: u64,
+    /// Most events to return; at most `Limits::page_size_max`.
+    pub limit: usize,
+}
+
+/// The last sequence handed out on a stream (0 for a stream never written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// The stream to look at.
+    pub stream: Stream,
+}
+
+/// Deletes a stream's events with `seq < before_seq`; returns how many were deleted. The head
+/// stays, so later appends continue the sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncate {
+    /// The stream to truncate.
+    pub stream: Stream,
+    /// Keep events from this sequence on.
+    pub before_seq: u64,
+}
+
+impl Sealed for Append {}
+impl Op for Append {
+    type Output = Appended;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
+        append(
+            tx,
+            &self.stream,
+            &self.event_type,
+            self.payload,
+            self.idem_key.as_deref(),
+        )
+    }
+}
+
+impl Sealed for Read {}
+impl Op for Read {
+    type Output = Vec<Event>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Event>> {
+        check_stream(tx, &self.stream)?;
+        tx.limits().check_page(self.limit)?;
+        let filter = Filter::Stream(self.stream);
+        read_filtered(tx.sql(), tx.tenant(), &filter, self.after_seq, self.limit)
+    }
+}
+
+impl Sealed for ReadAll {}
+impl Op for ReadAll {
+    type Output = Vec<Event>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Event>> {
+        tx.limits().check_page(self.limit)?;
+        read_filtered(
+            tx.sql(),
+            tx.tenant(),
+            &Filter::All,
+            self.after_position,
+            self.limit,
+        )
+    }
+}
+
+impl Sealed for Head {}
+impl Op for Head {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        check_stream(tx, &self.stream)?;
+        select_head(tx.sql(), tx.tenant(), &self.stream)
+    }
+}
+
+impl Sealed for Truncate {}
+impl Op for Truncate {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        check_stream(tx, &self.stream)?;
+        delete_before(tx.sql(), tx.tenant(), &self.stream, self.before_seq)
+    }
+}
+
+/// The event log of a store view: `store.events()`.
+#[derive(Debug, Clone, Copy)]
+pub struct Events<'a> {
+    store: &'a Store,
+}
+
+impl<'a> Events<'a> {
+    pub(crate) fn new(store: &'a Store) -> Self {
+        Self { store }
+    }
+
+    /// Appends an event; see [`Append`].
+    ///
+    /// # Errors
+    /// `InvalidInput` or `TooLarge` for a bad stream id, type or payload, and nothing is written.
+    pub fn append(&self, stream: &Stream, event_type: &str, payload: Value) -> Result<Appended> {
+        let op = Append {
+            stream: stream.clone(),
+            event_type: event_type.to_owned(),
+            payload,
+            idem_key: None,
+        };
+        self.store.exec(op)
+    }
+
+    /// Appends an event once per `idem_key`; see [`Append`].
+    ///
+    /// # Errors
+    /// `Conflict` when the key was used with a different type or payload; bad input as `append`.
+    pub fn append_idempotent(
+        &self,
+        stream: &Stream,
+        event_type: &str,
+        payload: Value,
+        idem_key: &str,
+    ) -> Result<Appended> {
+        let op = Append {
+            stream: stream.clone(),
+            event_type: event_type.to_owned(),
+            payload,
+            idem_key: Some(idem_key.to_owned()),
+        };
+        self.store.exec(op)
+    }
+
+    /// Reads a stream after `after_seq`; see [`Read`].
+    ///
+    /// # Errors
+    /// `TooLarge` for a `limit` past the page size limit.
+    pub fn read(&self, stream: &Stream, after_seq: u64, limit: usize) -> Result<Vec<Event>> {
+        self.store.exec(Read {
+            stream: stream.clone(),
+            after_seq,
+            limit,
+        })
+    }
+
+    /// Reads every stream of the tenant after `after_position`; see [`ReadAll`].
+    ///
+    /// # Errors
+    /// `TooLarge` for a `limit` past the page size limit.
+    pub fn read_all(&self, after_position: u64, limit: usize) -> Result<Vec<Event>> {
+        self.store.exec(ReadAll {
+            after_position,
+            limit,
+        })
+    }
+
+    /// The stream's last sequence; see [`Head`].
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad stream id.
+    pub fn head(&self, stream: &Stream) -> Result<u64> {
+        self.store.exec(Head {
+            stream: stream.clone(),
+        })
+    }
+
+    /// Deletes a stream's events before `before_seq`; see [`Truncate`].
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad stream id.
+    pub fn truncate(&self, stream: &Stream, before_seq: u64) -> Result<u64> {
+        self.store.exec(Truncate {
+            stream: stream.clone(),
+            before_seq,
+        })
+    }
+}
+
+/// Appends one event in `tx` and records it for publishing; the single write path of the log.
+pub(crate) fn append(
+    tx: &mut Tx<'_>,
+    stream: &Stream,
+    event_type: &str,
+    payload: Value,
+    idem_key: Option<&str>,
+) -> Result<Appended> {
+    check_stream(tx, stream)?;
+    tx.limits().check_id("event type", event_type)?;
+    let encoded = serde_json::to_string(&payload)?;
+    tx.limits().check_payload("event payload bytes", &encoded)?;
+    let hash = match idem_key {
+        Some(key) => {
+            tx.limits().check_id("idempotency key", key)?;
+            let hash = content_hash(&json!({ "type": event_type, "payload": &payload }));
+            if let Some(existing) = select_by_key(tx.sql(), tx.tenant(), stream, key)? {
+                return replay(existing, &hash, key);
+            }
+            Some(hash)
+        }
+        None => None,
+    };
+    let row = NewRow {
+        stream,
+        event_type,
+        encoded: &encoded,
+        idem_key,
+        hash: hash.as_deref(),
+    };
+    let (seq, position) = insert(tx.sql(), tx.tenant(), tx.now_ms(), &row)?;
+    let event = Event {
+        position,
+        stream: stream.clone(),
+        seq,
+        event_type: event_type.to_owned(),
+        payload,
+        idem_key: idem_key.map(str::to_owned),
+        created_at_ms: tx.now_ms(),
+    };
+    let tenant: Arc<str> = Arc::clone(tx.tenant_arc());
+    tx.record(Published { tenant, event });
+    Ok(Appended {
+        seq,
+        position,
+        existed: false,
+    })
+}
+
+/// Reads the tenant's events matching `filter` past the cursor `after`, in cursor order.
+pub(crate) fn read_filtered(
+    conn: &Connection,
+    tenant: &str,
+    filter: &Filter,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<Event>> {
+    let after = to_sql_int(after);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut events = Vec::new();
+    match filter {
+        Filter::Stream(stream) => {
+            let mut stmt = conn.prepare_cached(
+                "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
+                        created_at_ms
+                 FROM events
+                 WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq > ?4
+                 ORDER BY seq LIMIT ?5",
+            )?;
+            let args = params![tenant, stream.kind.as_str(), stream.id, after, limit];
+            let mut rows = stmt.query(args)?;
+            while let Some(row) = rows.next()? {
+                events.push(event_from_row(row)?);
+            }
+        }
+        Filter::All => {
+            let mut stmt = conn.prepare_cached(
+                "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
+                        created_at_ms
+                 FROM events
+                 WHERE tenant_id = ?1 AND position > ?2
+                 ORDER BY position LIMIT ?3",
+            )?;
+            let mut rows = stmt.query(params![tenant, after, limit])?;
+            while let Some(row) = rows.next()? {
+                events.push(event_from_row(row)?);
+            }
+        }
+    }
+    Ok(events)
+}
+
+fn check_stream(tx: &Tx<'_>, stream: &Stream) -> Result<()> {
+    tx.limits().check_id("stream id", &stream.id)
+}
+
+/// An existing event found by its idempotency key.
+struct Existing {
+    seq: u64,
+    position: u64,
+    hash: String,
+}
+
+/// The outcome of appending again with a key already used.
+fn replay(existing: Existing, hash: &str, key: &str) -> Result<Appended> {
+    if existing.hash != hash {
+        return Err(Error::Conflict(format!(
+            "idempotency key {key:?} was used for a different event"
+        )));
+    }
+    Ok(Appended {
+        seq: existing.seq,
+        position: existing.position,
+        existed: true,
+    })
+}
+
+/// The columns of a new event row.
+struct NewRow<'r> {
+    stream: &'r Stream,
+    event_type: &'r str,
+    encoded: &'r str,
+    idem_key: Option<&'r str>,
+    hash: Option<&'r str>,
+}
+
+fn select_by_key(
+    conn: &Connection,
+    tenant: &str,
+    stream: &Stream,
+    key: &str,
+) -> Result<Option<Existing>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, position, payload_hash FROM events
+         WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND idem_key = ?4",
+    )?;
+    let found = stmt
+        .query_row(
+            params![tenant, stream.kind.as_str(), stream.id, key],
+            |row| {
+                Ok(Existing {
+                    seq: from_sql_int(row.get(0)?),
+                    position: from_sql_int(row.get(1)?),
+                    hash: row.get(2)?,
+                })
+            },
+        )
+        .optional()?;
+    Ok(found)
+}
+
+/// Takes the stream's next sequence and inserts the row; returns `(seq, position)`.
+fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(u64, u64)> {
+    let kind = row.stream.kind.as_str();
+    let seq: i64 = conn
+        .prepare_cached(
+            "INSERT INTO stream_heads (tenant_id, stream_kind, stream_id, head_seq)
+             VALUES (?1, ?2, ?3, 1)
+             ON CONFLICT (tenant_id, stream_kind, stream_id)
+             DO UPDATE SET head_seq = stream_heads.head_seq + 1
+             RETURNING head_seq",
+        )?
+        .query_row(params![tenant, kind, row.stream.id], |r| r.get(0))?;
+    let position: i64 = conn
+        .prepare_cached(
+            "INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                                 idem_key, payload_hash, created_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             RETURNING position",
+        )?
+        .query_row(
+            params![
+                tenant,
+                kind,
+                row.stream.id,
+                seq,
+                row.event_type,
+                row.encoded,
+                row.idem_key,
+                row.hash,
+                now_ms
+            ],
+            |r| r.get(0),
+        )?;
+    Ok((from_sql_int(seq), from_sql_int(position)))
+}
+
+fn select_head(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
+    let head: Option<i64> = conn
+        .prepare_cached(
+            "SELECT head_seq FROM stream_heads
+             WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+        )?
+        .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    Ok(head.map_or(0, from_sql_int))
+}
+
+fn delete_before(conn: &Connection, tenant: &str, stream: &Stream, before_seq: u64) -> Result<u64> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM events
+             WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq < ?4",
+        )?
+        .execute(params![
+            tenant,
+            stream.kind.as_str(),
+            stream.id,
+            to_sql_int(before_seq)
+        ])?;
+    Ok(deleted as u64)
+}
+
+fn event_from_row(row: &Row<'_>) -> Result<Event> {
+    let kind: String = row.get(1)?;
+    let payload: String = row.get(5)?;
+    Ok(Event {
+        position: from_sql_int(row.get(0)?),
+        stream: Stream {
+            kind: StreamKind::parse(&kind)?,
+            id: row.get(2)?,
+        },
+        seq: from_sql_int(row.get(3)?),
+        event_type: row.get(4)?,
+        payload: serde_json::from_str(&payload)?,
+        idem_key: row.get(6)?,
+        created_at_ms: row.get(7)?,
+    })
+}
+
+/// A cursor as SQLite stores it; cursors past `i64::MAX` mean "after everything".
+fn to_sql_int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A stored sequence or position; the schema's CHECKs keep them positive.
+fn from_sql_int(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}

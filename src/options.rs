@@ -1,0 +1,78 @@
+//! How a store is opened: durability, batching, the mailbox, the clock, limits, read-only.
+//!
+//! `Options::default()` gives the safe defaults: WAL with `synchronous=FULL`, a 5 s busy
+//! timeout, batches of up to 64 operations, a mailbox of 1024 messages, the system clock and the
+//! limits of DESIGN.md §6.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::core::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::limits::Limits;
+
+/// What an acknowledged commit survives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=FULL`: a commit survives a process crash and a power loss. The default.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: a commit survives a process crash; a power loss may take the last
+    /// commits back (the database stays consistent). Faster: no fsync per commit.
+    Normal,
+}
+
+/// Everything that can be chosen when opening a store.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// What an acknowledged commit survives.
+    pub durability: Durability,
+    /// How long a write waits for another connection's lock before failing with `Busy`.
+    pub busy_timeout: Duration,
+    /// Most operations run in one transaction (group commit). At least 1.
+    pub batch_max: usize,
+    /// Most messages waiting for the actor; callers block (briefly) when it is full. At least 1.
+    pub mailbox_capacity: usize,
+    /// The source of `Tx::now_ms`.
+    pub clock: Arc<dyn Clock>,
+    /// The bounds every argument is checked against.
+    pub limits: Limits,
+    /// Open the file read-only: reads work, every write is refused with `Error::ReadOnly`.
+    pub read_only: bool,
+    /// Size of the write-ahead log, in bytes, past which the actor forces a checkpoint that
+    /// truncates it. Default 64 MiB.
+    pub wal_bytes_max: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Full,
+            busy_timeout: Duration::from_secs(5),
+            batch_max: 64,
+            mailbox_capacity: 1024,
+            clock: Arc::new(SystemClock),
+            limits: Limits::default(),
+            read_only: false,
+            wal_bytes_max: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl Options {
+    /// Checks that the options can be used; called by `Store::open_with`.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.batch_max == 0 {
+            return Err(Error::InvalidInput("batch_max must be at least 1".into()));
+        }
+        if self.mailbox_capacity == 0 {
+            return Err(Error::InvalidInput(
+                "mailbox_capacity must be at least 1".into(),
+            ));
+        }
+        if self.wal_bytes_max == 0 {
+            return Err(Error::InvalidInput("wal_bytes_max must be positive".into()));
+        }
+        self.limits.validate()
+    }
+}

@@ -1,0 +1,391 @@
+//! `Store`: the cheap, cloneable handle callers hold.
+//!
+//! A handle holds no connection: it sends typed jobs to the actor's bounded mailbox and waits
+//! for the reply on a channel of its own. Clones and tenant views share one actor; the store
+//! closes when `close()` is called or when the last handle is dropped. A subscription holds only
+//! a weak reference, so it never keeps a store open.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
+use parking_lot::Mutex;
+
+use crate::core::actor::{self, ActorState, spin_recv};
+use crate::core::msg::{Job, Msg};
+use crate::core::op::{Op, Role, TxOutcome};
+use crate::core::publish::Filter;
+use crate::core::schema::Location;
+use crate::core::tx::{Scope, Tx};
+use crate::error::{Error, Result};
+use crate::limits::Limits;
+use crate::log::{Events, Stream};
+use crate::options::Options;
+use crate::subscription::Subscription;
+
+/// How long a lone caller spins for its reply before parking.
+const CALLER_SPIN: Duration = Duration::from_micros(60);
+
+/// How often a parked caller checks that the actor is still there to answer.
+const LIVENESS_CHECK: Duration = Duration::from_millis(100);
+
+/// The tenant a store view uses unless told otherwise.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// A handle to an open store: `Clone + Send + Sync`, cheap to clone, bound to one tenant.
+///
+/// ```
+/// # fn main() -> spindle::Result<()> {
+/// use spindle::{Store, Stream};
+/// let store = Store::open_in_memory()?;
+/// let orders = Stream::custom("orders");
+/// let appended = store.events().append(&orders, "placed", serde_json::json!({"id": 7}))?;
+/// assert_eq!(appended.seq, 1);
+/// store.close()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+    scope: Scope,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("tenant", &self.scope.tenant)
+            .field("role", &self.scope.role)
+            .field("closed", &self.shared.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// What every handle of one store shares.
+pub(crate) struct Shared {
+    mailbox: Sender<Msg>,
+    closed: AtomicBool,
+    state: Arc<ActorState>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    limits: Limits,
+}
+
+impl Store {
+    /// Opens (or creates) the store file at `path` with the default, durable options.
+    ///
+    /// # Errors
+    /// `NotADatabase`, `Corrupt`, `SchemaTooNew`, `Busy`, `Io` or `Sqlite` when the file cannot
+    /// be opened as a store; nothing is changed in a file that is refused.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Self::open_with(path, Options::default())
+    }
+
+    /// Opens (or creates) the store file at `path` with `options`.
+    ///
+    /// # Errors
+    /// As [`Store::open`], and `InvalidInput` for unusable options.
+    pub fn open_with(path: impl AsRef<Path>, options: Options) -> Result<Store> {
+        Self::start(Location::File(path.as_ref().to_path_buf()), options)
+    }
+
+    /// Opens a private in-memory store (gone when closed), for tests and scratch work.
+    ///
+    /// # Errors
+    /// Only if SQLite cannot start.
+    pub fn open_in_memory() -> Result<Store> {
+        Self::open_in_memory_with(Options::default())
+    }
+
+    /// Opens a private in-memory store with `options` (a `ManualClock`, say).
+    ///
+    /// # Errors
+    /// `InvalidInput` for unusable options.
+    pub fn open_in_memory_with(options: Options) -> Result<Store> {
+        Self::start(Location::Memory, options)
+    }
+
+    fn start(location: Location, options: Options) -> Result<Store> {
+        options.validate()?;
+        let limits = options.limits.clone();
+        let state = Arc::new(ActorState::default());
+        let spawned = actor::spawn(location, options, Arc::clone(&state))?;
+        let shared = Shared {
+            mailbox: spawned.mailbox,
+            closed: AtomicBool::new(false),
+            state,
+            thread: Mutex::new(Some(spawned.thread)),
+            limits,
+        };
+        let scope = Scope {
+            tenant: Arc::from(DEFAULT_TENANT),
+            role: Role::Admin,
+        };
+        Ok(Store {
+            shared: Arc::new(shared),
+            scope,
+        })
+    }
+
+    /// Runs one operation in its own savepoint of the next batch; returns its output once the
+    /// batch has committed.
+    ///
+    /// # Errors
+    /// The op's own error (its writes rolled back), `OpPanicked` if it panicked, the batch's
+    /// error if the commit failed, `Forbidden`/`ReadOnly` if it may not run, `Closed` after
+    /// close.
+    pub fn exec<O: Op>(&self, op: O) -> Result<O::Output> {
+        self.shared.exec(&self.scope, op)
+    }
+
+    /// Runs a closure as one unit of work: everything it does commits or rolls back together,
+    /// as its [`TxOutcome`] says, and either way its value is returned (after the commit).
+    ///
+    /// ```
+    /// # fn main() -> spindle::Result<()> {
+    /// use spindle::{Store, Stream, TxOutcome};
+    /// let store = Store::open_in_memory()?;
+    /// let stream = Stream::custom("s");
+    /// let s = stream.clone();
+    /// let seq = store.transaction(move |tx| {
+    ///     let first = tx.append_event(&s, "a", serde_json::json!(1))?;
+    ///     tx.append_event(&s, "b", serde_json::json!(2))?;
+    ///     Ok(TxOutcome::Rollback(first.seq))
+    /// })?;
+    /// assert_eq!(seq, 1);
+    /// assert_eq!(store.events().head(&stream)?, 0); // rolled back: nothing was kept
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// The closure's error (everything rolled back), `OpPanicked`, the batch's commit error,
+    /// `ReadOnly`/`Forbidden` for a view that may not write, `Closed` after close.
+    pub fn transaction<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
+    {
+        let (reply, answer) = bounded(1);
+        self.shared.call(
+            Msg::Run(Job::transaction(f, self.scope.clone(), reply)),
+            &answer,
+        )
+    }
+
+    /// Follows one stream: every event with `seq > after_seq`, the backlog first, then live.
+    ///
+    /// # Errors
+    /// `InvalidInput`/`TooLarge` for a bad stream id; `Closed` after close.
+    pub fn subscribe(&self, stream: &Stream, after_seq: u64) -> Result<Subscription> {
+        self.subscribe_with_buffer(stream, after_seq, self.shared.limits.subscriber_buffer_max)
+    }
+
+    /// As [`Store::subscribe`], with a live buffer of `buffer` events (at most
+    /// `Limits::subscriber_buffer_max`). A subscriber that lets its buffer fill is not told:
+    /// it silently catches up by paging.
+    ///
+    /// # Errors
+    /// As `subscribe`, and `InvalidInput`/`TooLarge` for a buffer of 0 or past the limit.
+    pub fn subscribe_with_buffer(
+        &self,
+        stream: &Stream,
+        after_seq: u64,
+        buffer: usize,
+    ) -> Result<Subscription> {
+        self.shared.limits.check_id("stream id", stream.id())?;
+        self.subscription(Filter::Stream(stream.clone()), after_seq, buffer)
+    }
+
+    /// Follows every stream of this view's tenant: every event with `position >
+    /// after_position`, the backlog first, then live.
+    ///
+    /// # Errors
+    /// `Closed` after close.
+    pub fn subscribe_all(&self, after_position: u64) -> Result<Subscription> {
+        self.subscribe_all_with_buffer(after_position, self.shared.limits.subscriber_buffer_max)
+    }
+
+    /// As [`Store::subscribe_all`], with a live buffer of `buffer` events.
+    ///
+    /// # Errors
+    /// As `subscribe_all`, and `InvalidInput`/`TooLarge` for a bad buffer size.
+    pub fn subscribe_all_with_buffer(
+        &self,
+        after_position: u64,
+        buffer: usize,
+    ) -> Result<Subscription> {
+        self.subscription(Filter::All, after_position, buffer)
+    }
+
+    fn subscription(&self, filter: Filter, after: u64, buffer: usize) -> Result<Subscription> {
+        let limits = &self.shared.limits;
+        if buffer == 0 {
+            return Err(Error::InvalidInput(
+                "subscriber buffer must hold at least 1".into(),
+            ));
+        }
+        if buffer > limits.subscriber_buffer_max {
+            return Err(Error::too_large(
+                "subscriber buffer",
+                limits.subscriber_buffer_max,
+                buffer,
+            ));
+        }
+        self.shared.check_open()?;
+        let page_size = limits.page_size_max;
+        Ok(Subscription::new(
+            &self.shared,
+            self.scope.clone(),
+            filter,
+            after,
+            buffer,
+            page_size,
+        ))
+    }
+
+    /// A view of the same store bound to tenant `id`: everything it reads and writes is that
+    /// tenant's, and other tenants' objects behave as missing.
+    ///
+    /// # Errors
+    /// `InvalidInput`/`TooLarge` for a bad tenant id.
+    pub fn tenant(&self, id: &str) -> Result<Store> {
+        self.shared.limits.check_id("tenant id", id)?;
+        let scope = Scope {
+            tenant: Arc::from(id),
+            role: self.scope.role,
+        };
+        Ok(Store {
+            shared: Arc::clone(&self.shared),
+            scope,
+        })
+    }
+
+    /// The tenant this view is bound to.
+    pub fn tenant_id(&self) -> &str {
+        &self.scope.tenant
+    }
+
+    /// The role this view holds.
+    pub fn role(&self) -> Role {
+        self.scope.role
+    }
+
+    /// The limits this store enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// The event log: append, read, follow by cursor, truncate.
+    pub fn events(&self) -> Events<'_> {
+        Events::new(self)
+    }
+
+    /// Closes the store for every handle: finishes the queued work, commits, checkpoints and
+    /// truncates the WAL, closes the file and stops the thread. Later calls on any handle
+    /// return `Closed`; closing again returns `Ok`.
+    ///
+    /// # Errors
+    /// The first error met while closing (a failed checkpoint or close).
+    pub fn close(&self) -> Result<()> {
+        self.shared.close()
+    }
+}
+
+impl Shared {
+    pub(crate) fn exec<O: Op>(&self, scope: &Scope, op: O) -> Result<O::Output> {
+        let (reply, answer) = bounded(1);
+        self.call(Msg::Run(Job::op(op, scope.clone(), reply)), &answer)
+    }
+
+    /// Sends a message to the actor (blocking while the mailbox is full).
+    pub(crate) fn send(&self, message: Msg) -> Result<()> {
+        self.check_open()?;
+        self.mailbox.send(message).map_err(|_| Error::Closed)
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn state(&self) -> &Arc<ActorState> {
+        &self.state
+    }
+
+    fn call<T>(&self, message: Msg, answer: &Receiver<Result<T>>) -> Result<T> {
+        let waiting = WaitingGuard::enter(&self.state);
+        self.send(message)?;
+        if waiting.alone {
+            if let Some(reply) = spin_recv(answer, CALLER_SPIN) {
+                return reply;
+            }
+        }
+        wait_reply(answer, &self.state)
+    }
+
+    fn close(&self) -> Result<()> {
+        let mut thread = self.thread.lock();
+        let Some(handle) = thread.take() else {
+            return Ok(());
+        };
+        self.closed.store(true, Ordering::Release);
+        let (reply, answer) = bounded(1);
+        let result = match self.mailbox.send(Msg::Close(reply)) {
+            Ok(()) => wait_reply(&answer, &self.state),
+            Err(_) => Ok(()),
+        };
+        match handle.join() {
+            Ok(()) => result,
+            Err(_) => Err(Error::Poisoned("the store thread panicked".into())),
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// Waits for a reply, checking now and then that the actor is still alive: a job that reached
+/// the mailbox after the actor's last look is never answered, and must not block forever.
+pub(crate) fn wait_reply<T>(answer: &Receiver<Result<T>>, state: &ActorState) -> Result<T> {
+    loop {
+        match answer.recv_timeout(LIVENESS_CHECK) {
+            Ok(reply) => return reply,
+            Err(RecvTimeoutError::Disconnected) => return Err(Error::Closed),
+            Err(RecvTimeoutError::Timeout) => {
+                if state.exited.load(Ordering::SeqCst) {
+                    return answer.try_recv().unwrap_or(Err(Error::Closed));
+                }
+            }
+        }
+    }
+}
+
+/// Counts a caller as waiting for the actor while it lives.
+struct WaitingGuard<'a> {
+    state: &'a ActorState,
+    alone: bool,
+}
+
+impl<'a> WaitingGuard<'a> {
+    fn enter(state: &'a ActorState) -> Self {
+        let before = state.waiting.fetch_add(1, Ordering::Relaxed);
+        Self {
+            state,
+            alone: before == 0,
+        }
+    }
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.state.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}

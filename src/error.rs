@@ -96,33 +96,20 @@ pub enum Error {
 impl Error {
     /// Builds a `TooLarge` from sizes of any integer type.
     pub(crate) fn too_large(what: &'static str, limit: usize, actual: usize) -> Self {
-        Self::TooLarge {
-            what,
-            limit: limit as u64,
-            actual: actual as u64,
-        }
+        Self::TooLarge { what, limit: limit as u64, actual: actual as u64 }
     }
 
     /// An equal error built afresh: a failure that ends a whole batch is reported to every
     /// operation in it, and errors carrying foreign types are not `Clone`.
     pub(crate) fn replicate(&self) -> Self {
         match self {
-            Self::NotFound { kind, id } => Self::NotFound {
-                kind,
-                id: id.clone(),
-            },
+            Self::NotFound { kind, id } => Self::NotFound { kind, id: id.clone() },
             Self::Conflict(m) => Self::Conflict(m.clone()),
             Self::LeaseLost(m) => Self::LeaseLost(m.clone()),
             Self::InvalidInput(m) => Self::InvalidInput(m.clone()),
-            Self::TooLarge {
-                what,
-                limit,
-                actual,
-            } => Self::TooLarge {
-                what,
-                limit: *limit,
-                actual: *actual,
-            },
+            Self::TooLarge { what, limit, actual } => {
+                Self::TooLarge { what, limit: *limit, actual: *actual }
+            }
             Self::Unauthorized => Self::Unauthorized,
             Self::Forbidden(m) => Self::Forbidden(m.clone()),
             Self::TenantSuspended(m) => Self::TenantSuspended(m.clone()),
@@ -131,10 +118,9 @@ impl Error {
             Self::DiskFull => Self::DiskFull,
             Self::Corrupt(m) => Self::Corrupt(m.clone()),
             Self::NotADatabase => Self::NotADatabase,
-            Self::SchemaTooNew { found, supported } => Self::SchemaTooNew {
-                found: *found,
-                supported: *supported,
-            },
+            Self::SchemaTooNew { found, supported } => {
+                Self::SchemaTooNew { found: *found, supported: *supported }
+            }
             Self::Closed => Self::Closed,
             Self::Poisoned(m) => Self::Poisoned(m.clone()),
             Self::OpPanicked(m) => Self::OpPanicked(m.clone()),
@@ -189,31 +175,13 @@ mod tests {
     #[test]
     fn sqlite_codes_map_to_typed_variants() {
         use rusqlite::ffi;
-        assert!(matches!(
-            Error::from(failure(ffi::SQLITE_BUSY)),
-            Error::Busy
-        ));
-        assert!(matches!(
-            Error::from(failure(ffi::SQLITE_LOCKED)),
-            Error::Busy
-        ));
-        assert!(matches!(
-            Error::from(failure(ffi::SQLITE_READONLY)),
-            Error::ReadOnly
-        ));
-        assert!(matches!(
-            Error::from(failure(ffi::SQLITE_FULL)),
-            Error::DiskFull
-        ));
-        assert!(matches!(
-            Error::from(failure(ffi::SQLITE_NOTADB)),
-            Error::NotADatabase
-        ));
+        assert!(matches!(Error::from(failure(ffi::SQLITE_BUSY)), Error::Busy));
+        assert!(matches!(Error::from(failure(ffi::SQLITE_LOCKED)), Error::Busy));
+        assert!(matches!(Error::from(failure(ffi::SQLITE_READONLY)), Error::ReadOnly));
+        assert!(matches!(Error::from(failure(ffi::SQLITE_FULL)), Error::DiskFull));
+        assert!(matches!(Error::from(failure(ffi::SQLITE_NOTADB)), Error::NotADatabase));
         assert!(matches!(Error::from(failure(ffi::SQLITE_CORRUPT)), Error::Corrupt(m) if m == "m"));
-        assert!(matches!(
-            Error::from(failure(ffi::SQLITE_MISUSE)),
-            Error::Sqlite(_)
-        ));
+        assert!(matches!(Error::from(failure(ffi::SQLITE_MISUSE)), Error::Sqlite(_)));
     }
 
     #[test]

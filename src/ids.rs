@@ -29,18 +29,13 @@ mod tests {
     #[test]
     fn ids_are_v7_and_sorted_within_and_across_milliseconds() {
         let ids = IdGen::default();
-        let made: Vec<String> = (0..100)
-            .map(|i| ids.next(1_700_000_000_000 + i / 10))
-            .collect();
+        let made: Vec<String> = (0..100).map(|i| ids.next(1_700_000_000_000 + i / 10)).collect();
         let mut sorted = made.clone();
         sorted.sort();
         assert_eq!(made, sorted);
         let parsed = Uuid::parse_str(&made[0]).expect("a uuid");
         assert_eq!(parsed.get_version_num(), 7);
-        let (secs, _) = parsed
-            .get_timestamp()
-            .expect("v7 has a timestamp")
-            .to_unix();
+        let (secs, _) = parsed.get_timestamp().expect("v7 has a timestamp").to_unix();
         assert_eq!(secs, 1_700_000_000);
     }
 }

@@ -60,9 +60,7 @@ impl Limits {
             return Err(Error::too_large(what, self.id_len_max, id.len()));
         }
         if id.chars().any(char::is_control) {
-            return Err(Error::InvalidInput(format!(
-                "{what} must not contain control characters"
-            )));
+            return Err(Error::InvalidInput(format!("{what} must not contain control characters")));
         }
         Ok(())
     }
@@ -70,11 +68,7 @@ impl Limits {
     /// Checks the size of an encoded JSON value against `payload_bytes_max`.
     pub fn check_payload(&self, what: &'static str, encoded: &str) -> Result<()> {
         if encoded.len() > self.payload_bytes_max {
-            return Err(Error::too_large(
-                what,
-                self.payload_bytes_max,
-                encoded.len(),
-            ));
+            return Err(Error::too_large(what, self.payload_bytes_max, encoded.len()));
         }
         Ok(())
     }
@@ -98,19 +92,13 @@ impl Limits {
             ("graph_edges_max", self.graph_edges_max),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, value)| *value == 0) {
-            return Err(Error::InvalidInput(format!(
-                "limit {name} must be positive"
-            )));
+            return Err(Error::InvalidInput(format!("limit {name} must be positive")));
         }
         if self.lease_ms_min < 1 || self.lease_ms_min > self.lease_ms_max {
-            return Err(Error::InvalidInput(
-                "lease limits must satisfy 1 <= min <= max".into(),
-            ));
+            return Err(Error::InvalidInput("lease limits must satisfy 1 <= min <= max".into()));
         }
         if self.max_attempts_max == 0 || self.loop_refires_max == 0 {
-            return Err(Error::InvalidInput(
-                "attempt and loop limits must be positive".into(),
-            ));
+            return Err(Error::InvalidInput("attempt and loop limits must be positive".into()));
         }
         Ok(())
     }
@@ -124,48 +112,25 @@ mod tests {
     fn ids_at_the_limit_pass_and_one_past_fails() {
         let limits = Limits::default();
         assert!(limits.check_id("id", &"a".repeat(256)).is_ok());
-        let err = limits.check_id("id", &"a".repeat(257)).unwrap_err();
-        assert!(matches!(
-            err,
-            Error::TooLarge {
-                limit: 256,
-                actual: 257,
-                ..
-            }
-        ));
+        let err = limits.check_id("id", &"a".repeat(257)).expect_err("257 bytes is too long");
+        assert!(matches!(err, Error::TooLarge { limit: 256, actual: 257, .. }));
     }
 
     #[test]
     fn empty_and_control_characters_are_invalid() {
         let limits = Limits::default();
-        assert!(matches!(
-            limits.check_id("id", ""),
-            Err(Error::InvalidInput(_))
-        ));
-        assert!(matches!(
-            limits.check_id("id", "a\nb"),
-            Err(Error::InvalidInput(_))
-        ));
-        assert!(matches!(
-            limits.check_id("id", "a\u{7f}"),
-            Err(Error::InvalidInput(_))
-        ));
+        assert!(matches!(limits.check_id("id", ""), Err(Error::InvalidInput(_))));
+        assert!(matches!(limits.check_id("id", "a\nb"), Err(Error::InvalidInput(_))));
+        assert!(matches!(limits.check_id("id", "a\u{7f}"), Err(Error::InvalidInput(_))));
         assert!(limits.check_id("id", "ünïcode-ok").is_ok());
     }
 
     #[test]
     fn defaults_validate_and_zero_limits_do_not() {
         assert!(Limits::default().validate().is_ok());
-        let zero_page = Limits {
-            page_size_max: 0,
-            ..Limits::default()
-        };
+        let zero_page = Limits { page_size_max: 0, ..Limits::default() };
         assert!(matches!(zero_page.validate(), Err(Error::InvalidInput(_))));
-        let inverted = Limits {
-            lease_ms_min: 10,
-            lease_ms_max: 5,
-            ..Limits::default()
-        };
+        let inverted = Limits { lease_ms_min: 10, lease_ms_max: 5, ..Limits::default() };
         assert!(matches!(inverted.validate(), Err(Error::InvalidInput(_))));
     }
 }

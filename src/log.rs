@@ -62,9 +62,7 @@ impl StreamKind {
             "process" => Ok(StreamKind::Process),
             "graph" => Ok(StreamKind::Graph),
             "custom" => Ok(StreamKind::Custom),
-            other => Err(Error::Corrupt(format!(
-                "unknown stream kind {other:?} in the event log"
-            ))),
+            other => Err(Error::Corrupt(format!("unknown stream kind {other:?} in the event log"))),
         }
     }
 }
@@ -92,10 +90,7 @@ impl Stream {
 
     /// A stream of any kind. The id is checked when the stream is used.
     pub fn new(kind: StreamKind, id: impl AsRef<str>) -> Self {
-        Self {
-            kind,
-            id: id.as_ref().to_owned(),
-        }
+        Self { kind, id: id.as_ref().to_owned() }
     }
 
     /// What the stream belongs to.
@@ -202,13 +197,7 @@ impl Op for Append {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
-        append(
-            tx,
-            &self.stream,
-            &self.event_type,
-            self.payload,
-            self.idem_key.as_deref(),
-        )
+        append(tx, &self.stream, &self.event_type, self.payload, self.idem_key.as_deref())
     }
 }
 
@@ -234,13 +223,7 @@ impl Op for ReadAll {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Event>> {
         tx.limits().check_page(self.limit)?;
-        read_filtered(
-            tx.sql(),
-            tx.tenant(),
-            &Filter::All,
-            self.after_position,
-            self.limit,
-        )
+        read_filtered(tx.sql(), tx.tenant(), &Filter::All, self.after_position, self.limit)
     }
 }
 
@@ -318,11 +301,7 @@ impl<'a> Events<'a> {
     /// # Errors
     /// `TooLarge` for a `limit` past the page size limit.
     pub fn read(&self, stream: &Stream, after_seq: u64, limit: usize) -> Result<Vec<Event>> {
-        self.store.exec(Read {
-            stream: stream.clone(),
-            after_seq,
-            limit,
-        })
+        self.store.exec(Read { stream: stream.clone(), after_seq, limit })
     }
 
     /// Reads every stream of the tenant after `after_position`; see [`ReadAll`].
@@ -330,10 +309,7 @@ impl<'a> Events<'a> {
     /// # Errors
     /// `TooLarge` for a `limit` past the page size limit.
     pub fn read_all(&self, after_position: u64, limit: usize) -> Result<Vec<Event>> {
-        self.store.exec(ReadAll {
-            after_position,
-            limit,
-        })
+        self.store.exec(ReadAll { after_position, limit })
     }
 
     /// The stream's last sequence; see [`Head`].
@@ -341,9 +317,7 @@ impl<'a> Events<'a> {
     /// # Errors
     /// `InvalidInput` for a bad stream id.
     pub fn head(&self, stream: &Stream) -> Result<u64> {
-        self.store.exec(Head {
-            stream: stream.clone(),
-        })
+        self.store.exec(Head { stream: stream.clone() })
     }
 
     /// Deletes a stream's events before `before_seq`; see [`Truncate`].
@@ -351,10 +325,7 @@ impl<'a> Events<'a> {
     /// # Errors
     /// `InvalidInput` for a bad stream id.
     pub fn truncate(&self, stream: &Stream, before_seq: u64) -> Result<u64> {
-        self.store.exec(Truncate {
-            stream: stream.clone(),
-            before_seq,
-        })
+        self.store.exec(Truncate { stream: stream.clone(), before_seq })
     }
 }
 
@@ -381,13 +352,7 @@ pub(crate) fn append(
         }
         None => None,
     };
-    let row = NewRow {
-        stream,
-        event_type,
-        encoded: &encoded,
-        idem_key,
-        hash: hash.as_deref(),
-    };
+    let row = NewRow { stream, event_type, encoded: &encoded, idem_key, hash: hash.as_deref() };
     let (seq, position) = insert(tx.sql(), tx.tenant(), tx.now_ms(), &row)?;
     let event = Event {
         position,
@@ -400,11 +365,7 @@ pub(crate) fn append(
     };
     let tenant: Arc<str> = Arc::clone(tx.tenant_arc());
     tx.record(Published { tenant, event });
-    Ok(Appended {
-        seq,
-        position,
-        existed: false,
-    })
+    Ok(Appended { seq, position, existed: false })
 }
 
 /// Reads the tenant's events matching `filter` past the cursor `after`, in cursor order.
@@ -468,11 +429,7 @@ fn replay(existing: Existing, hash: &str, key: &str) -> Result<Appended> {
             "idempotency key {key:?} was used for a different event"
         )));
     }
-    Ok(Appended {
-        seq: existing.seq,
-        position: existing.position,
-        existed: true,
-    })
+    Ok(Appended { seq: existing.seq, position: existing.position, existed: true })
 }
 
 /// The columns of a new event row.
@@ -495,16 +452,13 @@ fn select_by_key(
          WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND idem_key = ?4",
     )?;
     let found = stmt
-        .query_row(
-            params![tenant, stream.kind.as_str(), stream.id, key],
-            |row| {
-                Ok(Existing {
-                    seq: from_sql_int(row.get(0)?),
-                    position: from_sql_int(row.get(1)?),
-                    hash: row.get(2)?,
-                })
-            },
-        )
+        .query_row(params![tenant, stream.kind.as_str(), stream.id, key], |row| {
+            Ok(Existing {
+                seq: from_sql_int(row.get(0)?),
+                position: from_sql_int(row.get(1)?),
+                hash: row.get(2)?,
+            })
+        })
         .optional()?;
     Ok(found)
 }
@@ -551,9 +505,7 @@ fn select_head(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> 
             "SELECT head_seq FROM stream_heads
              WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
         )?
-        .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| {
-            row.get(0)
-        })
+        .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| row.get(0))
         .optional()?;
     Ok(head.map_or(0, from_sql_int))
 }
@@ -564,12 +516,7 @@ fn delete_before(conn: &Connection, tenant: &str, stream: &Stream, before_seq: u
             "DELETE FROM events
              WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq < ?4",
         )?
-        .execute(params![
-            tenant,
-            stream.kind.as_str(),
-            stream.id,
-            to_sql_int(before_seq)
-        ])?;
+        .execute(params![tenant, stream.kind.as_str(), stream.id, to_sql_int(before_seq)])?;
     Ok(deleted as u64)
 }
 
@@ -578,10 +525,7 @@ fn event_from_row(row: &Row<'_>) -> Result<Event> {
     let payload: String = row.get(5)?;
     Ok(Event {
         position: from_sql_int(row.get(0)?),
-        stream: Stream {
-            kind: StreamKind::parse(&kind)?,
-            id: row.get(2)?,
-        },
+        stream: Stream { kind: StreamKind::parse(&kind)?, id: row.get(2)? },
         seq: from_sql_int(row.get(3)?),
         event_type: row.get(4)?,
         payload: serde_json::from_str(&payload)?,

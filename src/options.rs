@@ -66,9 +66,7 @@ impl Options {
             return Err(Error::InvalidInput("batch_max must be at least 1".into()));
         }
         if self.mailbox_capacity == 0 {
-            return Err(Error::InvalidInput(
-                "mailbox_capacity must be at least 1".into(),
-            ));
+            return Err(Error::InvalidInput("mailbox_capacity must be at least 1".into()));
         }
         if self.wal_bytes_max == 0 {
             return Err(Error::InvalidInput("wal_bytes_max must be positive".into()));

@@ -119,14 +119,8 @@ impl Store {
             thread: Mutex::new(Some(spawned.thread)),
             limits,
         };
-        let scope = Scope {
-            tenant: Arc::from(DEFAULT_TENANT),
-            role: Role::Admin,
-        };
-        Ok(Store {
-            shared: Arc::new(shared),
-            scope,
-        })
+        let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
+        Ok(Store { shared: Arc::new(shared), scope })
     }
 
     /// Runs one operation in its own savepoint of the next batch; returns its output once the
@@ -169,10 +163,7 @@ impl Store {
         F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
     {
         let (reply, answer) = bounded(1);
-        self.shared.call(
-            Msg::Run(Job::transaction(f, self.scope.clone(), reply)),
-            &answer,
-        )
+        self.shared.call(Msg::Run(Job::transaction(f, self.scope.clone(), reply)), &answer)
     }
 
     /// Follows one stream: every event with `seq > after_seq`, the backlog first, then live.
@@ -223,9 +214,7 @@ impl Store {
     fn subscription(&self, filter: Filter, after: u64, buffer: usize) -> Result<Subscription> {
         let limits = &self.shared.limits;
         if buffer == 0 {
-            return Err(Error::InvalidInput(
-                "subscriber buffer must hold at least 1".into(),
-            ));
+            return Err(Error::InvalidInput("subscriber buffer must hold at least 1".into()));
         }
         if buffer > limits.subscriber_buffer_max {
             return Err(Error::too_large(
@@ -236,14 +225,7 @@ impl Store {
         }
         self.shared.check_open()?;
         let page_size = limits.page_size_max;
-        Ok(Subscription::new(
-            &self.shared,
-            self.scope.clone(),
-            filter,
-            after,
-            buffer,
-            page_size,
-        ))
+        Ok(Subscription::new(&self.shared, self.scope.clone(), filter, after, buffer, page_size))
     }
 
     /// A view of the same store bound to tenant `id`: everything it reads and writes is that
@@ -253,14 +235,8 @@ impl Store {
     /// `InvalidInput`/`TooLarge` for a bad tenant id.
     pub fn tenant(&self, id: &str) -> Result<Store> {
         self.shared.limits.check_id("tenant id", id)?;
-        let scope = Scope {
-            tenant: Arc::from(id),
-            role: self.scope.role,
-        };
-        Ok(Store {
-            shared: Arc::clone(&self.shared),
-            scope,
-        })
+        let scope = Scope { tenant: Arc::from(id), role: self.scope.role };
+        Ok(Store { shared: Arc::clone(&self.shared), scope })
     }
 
     /// The tenant this view is bound to.
@@ -320,10 +296,10 @@ impl Shared {
     fn call<T>(&self, message: Msg, answer: &Receiver<Result<T>>) -> Result<T> {
         let waiting = WaitingGuard::enter(&self.state);
         self.send(message)?;
-        if waiting.alone {
-            if let Some(reply) = spin_recv(answer, CALLER_SPIN) {
-                return reply;
-            }
+        if waiting.alone
+            && let Some(reply) = spin_recv(answer, CALLER_SPIN)
+        {
+            return reply;
         }
         wait_reply(answer, &self.state)
     }
@@ -377,10 +353,7 @@ struct WaitingGuard<'a> {
 impl<'a> WaitingGuard<'a> {
     fn enter(state: &'a ActorState) -> Self {
         let before = state.waiting.fetch_add(1, Ordering::Relaxed);
-        Self {
-            state,
-            alone: before == 0,
-        }
+        Self { state, alone: before == 0 }
     }
 }
 

@@ -145,18 +145,12 @@ impl Subscription {
         let shared = self.shared.upgrade().ok_or(Error::Closed)?;
         let page = match &self.filter {
             Filter::Stream(stream) => {
-                let op = Read {
-                    stream: stream.clone(),
-                    after_seq: self.cursor,
-                    limit: self.page_size,
-                };
+                let op =
+                    Read { stream: stream.clone(), after_seq: self.cursor, limit: self.page_size };
                 shared.exec(&self.scope, op)?
             }
             Filter::All => {
-                let op = ReadAll {
-                    after_position: self.cursor,
-                    limit: self.page_size,
-                };
+                let op = ReadAll { after_position: self.cursor, limit: self.page_size };
                 shared.exec(&self.scope, op)?
             }
         };

@@ -68,26 +68,24 @@ pub(crate) fn spawn(
 ) -> Result<Spawned> {
     let (mailbox, inbox) = bounded(options.mailbox_capacity);
     let (opened_tx, opened_rx) = bounded::<Result<()>>(1);
-    let thread = std::thread::Builder::new()
-        .name("spindle-store".into())
-        .spawn(move || {
-            let exited = ExitFlag(Arc::clone(&state));
-            match schema::open(&location, &options) {
-                Ok(conn) => match Actor::new(conn, inbox, &location, options, state) {
-                    Ok(actor) => {
-                        let _ = opened_tx.send(Ok(()));
-                        actor.run();
-                    }
-                    Err(error) => {
-                        let _ = opened_tx.send(Err(error));
-                    }
-                },
+    let thread = std::thread::Builder::new().name("spindle-store".into()).spawn(move || {
+        let exited = ExitFlag(Arc::clone(&state));
+        match schema::open(&location, &options) {
+            Ok(conn) => match Actor::new(conn, inbox, &location, options, state) {
+                Ok(actor) => {
+                    let _ = opened_tx.send(Ok(()));
+                    actor.run();
+                }
                 Err(error) => {
                     let _ = opened_tx.send(Err(error));
                 }
+            },
+            Err(error) => {
+                let _ = opened_tx.send(Err(error));
             }
-            drop(exited);
-        })?;
+        }
+        drop(exited);
+    })?;
     match opened_rx.recv() {
         Ok(Ok(())) => Ok(Spawned { mailbox, thread }),
         Ok(Err(error)) => {
@@ -96,9 +94,7 @@ pub(crate) fn spawn(
         }
         Err(_) => {
             let _ = thread.join();
-            Err(Error::Poisoned(
-                "the store thread stopped while opening".into(),
-            ))
+            Err(Error::Poisoned("the store thread stopped while opening".into()))
         }
     }
 }
@@ -194,10 +190,10 @@ impl Actor {
             Err(TryRecvError::Disconnected) => return None,
             Err(TryRecvError::Empty) => {}
         }
-        if self.state.waiting.load(Ordering::Relaxed) <= 1 {
-            if let Some(message) = spin_recv(&self.inbox, ACTOR_SPIN) {
-                return Some(message);
-            }
+        if self.state.waiting.load(Ordering::Relaxed) <= 1
+            && let Some(message) = spin_recv(&self.inbox, ACTOR_SPIN)
+        {
+            return Some(message);
         }
         if self.wal.dirty {
             match self.inbox.recv_timeout(IDLE_CHECKPOINT_AFTER) {
@@ -261,11 +257,7 @@ impl Actor {
     }
 
     fn begin(&self, writes: bool) -> Result<()> {
-        let sql = if writes {
-            "BEGIN IMMEDIATE"
-        } else {
-            "BEGIN DEFERRED"
-        };
+        let sql = if writes { "BEGIN IMMEDIATE" } else { "BEGIN DEFERRED" };
         self.conn.prepare_cached(sql)?.execute([])?;
         Ok(())
     }
@@ -291,8 +283,7 @@ impl Actor {
         let ended = if applied.keep {
             self.statement("RELEASE op")
         } else {
-            self.statement("ROLLBACK TO op")
-                .and_then(|()| self.statement("RELEASE op"))
+            self.statement("ROLLBACK TO op").and_then(|()| self.statement("RELEASE op"))
         };
         let keep = applied.keep;
         batch.applied.push(applied);
@@ -321,10 +312,10 @@ impl Actor {
     /// The transaction is lost: roll back whatever is left of it, answer every job of the
     /// batch (kept work with `cause`, rolled-back work with its own result), publish nothing.
     fn abandon(&mut self, batch: &mut Batch, cause: &Error) {
-        if !self.conn.is_autocommit() {
-            if let Err(error) = self.conn.execute_batch("ROLLBACK") {
-                self.poisoned = Some(format!("rollback after {cause} failed: {error}"));
-            }
+        if !self.conn.is_autocommit()
+            && let Err(error) = self.conn.execute_batch("ROLLBACK")
+        {
+            self.poisoned = Some(format!("rollback after {cause} failed: {error}"));
         }
         for applied in batch.applied.drain(..) {
             let commit_error = applied.keep.then(|| cause.replicate());
@@ -359,10 +350,10 @@ impl Actor {
         if self.read_only || !self.wal.enabled {
             return;
         }
-        if let Ok((log_pages, done_pages)) = self.conn.wal_checkpoint_v2(None::<&str>, mode) {
-            if log_pages == done_pages {
-                self.wal.dirty = false;
-            }
+        if let Ok((log_pages, done_pages)) = self.conn.wal_checkpoint_v2(None::<&str>, mode)
+            && log_pages == done_pages
+        {
+            self.wal.dirty = false;
         }
     }
 
@@ -393,8 +384,7 @@ impl Actor {
         if self.read_only || !self.wal.enabled || self.poisoned.is_some() {
             return Ok(());
         }
-        self.conn
-            .wal_checkpoint_v2(None::<&str>, CheckpointMode::TRUNCATE)?;
+        self.conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::TRUNCATE)?;
         Ok(())
     }
 }
@@ -436,13 +426,7 @@ impl WalSchedule {
                 Ok(())
             }))?;
         }
-        Ok(Self {
-            enabled,
-            pages,
-            soft_pages: (hard_pages / 4).max(1),
-            hard_pages,
-            dirty: false,
-        })
+        Ok(Self { enabled, pages, soft_pages: (hard_pages / 4).max(1), hard_pages, dirty: false })
     }
 
     fn over_limit(&self) -> bool {
@@ -451,5 +435,158 @@ impl WalSchedule {
 
     fn over_soft_limit(&self) -> bool {
         self.enabled && self.pages.load(Ordering::Relaxed) >= self.soft_pages
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Batches built by hand, so that "these jobs share one transaction" is certain rather
+    //! than likely.
+
+    use super::*;
+    use crate::core::op::{Role, TxOutcome};
+    use crate::core::tx::Scope;
+    use crate::log::{Append, Appended, Stream};
+    use serde_json::json;
+
+    fn actor() -> Actor {
+        let options = Options::default();
+        let conn = schema::open(&Location::Memory, &options).expect("open");
+        let (_mailbox, inbox) = bounded(1);
+        let state = Arc::new(ActorState::default());
+        Actor::new(conn, inbox, &Location::Memory, options, state).expect("actor")
+    }
+
+    fn scope() -> Scope {
+        Scope { tenant: Arc::from("default"), role: Role::Admin }
+    }
+
+    fn append(i: i64) -> (Job, Receiver<Result<Appended>>) {
+        let (reply, answer) = bounded(1);
+        let op = Append {
+            stream: Stream::custom("batch"),
+            event_type: "e".into(),
+            payload: json!({ "i": i, "pad": "p".repeat(10_000) }),
+            idem_key: None,
+        };
+        (Job::op(op, scope(), reply), answer)
+    }
+
+    fn transaction<F>(f: F) -> (Job, Receiver<Result<()>>)
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<()>> + Send + 'static,
+    {
+        let (reply, answer) = bounded(1);
+        (Job::transaction(f, scope(), reply), answer)
+    }
+
+    fn events_in(actor: &Actor) -> i64 {
+        actor.conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).expect("count")
+    }
+
+    fn live_subscriber(actor: &mut Actor) -> Receiver<crate::log::Event> {
+        let (sender, receiver) = bounded(1024);
+        let request = LiveRequest {
+            tenant: Arc::from("default"),
+            filter: crate::core::publish::Filter::All,
+            after: 0,
+            sender,
+            capacity: 1024,
+        };
+        actor.publisher.go_live(&actor.conn, request).expect("go live");
+        assert_eq!(actor.publisher.len(), 1);
+        receiver
+    }
+
+    #[test]
+    fn a_panicking_job_in_a_batch_of_20_leaves_the_other_19_committed() {
+        let mut actor = actor();
+        let (panicker, panic_answer) = transaction(|tx| {
+            tx.append_event(&Stream::custom("batch"), "doomed", json!(null))?;
+            panic!("job 9 panics");
+        });
+        let (mut jobs, answers): (Vec<_>, Vec<_>) = (0..19).map(append).unzip();
+        jobs.insert(9, panicker);
+        let feed = live_subscriber(&mut actor);
+        actor.run_batch(jobs);
+        let seqs: Vec<u64> =
+            answers.iter().map(|a| a.recv().expect("reply").expect("ok").seq).collect();
+        assert_eq!(seqs, (1..=19).collect::<Vec<_>>());
+        assert!(matches!(panic_answer.recv().expect("reply"), Err(Error::OpPanicked(_))));
+        assert_eq!(events_in(&actor), 19);
+        assert_eq!(feed.try_iter().count(), 19, "the panicked job published nothing");
+    }
+
+    #[test]
+    fn a_full_disk_fails_every_job_of_the_batch_and_the_next_batch_recovers() {
+        let mut actor = actor();
+        let pages: i64 =
+            actor.conn.query_row("PRAGMA page_count", [], |r| r.get(0)).expect("pages");
+        actor.conn.pragma_update(None, "max_page_count", pages).expect("cap");
+        let (jobs, answers): (Vec<_>, Vec<_>) = (0..10).map(append).unzip();
+        let feed = live_subscriber(&mut actor);
+        actor.run_batch(jobs);
+        for answer in answers {
+            let reply = answer.recv().expect("reply");
+            assert!(matches!(reply, Err(Error::DiskFull)), "got {reply:?}");
+        }
+        assert_eq!(events_in(&actor), 0);
+        assert_eq!(feed.try_iter().count(), 0);
+        assert!(actor.poisoned.is_none());
+
+        actor.conn.pragma_update(None, "max_page_count", 1_000_000).expect("uncap");
+        let (job, answer) = append(99);
+        actor.run_batch(vec![job]);
+        assert_eq!(answer.recv().expect("reply").expect("ok").seq, 1);
+        assert_eq!(feed.try_iter().count(), 1);
+    }
+
+    #[test]
+    fn a_failed_commit_answers_every_job_with_the_error_and_publishes_nothing() {
+        let mut actor = actor();
+        actor
+            .conn
+            .execute_batch(
+                "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+                 CREATE TABLE child (p INTEGER REFERENCES parent (id)
+                                     DEFERRABLE INITIALLY DEFERRED);",
+            )
+            .expect("tables");
+        let feed = live_subscriber(&mut actor);
+        let (first, first_answer) = append(1);
+        let (orphan, orphan_answer) = transaction(|tx| {
+            tx.sql().execute("INSERT INTO child (p) VALUES (7)", [])?;
+            Ok(TxOutcome::Commit(()))
+        });
+        let (rolled_back, rolled_back_answer) = transaction(|_| Ok(TxOutcome::Rollback(())));
+        let (last, last_answer) = append(2);
+        actor.run_batch(vec![first, orphan, rolled_back, last]);
+        assert!(matches!(first_answer.recv().expect("reply"), Err(Error::Sqlite(_))));
+        assert!(matches!(orphan_answer.recv().expect("reply"), Err(Error::Sqlite(_))));
+        assert!(matches!(last_answer.recv().expect("reply"), Err(Error::Sqlite(_))));
+        // It kept nothing, so the batch's failure takes nothing from it.
+        assert!(rolled_back_answer.recv().expect("reply").is_ok());
+        assert_eq!(events_in(&actor), 0);
+        assert_eq!(feed.try_iter().count(), 0);
+        assert!(actor.conn.is_autocommit(), "no transaction left open");
+
+        let (job, answer) = append(3);
+        actor.run_batch(vec![job]);
+        assert_eq!(answer.recv().expect("reply").expect("ok").seq, 1);
+    }
+
+    #[test]
+    fn a_read_only_batch_runs_deferred_and_a_poisoned_actor_refuses_work() {
+        let mut actor = actor();
+        let (reply, answer) = bounded(1);
+        let read = crate::log::Head { stream: Stream::custom("x") };
+        actor.run_batch(vec![Job::op(read, scope(), reply)]);
+        assert_eq!(answer.recv().expect("reply").expect("ok"), 0);
+
+        actor.poisoned = Some("simulated".into());
+        let (job, answer) = append(1);
+        actor.run_batch(vec![job]);
+        assert!(matches!(answer.recv().expect("reply"), Err(Error::Poisoned(_))));
+        assert_eq!(events_in(&actor), 0);
     }
 }

@@ -24,9 +24,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        let since_epoch = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
     }
 }
@@ -48,9 +46,7 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock standing at `start_ms`.
     pub fn new(start_ms: i64) -> Self {
-        Self {
-            now_ms: Arc::new(AtomicI64::new(start_ms)),
-        }
+        Self { now_ms: Arc::new(AtomicI64::new(start_ms)) }
     }
 
     /// The time the clock shows.
@@ -84,10 +80,7 @@ pub(crate) struct Stamp {
 
 impl Stamp {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
-        Self {
-            clock,
-            last_ms: i64::MIN,
-        }
+        Self { clock, last_ms: i64::MIN }
     }
 
     /// The stamp for the next batch: the clock's time, or the previous stamp if the clock went

@@ -37,12 +37,7 @@ impl Job {
     pub(crate) fn op<O: Op>(op: O, scope: Scope, reply: Sender<Result<O::Output>>) -> Self {
         let access = op.access();
         let label = std::any::type_name::<O>();
-        Self {
-            label,
-            access,
-            scope,
-            work: Box::new(OpWork { op, reply }),
-        }
+        Self { label, access, scope, work: Box::new(OpWork { op, reply }) }
     }
 
     /// A job that runs a transaction closure and replies with the value of its outcome.
@@ -52,12 +47,7 @@ impl Job {
         F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
     {
         let work = Box::new(TxWork { f, reply });
-        Self {
-            label: "transaction",
-            access: Access::Write,
-            scope,
-            work,
-        }
+        Self { label: "transaction", access: Access::Write, scope, work }
     }
 
     /// Runs the work, catching a panic.

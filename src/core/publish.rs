@@ -71,8 +71,7 @@ impl Publisher {
         if events.is_empty() || self.live.is_empty() {
             return;
         }
-        self.live
-            .retain(|subscriber| deliver_all(subscriber, events));
+        self.live.retain(|subscriber| deliver_all(subscriber, events));
     }
 
     /// Sends the events past the request's cursor and registers it, or drops the request (which

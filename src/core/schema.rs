@@ -79,10 +79,7 @@ fn check_sqlite_version(version: i32) -> Result<()> {
 
 fn refuse_newer(found: i64) -> Result<()> {
     if found > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            found,
-            supported: SCHEMA_VERSION,
-        });
+        return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
     }
     Ok(())
 }
@@ -102,11 +99,7 @@ fn configure(conn: &Connection, location: &Location, options: &Options) -> Resul
     set_pragma(conn, "foreign_keys", "1")?;
     // The actor schedules checkpoints itself (see actor.rs).
     set_pragma(conn, "wal_autocheckpoint", "0")?;
-    expect_pragma(
-        conn,
-        "busy_timeout",
-        &options.busy_timeout.as_millis().to_string(),
-    )
+    expect_pragma(conn, "busy_timeout", &options.busy_timeout.as_millis().to_string())
 }
 
 /// Switches to WAL. SQLite does not call the busy handler for this pragma, so a lock held by
@@ -244,10 +237,7 @@ mod tests {
             "CREATE TABLE t (a INTEGER); PRAGMA user_version = 1;
              PRAGMA application_id = 1397771844;",
         )?;
-        let steps = [
-            "ALTER TABLE t ADD COLUMN b INTEGER",
-            "CREATE TABLE u (c TEXT)",
-        ];
+        let steps = ["ALTER TABLE t ADD COLUMN b INTEGER", "CREATE TABLE u (c TEXT)"];
         upgrade(&mut conn, &steps)?;
         assert_eq!(user_version(&conn)?, 3);
         conn.execute("INSERT INTO t (a, b) VALUES (1, 2)", [])?;
@@ -265,11 +255,10 @@ mod tests {
         let steps = ["CREATE TABLE u (c TEXT)", "THIS IS NOT SQL"];
         assert!(upgrade(&mut conn, &steps).is_err());
         assert_eq!(user_version(&conn)?, 1);
-        let tables: i64 = conn.query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE name = 'u'",
-            [],
-            |r| r.get(0),
-        )?;
+        let tables: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'u'", [], |r| {
+                r.get(0)
+            })?;
         assert_eq!(tables, 0);
         Ok(())
     }
@@ -278,10 +267,7 @@ mod tests {
     fn a_foreign_database_is_not_initialised() -> Result<()> {
         let mut conn = memory();
         conn.execute_batch("CREATE TABLE theirs (x INTEGER)")?;
-        assert!(matches!(
-            upgrade(&mut conn, MIGRATIONS),
-            Err(Error::InvalidInput(_))
-        ));
+        assert!(matches!(upgrade(&mut conn, MIGRATIONS), Err(Error::InvalidInput(_))));
         assert_eq!(user_version(&conn)?, 0);
         Ok(())
     }

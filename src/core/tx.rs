@@ -96,9 +96,7 @@ impl<'a> Tx<'a> {
                 // If SQLite already rolled the whole transaction back (disk full, I/O error), the
                 // savepoint is gone; the actor notices and reports the batch, so the op's own
                 // error is the one to return.
-                let _ = self
-                    .conn
-                    .execute_batch("ROLLBACK TO nested; RELEASE nested");
+                let _ = self.conn.execute_batch("ROLLBACK TO nested; RELEASE nested");
                 Err(error)
             }
         }
@@ -150,14 +148,7 @@ impl<'a> Tx<'a> {
         limits: &'a Limits,
         ids: &'a IdGen,
     ) -> Self {
-        Self {
-            conn,
-            now_ms,
-            scope,
-            limits,
-            ids,
-            published: Vec::new(),
-        }
+        Self { conn, now_ms, scope, limits, ids, published: Vec::new() }
     }
 
     /// Records an event written in this transaction, to publish after commit.

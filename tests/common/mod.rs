@@ -1,0 +1,63 @@
+//! Helpers shared by the integration tests: temporary store files and small checks.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use spindle::{Event, Options, Store, Stream};
+use tempfile::TempDir;
+
+/// A store file in a fresh temporary directory; the directory lives as long as the value.
+pub struct TempStore {
+    pub dir: TempDir,
+    pub path: PathBuf,
+    pub store: Store,
+}
+
+pub fn temp_store() -> TempStore {
+    temp_store_with(Options::default())
+}
+
+pub fn temp_store_with(options: Options) -> TempStore {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = dir.path().join("store.db");
+    let store = Store::open_with(&path, options).expect("open store");
+    TempStore { dir, path, store }
+}
+
+/// Appends `n` events numbered from 0 to `stream`.
+pub fn append_n(store: &Store, stream: &Stream, n: u64) {
+    for i in 0..n {
+        store.events().append(stream, "n", json!({ "i": i })).expect("append");
+    }
+}
+
+/// Every event of `stream`, read in pages.
+pub fn read_stream(store: &Store, stream: &Stream) -> Vec<Event> {
+    let mut out: Vec<Event> = Vec::new();
+    loop {
+        let after = out.last().map_or(0, |event| event.seq);
+        let page = store.events().read(stream, after, 1000).expect("read");
+        if page.is_empty() {
+            return out;
+        }
+        out.extend(page);
+    }
+}
+
+/// The seqs of `events` are exactly 1..=n.
+pub fn assert_dense(events: &[Event]) {
+    let seqs: Vec<u64> = events.iter().map(|event| event.seq).collect();
+    let expected: Vec<u64> = (1..=events.len() as u64).collect();
+    assert_eq!(seqs, expected, "sequence is not dense from 1");
+}
+
+/// Counts rows of the events table through a separate, raw connection.
+pub fn raw_event_count(path: &PathBuf) -> i64 {
+    let conn = rusqlite::Connection::open(path).expect("raw connection");
+    conn.query_row("SELECT count(*) FROM events", [], |row| row.get(0)).expect("count")
+}
+
+pub fn payload_i(event: &Event) -> u64 {
+    event.payload.get("i").and_then(Value::as_u64).expect("payload has i")
+}

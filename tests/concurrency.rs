@@ -1,0 +1,163 @@
+//! Many threads, many handles: 16 writers on 4 streams with a subscriber per stream (one of
+//! them small and stalled, so the actor drops it and it must catch up by paging). Every stream
+//! must be dense from 1 with no duplicates, and every subscriber must see every event exactly
+//! once, in order.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use common::{assert_dense, read_stream, temp_store};
+use serde_json::{Value, json};
+use spindle::{Event, Store, Stream};
+
+const WRITERS: u64 = 16;
+const PER_WRITER: u64 = 250;
+const STREAMS: u64 = 4;
+
+fn stream(n: u64) -> Stream {
+    Stream::custom(format!("s{n}"))
+}
+
+/// What a writer appended: (writer, index) pairs.
+fn key(event: &Event) -> (u64, u64) {
+    let field = |name: &str| event.payload.get(name).and_then(Value::as_u64).expect("field");
+    (field("w"), field("i"))
+}
+
+fn follow(
+    store: &Store,
+    s: &Stream,
+    buffer: usize,
+    stall: Option<Arc<AtomicBool>>,
+) -> thread::JoinHandle<Vec<Event>> {
+    let mut sub = store.subscribe_with_buffer(s, 0, buffer).expect("subscribe");
+    let expected = (WRITERS * PER_WRITER / STREAMS) as usize;
+    thread::spawn(move || {
+        let mut seen = Vec::with_capacity(expected);
+        while seen.len() < expected {
+            if let Some(flag) = &stall {
+                // Read a few, then stop reading until every writer is done: the actor must
+                // drop this subscriber, which then has to catch up from its cursor.
+                if seen.len() == 3 {
+                    while !flag.load(Ordering::SeqCst) {
+                        thread::yield_now();
+                    }
+                }
+            }
+            let event = sub.recv_timeout(Duration::from_secs(60)).expect("recv").expect("event");
+            seen.push(event);
+        }
+        assert!(sub.try_recv().expect("try_recv").is_none(), "no event past the last");
+        seen
+    })
+}
+
+#[test]
+fn sixteen_writers_four_streams_every_subscriber_sees_each_event_once_in_order() {
+    let t = temp_store();
+    let writers_done = Arc::new(AtomicBool::new(false));
+    let followers: Vec<_> = (0..STREAMS)
+        .map(|n| {
+            let stall = (n == 0).then(|| Arc::clone(&writers_done));
+            let buffer = if n == 0 { 4 } else { 1024 };
+            follow(&t.store, &stream(n), buffer, stall)
+        })
+        .collect();
+    let mut all_follower = t.store.subscribe_all(0).expect("subscribe_all");
+
+    let barrier = Arc::new(Barrier::new(WRITERS as usize));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (store, barrier) = (t.store.clone(), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                for i in 0..PER_WRITER {
+                    let s = stream((w + i) % STREAMS);
+                    store.events().append(&s, "w", json!({"w": w, "i": i})).expect("append");
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().expect("writer");
+    }
+    writers_done.store(true, Ordering::SeqCst);
+
+    let mut everything = BTreeSet::new();
+    for (n, follower) in followers.into_iter().enumerate() {
+        let seen = follower.join().expect("follower");
+        let stored = read_stream(&t.store, &stream(n as u64));
+        assert_dense(&stored);
+        assert_dense(&seen);
+        assert_eq!(seen, stored, "subscriber {n} saw exactly the stored stream, in order");
+        let keys: BTreeSet<_> = stored.iter().map(key).collect();
+        assert_eq!(keys.len(), stored.len(), "no duplicate appends on stream {n}");
+        everything.extend(keys);
+    }
+    assert_eq!(everything.len() as u64, WRITERS * PER_WRITER, "every append is stored");
+
+    let mut positions = Vec::new();
+    while let Some(event) = all_follower.try_recv().expect("try_recv") {
+        positions.push(event.position);
+    }
+    assert_eq!(positions.len() as u64, WRITERS * PER_WRITER);
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "log order");
+}
+
+#[test]
+fn a_subscription_resumes_from_its_cursor_without_gaps_or_repeats() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let s = Stream::custom("resume");
+    common::append_n(&store, &s, 30);
+    let mut first = store.subscribe(&s, 0)?;
+    for expected in 1..=12 {
+        assert_eq!(first.recv()?.seq, expected);
+    }
+    let cursor = first.cursor();
+    drop(first);
+    common::append_n(&store, &s, 5);
+    let mut second = store.subscribe(&s, cursor)?;
+    let rest: Vec<u64> = (0..23).map(|_| second.recv().map(|e| e.seq)).collect::<Result<_, _>>()?;
+    assert_eq!(rest, (13..=35).collect::<Vec<_>>());
+    assert!(second.try_recv()?.is_none());
+    Ok(())
+}
+
+#[test]
+fn two_subscribers_of_one_stream_both_see_every_event() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let s = Stream::graph("g");
+    let mut a = store.subscribe(&s, 0)?;
+    let mut b = store.subscribe_with_buffer(&s, 0, 1)?;
+    assert!(a.try_recv()?.is_none() && b.try_recv()?.is_none());
+    common::append_n(&store, &s, 40);
+    let seqs_a: Vec<u64> = (0..40).map(|_| a.recv().map(|e| e.seq)).collect::<Result<_, _>>()?;
+    let seqs_b: Vec<u64> = (0..40).map(|_| b.recv().map(|e| e.seq)).collect::<Result<_, _>>()?;
+    assert_eq!(seqs_a, (1..=40).collect::<Vec<_>>());
+    assert_eq!(seqs_a, seqs_b);
+    Ok(())
+}
+
+#[test]
+fn subscriptions_see_only_their_tenant() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let (acme, globex) = (store.tenant("acme")?, store.tenant("globex")?);
+    let s = Stream::custom("shared-name");
+    let mut acme_all = acme.subscribe_all(0)?;
+    let mut acme_stream = acme.subscribe(&s, 0)?;
+    common::append_n(&globex, &s, 5);
+    common::append_n(&acme, &s, 2);
+    let seen: Vec<u64> =
+        (0..2).map(|_| acme_stream.recv().map(|e| e.seq)).collect::<Result<_, _>>()?;
+    assert_eq!(seen, [1, 2]);
+    assert_eq!(acme_all.recv()?.seq, 1);
+    assert_eq!(acme_all.recv()?.seq, 2);
+    assert!(acme_all.try_recv()?.is_none());
+    assert!(acme_stream.try_recv()?.is_none());
+    Ok(())
+}

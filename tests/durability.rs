@@ -1,0 +1,102 @@
+//! Durability and lifecycle: reopen keeps everything, close checkpoints and truncates the WAL,
+//! dropping the last handle closes, and every call after close is `Closed` at once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{append_n, assert_dense, read_stream, temp_store, temp_store_with};
+use serde_json::json;
+use spindle::{Durability, Error, Options, Store, Stream, TxOutcome};
+
+#[test]
+fn reopen_keeps_everything() -> spindle::Result<()> {
+    let t = temp_store();
+    let (a, b) = (Stream::custom("a"), Stream::graph("g"));
+    append_n(&t.store, &a, 50);
+    t.store.tenant("other")?.events().append(&b, "x", json!(1))?;
+    t.store.events().append_idempotent(&b, "y", json!(2), "key")?;
+    t.store.close()?;
+
+    let store = Store::open(&t.path)?;
+    let events = read_stream(&store, &a);
+    assert_dense(&events);
+    assert_eq!(events.len(), 50);
+    assert_eq!(common::payload_i(&events[49]), 49);
+    assert_eq!(store.tenant("other")?.events().head(&b)?, 1);
+    // Idempotency survives the restart, and so does the sequence.
+    assert!(store.events().append_idempotent(&b, "y", json!(2), "key")?.existed);
+    assert_eq!(store.events().append(&a, "next", json!(null))?.seq, 51);
+    Ok(())
+}
+
+#[test]
+fn close_checkpoints_and_truncates_the_wal() -> spindle::Result<()> {
+    let t = temp_store();
+    append_n(&t.store, &Stream::custom("w"), 200);
+    let wal = t.path.with_file_name("store.db-wal");
+    assert!(std::fs::metadata(&wal)?.len() > 0, "writes went to the WAL");
+    t.store.close()?;
+    let wal_bytes = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(wal_bytes, 0);
+    Ok(())
+}
+
+#[test]
+fn dropping_the_last_handle_closes_the_store() -> spindle::Result<()> {
+    let t = temp_store();
+    let s = Stream::custom("d");
+    let clone = t.store.clone();
+    append_n(&clone, &s, 10);
+    drop(clone);
+    t.store.events().append(&s, "still open", json!(null))?; // a clone's drop closes nothing
+    let path = t.path.clone();
+    drop(t.store);
+    let wal = path.with_file_name("store.db-wal");
+    assert_eq!(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0), 0);
+    let store = Store::open(&path)?;
+    assert_eq!(store.events().head(&s)?, 11);
+    Ok(())
+}
+
+#[test]
+fn every_call_after_close_is_closed() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let s = Stream::custom("c");
+    let view = store.tenant("acme")?;
+    let mut follower = store.subscribe(&s, 0)?;
+    assert!(follower.try_recv()?.is_none());
+    store.close()?;
+    assert!(matches!(store.events().append(&s, "x", json!(1)), Err(Error::Closed)));
+    assert!(matches!(view.events().head(&s), Err(Error::Closed)));
+    assert!(matches!(store.transaction(|_| Ok(TxOutcome::Commit(()))), Err(Error::Closed)));
+    assert!(matches!(store.subscribe(&s, 0), Err(Error::Closed)));
+    assert!(matches!(follower.recv_timeout(Duration::from_secs(10)), Err(Error::Closed)));
+    assert!(matches!(follower.recv(), Err(Error::Closed)));
+    assert!(follower.next().is_none());
+    store.close()?; // closing again is fine
+    Ok(())
+}
+
+#[test]
+fn normal_durability_opens_and_keeps_commits_across_reopen() -> spindle::Result<()> {
+    let options = Options { durability: Durability::Normal, ..Options::default() };
+    let t = temp_store_with(options.clone());
+    let s = Stream::custom("n");
+    append_n(&t.store, &s, 20);
+    t.store.close()?;
+    let store = Store::open_with(&t.path, options)?;
+    assert_eq!(store.events().head(&s)?, 20);
+    Ok(())
+}
+
+#[test]
+fn another_connection_sees_wal_mode_and_the_schema_version() -> spindle::Result<()> {
+    let t = temp_store();
+    let conn = rusqlite::Connection::open(&t.path).map_err(Error::from)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    assert_eq!(mode, "wal");
+    assert_eq!(version, 1);
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! Guarantee 8: every limit at its value passes and one past it is a typed error that writes
+//! nothing; ids are checked for emptiness, length and control characters.
+
+mod common;
+
+use serde_json::json;
+use spindle::{Error, Limits, Options, Store, Stream};
+
+const MIB: usize = 1024 * 1024;
+
+fn nothing_written(store: &Store) {
+    assert!(store.events().read_all(0, 1000).expect("read_all").is_empty(), "nothing written");
+}
+
+fn is_too_large(result: &spindle::Result<impl std::fmt::Debug>, limit: u64, actual: u64) -> bool {
+    matches!(result, Err(Error::TooLarge { limit: l, actual: a, .. }) if *l == limit && *a == actual)
+}
+
+#[test]
+fn ids_at_256_bytes_pass_and_257_fail() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let long = "x".repeat(257);
+    let s = Stream::custom(&long);
+    assert!(is_too_large(&store.events().append(&s, "t", json!(1)), 256, 257));
+    assert!(is_too_large(&store.events().append(&Stream::custom("s"), &long, json!(1)), 256, 257));
+    let keyed = store.events().append_idempotent(&Stream::custom("s"), "t", json!(1), &long);
+    assert!(is_too_large(&keyed, 256, 257));
+    assert!(is_too_large(&store.tenant(&long).map(|_| ()), 256, 257));
+    assert!(is_too_large(&store.subscribe(&s, 0).map(|_| ()), 256, 257));
+    nothing_written(&store);
+
+    let at_limit = "y".repeat(256);
+    store.events().append_idempotent(&Stream::custom(&at_limit), &at_limit, json!(1), &at_limit)?;
+    store.tenant(&at_limit)?.events().append(&Stream::custom("s"), "t", json!(1))?;
+    Ok(())
+}
+
+#[test]
+fn empty_ids_and_control_characters_are_invalid() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    for bad in ["", "tab\there", "new\nline", "nul\0", "del\u{7f}"] {
+        let s = Stream::custom(bad);
+        assert!(matches!(store.events().append(&s, "t", json!(1)), Err(Error::InvalidInput(_))));
+        let typed = store.events().append(&Stream::custom("ok"), bad, json!(1));
+        assert!(matches!(typed, Err(Error::InvalidInput(_))), "event type {bad:?}");
+        assert!(matches!(store.tenant(bad), Err(Error::InvalidInput(_))), "tenant {bad:?}");
+        assert!(matches!(store.events().head(&s), Err(Error::InvalidInput(_))));
+    }
+    nothing_written(&store);
+    Ok(())
+}
+
+#[test]
+fn payloads_at_one_mebibyte_pass_and_one_byte_more_fails() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let s = Stream::custom("p");
+    // A JSON string encodes as its characters plus two quotes.
+    let over = json!("z".repeat(MIB - 1));
+    assert!(is_too_large(&store.events().append(&s, "t", over), MIB as u64, MIB as u64 + 1));
+    nothing_written(&store);
+    let at = json!("z".repeat(MIB - 2));
+    assert_eq!(store.events().append(&s, "t", at)?.seq, 1);
+    Ok(())
+}
+
+#[test]
+fn pages_of_1000_pass_and_1001_fail() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let s = Stream::custom("pages");
+    common::append_n(&store, &s, 1001);
+    assert_eq!(store.events().read(&s, 0, 1000)?.len(), 1000);
+    assert_eq!(store.events().read_all(0, 1000)?.len(), 1000);
+    assert!(is_too_large(&store.events().read(&s, 0, 1001), 1000, 1001));
+    assert!(is_too_large(&store.events().read_all(0, 1001), 1000, 1001));
+    Ok(())
+}
+
+#[test]
+fn subscriber_buffers_up_to_the_limit() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let s = Stream::custom("b");
+    assert!(store.subscribe_with_buffer(&s, 0, 1024).is_ok());
+    assert!(is_too_large(&store.subscribe_with_buffer(&s, 0, 1025).map(|_| ()), 1024, 1025));
+    assert!(matches!(store.subscribe_with_buffer(&s, 0, 0), Err(Error::InvalidInput(_))));
+    Ok(())
+}
+
+#[test]
+fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<()> {
+    let limits = Limits { id_len_max: 8, payload_bytes_max: 10, ..Limits::default() };
+    let store = Store::open_in_memory_with(Options { limits, ..Options::default() })?;
+    assert!(is_too_large(
+        &store.events().append(&Stream::custom("123456789"), "t", json!(1)),
+        8,
+        9
+    ));
+    assert!(is_too_large(
+        &store.events().append(&Stream::custom("s"), "t", json!("123456789")),
+        10,
+        11
+    ));
+    nothing_written(&store);
+
+    for bad in [
+        Options { batch_max: 0, ..Options::default() },
+        Options { mailbox_capacity: 0, ..Options::default() },
+        Options { limits: Limits { page_size_max: 0, ..Limits::default() }, ..Options::default() },
+    ] {
+        assert!(matches!(Store::open_in_memory_with(bad), Err(Error::InvalidInput(_))));
+    }
+    Ok(())
+}

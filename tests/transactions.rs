@@ -1,0 +1,140 @@
+//! Guarantees 1, 2 and 9 through the public API: replies after commit, all-or-nothing
+//! operations and transactions, panics caught and rolled back.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use common::{raw_event_count, temp_store};
+use serde_json::json;
+use spindle::{Error, Store, Stream, TxOutcome};
+
+#[test]
+fn an_acknowledged_append_is_visible_to_another_connection_at_once() {
+    let t = temp_store();
+    let stream = Stream::custom("acked");
+    for expected in 1..=5 {
+        t.store.events().append(&stream, "e", json!(expected)).expect("append");
+        // The reply came back: the row must already be committed, so a second connection sees it.
+        assert_eq!(raw_event_count(&t.path), expected);
+    }
+}
+
+#[test]
+fn commit_keeps_every_write_of_a_transaction() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let stream = Stream::custom("t");
+    let s = stream.clone();
+    let seqs = store.transaction(move |tx| {
+        let a = tx.append_event(&s, "a", json!(1))?;
+        let b = tx.append_event(&s, "b", json!(2))?;
+        Ok(TxOutcome::Commit((a.seq, b.seq)))
+    })?;
+    assert_eq!(seqs, (1, 2));
+    assert_eq!(store.events().head(&stream)?, 2);
+    Ok(())
+}
+
+#[test]
+fn rollback_and_err_leave_no_rows_and_publish_nothing() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let stream = Stream::custom("t");
+    let mut follower = store.subscribe(&stream, 0)?;
+    assert!(follower.try_recv()?.is_none(), "nothing yet; now live");
+
+    let s = stream.clone();
+    let value = store.transaction(move |tx| {
+        tx.append_event(&s, "rolled-back", json!(1))?;
+        Ok(TxOutcome::Rollback("kept value"))
+    })?;
+    assert_eq!(value, "kept value");
+
+    let s = stream.clone();
+    let failed = store.transaction(move |tx| -> spindle::Result<TxOutcome<()>> {
+        tx.append_event(&s, "failed", json!(2))?;
+        Err(Error::Conflict("the caller changed its mind".into()))
+    });
+    assert!(matches!(failed, Err(Error::Conflict(_))));
+
+    assert_eq!(store.events().head(&stream)?, 0);
+    assert!(store.events().read_all(0, 100)?.is_empty());
+
+    store.events().append(&stream, "committed", json!(3))?;
+    let event = follower.recv_timeout(Duration::from_secs(10))?.expect("the committed event");
+    assert_eq!((event.seq, event.event_type.as_str()), (1, "committed"));
+    assert!(follower.try_recv()?.is_none());
+    Ok(())
+}
+
+#[test]
+fn a_failed_inner_op_rolls_back_only_its_own_writes() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let stream = Stream::custom("t");
+    let s = stream.clone();
+    let outcome = store.transaction(move |tx| {
+        tx.append_event(&s, "first", json!(1))?;
+        let bad = spindle::log::Append {
+            stream: s.clone(),
+            event_type: String::new(), // invalid: rolled back alone
+            payload: json!(2),
+            idem_key: None,
+        };
+        let inner = tx.exec(bad);
+        tx.append_event(&s, "third", json!(3))?;
+        Ok(TxOutcome::Commit(inner.is_err()))
+    })?;
+    assert!(outcome);
+    let types: Vec<String> =
+        store.events().read(&stream, 0, 10)?.into_iter().map(|e| e.event_type).collect();
+    assert_eq!(types, ["first", "third"]);
+    Ok(())
+}
+
+#[test]
+fn a_panicking_transaction_is_rolled_back_and_the_store_stays_usable() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let stream = Stream::custom("t");
+    let s = stream.clone();
+    let result = store.transaction(move |tx| -> spindle::Result<TxOutcome<()>> {
+        tx.append_event(&s, "before-panic", json!(1))?;
+        panic!("deliberate panic inside a transaction");
+    });
+    match result {
+        Err(Error::OpPanicked(message)) => assert!(message.contains("deliberate panic")),
+        other => panic!("expected OpPanicked, got {other:?}"),
+    }
+    assert_eq!(store.events().head(&stream)?, 0);
+    store.events().append(&stream, "after", json!(2))?;
+    assert_eq!(store.events().head(&stream)?, 1);
+    Ok(())
+}
+
+#[test]
+fn a_panic_among_concurrent_transactions_costs_only_itself() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let stream = Stream::custom("t");
+    let barrier = Arc::new(Barrier::new(20));
+    let handles: Vec<_> = (0..20)
+        .map(|i| {
+            let (store, stream, barrier) = (store.clone(), stream.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                store.transaction(move |tx| {
+                    tx.append_event(&stream, "e", json!(i))?;
+                    assert!(i != 7, "job 7 panics");
+                    Ok(TxOutcome::Commit(()))
+                })
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("thread")).collect();
+    let panicked = results.iter().filter(|r| matches!(r, Err(Error::OpPanicked(_)))).count();
+    assert_eq!(panicked, 1);
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 19);
+    let kept = common::read_stream(&store, &stream);
+    common::assert_dense(&kept);
+    assert_eq!(kept.len(), 19);
+    assert!(kept.iter().all(|event| event.payload != json!(7)));
+    Ok(())
+}

@@ -475,27 +475,25 @@ fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Res
              RETURNING head_seq",
         )?
         .query_row(params![tenant, kind, row.stream.id], |r| r.get(0))?;
-    let position: i64 = conn
-        .prepare_cached(
-            "INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
-                                 idem_key, payload_hash, created_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-             RETURNING position",
-        )?
-        .query_row(
-            params![
-                tenant,
-                kind,
-                row.stream.id,
-                seq,
-                row.event_type,
-                row.encoded,
-                row.idem_key,
-                row.hash,
-                now_ms
-            ],
-            |r| r.get(0),
-        )?;
+    conn.prepare_cached(
+        "INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                             idem_key, payload_hash, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        tenant,
+        kind,
+        row.stream.id,
+        seq,
+        row.event_type,
+        row.encoded,
+        row.idem_key,
+        row.hash,
+        now_ms
+    ])?;
+    // The position is the rowid. (`RETURNING` would say so in SQL, but SQLite builds a
+    // temporary table for every `RETURNING` statement.)
+    let position = conn.last_insert_rowid();
     Ok((from_sql_int(seq), from_sql_int(position)))
 }
 

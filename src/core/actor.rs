@@ -389,6 +389,11 @@ impl Actor {
     }
 }
 
+/// WAL pages (16 MiB of 4 KiB pages) past which a quiet moment is used for a passive
+/// checkpoint, so the WAL is reused in place instead of growing. Larger than SQLite's default of
+/// 1000: hot pages rewritten in many frames are copied back once per checkpoint.
+const SOFT_CHECKPOINT_PAGES: u64 = 4000;
+
 /// Tries to receive for up to `spin`, without parking.
 pub(crate) fn spin_recv<T>(inbox: &Receiver<T>, spin: Duration) -> Option<T> {
     let deadline = Instant::now() + spin;
@@ -426,7 +431,8 @@ impl WalSchedule {
                 Ok(())
             }))?;
         }
-        Ok(Self { enabled, pages, soft_pages: (hard_pages / 4).max(1), hard_pages, dirty: false })
+        let soft_pages = (hard_pages / 4).clamp(1, SOFT_CHECKPOINT_PAGES);
+        Ok(Self { enabled, pages, soft_pages, hard_pages, dirty: false })
     }
 
     fn over_limit(&self) -> bool {

@@ -30,6 +30,9 @@ const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
 /// The oldest SQLite this crate runs on: 3.35 brought `RETURNING`.
 const SQLITE_VERSION_MIN: i32 = 3_035_000;
 
+/// Prepared statements kept by the connection: every statement of every domain, with room.
+const STATEMENT_CACHE_CAPACITY: usize = 256;
+
 /// Where the database lives.
 #[derive(Debug, Clone)]
 pub(crate) enum Location {
@@ -44,6 +47,7 @@ pub(crate) fn open(location: &Location, options: &Options) -> Result<Connection>
     check_sqlite_version(rusqlite::version_number())?;
     let mut conn = open_connection(location, options.read_only)?;
     conn.busy_timeout(options.busy_timeout)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
     // Read the version before anything can write to the file, so a newer (or foreign) file is
     // left exactly as it was.

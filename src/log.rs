@@ -10,6 +10,7 @@
 //! [`Events`], reached with `store.events()`. Subscriptions (`store.subscribe`) read through
 //! [`read_filtered`] here.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -251,7 +252,8 @@ impl Op for Truncate {
     }
 }
 
-/// The event log of a store view: `store.events()`.
+/// The event log of a store view: `store.events()`. Streams are taken by value or by
+/// reference.
 #[derive(Debug, Clone, Copy)]
 pub struct Events<'a> {
     store: &'a Store,
@@ -266,9 +268,14 @@ impl<'a> Events<'a> {
     ///
     /// # Errors
     /// `InvalidInput` or `TooLarge` for a bad stream id, type or payload, and nothing is written.
-    pub fn append(&self, stream: &Stream, event_type: &str, payload: Value) -> Result<Appended> {
+    pub fn append(
+        &self,
+        stream: impl Borrow<Stream>,
+        event_type: &str,
+        payload: Value,
+    ) -> Result<Appended> {
         let op = Append {
-            stream: stream.clone(),
+            stream: stream.borrow().clone(),
             event_type: event_type.to_owned(),
             payload,
             idem_key: None,
@@ -282,13 +289,13 @@ impl<'a> Events<'a> {
     /// `Conflict` when the key was used with a different type or payload; bad input as `append`.
     pub fn append_idempotent(
         &self,
-        stream: &Stream,
+        stream: impl Borrow<Stream>,
         event_type: &str,
         payload: Value,
         idem_key: &str,
     ) -> Result<Appended> {
         let op = Append {
-            stream: stream.clone(),
+            stream: stream.borrow().clone(),
             event_type: event_type.to_owned(),
             payload,
             idem_key: Some(idem_key.to_owned()),
@@ -300,8 +307,13 @@ impl<'a> Events<'a> {
     ///
     /// # Errors
     /// `TooLarge` for a `limit` past the page size limit.
-    pub fn read(&self, stream: &Stream, after_seq: u64, limit: usize) -> Result<Vec<Event>> {
-        self.store.exec(Read { stream: stream.clone(), after_seq, limit })
+    pub fn read(
+        &self,
+        stream: impl Borrow<Stream>,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>> {
+        self.store.exec(Read { stream: stream.borrow().clone(), after_seq, limit })
     }
 
     /// Reads every stream of the tenant after `after_position`; see [`ReadAll`].
@@ -316,16 +328,16 @@ impl<'a> Events<'a> {
     ///
     /// # Errors
     /// `InvalidInput` for a bad stream id.
-    pub fn head(&self, stream: &Stream) -> Result<u64> {
-        self.store.exec(Head { stream: stream.clone() })
+    pub fn head(&self, stream: impl Borrow<Stream>) -> Result<u64> {
+        self.store.exec(Head { stream: stream.borrow().clone() })
     }
 
     /// Deletes a stream's events before `before_seq`; see [`Truncate`].
     ///
     /// # Errors
     /// `InvalidInput` for a bad stream id.
-    pub fn truncate(&self, stream: &Stream, before_seq: u64) -> Result<u64> {
-        self.store.exec(Truncate { stream: stream.clone(), before_seq })
+    pub fn truncate(&self, stream: impl Borrow<Stream>, before_seq: u64) -> Result<u64> {
+        self.store.exec(Truncate { stream: stream.borrow().clone(), before_seq })
     }
 }
 

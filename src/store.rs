@@ -5,6 +5,7 @@
 //! closes when `close()` is called or when the last handle is dropped. A subscription holds only
 //! a weak reference, so it never keeps a store open.
 
+use std::borrow::Borrow;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -170,7 +171,7 @@ impl Store {
     ///
     /// # Errors
     /// `InvalidInput`/`TooLarge` for a bad stream id; `Closed` after close.
-    pub fn subscribe(&self, stream: &Stream, after_seq: u64) -> Result<Subscription> {
+    pub fn subscribe(&self, stream: impl Borrow<Stream>, after_seq: u64) -> Result<Subscription> {
         self.subscribe_with_buffer(stream, after_seq, self.shared.limits.subscriber_buffer_max)
     }
 
@@ -182,10 +183,11 @@ impl Store {
     /// As `subscribe`, and `InvalidInput`/`TooLarge` for a buffer of 0 or past the limit.
     pub fn subscribe_with_buffer(
         &self,
-        stream: &Stream,
+        stream: impl Borrow<Stream>,
         after_seq: u64,
         buffer: usize,
     ) -> Result<Subscription> {
+        let stream = stream.borrow();
         self.shared.limits.check_id("stream id", stream.id())?;
         self.subscription(Filter::Stream(stream.clone()), after_seq, buffer)
     }

@@ -100,3 +100,21 @@ fn another_connection_sees_wal_mode_and_the_schema_version() -> spindle::Result<
     assert_eq!(version, 1);
     Ok(())
 }
+
+#[test]
+fn the_actor_keeps_the_wal_under_its_limit() -> spindle::Result<()> {
+    let wal_bytes_max = 1024 * 1024;
+    let options = Options { wal_bytes_max, durability: Durability::Normal, ..Options::default() };
+    let t = temp_store_with(options);
+    let wal = t.path.with_file_name("store.db-wal");
+    let s = Stream::custom("w");
+    let mut wal_max = 0;
+    for i in 0..3_000 {
+        t.store.events().append(&s, "pad", json!({ "i": i, "pad": "p".repeat(1_000) }))?;
+        wal_max = wal_max.max(std::fs::metadata(&wal)?.len());
+    }
+    // About 3 MB went through a WAL that must never have held more than 1 MiB.
+    assert!(wal_max <= wal_bytes_max, "WAL reached {wal_max} bytes");
+    assert_eq!(t.store.events().head(&s)?, 3_000);
+    Ok(())
+}

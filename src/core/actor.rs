@@ -337,24 +337,22 @@ impl Actor {
     }
 
     fn schedule_checkpoint(&mut self) {
-        if self.wal.over_limit() {
-            self.checkpoint(CheckpointMode::TRUNCATE);
-        } else if self.wal.over_soft_limit() && self.inbox.is_empty() {
-            self.checkpoint(CheckpointMode::PASSIVE);
+        if let Some(mode) = self.wal.due() {
+            self.checkpoint(mode);
         }
     }
 
-    /// Runs a checkpoint. A busy one (another process is reading) is retried at a later turn;
-    /// committed data is safe in the WAL either way.
+    /// Runs a checkpoint. One that cannot finish (another process is reading) is tried again
+    /// once the WAL has grown further; committed data is safe in the WAL either way.
     fn checkpoint(&mut self, mode: CheckpointMode) {
         if self.read_only || !self.wal.enabled {
             return;
         }
-        if let Ok((log_pages, done_pages)) = self.conn.wal_checkpoint_v2(None::<&str>, mode)
-            && log_pages == done_pages
-        {
-            self.wal.dirty = false;
-        }
+        let complete = matches!(
+            self.conn.wal_checkpoint_v2(None::<&str>, mode),
+            Ok((log_pages, done_pages)) if log_pages == done_pages
+        );
+        self.wal.checkpointed(complete);
     }
 
     /// Finishes what is queued, drops the subscribers, checkpoints and closes the connection.
@@ -407,13 +405,19 @@ pub(crate) fn spin_recv<T>(inbox: &Receiver<T>, spin: Duration) -> Option<T> {
     None
 }
 
-/// The WAL's size as SQLite reports it after each commit, and the limits that trigger
-/// checkpoints.
+/// The WAL's size as SQLite reports it after each commit, and when to checkpoint it.
+///
+/// Past `soft_pages` a passive checkpoint copies the new frames back, after which SQLite
+/// restarts the WAL from its beginning, so under load the file stays near `soft_pages`. If a
+/// reader in another process keeps a checkpoint from finishing, the next try waits for more
+/// growth; past `hard_pages` a truncating checkpoint waits for readers (up to the busy timeout).
+/// The file can exceed `hard_pages` by at most what one batch writes.
 struct WalSchedule {
     enabled: bool,
     pages: Arc<AtomicU64>,
     soft_pages: u64,
     hard_pages: u64,
+    next_passive_pages: u64,
     dirty: bool,
 }
 
@@ -432,15 +436,29 @@ impl WalSchedule {
             }))?;
         }
         let soft_pages = (hard_pages / 4).clamp(1, SOFT_CHECKPOINT_PAGES);
-        Ok(Self { enabled, pages, soft_pages, hard_pages, dirty: false })
+        let next_passive_pages = soft_pages;
+        Ok(Self { enabled, pages, soft_pages, hard_pages, next_passive_pages, dirty: false })
     }
 
-    fn over_limit(&self) -> bool {
-        self.enabled && self.pages.load(Ordering::Relaxed) >= self.hard_pages
+    /// The checkpoint the WAL's size calls for now, if any.
+    fn due(&self) -> Option<CheckpointMode> {
+        let pages = self.pages.load(Ordering::Relaxed);
+        match () {
+            _ if !self.enabled => None,
+            _ if pages >= self.hard_pages => Some(CheckpointMode::TRUNCATE),
+            _ if pages >= self.next_passive_pages => Some(CheckpointMode::PASSIVE),
+            _ => None,
+        }
     }
 
-    fn over_soft_limit(&self) -> bool {
-        self.enabled && self.pages.load(Ordering::Relaxed) >= self.soft_pages
+    fn checkpointed(&mut self, complete: bool) {
+        if complete {
+            self.dirty = false;
+            self.next_passive_pages = self.soft_pages;
+        } else {
+            let pages = self.pages.load(Ordering::Relaxed);
+            self.next_passive_pages = pages + (self.soft_pages / 4).max(1);
+        }
     }
 }
 
@@ -579,6 +597,30 @@ mod tests {
         let (job, answer) = append(3);
         actor.run_batch(vec![job]);
         assert_eq!(answer.recv().expect("reply").expect("ok").seq, 1);
+    }
+
+    #[test]
+    fn checkpoints_are_due_by_wal_size_and_retried_after_growth() {
+        let schedule = |pages: u64| WalSchedule {
+            enabled: true,
+            pages: Arc::new(AtomicU64::new(pages)),
+            soft_pages: 100,
+            hard_pages: 400,
+            next_passive_pages: 100,
+            dirty: true,
+        };
+        assert!(schedule(99).due().is_none());
+        assert!(matches!(schedule(100).due(), Some(CheckpointMode::PASSIVE)));
+        assert!(matches!(schedule(400).due(), Some(CheckpointMode::TRUNCATE)));
+
+        let mut blocked = schedule(150);
+        blocked.checkpointed(false);
+        assert!(blocked.due().is_none(), "an unfinished checkpoint waits for more growth");
+        blocked.pages.store(175, Ordering::Relaxed);
+        assert!(matches!(blocked.due(), Some(CheckpointMode::PASSIVE)));
+        blocked.checkpointed(true);
+        assert!(!blocked.dirty);
+        assert_eq!(blocked.next_passive_pages, 100);
     }
 
     #[test]

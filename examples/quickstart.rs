@@ -40,13 +40,13 @@ fn main() -> spindle::Result<()> {
     // Idempotent appends: the second one finds the first and writes nothing.
     let key = format!("invoice-{order_id}");
     let first = store.events().append_idempotent(
-        &Stream::custom("invoices"),
+        Stream::custom("invoices"),
         "issued",
         json!({ "order": order_id }),
         &key,
     )?;
     let again = store.events().append_idempotent(
-        &Stream::custom("invoices"),
+        Stream::custom("invoices"),
         "issued",
         json!({ "order": order_id }),
         &key,

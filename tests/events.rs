@@ -35,7 +35,7 @@ fn reads_page_after_a_cursor() -> spindle::Result<()> {
     let all = store.events().read_all(page[4].position, 1000)?;
     assert_eq!(all.len(), 10);
     assert_eq!(store.events().head(&s)?, 25);
-    assert_eq!(store.events().head(&Stream::execution("never"))?, 0);
+    assert_eq!(store.events().head(Stream::execution("never"))?, 0);
     Ok(())
 }
 
@@ -59,7 +59,7 @@ fn an_idempotent_append_writes_once() -> spindle::Result<()> {
 
     // The same key on another stream is another event.
     let elsewhere =
-        store.events().append_idempotent(&Stream::process("p2"), "done", json!(1), "k1")?;
+        store.events().append_idempotent(Stream::process("p2"), "done", json!(1), "k1")?;
     assert!(!elsewhere.existed);
     Ok(())
 }

@@ -22,16 +22,16 @@ fn ids_at_256_bytes_pass_and_257_fail() -> spindle::Result<()> {
     let long = "x".repeat(257);
     let s = Stream::custom(&long);
     assert!(is_too_large(&store.events().append(&s, "t", json!(1)), 256, 257));
-    assert!(is_too_large(&store.events().append(&Stream::custom("s"), &long, json!(1)), 256, 257));
-    let keyed = store.events().append_idempotent(&Stream::custom("s"), "t", json!(1), &long);
+    assert!(is_too_large(&store.events().append(Stream::custom("s"), &long, json!(1)), 256, 257));
+    let keyed = store.events().append_idempotent(Stream::custom("s"), "t", json!(1), &long);
     assert!(is_too_large(&keyed, 256, 257));
     assert!(is_too_large(&store.tenant(&long).map(|_| ()), 256, 257));
     assert!(is_too_large(&store.subscribe(&s, 0).map(|_| ()), 256, 257));
     nothing_written(&store);
 
     let at_limit = "y".repeat(256);
-    store.events().append_idempotent(&Stream::custom(&at_limit), &at_limit, json!(1), &at_limit)?;
-    store.tenant(&at_limit)?.events().append(&Stream::custom("s"), "t", json!(1))?;
+    store.events().append_idempotent(Stream::custom(&at_limit), &at_limit, json!(1), &at_limit)?;
+    store.tenant(&at_limit)?.events().append(Stream::custom("s"), "t", json!(1))?;
     Ok(())
 }
 
@@ -41,7 +41,7 @@ fn empty_ids_and_control_characters_are_invalid() -> spindle::Result<()> {
     for bad in ["", "tab\there", "new\nline", "nul\0", "del\u{7f}"] {
         let s = Stream::custom(bad);
         assert!(matches!(store.events().append(&s, "t", json!(1)), Err(Error::InvalidInput(_))));
-        let typed = store.events().append(&Stream::custom("ok"), bad, json!(1));
+        let typed = store.events().append(Stream::custom("ok"), bad, json!(1));
         assert!(matches!(typed, Err(Error::InvalidInput(_))), "event type {bad:?}");
         assert!(matches!(store.tenant(bad), Err(Error::InvalidInput(_))), "tenant {bad:?}");
         assert!(matches!(store.events().head(&s), Err(Error::InvalidInput(_))));
@@ -89,13 +89,9 @@ fn subscriber_buffers_up_to_the_limit() -> spindle::Result<()> {
 fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<()> {
     let limits = Limits { id_len_max: 8, payload_bytes_max: 10, ..Limits::default() };
     let store = Store::open_in_memory_with(Options { limits, ..Options::default() })?;
+    assert!(is_too_large(&store.events().append(Stream::custom("123456789"), "t", json!(1)), 8, 9));
     assert!(is_too_large(
-        &store.events().append(&Stream::custom("123456789"), "t", json!(1)),
-        8,
-        9
-    ));
-    assert!(is_too_large(
-        &store.events().append(&Stream::custom("s"), "t", json!("123456789")),
+        &store.events().append(Stream::custom("s"), "t", json!("123456789")),
         10,
         11
     ));

@@ -274,13 +274,7 @@ impl<'a> Events<'a> {
         event_type: &str,
         payload: Value,
     ) -> Result<Appended> {
-        let op = Append {
-            stream: stream.borrow().clone(),
-            event_type: event_type.to_owned(),
-            payload,
-            idem_key: None,
-        };
-        self.store.exec(op)
+        self.append_with(stream.borrow(), event_type, payload, None)
     }
 
     /// Appends an event once per `idem_key`; see [`Append`].
@@ -294,13 +288,7 @@ impl<'a> Events<'a> {
         payload: Value,
         idem_key: &str,
     ) -> Result<Appended> {
-        let op = Append {
-            stream: stream.borrow().clone(),
-            event_type: event_type.to_owned(),
-            payload,
-            idem_key: Some(idem_key.to_owned()),
-        };
-        self.store.exec(op)
+        self.append_with(stream.borrow(), event_type, payload, Some(idem_key))
     }
 
     /// Reads a stream after `after_seq`; see [`Read`].
@@ -338,6 +326,22 @@ impl<'a> Events<'a> {
     /// `InvalidInput` for a bad stream id.
     pub fn truncate(&self, stream: impl Borrow<Stream>, before_seq: u64) -> Result<u64> {
         self.store.exec(Truncate { stream: stream.borrow().clone(), before_seq })
+    }
+
+    fn append_with(
+        &self,
+        stream: &Stream,
+        event_type: &str,
+        payload: Value,
+        idem_key: Option<&str>,
+    ) -> Result<Appended> {
+        let op = Append {
+            stream: stream.clone(),
+            event_type: event_type.to_owned(),
+            payload,
+            idem_key: idem_key.map(str::to_owned),
+        };
+        self.store.exec(op)
     }
 }
 

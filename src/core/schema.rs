@@ -226,6 +226,16 @@ mod tests {
         Connection::open_in_memory().expect("in-memory database")
     }
 
+    /// A Spindle file at version 1 holding one table, `t`.
+    fn store_at_version_one() -> Result<Connection> {
+        let conn = memory();
+        conn.execute_batch(
+            "CREATE TABLE t (a INTEGER); PRAGMA user_version = 1;
+             PRAGMA application_id = 1397771844;",
+        )?;
+        Ok(conn)
+    }
+
     #[test]
     fn fresh_schema_has_the_current_version_and_application_id() -> Result<()> {
         let mut conn = memory();
@@ -236,11 +246,7 @@ mod tests {
 
     #[test]
     fn migration_runs_every_missing_step_and_sets_the_version() -> Result<()> {
-        let mut conn = memory();
-        conn.execute_batch(
-            "CREATE TABLE t (a INTEGER); PRAGMA user_version = 1;
-             PRAGMA application_id = 1397771844;",
-        )?;
+        let mut conn = store_at_version_one()?;
         let steps = ["ALTER TABLE t ADD COLUMN b INTEGER", "CREATE TABLE u (c TEXT)"];
         upgrade(&mut conn, &steps)?;
         assert_eq!(user_version(&conn)?, 3);
@@ -251,11 +257,7 @@ mod tests {
 
     #[test]
     fn a_failing_step_rolls_back_every_step() -> Result<()> {
-        let mut conn = memory();
-        conn.execute_batch(
-            "CREATE TABLE t (a INTEGER); PRAGMA user_version = 1;
-             PRAGMA application_id = 1397771844;",
-        )?;
+        let mut conn = store_at_version_one()?;
         let steps = ["CREATE TABLE u (c TEXT)", "THIS IS NOT SQL"];
         assert!(upgrade(&mut conn, &steps).is_err());
         assert_eq!(user_version(&conn)?, 1);

@@ -18,6 +18,8 @@ pub struct Limits {
     /// Most events a live subscriber may have waiting before the actor drops it back to paging.
     /// Default 1024.
     pub subscriber_buffer_max: usize,
+    /// Most subscriptions open at once on one store. Default 10,000.
+    pub subscriptions_max: usize,
     /// Shortest lease, in milliseconds. Default 1.
     pub lease_ms_min: i64,
     /// Longest lease, in milliseconds. Default 24 hours.
@@ -39,6 +41,7 @@ impl Default for Limits {
             payload_bytes_max: 1024 * 1024,
             page_size_max: 1000,
             subscriber_buffer_max: 1024,
+            subscriptions_max: 10_000,
             lease_ms_min: 1,
             lease_ms_max: 24 * 60 * 60 * 1000,
             max_attempts_max: 1000,
@@ -88,6 +91,7 @@ impl Limits {
             ("payload_bytes_max", self.payload_bytes_max),
             ("page_size_max", self.page_size_max),
             ("subscriber_buffer_max", self.subscriber_buffer_max),
+            ("subscriptions_max", self.subscriptions_max),
             ("graph_nodes_max", self.graph_nodes_max),
             ("graph_edges_max", self.graph_edges_max),
         ];

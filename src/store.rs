@@ -138,6 +138,10 @@ impl Store {
     /// Runs a closure as one unit of work: everything it does commits or rolls back together,
     /// as its [`TxOutcome`] says, and either way its value is returned (after the commit).
     ///
+    /// The closure runs on the store's thread, so it is `Send + 'static`: move what it needs
+    /// into it. It must not call back into the store through a handle (that call is refused
+    /// with `InvalidInput`); compose with [`Tx::exec`] instead.
+    ///
     /// ```
     /// # fn main() -> spindle::Result<()> {
     /// use spindle::{Store, Stream, TxOutcome};
@@ -226,6 +230,10 @@ impl Store {
             ));
         }
         self.shared.check_open()?;
+        let open = self.shared.state.subscriptions.load(Ordering::SeqCst);
+        if open >= limits.subscriptions_max {
+            return Err(Error::too_large("open subscriptions", limits.subscriptions_max, open + 1));
+        }
         let page_size = limits.page_size_max;
         Ok(Subscription::new(&self.shared, self.scope.clone(), filter, after, buffer, page_size))
     }
@@ -284,9 +292,14 @@ impl Shared {
         self.mailbox.send(message).map_err(|_| Error::Closed)
     }
 
+    /// `Closed` after close; `InvalidInput` on the store's own thread, where waiting for the
+    /// actor would mean waiting for itself (an op or transaction calling back into the store).
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
+        }
+        if self.state.on_actor_thread() {
+            return Err(reentrant());
         }
         Ok(())
     }
@@ -312,6 +325,12 @@ impl Shared {
             return Ok(());
         };
         self.closed.store(true, Ordering::Release);
+        if self.state.on_actor_thread() {
+            // The last handle was dropped inside an op: the actor cannot wait for itself. It
+            // stops by itself once this handle's mailbox sender is gone and the queue is empty.
+            drop(handle);
+            return Err(reentrant());
+        }
         let (reply, answer) = bounded(1);
         let result = match self.mailbox.send(Msg::Close(reply)) {
             Ok(()) => wait_reply(&answer, &self.state),
@@ -328,6 +347,12 @@ impl Drop for Shared {
     fn drop(&mut self) {
         let _ = self.close();
     }
+}
+
+fn reentrant() -> Error {
+    Error::InvalidInput(
+        "a store call from inside an operation would wait for itself; compose with tx.exec".into(),
+    )
 }
 
 /// Waits for a reply, checking now and then that the actor is still alive: a job that reached

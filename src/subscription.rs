@@ -37,6 +37,8 @@ pub struct Subscription {
     page_size: usize,
     pending: VecDeque<Event>,
     live: Option<Receiver<Event>>,
+    /// The actor holds a weak reference to this, to prune a dropped subscription.
+    token: Arc<()>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -58,6 +60,8 @@ enum Wait {
 }
 
 impl Subscription {
+    /// A subscription counted against `Limits::subscriptions_max`; the caller has checked the
+    /// count.
     pub(crate) fn new(
         shared: &Arc<Shared>,
         scope: Scope,
@@ -66,6 +70,7 @@ impl Subscription {
         buffer: usize,
         page_size: usize,
     ) -> Self {
+        shared.state().subscriptions.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Self {
             shared: Arc::downgrade(shared),
             state: Arc::clone(shared.state()),
@@ -76,6 +81,7 @@ impl Subscription {
             page_size,
             pending: VecDeque::new(),
             live: None,
+            token: Arc::new(()),
         }
     }
 
@@ -165,10 +171,17 @@ impl Subscription {
             after: self.cursor,
             sender,
             capacity: self.buffer,
+            alive: Arc::downgrade(&self.token),
         };
         shared.send(Msg::GoLive(request))?;
         self.live = Some(receiver);
         Ok(())
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.state.subscriptions.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{assert_dense, read_stream, temp_store};
 use serde_json::{Value, json};
-use spindle::{Event, Store, Stream};
+use spindle::{Event, Store, Stream, Subscription};
 
 const WRITERS: u64 = 16;
 const PER_WRITER: u64 = 250;
@@ -29,25 +29,37 @@ fn key(event: &Event) -> (u64, u64) {
     (field("w"), field("i"))
 }
 
+/// How a test subscriber reads.
+#[derive(Clone)]
+enum Pace {
+    /// As fast as it can.
+    Eager,
+    /// A pause after every event while the writers run: it keeps falling behind its buffer.
+    Slow,
+    /// A few events, then nothing until every writer is done: it is certainly dropped and must
+    /// catch up from its cursor.
+    Stalled(Arc<AtomicBool>),
+}
+
 fn follow(
-    store: &Store,
-    s: &Stream,
-    buffer: usize,
-    stall: Option<Arc<AtomicBool>>,
+    mut sub: Subscription,
+    expected: usize,
+    pace: Pace,
+    writers_done: Arc<AtomicBool>,
 ) -> thread::JoinHandle<Vec<Event>> {
-    let mut sub = store.subscribe_with_buffer(s, 0, buffer).expect("subscribe");
-    let expected = (WRITERS * PER_WRITER / STREAMS) as usize;
     thread::spawn(move || {
         let mut seen = Vec::with_capacity(expected);
         while seen.len() < expected {
-            if let Some(flag) = &stall {
-                // Read a few, then stop reading until every writer is done: the actor must
-                // drop this subscriber, which then has to catch up from its cursor.
-                if seen.len() == 3 {
-                    while !flag.load(Ordering::SeqCst) {
+            match &pace {
+                Pace::Stalled(done) if seen.len() == 3 => {
+                    while !done.load(Ordering::SeqCst) {
                         thread::yield_now();
                     }
                 }
+                Pace::Slow if !writers_done.load(Ordering::SeqCst) => {
+                    thread::sleep(Duration::from_micros(300));
+                }
+                _ => {}
             }
             let event = sub.recv_timeout(Duration::from_secs(60)).expect("recv").expect("event");
             seen.push(event);
@@ -61,14 +73,21 @@ fn follow(
 fn sixteen_writers_four_streams_every_subscriber_sees_each_event_once_in_order() {
     let t = temp_store();
     let writers_done = Arc::new(AtomicBool::new(false));
+    let per_stream = (WRITERS * PER_WRITER / STREAMS) as usize;
     let followers: Vec<_> = (0..STREAMS)
         .map(|n| {
-            let stall = (n == 0).then(|| Arc::clone(&writers_done));
-            let buffer = if n == 0 { 4 } else { 1024 };
-            follow(&t.store, &stream(n), buffer, stall)
+            let (buffer, pace) = match n {
+                0 => (4, Pace::Slow),
+                1 => (4, Pace::Stalled(Arc::clone(&writers_done))),
+                _ => (1024, Pace::Eager),
+            };
+            let sub = t.store.subscribe_with_buffer(stream(n), 0, buffer).expect("subscribe");
+            follow(sub, per_stream, pace, Arc::clone(&writers_done))
         })
         .collect();
-    let mut all_follower = t.store.subscribe_all(0).expect("subscribe_all");
+    let total = (WRITERS * PER_WRITER) as usize;
+    let all_sub = t.store.subscribe_all_with_buffer(0, 16).expect("subscribe_all");
+    let all_follower = follow(all_sub, total, Pace::Eager, Arc::clone(&writers_done));
 
     let barrier = Arc::new(Barrier::new(WRITERS as usize));
     let writers: Vec<_> = (0..WRITERS)
@@ -101,12 +120,10 @@ fn sixteen_writers_four_streams_every_subscriber_sees_each_event_once_in_order()
     }
     assert_eq!(everything.len() as u64, WRITERS * PER_WRITER, "every append is stored");
 
-    let mut positions = Vec::new();
-    while let Some(event) = all_follower.try_recv().expect("try_recv") {
-        positions.push(event.position);
-    }
-    assert_eq!(positions.len() as u64, WRITERS * PER_WRITER);
-    assert!(positions.windows(2).all(|w| w[0] < w[1]), "log order");
+    let positions: Vec<u64> =
+        all_follower.join().expect("all follower").iter().map(|e| e.position).collect();
+    assert_eq!(positions.len(), total);
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "log order, no repeats");
 }
 
 #[test]
@@ -159,5 +176,28 @@ fn subscriptions_see_only_their_tenant() -> spindle::Result<()> {
     assert_eq!(acme_all.recv()?.seq, 2);
     assert!(acme_all.try_recv()?.is_none());
     assert!(acme_stream.try_recv()?.is_none());
+    Ok(())
+}
+
+#[test]
+fn a_live_subscriber_sees_events_another_connection_wrote_without_a_gap() -> spindle::Result<()> {
+    let t = temp_store();
+    let other = Store::open(&t.path)?; // another connection to the file, as another process has
+    let s = Stream::custom("shared");
+    let mut follower = t.store.subscribe(&s, 0)?;
+    assert!(follower.try_recv()?.is_none(), "caught up and live");
+
+    common::append_n(&other, &s, 3);
+    // Nothing is written through this store: the actor must notice the foreign commits itself.
+    for expected in 1..=3 {
+        let event = follower.recv_timeout(Duration::from_secs(10))?.expect("foreign event");
+        assert_eq!(event.seq, expected);
+    }
+    common::append_n(&other, &s, 2);
+    t.store.events().append(&s, "local", json!(null))?;
+    let seqs: Vec<u64> =
+        (0..3).map(|_| follower.recv().map(|e| e.seq)).collect::<Result<_, _>>()?;
+    assert_eq!(seqs, [4, 5, 6], "the local event does not jump over the foreign ones");
+    other.close()?;
     Ok(())
 }

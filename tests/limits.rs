@@ -106,3 +106,16 @@ fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<(
     }
     Ok(())
 }
+
+#[test]
+fn open_subscriptions_are_capped_and_freed_on_drop() -> spindle::Result<()> {
+    let limits = Limits { subscriptions_max: 2, ..Limits::default() };
+    let store = Store::open_in_memory_with(Options { limits, ..Options::default() })?;
+    let s = Stream::custom("s");
+    let first = store.subscribe(&s, 0)?;
+    let _second = store.subscribe_all(0)?;
+    assert!(is_too_large(&store.subscribe(&s, 0).map(|_| ()), 2, 3));
+    drop(first);
+    assert!(store.subscribe(&s, 0).is_ok());
+    Ok(())
+}

@@ -138,3 +138,39 @@ fn a_panic_among_concurrent_transactions_costs_only_itself() -> spindle::Result<
     assert!(kept.iter().all(|event| event.payload != json!(7)));
     Ok(())
 }
+
+#[test]
+fn a_commit_through_raw_sql_keeps_nothing_and_the_store_carries_on() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let stream = Stream::custom("t");
+    let mut follower = store.subscribe(&stream, 0)?;
+    assert!(follower.try_recv()?.is_none());
+    let s = stream.clone();
+    let result = store.transaction(move |tx| {
+        tx.append_event(&s, "sneaky", json!(1))?;
+        tx.sql().execute_batch("COMMIT")?;
+        Ok(TxOutcome::Commit(()))
+    });
+    assert!(result.is_err());
+    assert_eq!(store.events().head(&stream)?, 0, "the early commit was turned into a rollback");
+    store.events().append(&stream, "after", json!(2))?;
+    let event = follower.recv()?;
+    assert_eq!((event.seq, event.event_type.as_str()), (1, "after"));
+    Ok(())
+}
+
+#[test]
+fn a_call_back_into_the_store_from_inside_an_op_is_refused_not_hung() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let inner = store.clone();
+    let inner_result = store.transaction(move |_tx| {
+        let head = inner.events().head(Stream::custom("x"));
+        let subscribe = inner.subscribe(Stream::custom("x"), 0).map(|_| ());
+        let close = inner.close();
+        Ok(TxOutcome::Commit((head, subscribe, close)))
+    })?;
+    assert!(matches!(inner_result.0, Err(Error::InvalidInput(_))));
+    assert!(matches!(inner_result.1, Err(Error::InvalidInput(_))));
+    assert!(matches!(inner_result.2, Err(Error::InvalidInput(_))));
+    Ok(())
+}

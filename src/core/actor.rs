@@ -17,9 +17,10 @@
 //! The actor also schedules WAL checkpoints (auto-checkpoint is off): a passive one when the
 //! mailbox is idle or the WAL passes a quarter of its limit, a truncating one past the limit.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounded};
@@ -41,7 +42,8 @@ use crate::options::Options;
 /// waiting (a free core); waking a parked thread costs about 50 µs here.
 const ACTOR_SPIN: Duration = Duration::from_micros(50);
 
-/// How long the mailbox must stay empty before an idle passive checkpoint.
+/// How long the mailbox must stay empty before an idle passive checkpoint (and, while
+/// subscribers are live, how often another process's writes are looked for).
 const IDLE_CHECKPOINT_AFTER: Duration = Duration::from_millis(100);
 
 /// What the actor and the handles share about the actor's life.
@@ -51,6 +53,18 @@ pub(crate) struct ActorState {
     pub(crate) waiting: AtomicUsize,
     /// Set when the actor thread has stopped: nobody will answer any more.
     pub(crate) exited: AtomicBool,
+    /// Open subscriptions, held under `Limits::subscriptions_max`.
+    pub(crate) subscriptions: AtomicUsize,
+    /// The actor's thread: a call made from it (an op calling back into the store) would wait
+    /// for itself forever, so it is refused.
+    thread: OnceLock<ThreadId>,
+}
+
+impl ActorState {
+    /// Whether the current thread is the actor's.
+    pub(crate) fn on_actor_thread(&self) -> bool {
+        self.thread.get() == Some(&std::thread::current().id())
+    }
 }
 
 /// A running actor: its mailbox and its thread.
@@ -69,6 +83,7 @@ pub(crate) fn spawn(
     let (mailbox, inbox) = bounded(options.mailbox_capacity);
     let (opened_tx, opened_rx) = bounded::<Result<()>>(1);
     let thread = std::thread::Builder::new().name("spindle-store".into()).spawn(move || {
+        let _ = state.thread.set(std::thread::current().id());
         let exited = ExitFlag(Arc::clone(&state));
         match schema::open(&location, &options) {
             Ok(conn) => match Actor::new(conn, inbox, &location, options, state) {
@@ -120,6 +135,10 @@ struct Actor {
     poisoned: Option<String>,
     state: Arc<ActorState>,
     wal: WalSchedule,
+    /// True while a job runs: the commit hook then turns every commit into a rollback, so a
+    /// job can never commit behind the actor's back (a `COMMIT` through `Tx::sql`, or a
+    /// statement running in autocommit after SQLite rolled the transaction back under it).
+    in_job: Arc<AtomicBool>,
 }
 
 /// The jobs of the open transaction, waiting for its `COMMIT`.
@@ -139,6 +158,9 @@ impl Actor {
         state: Arc<ActorState>,
     ) -> Result<Self> {
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
+        let in_job = Arc::new(AtomicBool::new(false));
+        let veto = Arc::clone(&in_job);
+        conn.commit_hook(Some(move || veto.load(Ordering::Relaxed)))?;
         Ok(Self {
             conn,
             inbox,
@@ -151,6 +173,7 @@ impl Actor {
             poisoned: None,
             state,
             wal,
+            in_job,
         })
     }
 
@@ -195,14 +218,23 @@ impl Actor {
         {
             return Some(message);
         }
-        if self.wal.dirty {
+        while self.wal.dirty || self.publisher.has_live() {
             match self.inbox.recv_timeout(IDLE_CHECKPOINT_AFTER) {
                 Ok(message) => return Some(message),
                 Err(RecvTimeoutError::Disconnected) => return None,
-                Err(RecvTimeoutError::Timeout) => self.checkpoint(CheckpointMode::PASSIVE),
+                Err(RecvTimeoutError::Timeout) => self.idle_turn(),
             }
         }
         self.inbox.recv().ok()
+    }
+
+    /// What an idle moment is used for: a checkpoint, and noticing another process's writes
+    /// (live subscribers cannot have seen them, so they go back to paging).
+    fn idle_turn(&mut self) {
+        if self.wal.dirty {
+            self.checkpoint(CheckpointMode::PASSIVE);
+        }
+        self.publisher.notice_foreign_writes(&self.conn);
     }
 
     /// Takes up to `batch_max` jobs; a message of another kind ends the batch and is returned.
@@ -220,16 +252,20 @@ impl Actor {
 
     fn run_batch(&mut self, jobs: Vec<Job>) {
         let now_ms = self.stamp.next_ms();
-        let jobs: Vec<Job> = jobs.into_iter().filter_map(|job| self.admit(job)).collect();
+        let mut jobs: VecDeque<Job> = jobs.into_iter().filter_map(|job| self.admit(job)).collect();
         let writes = jobs.iter().any(|job| job.access != Access::Read);
         let mut batch = Batch::default();
-        for job in jobs {
+        while let Some(job) = jobs.pop_front() {
             if !batch.open {
                 if let Err(error) = self.begin(writes) {
-                    job.refuse(error);
-                    continue;
+                    // Another connection holds the lock: the rest would only wait again.
+                    for job in std::iter::once(job).chain(jobs.drain(..)) {
+                        job.refuse(error.replicate());
+                    }
+                    return;
                 }
                 batch.open = true;
+                self.publisher.notice_foreign_writes(&self.conn);
             }
             self.run_job(job, now_ms, &mut batch);
         }
@@ -270,7 +306,9 @@ impl Actor {
         }
         let scope = job.scope.clone();
         let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids);
+        self.in_job.store(true, Ordering::Relaxed);
         let applied = job.run(&mut tx);
+        self.in_job.store(false, Ordering::Relaxed);
         let published = tx.into_published();
         if self.conn.is_autocommit() {
             let cause = applied.failure.as_ref().map_or_else(
@@ -417,7 +455,8 @@ struct WalSchedule {
     pages: Arc<AtomicU64>,
     soft_pages: u64,
     hard_pages: u64,
-    next_passive_pages: u64,
+    /// After a checkpoint that could not finish, the next waits until the WAL reaches this.
+    retry_pages: u64,
     dirty: bool,
 }
 
@@ -436,28 +475,29 @@ impl WalSchedule {
             }))?;
         }
         let soft_pages = (hard_pages / 4).clamp(1, SOFT_CHECKPOINT_PAGES);
-        let next_passive_pages = soft_pages;
-        Ok(Self { enabled, pages, soft_pages, hard_pages, next_passive_pages, dirty: false })
+        Ok(Self { enabled, pages, soft_pages, hard_pages, retry_pages: 0, dirty: false })
     }
 
     /// The checkpoint the WAL's size calls for now, if any.
     fn due(&self) -> Option<CheckpointMode> {
         let pages = self.pages.load(Ordering::Relaxed);
         match () {
-            _ if !self.enabled => None,
+            _ if !self.enabled || pages < self.retry_pages => None,
             _ if pages >= self.hard_pages => Some(CheckpointMode::TRUNCATE),
-            _ if pages >= self.next_passive_pages => Some(CheckpointMode::PASSIVE),
+            _ if pages >= self.soft_pages => Some(CheckpointMode::PASSIVE),
             _ => None,
         }
     }
 
     fn checkpointed(&mut self, complete: bool) {
+        let pages = self.pages.load(Ordering::Relaxed);
         if complete {
+            // SQLite starts the WAL over at the next commit, whose hook reports the new size.
+            self.pages.store(0, Ordering::Relaxed);
+            self.retry_pages = 0;
             self.dirty = false;
-            self.next_passive_pages = self.soft_pages;
         } else {
-            let pages = self.pages.load(Ordering::Relaxed);
-            self.next_passive_pages = pages + (self.soft_pages / 4).max(1);
+            self.retry_pages = pages + (self.soft_pages / 4).max(1);
         }
     }
 }
@@ -508,30 +548,122 @@ mod tests {
         actor.conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).expect("count")
     }
 
-    fn live_subscriber(actor: &mut Actor) -> Receiver<crate::log::Event> {
-        let (sender, receiver) = bounded(1024);
+    /// A live subscriber to every event, and the token that keeps it alive.
+    fn live_subscriber(actor: &mut Actor) -> (Receiver<crate::log::Event>, Arc<()>) {
+        let (receiver, token) = go_live(actor, 0, 1024);
+        assert!(actor.publisher.has_live());
+        (receiver, token)
+    }
+
+    fn go_live(
+        actor: &mut Actor,
+        after: u64,
+        capacity: usize,
+    ) -> (Receiver<crate::log::Event>, Arc<()>) {
+        let (sender, receiver) = bounded(capacity);
+        let token = Arc::new(());
         let request = LiveRequest {
             tenant: Arc::from("default"),
             filter: crate::core::publish::Filter::All,
-            after: 0,
+            after,
             sender,
-            capacity: 1024,
+            capacity,
+            alive: Arc::downgrade(&token),
         };
         actor.publisher.go_live(&actor.conn, request).expect("go live");
-        assert_eq!(actor.publisher.len(), 1);
-        receiver
+        (receiver, token)
+    }
+
+    fn commit_appends(actor: &mut Actor, n: i64) {
+        let (jobs, answers): (Vec<_>, Vec<_>) = (0..n).map(append).unzip();
+        actor.run_batch(jobs);
+        for answer in answers {
+            answer.recv().expect("reply").expect("appended");
+        }
+    }
+
+    #[test]
+    fn going_live_sends_the_backlog_past_the_cursor_then_live_events() {
+        let mut actor = actor();
+        commit_appends(&mut actor, 5);
+        let (feed, _token) = go_live(&mut actor, 2, 8);
+        let backlog: Vec<u64> = feed.try_iter().map(|e| e.position).collect();
+        assert_eq!(backlog, [3, 4, 5]);
+        commit_appends(&mut actor, 2);
+        let live: Vec<u64> = feed.try_iter().map(|e| e.position).collect();
+        assert_eq!(live, [6, 7]);
+    }
+
+    #[test]
+    fn a_backlog_larger_than_the_buffer_is_declined_back_to_paging() {
+        let mut actor = actor();
+        commit_appends(&mut actor, 5);
+        let (feed, _token) = go_live(&mut actor, 0, 4);
+        assert!(!actor.publisher.has_live());
+        assert_eq!(feed.try_iter().count(), 0);
+        assert!(feed.recv().is_err(), "the feed is closed: the subscriber pages instead");
+    }
+
+    #[test]
+    fn a_full_buffer_drops_the_subscriber_after_what_it_holds() {
+        let mut actor = actor();
+        let (feed, _token) = go_live(&mut actor, 0, 2);
+        commit_appends(&mut actor, 3);
+        assert!(!actor.publisher.has_live());
+        let held: Vec<u64> = feed.try_iter().map(|e| e.position).collect();
+        assert_eq!(held, [1, 2]);
+        assert!(feed.recv().is_err());
+    }
+
+    #[test]
+    fn a_dropped_subscription_is_pruned_even_when_its_stream_is_quiet() {
+        let mut actor = actor();
+        let (_feed, token) = go_live(&mut actor, 0, 8);
+        drop(token);
+        let (reply, answer) = bounded(1);
+        actor.run_batch(vec![Job::op(
+            crate::log::Head { stream: Stream::custom("q") },
+            scope(),
+            reply,
+        )]);
+        answer.recv().expect("reply").expect("head");
+        assert!(!actor.publisher.has_live());
+    }
+
+    #[test]
+    fn a_commit_through_raw_sql_is_vetoed_and_fails_the_batch() {
+        let mut actor = actor();
+        let (feed, _token) = live_subscriber(&mut actor);
+        let (first, first_answer) = append(1);
+        let (sneaky, sneaky_answer) = transaction(|tx| {
+            tx.append_event(Stream::custom("batch"), "sneaky", json!(null))?;
+            tx.sql().execute_batch("COMMIT")?;
+            Ok(TxOutcome::Commit(()))
+        });
+        let (last, last_answer) = append(2);
+        actor.run_batch(vec![first, sneaky, last]);
+        assert!(sneaky_answer.recv().expect("reply").is_err());
+        assert!(
+            first_answer.recv().expect("reply").is_err(),
+            "its work was rolled back with the batch"
+        );
+        let last = last_answer.recv().expect("reply").expect("the next transaction commits");
+        assert_eq!(last.seq, 1, "nothing before it was kept");
+        assert_eq!(events_in(&actor), 1);
+        let published: Vec<u64> = feed.try_iter().map(|e| e.seq).collect();
+        assert_eq!(published, [1]);
     }
 
     #[test]
     fn a_panicking_job_in_a_batch_of_20_leaves_the_other_19_committed() {
         let mut actor = actor();
         let (panicker, panic_answer) = transaction(|tx| {
-            tx.append_event(&Stream::custom("batch"), "doomed", json!(null))?;
+            tx.append_event(Stream::custom("batch"), "doomed", json!(null))?;
             panic!("job 9 panics");
         });
         let (mut jobs, answers): (Vec<_>, Vec<_>) = (0..19).map(append).unzip();
         jobs.insert(9, panicker);
-        let feed = live_subscriber(&mut actor);
+        let (feed, _token) = live_subscriber(&mut actor);
         actor.run_batch(jobs);
         let seqs: Vec<u64> =
             answers.iter().map(|a| a.recv().expect("reply").expect("ok").seq).collect();
@@ -548,7 +680,7 @@ mod tests {
             actor.conn.query_row("PRAGMA page_count", [], |r| r.get(0)).expect("pages");
         actor.conn.pragma_update(None, "max_page_count", pages).expect("cap");
         let (jobs, answers): (Vec<_>, Vec<_>) = (0..10).map(append).unzip();
-        let feed = live_subscriber(&mut actor);
+        let (feed, _token) = live_subscriber(&mut actor);
         actor.run_batch(jobs);
         for answer in answers {
             let reply = answer.recv().expect("reply");
@@ -576,7 +708,7 @@ mod tests {
                                      DEFERRABLE INITIALLY DEFERRED);",
             )
             .expect("tables");
-        let feed = live_subscriber(&mut actor);
+        let (feed, _token) = live_subscriber(&mut actor);
         let (first, first_answer) = append(1);
         let (orphan, orphan_answer) = transaction(|tx| {
             tx.sql().execute("INSERT INTO child (p) VALUES (7)", [])?;
@@ -606,21 +738,21 @@ mod tests {
             pages: Arc::new(AtomicU64::new(pages)),
             soft_pages: 100,
             hard_pages: 400,
-            next_passive_pages: 100,
+            retry_pages: 0,
             dirty: true,
         };
         assert!(schedule(99).due().is_none());
         assert!(matches!(schedule(100).due(), Some(CheckpointMode::PASSIVE)));
         assert!(matches!(schedule(400).due(), Some(CheckpointMode::TRUNCATE)));
 
-        let mut blocked = schedule(150);
+        let mut blocked = schedule(450);
         blocked.checkpointed(false);
         assert!(blocked.due().is_none(), "an unfinished checkpoint waits for more growth");
-        blocked.pages.store(175, Ordering::Relaxed);
-        assert!(matches!(blocked.due(), Some(CheckpointMode::PASSIVE)));
+        blocked.pages.store(475, Ordering::Relaxed);
+        assert!(matches!(blocked.due(), Some(CheckpointMode::TRUNCATE)));
         blocked.checkpointed(true);
         assert!(!blocked.dirty);
-        assert_eq!(blocked.next_passive_pages, 100);
+        assert!(blocked.due().is_none(), "a finished checkpoint starts the count over");
     }
 
     #[test]

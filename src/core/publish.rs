@@ -6,7 +6,7 @@
 //! after the events already in it, and it goes back to paging from its cursor (see
 //! `subscription.rs`), so it still sees every event exactly once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crossbeam_channel::{Sender, TrySendError};
 use rusqlite::Connection;
@@ -56,28 +56,59 @@ pub(crate) struct LiveRequest {
     /// Bounded to the subscriber's buffer size.
     pub(crate) sender: Sender<Event>,
     pub(crate) capacity: usize,
+    /// Gone when the subscription is dropped, so a subscriber of a quiet stream is pruned too.
+    pub(crate) alive: Weak<()>,
 }
 
 /// The live subscribers, owned by the actor.
 #[derive(Debug, Default)]
 pub(crate) struct Publisher {
     live: Vec<LiveRequest>,
+    /// `PRAGMA data_version` when last looked at: it changes when another connection (another
+    /// process) commits, whose events the live subscribers have not been sent.
+    data_version: Option<i64>,
 }
 
 impl Publisher {
     /// Sends every committed event to every subscriber that wants it, in commit order, and drops
     /// the subscribers that are full or gone.
     pub(crate) fn publish(&mut self, events: &[Published]) {
-        if events.is_empty() || self.live.is_empty() {
+        if self.live.is_empty() {
             return;
         }
-        self.live.retain(|subscriber| deliver_all(subscriber, events));
+        self.live.retain(|subscriber| {
+            subscriber.alive.strong_count() > 0 && deliver_all(subscriber, events)
+        });
+    }
+
+    /// Whether any subscriber is live.
+    pub(crate) fn has_live(&self) -> bool {
+        !self.live.is_empty()
+    }
+
+    /// Drops every live subscriber if another connection committed since the last look: they
+    /// go back to paging from their cursors and read what it wrote. Runs before this
+    /// connection's events are published, so none of them can be skipped.
+    pub(crate) fn notice_foreign_writes(&mut self, conn: &Connection) {
+        if self.live.is_empty() {
+            return;
+        }
+        let version = read_data_version(conn);
+        if version.is_none() || version != self.data_version {
+            self.live.clear();
+            self.data_version = version;
+        }
     }
 
     /// Sends the events past the request's cursor and registers it, or drops the request (which
     /// sends it back to paging) when the backlog does not fit its buffer. Runs between commits,
     /// so no event can fall between the backlog and the live feed.
     pub(crate) fn go_live(&mut self, conn: &Connection, request: LiveRequest) -> Result<()> {
+        self.notice_foreign_writes(conn);
+        if self.live.is_empty() {
+            self.data_version = read_data_version(conn);
+        }
+        self.live.retain(|subscriber| subscriber.alive.strong_count() > 0);
         let limit = request.capacity + 1;
         let backlog =
             log::read_filtered(conn, &request.tenant, &request.filter, request.after, limit)?;
@@ -97,12 +128,12 @@ impl Publisher {
     pub(crate) fn clear(&mut self) {
         self.live.clear();
     }
+}
 
-    /// How many subscribers are live.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.live.len()
-    }
+/// The connection's `PRAGMA data_version`, or `None` if it cannot be read (which drops the
+/// subscribers: paging is always safe).
+fn read_data_version(conn: &Connection) -> Option<i64> {
+    conn.query_row("PRAGMA data_version", [], |row| row.get(0)).ok()
 }
 
 /// Sends the events `subscriber` wants; false when it must be dropped.

@@ -64,7 +64,8 @@ fn open_connection(location: &Location, read_only: bool) -> Result<Connection> {
     } else {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
     };
-    let flags = mode | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    // No URI flag: a path is a path, whatever it looks like.
+    let flags = mode | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = match location {
         Location::File(path) => Connection::open_with_flags(path, flags)?,
         Location::Memory => Connection::open_in_memory_with_flags(flags)?,
@@ -276,6 +277,17 @@ mod tests {
         assert!(matches!(upgrade(&mut conn, MIGRATIONS), Err(Error::InvalidInput(_))));
         assert_eq!(user_version(&conn)?, 0);
         Ok(())
+    }
+
+    #[test]
+    fn a_pragma_that_does_not_take_fails_the_open() {
+        // An in-memory database cannot be switched to WAL: the read-back catches it.
+        let conn = memory();
+        let refused = set_pragma(&conn, "journal_mode", "wal");
+        assert!(
+            matches!(refused, Err(Error::InvalidInput(message)) if message.contains("journal_mode"))
+        );
+        assert!(set_pragma(&conn, "foreign_keys", "1").is_ok());
     }
 
     #[test]

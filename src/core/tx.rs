@@ -5,6 +5,7 @@
 //! event log, and the raw connection for the caller's own tables. Events appended through it are
 //! collected here and published by the actor only after `COMMIT` succeeds.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 
 use rusqlite::Connection;
@@ -87,10 +88,13 @@ impl<'a> Tx<'a> {
         let mark = self.published.len();
         self.conn.prepare_cached("SAVEPOINT nested")?.execute([])?;
         match op.apply(self) {
-            Ok(output) => {
-                self.conn.prepare_cached("RELEASE nested")?.execute([])?;
-                Ok(output)
-            }
+            Ok(output) => match self.conn.prepare_cached("RELEASE nested")?.execute([]) {
+                Ok(_) => Ok(output),
+                Err(error) => {
+                    self.published.truncate(mark);
+                    Err(error.into())
+                }
+            },
             Err(error) => {
                 self.published.truncate(mark);
                 // If SQLite already rolled the whole transaction back (disk full, I/O error), the
@@ -108,11 +112,11 @@ impl<'a> Tx<'a> {
     /// `InvalidInput` or `TooLarge` for a bad stream id, event type or payload.
     pub fn append_event(
         &mut self,
-        stream: &Stream,
+        stream: impl Borrow<Stream>,
         event_type: &str,
         payload: Value,
     ) -> Result<Appended> {
-        log::append(self, stream, event_type, payload, None)
+        log::append(self, stream.borrow(), event_type, payload, None)
     }
 
     /// Appends an event unless one with the same `idem_key` exists on the stream: the same type
@@ -123,18 +127,19 @@ impl<'a> Tx<'a> {
     /// `Conflict` for a reused key with different content; `InvalidInput`/`TooLarge` for bad input.
     pub fn append_event_idempotent(
         &mut self,
-        stream: &Stream,
+        stream: impl Borrow<Stream>,
         event_type: &str,
         payload: Value,
         idem_key: &str,
     ) -> Result<Appended> {
-        log::append(self, stream, event_type, payload, Some(idem_key))
+        log::append(self, stream.borrow(), event_type, payload, Some(idem_key))
     }
 
     /// The connection, for the caller's own tables. Statements run inside this transaction.
     ///
     /// Do not begin, commit or roll back through it: the batch's transaction belongs to the
-    /// actor. If a statement ends it anyway, every operation of the batch gets an error.
+    /// actor. A `COMMIT` here is turned into a rollback by a commit hook, and then every
+    /// operation of the batch gets an error and nothing of the batch is kept.
     pub fn sql(&self) -> &Connection {
         self.conn
     }

@@ -118,3 +118,35 @@ fn the_actor_keeps_the_wal_under_its_limit() -> spindle::Result<()> {
     assert_eq!(t.store.events().head(&s)?, 3_000);
     Ok(())
 }
+
+#[test]
+fn default_options_are_the_safe_ones_and_the_pragmas_took() -> spindle::Result<()> {
+    let defaults = Options::default();
+    assert_eq!(defaults.durability, Durability::Full);
+    assert_eq!((defaults.batch_max, defaults.mailbox_capacity), (64, 1024));
+    assert_eq!(defaults.busy_timeout, Duration::from_secs(5));
+    assert!(!defaults.read_only);
+
+    let pragmas = |store: &Store| {
+        store.transaction(|tx| {
+            let read = |name: &str| -> spindle::Result<String> {
+                let sql = format!("PRAGMA {name}");
+                let value: rusqlite::types::Value = tx.sql().query_row(&sql, [], |r| r.get(0))?;
+                Ok(format!("{value:?}"))
+            };
+            let tenants: String =
+                tx.sql()
+                    .query_row("SELECT group_concat(tenant_id) FROM tenants", [], |r| r.get(0))?;
+            let found =
+                [read("journal_mode")?, read("synchronous")?, read("foreign_keys")?, tenants];
+            Ok(TxOutcome::Rollback(found))
+        })
+    };
+    let t = temp_store();
+    let full = pragmas(&t.store)?;
+    assert_eq!(full, ["Text(\"wal\")", "Integer(2)", "Integer(1)", "default"]);
+    t.store.close()?;
+    let normal = Store::open_with(&t.path, Options { durability: Durability::Normal, ..defaults })?;
+    assert_eq!(pragmas(&normal)?[1], "Integer(1)");
+    Ok(())
+}

@@ -134,3 +134,22 @@ fn a_failed_commit_fails_the_batch_publishes_nothing_and_the_store_carries_on()
     assert_eq!((event.seq, event.event_type.as_str()), (1, "kept"));
     Ok(())
 }
+
+#[test]
+fn while_another_connection_holds_the_write_lock_reads_run_and_writes_are_busy()
+-> spindle::Result<()> {
+    let options =
+        Options { busy_timeout: std::time::Duration::from_millis(100), ..Options::default() };
+    let t = common::temp_store_with(options);
+    let s = Stream::custom("locked");
+    append_n(&t.store, &s, 2);
+    let blocker = rusqlite::Connection::open(&t.path)?;
+    blocker.execute_batch("BEGIN IMMEDIATE")?;
+    // A batch of reads begins DEFERRED and needs no write lock.
+    assert_eq!(t.store.events().head(&s)?, 2);
+    assert_eq!(t.store.events().read(&s, 0, 10)?.len(), 2);
+    assert!(matches!(t.store.events().append(&s, "x", json!(1)), Err(Error::Busy)));
+    blocker.execute_batch("ROLLBACK")?;
+    assert_eq!(t.store.events().append(&s, "x", json!(1))?.seq, 3);
+    Ok(())
+}

@@ -26,21 +26,29 @@ CREATE TABLE events (
     position      INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant_id     TEXT    NOT NULL,
     stream_kind   TEXT    NOT NULL
-                          CHECK (stream_kind IN ('execution', 'process', 'graph', 'custom')),
+                          CHECK (stream_kind IN ('execution', 'process', 'graph', 'queue', 'custom')),
     stream_id     TEXT    NOT NULL,
     seq           INTEGER NOT NULL CHECK (seq >= 1),
     event_type    TEXT    NOT NULL,
     payload       TEXT    NOT NULL,
     idem_key      TEXT,
-    payload_hash  TEXT,
     created_at_ms INTEGER NOT NULL,
-    UNIQUE (tenant_id, stream_kind, stream_id, seq),
-    CHECK ((idem_key IS NULL) = (payload_hash IS NULL))
+    UNIQUE (tenant_id, stream_kind, stream_id, seq)
 );
 
-CREATE UNIQUE INDEX events_by_idem_key
-    ON events (tenant_id, stream_kind, stream_id, idem_key)
-    WHERE idem_key IS NOT NULL;
+-- Every idempotency key ever used on a stream, with the hash of what it appended. Kept apart
+-- from events so that truncating a stream does not forget its keys (a replay after truncation
+-- still returns the first event instead of writing it again).
+CREATE TABLE event_keys (
+    tenant_id    TEXT    NOT NULL,
+    stream_kind  TEXT    NOT NULL,
+    stream_id    TEXT    NOT NULL,
+    idem_key     TEXT    NOT NULL,
+    payload_hash TEXT    NOT NULL,
+    seq          INTEGER NOT NULL,
+    position     INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, stream_kind, stream_id, idem_key)
+) WITHOUT ROWID;
 
 CREATE INDEX events_by_tenant_position ON events (tenant_id, position);
 
@@ -53,6 +61,66 @@ CREATE TABLE stream_heads (
     head_seq    INTEGER NOT NULL CHECK (head_seq >= 1),
     PRIMARY KEY (tenant_id, stream_kind, stream_id)
 ) WITHOUT ROWID;
+
+-- The work queue. An item is live while pending or claimed; fence grows by one at every
+-- claim and is never reset, so a stale holder can never match it again. attempt counts the
+-- claims consumed (a release refunds one); run_at_ms is when a pending item becomes due.
+CREATE TABLE queue_items (
+    tenant_id           TEXT    NOT NULL,
+    item_id             TEXT    NOT NULL,
+    queue               TEXT    NOT NULL,
+    payload             TEXT    NOT NULL,
+    payload_hash        TEXT,
+    priority            INTEGER NOT NULL,
+    run_at_ms           INTEGER NOT NULL,
+    attempt             INTEGER NOT NULL CHECK (attempt >= 0),
+    max_attempts        INTEGER NOT NULL CHECK (max_attempts >= 1),
+    backoff_base_ms     INTEGER NOT NULL CHECK (backoff_base_ms >= 0),
+    backoff_max_ms      INTEGER NOT NULL CHECK (backoff_max_ms >= backoff_base_ms),
+    dedupe_key          TEXT,
+    execution_id        TEXT,
+    node_id             TEXT,
+    status              TEXT    NOT NULL
+                                CHECK (status IN ('pending', 'claimed', 'completed', 'dead',
+                                                  'cancelled')),
+    fence               INTEGER NOT NULL CHECK (fence >= 0),
+    worker_id           TEXT,
+    lease_expires_at_ms INTEGER,
+    last_error          TEXT,
+    result              TEXT,
+    created_at_ms       INTEGER NOT NULL,
+    updated_at_ms       INTEGER NOT NULL,
+    finished_at_ms      INTEGER,
+    PRIMARY KEY (tenant_id, item_id),
+    CHECK ((status = 'claimed') = (lease_expires_at_ms IS NOT NULL)),
+    CHECK ((dedupe_key IS NULL) = (payload_hash IS NULL))
+) WITHOUT ROWID;
+
+-- What claim reads: due items of a queue in claim order.
+CREATE INDEX queue_items_pending
+    ON queue_items (tenant_id, queue, priority DESC, run_at_ms, item_id)
+    WHERE status = 'pending';
+
+-- A dedupe key is unique among the live items of a queue.
+CREATE UNIQUE INDEX queue_items_dedupe
+    ON queue_items (tenant_id, queue, dedupe_key)
+    WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'claimed');
+
+CREATE INDEX queue_items_leases
+    ON queue_items (tenant_id, lease_expires_at_ms)
+    WHERE status = 'claimed';
+
+CREATE INDEX queue_items_dead
+    ON queue_items (tenant_id, queue, item_id)
+    WHERE status = 'dead';
+
+CREATE INDEX queue_items_finished
+    ON queue_items (tenant_id, finished_at_ms)
+    WHERE status IN ('completed', 'cancelled');
+
+CREATE INDEX queue_items_execution
+    ON queue_items (tenant_id, execution_id)
+    WHERE execution_id IS NOT NULL;
 
 PRAGMA application_id = 1397771844; -- 'SPND'
 PRAGMA user_version = 1;

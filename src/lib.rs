@@ -61,10 +61,12 @@ mod hash;
 mod ids;
 mod limits;
 mod options;
+mod page;
 mod store;
 mod subscription;
 
 pub mod log;
+pub mod queue;
 
 pub use crate::core::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::op::{Access, Op, Role, TxOutcome};
@@ -73,5 +75,10 @@ pub use crate::error::{Error, Result};
 pub use crate::limits::Limits;
 pub use crate::log::{Appended, Event, Events, Stream, StreamKind};
 pub use crate::options::{Durability, Options};
+pub use crate::page::Page;
+pub use crate::queue::{
+    Backoff, Claimed, Enqueued, FailOutcome, ItemStatus, NewItem, Queue, QueueItem, QueueStats,
+    Reclaimed,
+};
 pub use crate::store::{DEFAULT_TENANT, Store};
 pub use crate::subscription::Subscription;

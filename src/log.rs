@@ -42,17 +42,20 @@ pub enum StreamKind {
     Process,
     /// A graph's lifecycle events.
     Graph,
+    /// A work queue's item events (enqueued, claimed, completed, ...).
+    Queue,
     /// A stream the caller names and uses as it likes.
     Custom,
 }
 
 impl StreamKind {
-    /// The kind's name as stored: `execution`, `process`, `graph` or `custom`.
+    /// The kind's name as stored: `execution`, `process`, `graph`, `queue` or `custom`.
     pub fn as_str(self) -> &'static str {
         match self {
             StreamKind::Execution => "execution",
             StreamKind::Process => "process",
             StreamKind::Graph => "graph",
+            StreamKind::Queue => "queue",
             StreamKind::Custom => "custom",
         }
     }
@@ -62,6 +65,7 @@ impl StreamKind {
             "execution" => Ok(StreamKind::Execution),
             "process" => Ok(StreamKind::Process),
             "graph" => Ok(StreamKind::Graph),
+            "queue" => Ok(StreamKind::Queue),
             "custom" => Ok(StreamKind::Custom),
             other => Err(Error::Corrupt(format!("unknown stream kind {other:?} in the event log"))),
         }
@@ -82,6 +86,11 @@ impl Stream {
     /// The stream of a graph.
     pub fn graph(id: impl AsRef<str>) -> Self {
         Self::new(StreamKind::Graph, id)
+    }
+
+    /// The stream of a work queue.
+    pub fn queue(name: impl AsRef<str>) -> Self {
+        Self::new(StreamKind::Queue, name)
     }
 
     /// A stream of the caller's own.
@@ -370,6 +379,7 @@ pub(crate) fn append(
     };
     let row = NewRow { stream, event_type, encoded: &encoded, idem_key, hash: hash.as_deref() };
     let (seq, position) = insert(tx.sql(), tx.tenant(), tx.now_ms(), &row)?;
+    insert_key(tx.sql(), tx.tenant(), &row, seq, position)?;
     let event = Event {
         position,
         stream: stream.clone(),
@@ -464,7 +474,7 @@ fn select_by_key(
     key: &str,
 ) -> Result<Option<Existing>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, position, payload_hash FROM events
+        "SELECT seq, position, payload_hash FROM event_keys
          WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND idem_key = ?4",
     )?;
     let found = stmt
@@ -477,6 +487,34 @@ fn select_by_key(
         })
         .optional()?;
     Ok(found)
+}
+
+/// Remembers which event an idempotency key appended.
+fn insert_key(
+    conn: &Connection,
+    tenant: &str,
+    row: &NewRow<'_>,
+    seq: u64,
+    position: u64,
+) -> Result<()> {
+    let (Some(key), Some(hash)) = (row.idem_key, row.hash) else {
+        return Ok(());
+    };
+    conn.prepare_cached(
+        "INSERT INTO event_keys (tenant_id, stream_kind, stream_id, idem_key, payload_hash, seq,
+                                 position)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        tenant,
+        row.stream.kind.as_str(),
+        row.stream.id,
+        key,
+        hash,
+        to_sql_int(seq),
+        to_sql_int(position)
+    ])?;
+    Ok(())
 }
 
 /// Takes the stream's next sequence and inserts the row; returns `(seq, position)`.
@@ -493,8 +531,8 @@ fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Res
         .query_row(params![tenant, kind, row.stream.id], |r| r.get(0))?;
     conn.prepare_cached(
         "INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
-                             idem_key, payload_hash, created_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                             idem_key, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(params![
         tenant,
@@ -504,7 +542,6 @@ fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Res
         row.event_type,
         row.encoded,
         row.idem_key,
-        row.hash,
         now_ms
     ])?;
     // The position is the rowid. (`RETURNING` would say so in SQL, but SQLite builds a

@@ -15,7 +15,8 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
-use crate::core::actor::{self, ActorState, spin_recv};
+use crate::core::actor::{self, ActorState, Bell, spin_recv};
+use crate::core::clock::Clock;
 use crate::core::msg::{Job, Msg};
 use crate::core::op::{Op, Role, TxOutcome};
 use crate::core::publish::Filter;
@@ -25,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::limits::Limits;
 use crate::log::{Events, Stream};
 use crate::options::Options;
+use crate::queue::Queue;
 use crate::subscription::Subscription;
 
 /// How long a lone caller spins for its reply before parking.
@@ -72,6 +74,7 @@ pub(crate) struct Shared {
     state: Arc<ActorState>,
     thread: Mutex<Option<JoinHandle<()>>>,
     limits: Limits,
+    clock: Arc<dyn Clock>,
 }
 
 impl Store {
@@ -111,6 +114,7 @@ impl Store {
     fn start(location: Location, options: Options) -> Result<Store> {
         options.validate()?;
         let limits = options.limits.clone();
+        let clock = Arc::clone(&options.clock);
         let state = Arc::new(ActorState::default());
         let spawned = actor::spawn(location, options, Arc::clone(&state))?;
         let shared = Shared {
@@ -119,6 +123,7 @@ impl Store {
             state,
             thread: Mutex::new(Some(spawned.thread)),
             limits,
+            clock,
         };
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
         Ok(Store { shared: Arc::new(shared), scope })
@@ -230,9 +235,14 @@ impl Store {
             ));
         }
         self.shared.check_open()?;
-        let open = self.shared.state.subscriptions.load(Ordering::SeqCst);
-        if open >= limits.subscriptions_max {
-            return Err(Error::too_large("open subscriptions", limits.subscriptions_max, open + 1));
+        let max = limits.subscriptions_max;
+        let counted = self.shared.state.subscriptions.fetch_update(
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+            |open| (open < max).then_some(open + 1),
+        );
+        if let Err(open) = counted {
+            return Err(Error::too_large("open subscriptions", max, open + 1));
         }
         let page_size = limits.page_size_max;
         Ok(Subscription::new(&self.shared, self.scope.clone(), filter, after, buffer, page_size))
@@ -269,6 +279,23 @@ impl Store {
         Events::new(self)
     }
 
+    /// The work queue: enqueue, claim under fenced leases, complete, fail and retry, dead
+    /// letters.
+    pub fn queue(&self) -> Queue<'_> {
+        Queue::new(self)
+    }
+
+    /// The bell the actor rings after a commit that made work available.
+    pub(crate) fn bell(&self) -> &Bell {
+        &self.shared.state.bell
+    }
+
+    /// How long from now until the store's clock shows `at_ms` (zero if it already does).
+    pub(crate) fn until_ms(&self, at_ms: i64) -> Duration {
+        let wait_ms = at_ms.saturating_sub(self.shared.clock.now_ms()).max(0);
+        Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0))
+    }
+
     /// Closes the store for every handle: finishes the queued work, commits, checkpoints and
     /// truncates the WAL, closes the file and stops the thread. Later calls on any handle
     /// return `Closed`; closing again returns `Ok`.
@@ -276,6 +303,9 @@ impl Store {
     /// # Errors
     /// The first error met while closing (a failed checkpoint or close).
     pub fn close(&self) -> Result<()> {
+        if self.shared.state.on_actor_thread() {
+            return Err(reentrant());
+        }
         self.shared.close()
     }
 }

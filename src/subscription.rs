@@ -60,8 +60,8 @@ enum Wait {
 }
 
 impl Subscription {
-    /// A subscription counted against `Limits::subscriptions_max`; the caller has checked the
-    /// count.
+    /// A subscription counted against `Limits::subscriptions_max`; the caller has already
+    /// counted it (its drop uncounts it).
     pub(crate) fn new(
         shared: &Arc<Shared>,
         scope: Scope,
@@ -70,7 +70,6 @@ impl Subscription {
         buffer: usize,
         page_size: usize,
     ) -> Self {
-        shared.state().subscriptions.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Self {
             shared: Arc::downgrade(shared),
             state: Arc::clone(shared.state()),
@@ -117,6 +116,12 @@ impl Subscription {
     }
 
     fn next_event(&mut self, wait: Wait) -> Result<Option<Event>> {
+        if self.state.on_actor_thread() {
+            // Only the actor can feed this subscription, and this is the actor.
+            return Err(Error::InvalidInput(
+                "a subscription cannot be read from inside an operation".into(),
+            ));
+        }
         loop {
             if let Some(event) = self.pending.pop_front() {
                 if self.advance(&event) {

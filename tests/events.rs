@@ -57,6 +57,14 @@ fn an_idempotent_append_writes_once() -> spindle::Result<()> {
     assert_eq!(store.events().head(&s)?, 1);
     assert_eq!(read_stream(&store, &s).len(), 1);
 
+    // Truncation keeps the keys: a replay after it still writes nothing.
+    store.events().append(&s, "more", json!(null))?;
+    assert_eq!(store.events().truncate(&s, 100)?, 2);
+    let replay = store.events().append_idempotent(&s, "done", json!({"a": 1, "b": 2}), "k1")?;
+    assert!(replay.existed);
+    assert_eq!((replay.seq, replay.position), (first.seq, first.position));
+    assert_eq!(store.events().head(&s)?, 2);
+
     // The same key on another stream is another event.
     let elsewhere =
         store.events().append_idempotent(Stream::process("p2"), "done", json!(1), "k1")?;

@@ -43,7 +43,17 @@ fn another_applications_database_is_refused() -> spindle::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("theirs.db");
     rusqlite::Connection::open(&path)?.execute_batch("CREATE TABLE theirs (x INTEGER)")?;
+    let before = file_bytes(&path);
     assert!(matches!(Store::open(&path), Err(Error::InvalidInput(_))));
+    assert_eq!(file_bytes(&path), before, "left exactly as it was");
+
+    let versioned = dir.path().join("versioned.db");
+    rusqlite::Connection::open(&versioned)?
+        .execute_batch("CREATE TABLE theirs (x INTEGER); PRAGMA user_version = 1;")?;
+    let before = file_bytes(&versioned);
+    assert!(matches!(Store::open(&versioned), Err(Error::InvalidInput(_))));
+    assert_eq!(file_bytes(&versioned), before, "left exactly as it was");
+    assert!(!dir.path().join("versioned.db-wal").exists());
     Ok(())
 }
 

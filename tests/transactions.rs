@@ -172,5 +172,46 @@ fn a_call_back_into_the_store_from_inside_an_op_is_refused_not_hung() -> spindle
     assert!(matches!(inner_result.0, Err(Error::InvalidInput(_))));
     assert!(matches!(inner_result.1, Err(Error::InvalidInput(_))));
     assert!(matches!(inner_result.2, Err(Error::InvalidInput(_))));
+    // The refused close changed nothing: the store still works and closes properly.
+    store.events().append(Stream::custom("x"), "after", json!(1))?;
+    store.close()?;
+    assert!(matches!(store.events().head(Stream::custom("x")), Err(Error::Closed)));
+    Ok(())
+}
+
+#[test]
+fn a_subscription_read_inside_an_op_is_refused_not_hung() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let mut follower = store.subscribe(Stream::custom("s"), 0)?;
+    let refused = store.transaction(move |_tx| {
+        Ok(TxOutcome::Commit(matches!(follower.recv(), Err(Error::InvalidInput(_)))))
+    })?;
+    assert!(refused);
+    Ok(())
+}
+
+#[test]
+fn transaction_and_savepoint_statements_through_raw_sql_are_refused() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let stream = Stream::custom("t");
+    let s = stream.clone();
+    let refusals = store.transaction(move |tx| {
+        tx.append_event(&s, "kept", json!(1))?;
+        let refused: Vec<bool> = ["SAVEPOINT mine", "ROLLBACK", "RELEASE op", "BEGIN", "COMMIT"]
+            .iter()
+            .map(|sql| tx.sql().execute_batch(sql).is_err())
+            .collect();
+        tx.append_event(&s, "also kept", json!(2))?;
+        Ok(TxOutcome::Commit(refused))
+    })?;
+    assert_eq!(refusals, [true; 5]);
+    let types: Vec<String> =
+        store.events().read(&stream, 0, 10)?.into_iter().map(|e| e.event_type).collect();
+    assert_eq!(types, ["kept", "also kept"]);
+    // Ordinary statements on the caller's own tables still work.
+    store.transaction(|tx| {
+        tx.sql().execute_batch("CREATE TABLE mine (x INTEGER); INSERT INTO mine VALUES (1);")?;
+        Ok(TxOutcome::Commit(()))
+    })?;
     Ok(())
 }

@@ -28,6 +28,7 @@ use rusqlite::Connection;
 use rusqlite::wal::CheckpointMode;
 
 use crate::core::clock::Stamp;
+use crate::core::guard::JobGuard;
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
@@ -55,6 +56,8 @@ pub(crate) struct ActorState {
     pub(crate) exited: AtomicBool,
     /// Open subscriptions, held under `Limits::subscriptions_max`.
     pub(crate) subscriptions: AtomicUsize,
+    /// Rung after a commit that made work available, for callers blocked waiting for some.
+    pub(crate) bell: Bell,
     /// The actor's thread: a call made from it (an op calling back into the store) would wait
     /// for itself forever, so it is refused.
     thread: OnceLock<ThreadId>,
@@ -64,6 +67,40 @@ impl ActorState {
     /// Whether the current thread is the actor's.
     pub(crate) fn on_actor_thread(&self) -> bool {
         self.thread.get() == Some(&std::thread::current().id())
+    }
+}
+
+/// A wake-up for callers that wait for something a commit may bring (a blocking claim): a
+/// generation counter under a mutex, and a condition variable. A waiter reads the generation
+/// before it looks, and waits only while it is unchanged, so no ring between the look and the
+/// wait is lost.
+#[derive(Debug, Default)]
+pub(crate) struct Bell {
+    generation: parking_lot::Mutex<u64>,
+    rung: parking_lot::Condvar,
+}
+
+impl Bell {
+    /// The current generation, to pass to `wait`.
+    pub(crate) fn generation(&self) -> u64 {
+        *self.generation.lock()
+    }
+
+    /// Wakes every waiter.
+    pub(crate) fn ring(&self) {
+        *self.generation.lock() += 1;
+        self.rung.notify_all();
+    }
+
+    /// Waits until the bell rings after `seen`, or `deadline` passes; true if it rang.
+    pub(crate) fn wait(&self, seen: u64, deadline: Instant) -> bool {
+        let mut generation = self.generation.lock();
+        while *generation == seen {
+            if self.rung.wait_until(&mut generation, deadline).timed_out() {
+                return *generation != seen;
+            }
+        }
+        true
     }
 }
 
@@ -135,10 +172,8 @@ struct Actor {
     poisoned: Option<String>,
     state: Arc<ActorState>,
     wal: WalSchedule,
-    /// True while a job runs: the commit hook then turns every commit into a rollback, so a
-    /// job can never commit behind the actor's back (a `COMMIT` through `Tx::sql`, or a
-    /// statement running in autocommit after SQLite rolled the transaction back under it).
-    in_job: Arc<AtomicBool>,
+    /// Keeps jobs from ending or reshaping the batch's transaction.
+    guard: Arc<JobGuard>,
 }
 
 /// The jobs of the open transaction, waiting for its `COMMIT`.
@@ -147,6 +182,8 @@ struct Batch {
     open: bool,
     applied: Vec<Applied>,
     events: Vec<Published>,
+    /// Whether a kept job asked for the waiters to be woken after commit.
+    rang: bool,
 }
 
 impl Actor {
@@ -158,9 +195,7 @@ impl Actor {
         state: Arc<ActorState>,
     ) -> Result<Self> {
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
-        let in_job = Arc::new(AtomicBool::new(false));
-        let veto = Arc::clone(&in_job);
-        conn.commit_hook(Some(move || veto.load(Ordering::Relaxed)))?;
+        let guard = JobGuard::install(&mut conn)?;
         Ok(Self {
             conn,
             inbox,
@@ -173,7 +208,7 @@ impl Actor {
             poisoned: None,
             state,
             wal,
-            in_job,
+            guard,
         })
     }
 
@@ -231,7 +266,7 @@ impl Actor {
     /// What an idle moment is used for: a checkpoint, and noticing another process's writes
     /// (live subscribers cannot have seen them, so they go back to paging).
     fn idle_turn(&mut self) {
-        if self.wal.dirty {
+        if self.wal.dirty && self.wal.may_retry() {
             self.checkpoint(CheckpointMode::PASSIVE);
         }
         self.publisher.notice_foreign_writes(&self.conn);
@@ -305,11 +340,11 @@ impl Actor {
             return self.abandon(batch, &error);
         }
         let scope = job.scope.clone();
-        let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids);
-        self.in_job.store(true, Ordering::Relaxed);
+        let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids, &self.guard);
+        self.guard.enter();
         let applied = job.run(&mut tx);
-        self.in_job.store(false, Ordering::Relaxed);
-        let published = tx.into_published();
+        self.guard.leave();
+        let (published, rang) = tx.finish();
         if self.conn.is_autocommit() {
             let cause = applied.failure.as_ref().map_or_else(
                 || Error::InvalidInput("an operation ended the batch's transaction".into()),
@@ -326,7 +361,10 @@ impl Actor {
         let keep = applied.keep;
         batch.applied.push(applied);
         match ended {
-            Ok(()) if keep => batch.events.extend(published),
+            Ok(()) if keep => {
+                batch.events.extend(published);
+                batch.rang |= rang;
+            }
             Ok(()) => {}
             Err(error) => self.abandon(batch, &error),
         }
@@ -342,6 +380,9 @@ impl Actor {
                     applied.deliver(None);
                 }
                 self.publisher.publish(&batch.events);
+                if batch.rang {
+                    self.state.bell.ring();
+                }
             }
             Err(error) => self.abandon(&mut batch, &error),
         }
@@ -360,6 +401,7 @@ impl Actor {
             applied.deliver(commit_error);
         }
         batch.events.clear();
+        batch.rang = false;
         batch.open = false;
     }
 
@@ -476,6 +518,11 @@ impl WalSchedule {
         }
         let soft_pages = (hard_pages / 4).clamp(1, SOFT_CHECKPOINT_PAGES);
         Ok(Self { enabled, pages, soft_pages, hard_pages, retry_pages: 0, dirty: false })
+    }
+
+    /// Whether a checkpoint that could not finish may be tried again yet.
+    fn may_retry(&self) -> bool {
+        self.pages.load(Ordering::Relaxed) >= self.retry_pages
     }
 
     /// The checkpoint the WAL's size calls for now, if any.
@@ -631,7 +678,7 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_through_raw_sql_is_vetoed_and_fails_the_batch() {
+    fn a_commit_through_raw_sql_is_refused_and_costs_only_its_job() {
         let mut actor = actor();
         let (feed, _token) = live_subscriber(&mut actor);
         let (first, first_answer) = append(1);
@@ -643,15 +690,25 @@ mod tests {
         let (last, last_answer) = append(2);
         actor.run_batch(vec![first, sneaky, last]);
         assert!(sneaky_answer.recv().expect("reply").is_err());
-        assert!(
-            first_answer.recv().expect("reply").is_err(),
-            "its work was rolled back with the batch"
-        );
-        let last = last_answer.recv().expect("reply").expect("the next transaction commits");
-        assert_eq!(last.seq, 1, "nothing before it was kept");
-        assert_eq!(events_in(&actor), 1);
+        assert_eq!(first_answer.recv().expect("reply").expect("kept").seq, 1);
+        assert_eq!(last_answer.recv().expect("reply").expect("kept").seq, 2);
+        assert_eq!(events_in(&actor), 2);
         let published: Vec<u64> = feed.try_iter().map(|e| e.seq).collect();
-        assert_eq!(published, [1]);
+        assert_eq!(published, [1, 2]);
+    }
+
+    #[test]
+    fn a_commit_outside_the_actor_is_vetoed_while_a_job_runs() {
+        let actor = actor();
+        actor.conn.execute_batch("CREATE TABLE t (x INTEGER)").expect("table");
+        // Simulate a job whose transaction SQLite already ended: a statement now autocommits.
+        actor.guard.enter();
+        let vetoed = actor.conn.execute("INSERT INTO t VALUES (1)", []);
+        actor.guard.leave();
+        assert!(vetoed.is_err(), "the commit hook turned the autocommit into a rollback");
+        let rows: i64 =
+            actor.conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).expect("count");
+        assert_eq!(rows, 0);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 pub(crate) mod actor;
 pub(crate) mod clock;
+pub(crate) mod guard;
 pub(crate) mod msg;
 pub(crate) mod op;
 pub(crate) mod publish;

@@ -53,6 +53,7 @@ pub(crate) fn open(location: &Location, options: &Options) -> Result<Connection>
     // left exactly as it was.
     let found = user_version(&conn)?;
     refuse_newer(found)?;
+    check_identity(&conn, found)?;
     configure(&conn, location, options)?;
     prepare_schema(&mut conn, found, options.read_only)?;
     Ok(conn)
@@ -80,6 +81,12 @@ fn check_sqlite_version(version: i32) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Refuses a file that is not a Spindle store, before anything (even the journal mode) changes
+/// in it: an unversioned file must be empty, a versioned one must carry Spindle's id.
+fn check_identity(conn: &Connection, found: i64) -> Result<()> {
+    if found == 0 { check_empty(conn) } else { check_application_id(conn) }
 }
 
 fn refuse_newer(found: i64) -> Result<()> {
@@ -160,7 +167,7 @@ fn user_version(conn: &Connection) -> Result<i64> {
 /// Brings the schema to `SCHEMA_VERSION`: nothing to do, initialise, or migrate forward.
 fn prepare_schema(conn: &mut Connection, found: i64, read_only: bool) -> Result<()> {
     if found == SCHEMA_VERSION {
-        return check_application_id(conn);
+        return Ok(());
     }
     if read_only {
         return Err(Error::InvalidInput(format!(
@@ -187,13 +194,18 @@ fn upgrade(conn: &mut Connection, steps: &[&str]) -> Result<()> {
 }
 
 fn initialise(conn: &Connection) -> Result<()> {
+    check_empty(conn)?;
+    conn.execute_batch(SCHEMA_SQL)?;
+    Ok(())
+}
+
+fn check_empty(conn: &Connection) -> Result<()> {
     let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |row| row.get(0))?;
     if tables > 0 {
         return Err(Error::InvalidInput(
             "the file holds another application's tables, not a Spindle store".into(),
         ));
     }
-    conn.execute_batch(SCHEMA_SQL)?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 use serde_json::Value;
 
+use crate::core::guard::JobGuard;
 use crate::core::op::{Op, Role};
 use crate::core::publish::Published;
 use crate::error::{Error, Result};
@@ -27,7 +28,9 @@ pub struct Tx<'a> {
     scope: &'a Scope,
     limits: &'a Limits,
     ids: &'a IdGen,
+    guard: &'a JobGuard,
     published: Vec<Published>,
+    rang: bool,
 }
 
 /// Who a job runs as: the tenant whose data it may touch and the role it holds.
@@ -85,25 +88,35 @@ impl<'a> Tx<'a> {
         if !self.scope.role.allows(op.access()) {
             return Err(forbidden(std::any::type_name::<O>(), self.scope.role));
         }
+        self.nested(|tx| op.apply(tx))
+    }
+
+    /// Runs `work` under a savepoint of its own: on `Err` its writes and events are rolled
+    /// back, and the error is returned.
+    pub(crate) fn nested<T>(&mut self, work: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let mark = self.published.len();
-        self.conn.prepare_cached("SAVEPOINT nested")?.execute([])?;
-        match op.apply(self) {
-            Ok(output) => match self.conn.prepare_cached("RELEASE nested")?.execute([]) {
-                Ok(_) => Ok(output),
-                Err(error) => {
-                    self.published.truncate(mark);
-                    Err(error.into())
-                }
-            },
-            Err(error) => {
-                self.published.truncate(mark);
-                // If SQLite already rolled the whole transaction back (disk full, I/O error), the
-                // savepoint is gone; the actor notices and reports the batch, so the op's own
-                // error is the one to return.
-                let _ = self.conn.execute_batch("ROLLBACK TO nested; RELEASE nested");
-                Err(error)
+        self.control("SAVEPOINT nested")?;
+        let result = work(self);
+        let ended = match &result {
+            Ok(_) => self.control("RELEASE nested"),
+            // If SQLite already rolled the whole transaction back (disk full, I/O error), the
+            // savepoint is gone; the actor notices, so the work's own error is the one to return.
+            Err(_) => {
+                self.control("ROLLBACK TO nested").and_then(|()| self.control("RELEASE nested"))
             }
+        };
+        if result.is_err() || ended.is_err() {
+            self.published.truncate(mark);
         }
+        let output = result?;
+        ended?;
+        Ok(output)
+    }
+
+    /// Runs one of the crate's own savepoint statements, past the job guard.
+    fn control(&self, sql: &str) -> Result<()> {
+        self.guard.internal(|| self.conn.prepare_cached(sql)?.execute([]).map(|_| ()))?;
+        Ok(())
     }
 
     /// Appends an event to `stream`; it is published to subscribers after commit.
@@ -116,7 +129,8 @@ impl<'a> Tx<'a> {
         event_type: &str,
         payload: Value,
     ) -> Result<Appended> {
-        log::append(self, stream.borrow(), event_type, payload, None)
+        let stream = stream.borrow();
+        self.nested(|tx| log::append(tx, stream, event_type, payload, None))
     }
 
     /// Appends an event unless one with the same `idem_key` exists on the stream: the same type
@@ -132,14 +146,15 @@ impl<'a> Tx<'a> {
         payload: Value,
         idem_key: &str,
     ) -> Result<Appended> {
-        log::append(self, stream.borrow(), event_type, payload, Some(idem_key))
+        let stream = stream.borrow();
+        self.nested(|tx| log::append(tx, stream, event_type, payload, Some(idem_key)))
     }
 
     /// The connection, for the caller's own tables. Statements run inside this transaction.
     ///
-    /// Do not begin, commit or roll back through it: the batch's transaction belongs to the
-    /// actor. A `COMMIT` here is turned into a rollback by a commit hook, and then every
-    /// operation of the batch gets an error and nothing of the batch is kept.
+    /// The batch's transaction belongs to the actor: transaction and savepoint statements
+    /// (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE`) are refused here with an
+    /// authorization error. Compose with [`Tx::exec`] and `TxOutcome` instead.
     pub fn sql(&self) -> &Connection {
         self.conn
     }
@@ -152,8 +167,9 @@ impl<'a> Tx<'a> {
         scope: &'a Scope,
         limits: &'a Limits,
         ids: &'a IdGen,
+        guard: &'a JobGuard,
     ) -> Self {
-        Self { conn, now_ms, scope, limits, ids, published: Vec::new() }
+        Self { conn, now_ms, scope, limits, ids, guard, published: Vec::new(), rang: false }
     }
 
     /// Records an event written in this transaction, to publish after commit.
@@ -166,9 +182,15 @@ impl<'a> Tx<'a> {
         &self.scope.tenant
     }
 
-    /// Hands the recorded events to the actor.
-    pub(crate) fn into_published(self) -> Vec<Published> {
-        self.published
+    /// Asks for the store's waiters (a blocking claim, say) to be woken once this transaction
+    /// has committed: new work may be there for them.
+    pub(crate) fn ring_bell(&mut self) {
+        self.rang = true;
+    }
+
+    /// Hands the recorded events, and whether the bell was rung, to the actor.
+    pub(crate) fn finish(self) -> (Vec<Published>, bool) {
+        (self.published, self.rang)
     }
 }
 

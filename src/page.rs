@@ -1,0 +1,33 @@
+//! `Page`: keyset pagination for listings, shared by every domain.
+//!
+//! A page is "the next `limit` rows after this id" in the listing's own order; the id of the
+//! last row of one page is the `after` of the next. Keyset pages stay correct while rows are
+//! added and cost the same deep into a listing.
+
+/// Which page of a listing to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// Read rows after this id (`None` reads from the start).
+    pub after: Option<String>,
+    /// Most rows to return; at most `Limits::page_size_max`.
+    pub limit: usize,
+}
+
+impl Page {
+    /// The first `limit` rows.
+    pub fn first(limit: usize) -> Self {
+        Self { after: None, limit }
+    }
+
+    /// The `limit` rows after `id`.
+    pub fn after(id: impl Into<String>, limit: usize) -> Self {
+        Self { after: Some(id.into()), limit }
+    }
+}
+
+impl Default for Page {
+    /// The first 100 rows.
+    fn default() -> Self {
+        Self::first(100)
+    }
+}

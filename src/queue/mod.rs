@@ -1,0 +1,504 @@
+//! The work queue: fenced leases, priorities, delays, dedupe, retries with backoff, dead
+//! letters, and a blocking claim.
+//!
+//! An item is `pending` until a worker claims it. A claim consumes one attempt, issues a new
+//! fence (one more than the item's last, so strictly greater than any before it, across
+//! restarts) and a lease. Every lease-holder write (`heartbeat`, `complete`, `fail`,
+//! `release`) names the fence and is checked against it, the `claimed` status and the lease's
+//! expiry in the same statement: a stale holder gets `LeaseLost` and changes nothing. A failure
+//! (or an expired lease, which counts as one) schedules a retry after an exponential backoff,
+//! or moves the item to the dead-letter state once its attempts are spent.
+//!
+//! Every change appends an event to the queue's stream (`Stream::queue(name)`), so a queue can
+//! be followed like any other stream. Everything is scoped to the view's tenant.
+//!
+//! Ops live in `ops.rs`, SQL in `sql.rs`; the facade is [`Queue`], reached with
+//! `store.queue()`.
+
+mod ops;
+mod sql;
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::page::Page;
+use crate::store::Store;
+
+pub use ops::{
+    Cancel, CancelExecution, Claim, ClaimBatch, Complete, CompleteBatch, Completion, DeadLetters,
+    Enqueue, EnqueueBatch, Fail, Get, Heartbeat, NextDue, PruneCompleted, PurgeDead, Reclaim,
+    Release, Requeue, RequeueAll, Stats,
+};
+
+/// How long a failed attempt waits before its retry: `base_ms` doubled per attempt, at most
+/// `max_ms`. The default is 1 s doubling to 64 s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    /// The delay after the first failed attempt, in milliseconds.
+    pub base_ms: i64,
+    /// The longest delay, in milliseconds.
+    pub max_ms: i64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { base_ms: 1_000, max_ms: 64_000 }
+    }
+}
+
+impl Backoff {
+    /// The delay before the retry that follows failed attempt number `attempt` (1-based).
+    pub fn delay_ms(&self, attempt: u32) -> i64 {
+        let doublings = attempt.saturating_sub(1).min(62);
+        self.base_ms.saturating_mul(1_i64 << doublings).min(self.max_ms)
+    }
+}
+
+/// An item to enqueue; build it with [`NewItem::new`] and the setters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewItem {
+    /// The queue's name.
+    pub queue: String,
+    /// The work, as JSON.
+    pub payload: Value,
+    /// Higher is claimed first. Default 0.
+    pub priority: i64,
+    /// When the item becomes due (epoch ms); `None` is now.
+    pub run_at_ms: Option<i64>,
+    /// Attempts before the item is dead-lettered, 1..=`Limits::max_attempts_max`. Default 3.
+    pub max_attempts: u32,
+    /// The retry delays.
+    pub backoff: Backoff,
+    /// Unique among the live (pending or claimed) items of the queue: enqueueing the same
+    /// payload again returns the live item; a different payload is `Conflict`.
+    pub dedupe_key: Option<String>,
+    /// The workflow execution the item belongs to, for `cancel_execution`.
+    pub execution_id: Option<String>,
+    /// The graph or workflow node the item runs.
+    pub node_id: Option<String>,
+}
+
+impl NewItem {
+    /// An item for `queue` carrying `payload`, due now, priority 0, 3 attempts.
+    pub fn new(queue: impl Into<String>, payload: Value) -> Self {
+        Self {
+            queue: queue.into(),
+            payload,
+            priority: 0,
+            run_at_ms: None,
+            max_attempts: 3,
+            backoff: Backoff::default(),
+            dedupe_key: None,
+            execution_id: None,
+            node_id: None,
+        }
+    }
+
+    /// Sets the priority (higher first).
+    pub fn priority(mut self, priority: i64) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Delays the item until `run_at_ms`.
+    pub fn run_at_ms(mut self, run_at_ms: i64) -> Self {
+        self.run_at_ms = Some(run_at_ms);
+        self
+    }
+
+    /// Sets how many attempts the item gets.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets the retry delays.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Makes the item unique among the queue's live items by `key`.
+    pub fn dedupe_key(mut self, key: impl Into<String>) -> Self {
+        self.dedupe_key = Some(key.into());
+        self
+    }
+
+    /// Links the item to a workflow execution.
+    pub fn execution_id(mut self, id: impl Into<String>) -> Self {
+        self.execution_id = Some(id.into());
+        self
+    }
+
+    /// Links the item to a node.
+    pub fn node_id(mut self, id: impl Into<String>) -> Self {
+        self.node_id = Some(id.into());
+        self
+    }
+}
+
+/// Where an item is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    /// Waiting to be claimed (due, or scheduled for `run_at_ms`).
+    Pending,
+    /// Held by a worker under a lease.
+    Claimed,
+    /// Finished with a result.
+    Completed,
+    /// Out of attempts, or failed for good: in the dead-letter state until requeued or purged.
+    Dead,
+    /// Cancelled before it ran.
+    Cancelled,
+}
+
+impl ItemStatus {
+    /// The status as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::Pending => "pending",
+            ItemStatus::Claimed => "claimed",
+            ItemStatus::Completed => "completed",
+            ItemStatus::Dead => "dead",
+            ItemStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Result<Self> {
+        match text {
+            "pending" => Ok(ItemStatus::Pending),
+            "claimed" => Ok(ItemStatus::Claimed),
+            "completed" => Ok(ItemStatus::Completed),
+            "dead" => Ok(ItemStatus::Dead),
+            "cancelled" => Ok(ItemStatus::Cancelled),
+            other => Err(Error::Corrupt(format!("unknown queue item status {other:?}"))),
+        }
+    }
+}
+
+/// A queue item as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueItem {
+    /// The item's id (UUID v7).
+    pub id: String,
+    /// Its queue.
+    pub queue: String,
+    /// The work.
+    pub payload: Value,
+    /// Higher is claimed first.
+    pub priority: i64,
+    /// When it is (or was) due, in epoch ms.
+    pub run_at_ms: i64,
+    /// Attempts consumed so far.
+    pub attempt: u32,
+    /// Attempts it gets.
+    pub max_attempts: u32,
+    /// Its retry delays.
+    pub backoff: Backoff,
+    /// Its dedupe key, if any.
+    pub dedupe_key: Option<String>,
+    /// Its workflow execution, if any.
+    pub execution_id: Option<String>,
+    /// Its node, if any.
+    pub node_id: Option<String>,
+    /// Where it is in its life.
+    pub status: ItemStatus,
+    /// The fence of its latest claim (0 before the first).
+    pub fence: u64,
+    /// The worker holding it, while claimed.
+    pub worker_id: Option<String>,
+    /// When the current lease expires, while claimed.
+    pub lease_expires_at_ms: Option<i64>,
+    /// The error of the latest failed attempt.
+    pub last_error: Option<String>,
+    /// The result it completed with.
+    pub result: Option<Value>,
+    /// When it was enqueued.
+    pub created_at_ms: i64,
+    /// When it last changed.
+    pub updated_at_ms: i64,
+    /// When it was completed, cancelled or dead-lettered.
+    pub finished_at_ms: Option<i64>,
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    /// The item's id: the new one, or the live item with the same dedupe key.
+    pub id: String,
+    /// True when a live item with the same dedupe key and payload was found and nothing written.
+    pub deduplicated: bool,
+}
+
+/// A claimed item and the lease that goes with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claimed {
+    /// The item, as it stands after the claim.
+    pub item: QueueItem,
+    /// The fence every write of this holder must name.
+    pub fence: u64,
+    /// When the lease expires unless renewed by `heartbeat`.
+    pub lease_expires_at_ms: i64,
+}
+
+/// What a failure did to the item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailOutcome {
+    /// It will be due again at `run_at_ms`.
+    Retrying {
+        /// When the retry becomes due.
+        run_at_ms: i64,
+    },
+    /// It is out of attempts, or the failure was not retryable.
+    DeadLettered,
+}
+
+/// What a sweep of expired leases did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reclaimed {
+    /// Items scheduled for another attempt.
+    pub retried: u64,
+    /// Items moved to the dead-letter state.
+    pub dead_lettered: u64,
+}
+
+/// The counts of one queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// The queue's name.
+    pub queue: String,
+    /// Pending items that are due.
+    pub pending: u64,
+    /// Pending items not yet due.
+    pub scheduled: u64,
+    /// Items under a lease.
+    pub claimed: u64,
+    /// Dead-lettered items.
+    pub dead: u64,
+    /// Completed items not yet pruned.
+    pub completed: u64,
+    /// How long the oldest due item has waited, in ms (`None` when none is due).
+    pub oldest_pending_age_ms: Option<i64>,
+}
+
+/// The work queue of a store view: `store.queue()`.
+#[derive(Debug, Clone, Copy)]
+pub struct Queue<'a> {
+    store: &'a Store,
+}
+
+impl<'a> Queue<'a> {
+    pub(crate) fn new(store: &'a Store) -> Self {
+        Self { store }
+    }
+
+    /// Enqueues one item; see [`Enqueue`].
+    ///
+    /// # Errors
+    /// `InvalidInput`/`TooLarge` for a bad item; `Conflict` for a dedupe key whose live item
+    /// carries another payload. Nothing is written on error.
+    pub fn enqueue(&self, item: NewItem) -> Result<Enqueued> {
+        self.store.exec(Enqueue { item })
+    }
+
+    /// Enqueues many items in one operation (all or none); see [`EnqueueBatch`].
+    ///
+    /// # Errors
+    /// As `enqueue` for any item, and `TooLarge` past `Limits::page_size_max` items.
+    pub fn enqueue_batch(&self, items: Vec<NewItem>) -> Result<Vec<Enqueued>> {
+        self.store.exec(EnqueueBatch { items })
+    }
+
+    /// Claims the next due item of `queues`, or `None`; see [`Claim`].
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad worker id, queue name or lease length.
+    pub fn claim(
+        &self,
+        worker_id: &str,
+        queues: &[&str],
+        lease_ms: i64,
+    ) -> Result<Option<Claimed>> {
+        self.store.exec(Claim { worker_id: worker_id.into(), queues: owned(queues), lease_ms })
+    }
+
+    /// Claims up to `max_items` due items in one operation; see [`ClaimBatch`].
+    ///
+    /// # Errors
+    /// As `claim`, and `TooLarge` past `Limits::page_size_max` items.
+    pub fn claim_batch(
+        &self,
+        worker_id: &str,
+        queues: &[&str],
+        lease_ms: i64,
+        max_items: usize,
+    ) -> Result<Vec<Claimed>> {
+        let op =
+            ClaimBatch { worker_id: worker_id.into(), queues: owned(queues), lease_ms, max_items };
+        self.store.exec(op)
+    }
+
+    /// Claims the next due item, waiting up to `timeout` for one. The caller's thread sleeps:
+    /// it is woken when an item is enqueued, released, retried or requeued in this process,
+    /// and when the earliest scheduled item of `queues` falls due.
+    ///
+    /// # Errors
+    /// As `claim`.
+    pub fn claim_wait(
+        &self,
+        worker_id: &str,
+        queues: &[&str],
+        lease_ms: i64,
+        timeout: Duration,
+    ) -> Result<Option<Claimed>> {
+        let deadline = Instant::now() + timeout;
+        let bell = self.store.bell();
+        loop {
+            let seen = bell.generation();
+            if let Some(claimed) = self.claim(worker_id, queues, lease_ms)? {
+                return Ok(Some(claimed));
+            }
+            let wake_at = match self.store.exec(NextDue { queues: owned(queues) })? {
+                Some(due_ms) => deadline.min(Instant::now() + self.store.until_ms(due_ms)),
+                None => deadline,
+            };
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            bell.wait(seen, wake_at);
+        }
+    }
+
+    /// Extends the lease of a held item to `lease_ms` from now; returns the new expiry.
+    ///
+    /// # Errors
+    /// `LeaseLost` for a stale fence or an expired lease; `NotFound` for an unknown item.
+    pub fn heartbeat(&self, id: &str, fence: u64, lease_ms: i64) -> Result<i64> {
+        self.store.exec(Heartbeat { id: id.into(), fence, lease_ms })
+    }
+
+    /// Completes a held item with `result`.
+    ///
+    /// # Errors
+    /// As `heartbeat`.
+    pub fn complete(&self, id: &str, fence: u64, result: Value) -> Result<()> {
+        self.store.exec(Complete { id: id.into(), fence, result })
+    }
+
+    /// Completes many held items in one operation (all or none).
+    ///
+    /// # Errors
+    /// As `heartbeat` for any item; then none is completed.
+    pub fn complete_batch(&self, items: Vec<Completion>) -> Result<()> {
+        self.store.exec(CompleteBatch { items })
+    }
+
+    /// Records a failed attempt of a held item: a retry after the backoff, or the dead-letter
+    /// state when its attempts are spent or `retryable` is false.
+    ///
+    /// # Errors
+    /// As `heartbeat`.
+    pub fn fail(&self, id: &str, fence: u64, error: &str, retryable: bool) -> Result<FailOutcome> {
+        self.store.exec(Fail { id: id.into(), fence, error: error.into(), retryable })
+    }
+
+    /// Gives a held item back: pending again, its attempt refunded.
+    ///
+    /// # Errors
+    /// As `heartbeat`.
+    pub fn release(&self, id: &str, fence: u64) -> Result<()> {
+        self.store.exec(Release { id: id.into(), fence })
+    }
+
+    /// Treats every expired lease as a failed attempt ("lease expired").
+    ///
+    /// # Errors
+    /// Storage errors only.
+    pub fn reclaim_expired(&self) -> Result<Reclaimed> {
+        self.store.exec(Reclaim { queues: None })
+    }
+
+    /// One item.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown item (or another tenant's).
+    pub fn get(&self, id: &str) -> Result<QueueItem> {
+        self.store.exec(Get { id: id.into() })
+    }
+
+    /// A page of a queue's dead letters, in enqueue order.
+    ///
+    /// # Errors
+    /// `TooLarge` for a page past the page size limit.
+    pub fn dead_letters(&self, queue: &str, page: Page) -> Result<Vec<QueueItem>> {
+        self.store.exec(DeadLetters { queue: queue.into(), page })
+    }
+
+    /// Gives a dead item fresh attempts: pending and due now. Its fence keeps growing.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown item; `Conflict` if it is not dead, or a live item holds its
+    /// dedupe key.
+    pub fn requeue(&self, id: &str) -> Result<()> {
+        self.store.exec(Requeue { id: id.into() })
+    }
+
+    /// Requeues every dead item of `queue` (those whose dedupe key is held by a live item stay
+    /// dead); returns how many were requeued.
+    ///
+    /// # Errors
+    /// Storage errors only.
+    pub fn requeue_all(&self, queue: &str) -> Result<u64> {
+        self.store.exec(RequeueAll { queue: queue.into() })
+    }
+
+    /// Deletes every dead item of `queue`; returns how many.
+    ///
+    /// # Errors
+    /// Storage errors only.
+    pub fn purge_dead(&self, queue: &str) -> Result<u64> {
+        self.store.exec(PurgeDead { queue: queue.into() })
+    }
+
+    /// Cancels a pending item.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown item; `Conflict` if it is not pending.
+    pub fn cancel(&self, id: &str) -> Result<()> {
+        self.store.exec(Cancel { id: id.into() })
+    }
+
+    /// Cancels every live item of a workflow execution (a claimed one's holder then gets
+    /// `LeaseLost`); returns how many.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad id.
+    pub fn cancel_execution(&self, execution_id: &str) -> Result<u64> {
+        self.store.exec(CancelExecution { execution_id: execution_id.into() })
+    }
+
+    /// The counts of every queue of the tenant, by name.
+    ///
+    /// # Errors
+    /// Storage errors only.
+    pub fn stats(&self) -> Result<Vec<QueueStats>> {
+        self.store.exec(Stats)
+    }
+
+    /// Deletes completed and cancelled items finished more than `older_than_ms` ago; returns
+    /// how many.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a negative age.
+    pub fn prune_completed(&self, older_than_ms: i64) -> Result<u64> {
+        self.store.exec(PruneCompleted { older_than_ms })
+    }
+}
+
+fn owned(queues: &[&str]) -> Vec<String> {
+    queues.iter().map(|queue| (*queue).to_owned()).collect()
+}

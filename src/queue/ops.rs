@@ -1,0 +1,747 @@
+//! The queue's operations: one struct each, run with `store.exec` or composed with `tx.exec`.
+//!
+//! Branching lives here; statements live in `sql.rs`. Every op checks its input before it
+//! writes, so bad input writes nothing.
+
+use serde_json::{Value, json};
+
+use super::sql::{self, ItemRow};
+use super::{
+    Claimed, Enqueued, FailOutcome, ItemStatus, NewItem, QueueItem, QueueStats, Reclaimed,
+};
+use crate::core::op::{Access, Op, sealed::Sealed};
+use crate::core::tx::Tx;
+use crate::error::{Error, Result};
+use crate::hash::content_hash;
+use crate::log::{self, Stream};
+use crate::page::Page;
+
+/// Enqueues one item. With a dedupe key held by a live item of the queue, the same payload
+/// returns that item (`deduplicated: true`, nothing written) and another payload is
+/// `Conflict`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Enqueue {
+    /// The item.
+    pub item: NewItem,
+}
+
+/// Enqueues items in one operation: all of them, or (on any error) none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnqueueBatch {
+    /// The items, at most `Limits::page_size_max`.
+    pub items: Vec<NewItem>,
+}
+
+/// Claims the next due item of any of `queues` (priority desc, run_at asc, id asc), after
+/// sweeping expired leases. Output `None` when nothing is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// Who claims; recorded on the item.
+    pub worker_id: String,
+    /// The queues to claim from.
+    pub queues: Vec<String>,
+    /// The lease, within `Limits::lease_ms_min..=lease_ms_max`.
+    pub lease_ms: i64,
+}
+
+/// Claims up to `max_items` due items, in claim order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimBatch {
+    /// Who claims.
+    pub worker_id: String,
+    /// The queues to claim from.
+    pub queues: Vec<String>,
+    /// The lease of every item claimed.
+    pub lease_ms: i64,
+    /// Most items to claim, at most `Limits::page_size_max`.
+    pub max_items: usize,
+}
+
+/// Extends a held item's lease to `lease_ms` from now; output the new expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+    /// The new lease length.
+    pub lease_ms: i64,
+}
+
+/// Completes a held item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Complete {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+    /// What the work produced.
+    pub result: Value,
+}
+
+/// One item of a [`CompleteBatch`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+    /// What the work produced.
+    pub result: Value,
+}
+
+/// Completes many held items: all of them, or (if any lease is lost) none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompleteBatch {
+    /// The completions, at most `Limits::page_size_max`.
+    pub items: Vec<Completion>,
+}
+
+/// Records a failed attempt of a held item: retry after the backoff, or dead-letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fail {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+    /// What went wrong; kept as the item's `last_error`.
+    pub error: String,
+    /// False dead-letters the item at once.
+    pub retryable: bool,
+}
+
+/// Returns a held item to pending and refunds its attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+}
+
+/// Treats every expired lease (of `queues`, or of every queue) as a failed attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reclaim {
+    /// Limit the sweep to these queues.
+    pub queues: Option<Vec<String>>,
+}
+
+/// Reads one item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Get {
+    /// The item.
+    pub id: String,
+}
+
+/// Reads a page of a queue's dead letters, in enqueue order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetters {
+    /// The queue.
+    pub queue: String,
+    /// Which page.
+    pub page: Page,
+}
+
+/// Gives a dead item fresh attempts, due now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeue {
+    /// The item.
+    pub id: String,
+}
+
+/// Requeues every dead item of a queue; output how many.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequeueAll {
+    /// The queue.
+    pub queue: String,
+}
+
+/// Deletes every dead item of a queue; output how many.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeDead {
+    /// The queue.
+    pub queue: String,
+}
+
+/// Cancels a pending item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancel {
+    /// The item.
+    pub id: String,
+}
+
+/// Cancels every live item linked to a workflow execution; output how many.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelExecution {
+    /// The execution.
+    pub execution_id: String,
+}
+
+/// The counts of every queue of the tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stats;
+
+/// Deletes completed and cancelled items finished more than `older_than_ms` ago.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneCompleted {
+    /// Age in milliseconds, at least 0.
+    pub older_than_ms: i64,
+}
+
+/// When the earliest pending item of `queues` is (or was) due, if there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextDue {
+    /// The queues to look at.
+    pub queues: Vec<String>,
+}
+
+impl Sealed for Enqueue {}
+impl Op for Enqueue {
+    type Output = Enqueued;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Enqueued> {
+        enqueue(tx, self.item)
+    }
+}
+
+impl Sealed for EnqueueBatch {}
+impl Op for EnqueueBatch {
+    type Output = Vec<Enqueued>;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Enqueued>> {
+        check_count(tx, "enqueue batch", self.items.len())?;
+        self.items.into_iter().map(|item| enqueue(tx, item)).collect()
+    }
+}
+
+impl Sealed for Claim {}
+impl Op for Claim {
+    type Output = Option<Claimed>;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Option<Claimed>> {
+        let claimed = claim(tx, &self.worker_id, &self.queues, self.lease_ms, 1)?;
+        Ok(claimed.into_iter().next())
+    }
+}
+
+impl Sealed for ClaimBatch {}
+impl Op for ClaimBatch {
+    type Output = Vec<Claimed>;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Claimed>> {
+        check_count(tx, "claim batch", self.max_items)?;
+        claim(tx, &self.worker_id, &self.queues, self.lease_ms, self.max_items)
+    }
+}
+
+impl Sealed for Heartbeat {}
+impl Op for Heartbeat {
+    type Output = i64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<i64> {
+        check_lease(tx, self.lease_ms)?;
+        let expires_at_ms = tx.now_ms().saturating_add(self.lease_ms);
+        let renewed = sql::renew_lease(
+            tx.sql(),
+            tx.tenant(),
+            &self.id,
+            self.fence,
+            tx.now_ms(),
+            expires_at_ms,
+        )?;
+        if !renewed {
+            return Err(lease_lost(tx, &self.id, self.fence)?);
+        }
+        Ok(expires_at_ms)
+    }
+}
+
+impl Sealed for Complete {}
+impl Op for Complete {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        complete(tx, Completion { id: self.id, fence: self.fence, result: self.result })
+    }
+}
+
+impl Sealed for CompleteBatch {}
+impl Op for CompleteBatch {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        check_count(tx, "complete batch", self.items.len())?;
+        self.items.into_iter().try_for_each(|completion| complete(tx, completion))
+    }
+}
+
+impl Sealed for Fail {}
+impl Op for Fail {
+    type Output = FailOutcome;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<FailOutcome> {
+        check_text(tx, "error", &self.error)?;
+        let item = held(tx, &self.id, self.fence)?;
+        settle_failure(tx, &item, &self.error, self.retryable)
+    }
+}
+
+impl Sealed for Release {}
+impl Op for Release {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        let item = held(tx, &self.id, self.fence)?;
+        sql::release(tx.sql(), tx.tenant(), &item.id, item.fence, tx.now_ms())?;
+        item_event(tx, &item, "released", json!({}))?;
+        tx.ring_bell();
+        Ok(())
+    }
+}
+
+impl Sealed for Reclaim {}
+impl Op for Reclaim {
+    type Output = Reclaimed;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Reclaimed> {
+        if let Some(queues) = &self.queues {
+            check_queues(tx, queues)?;
+        }
+        reclaim(tx, self.queues.as_deref())
+    }
+}
+
+impl Sealed for Get {}
+impl Op for Get {
+    type Output = QueueItem;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<QueueItem> {
+        tx.limits().check_id("item id", &self.id)?;
+        found(sql::select_item(tx.sql(), tx.tenant(), &self.id)?, &self.id)?.into_item()
+    }
+}
+
+impl Sealed for DeadLetters {}
+impl Op for DeadLetters {
+    type Output = Vec<QueueItem>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueItem>> {
+        tx.limits().check_id("queue", &self.queue)?;
+        tx.limits().check_page(self.page.limit)?;
+        let after = self.page.after.as_deref().unwrap_or("");
+        let rows = sql::select_dead(tx.sql(), tx.tenant(), &self.queue, after, self.page.limit)?;
+        rows.into_iter().map(ItemRow::into_item).collect()
+    }
+}
+
+impl Sealed for Requeue {}
+impl Op for Requeue {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_id("item id", &self.id)?;
+        let item = found(sql::select_item(tx.sql(), tx.tenant(), &self.id)?, &self.id)?;
+        if item.status != ItemStatus::Dead {
+            return Err(Error::Conflict(format!(
+                "item {} is {}, not dead",
+                item.id,
+                item.status.as_str()
+            )));
+        }
+        if !requeue(tx, &item)? {
+            return Err(Error::Conflict(format!(
+                "a live item of {} holds its dedupe key",
+                item.queue
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Sealed for RequeueAll {}
+impl Op for RequeueAll {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        tx.limits().check_id("queue", &self.queue)?;
+        let mut requeued = 0;
+        let mut after = String::new();
+        let page = tx.limits().page_size_max;
+        loop {
+            let dead = sql::select_dead(tx.sql(), tx.tenant(), &self.queue, &after, page)?;
+            let Some(last) = dead.last() else { return Ok(requeued) };
+            after = last.id.clone();
+            for item in &dead {
+                requeued += u64::from(requeue(tx, item)?);
+            }
+        }
+    }
+}
+
+impl Sealed for PurgeDead {}
+impl Op for PurgeDead {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        tx.limits().check_id("queue", &self.queue)?;
+        sql::delete_dead(tx.sql(), tx.tenant(), &self.queue)
+    }
+}
+
+impl Sealed for Cancel {}
+impl Op for Cancel {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_id("item id", &self.id)?;
+        let item = found(sql::select_item(tx.sql(), tx.tenant(), &self.id)?, &self.id)?;
+        if item.status != ItemStatus::Pending {
+            return Err(Error::Conflict(format!(
+                "item {} is {}, not pending",
+                item.id,
+                item.status.as_str()
+            )));
+        }
+        sql::cancel(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
+        item_event(tx, &item, "cancelled", json!({}))
+    }
+}
+
+impl Sealed for CancelExecution {}
+impl Op for CancelExecution {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        tx.limits().check_id("execution id", &self.execution_id)?;
+        let live = sql::select_live_of_execution(tx.sql(), tx.tenant(), &self.execution_id)?;
+        for item in &live {
+            sql::cancel(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
+            item_event(tx, item, "cancelled", json!({ "execution_id": self.execution_id }))?;
+        }
+        Ok(live.len() as u64)
+    }
+}
+
+impl Sealed for Stats {}
+impl Op for Stats {
+    type Output = Vec<QueueStats>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueStats>> {
+        sql::select_stats(tx.sql(), tx.tenant(), tx.now_ms())
+    }
+}
+
+impl Sealed for PruneCompleted {}
+impl Op for PruneCompleted {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        if self.older_than_ms < 0 {
+            return Err(Error::InvalidInput("older_than_ms must not be negative".into()));
+        }
+        let cutoff_ms = tx.now_ms().saturating_sub(self.older_than_ms);
+        sql::delete_finished_before(tx.sql(), tx.tenant(), cutoff_ms)
+    }
+}
+
+impl Sealed for NextDue {}
+impl Op for NextDue {
+    type Output = Option<i64>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Option<i64>> {
+        check_queues(tx, &self.queues)?;
+        let mut earliest: Option<i64> = None;
+        for queue in &self.queues {
+            let due = sql::select_next_due(tx.sql(), tx.tenant(), queue)?;
+            earliest = match (earliest, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(earliest)
+    }
+}
+
+/// Checks and inserts one item, or finds its live duplicate.
+fn enqueue(tx: &mut Tx<'_>, item: NewItem) -> Result<Enqueued> {
+    let encoded = check_new_item(tx, &item)?;
+    let hash = item.dedupe_key.as_ref().map(|_| content_hash(&item.payload));
+    if let (Some(key), Some(hash)) = (&item.dedupe_key, &hash)
+        && let Some(live) = sql::select_live_by_dedupe(tx.sql(), tx.tenant(), &item.queue, key)?
+    {
+        return deduplicated(live, hash, key);
+    }
+    let id = tx.new_id();
+    let run_at_ms = item.run_at_ms.unwrap_or(tx.now_ms());
+    let row =
+        sql::NewRow { id: &id, item: &item, encoded: &encoded, hash: hash.as_deref(), run_at_ms };
+    sql::insert(tx.sql(), tx.tenant(), tx.now_ms(), &row)?;
+    let stream = Stream::queue(&item.queue);
+    let payload = json!({ "id": id, "priority": item.priority, "run_at_ms": run_at_ms });
+    log::append(tx, &stream, "enqueued", payload, None)?;
+    tx.ring_bell();
+    Ok(Enqueued { id, deduplicated: false })
+}
+
+fn deduplicated(live: sql::LiveDuplicate, hash: &str, key: &str) -> Result<Enqueued> {
+    if live.payload_hash.as_deref() != Some(hash) {
+        return Err(Error::Conflict(format!(
+            "dedupe key {key:?} is held by live item {} with another payload",
+            live.id
+        )));
+    }
+    Ok(Enqueued { id: live.id, deduplicated: true })
+}
+
+/// Sweeps expired leases, then claims up to `max_items` due items of `queues`.
+fn claim(
+    tx: &mut Tx<'_>,
+    worker_id: &str,
+    queues: &[String],
+    lease_ms: i64,
+    max_items: usize,
+) -> Result<Vec<Claimed>> {
+    tx.limits().check_id("worker id", worker_id)?;
+    check_queues(tx, queues)?;
+    check_lease(tx, lease_ms)?;
+    reclaim(tx, Some(queues))?;
+    let now_ms = tx.now_ms();
+    let expires_at_ms = now_ms.saturating_add(lease_ms);
+    let due = sql::select_due(tx.sql(), tx.tenant(), queues, now_ms, max_items)?;
+    let mut claimed = Vec::with_capacity(due.len());
+    for id in due {
+        let item = sql::claim(tx.sql(), tx.tenant(), &id, worker_id, now_ms, expires_at_ms)?;
+        let payload = json!({ "worker_id": worker_id, "lease_expires_at_ms": expires_at_ms });
+        item_event(tx, &item, "claimed", payload)?;
+        let fence = item.fence;
+        claimed.push(Claimed {
+            item: item.into_item()?,
+            fence,
+            lease_expires_at_ms: expires_at_ms,
+        });
+    }
+    Ok(claimed)
+}
+
+fn complete(tx: &mut Tx<'_>, completion: Completion) -> Result<()> {
+    let result = serde_json::to_string(&completion.result)?;
+    tx.limits().check_payload("result bytes", &result)?;
+    let done = sql::complete(
+        tx.sql(),
+        tx.tenant(),
+        &completion.id,
+        completion.fence,
+        tx.now_ms(),
+        &result,
+    )?;
+    let Some(item) = done else {
+        return Err(lease_lost(tx, &completion.id, completion.fence)?);
+    };
+    item_event(tx, &item, "completed", json!({}))
+}
+
+/// Sweeps expired leases (of `queues`, or all), at most a page of them per call.
+fn reclaim(tx: &mut Tx<'_>, queues: Option<&[String]>) -> Result<Reclaimed> {
+    let limit = tx.limits().page_size_max;
+    let expired = sql::select_expired(tx.sql(), tx.tenant(), tx.now_ms(), limit)?;
+    let wanted = |item: &&ItemRow| queues.is_none_or(|qs| qs.contains(&item.queue));
+    let mut reclaimed = Reclaimed::default();
+    for item in expired.iter().filter(wanted) {
+        match settle_failure(tx, item, "lease expired", true)? {
+            FailOutcome::Retrying { .. } => reclaimed.retried += 1,
+            FailOutcome::DeadLettered => reclaimed.dead_lettered += 1,
+        }
+    }
+    Ok(reclaimed)
+}
+
+/// Ends a failed attempt of a claimed item: a retry after the backoff, or dead.
+fn settle_failure(
+    tx: &mut Tx<'_>,
+    item: &ItemRow,
+    error: &str,
+    retryable: bool,
+) -> Result<FailOutcome> {
+    let now_ms = tx.now_ms();
+    let outcome = if retryable && item.attempt < item.max_attempts {
+        let run_at_ms = now_ms.saturating_add(item.backoff.delay_ms(item.attempt));
+        sql::schedule_retry(tx.sql(), tx.tenant(), &item.id, item.fence, now_ms, run_at_ms, error)?;
+        FailOutcome::Retrying { run_at_ms }
+    } else {
+        sql::dead_letter(tx.sql(), tx.tenant(), &item.id, item.fence, now_ms, error)?;
+        FailOutcome::DeadLettered
+    };
+    let (event_type, detail) = match outcome {
+        FailOutcome::Retrying { run_at_ms } => {
+            ("retried", json!({ "error": error, "run_at_ms": run_at_ms }))
+        }
+        FailOutcome::DeadLettered => ("dead_lettered", json!({ "error": error })),
+    };
+    item_event(tx, item, event_type, detail)?;
+    if matches!(outcome, FailOutcome::Retrying { .. }) {
+        tx.ring_bell();
+    }
+    Ok(outcome)
+}
+
+/// Requeues a dead item; false when a live item holds its dedupe key.
+fn requeue(tx: &mut Tx<'_>, item: &ItemRow) -> Result<bool> {
+    if let Some(key) = &item.dedupe_key
+        && sql::select_live_by_dedupe(tx.sql(), tx.tenant(), &item.queue, key)?.is_some()
+    {
+        return Ok(false);
+    }
+    sql::requeue(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
+    item_event(tx, item, "requeued", json!({}))?;
+    tx.ring_bell();
+    Ok(true)
+}
+
+/// The claimed item `id` if `fence` holds its live lease; otherwise the reason it does not.
+fn held(tx: &Tx<'_>, id: &str, fence: u64) -> Result<ItemRow> {
+    tx.limits().check_id("item id", id)?;
+    let item = found(sql::select_item(tx.sql(), tx.tenant(), id)?, id)?;
+    let live = item.status == ItemStatus::Claimed
+        && item.fence == fence
+        && item.lease_expires_at_ms.is_some_and(|at| at > tx.now_ms());
+    if !live {
+        return Err(lease_lost_reason(&item, fence));
+    }
+    Ok(item)
+}
+
+/// The error for a fenced write that matched nothing: `NotFound`, or `LeaseLost` and why.
+fn lease_lost(tx: &Tx<'_>, id: &str, fence: u64) -> Result<Error> {
+    tx.limits().check_id("item id", id)?;
+    let item = found(sql::select_item(tx.sql(), tx.tenant(), id)?, id)?;
+    Ok(lease_lost_reason(&item, fence))
+}
+
+fn lease_lost_reason(item: &ItemRow, fence: u64) -> Error {
+    let why = if item.status != ItemStatus::Claimed {
+        format!("item {} is {}", item.id, item.status.as_str())
+    } else if item.fence != fence {
+        format!(
+            "item {} was claimed again (fence {} is stale, current {})",
+            item.id, fence, item.fence
+        )
+    } else {
+        format!("the lease of item {} expired", item.id)
+    };
+    Error::LeaseLost(why)
+}
+
+fn found(row: Option<ItemRow>, id: &str) -> Result<ItemRow> {
+    row.ok_or_else(|| Error::NotFound { kind: "queue item", id: id.to_owned() })
+}
+
+/// Appends an event about `item` to its queue's stream.
+fn item_event(tx: &mut Tx<'_>, item: &ItemRow, event_type: &str, mut detail: Value) -> Result<()> {
+    if let Value::Object(fields) = &mut detail {
+        fields.insert("id".into(), json!(item.id));
+        fields.insert("attempt".into(), json!(item.attempt));
+        fields.insert("fence".into(), json!(item.fence));
+    }
+    // The op's own savepoint already makes the event atomic with the change.
+    log::append(tx, &Stream::queue(&item.queue), event_type, detail, None)?;
+    Ok(())
+}
+
+/// Checks a new item; returns its encoded payload.
+fn check_new_item(tx: &Tx<'_>, item: &NewItem) -> Result<String> {
+    let limits = tx.limits();
+    limits.check_id("queue", &item.queue)?;
+    for (what, id) in [
+        ("dedupe key", &item.dedupe_key),
+        ("execution id", &item.execution_id),
+        ("node id", &item.node_id),
+    ] {
+        if let Some(id) = id {
+            limits.check_id(what, id)?;
+        }
+    }
+    if item.max_attempts == 0 || item.max_attempts > limits.max_attempts_max {
+        return Err(Error::InvalidInput(format!(
+            "max_attempts must be 1..={}, not {}",
+            limits.max_attempts_max, item.max_attempts
+        )));
+    }
+    if item.backoff.base_ms < 0 || item.backoff.max_ms < item.backoff.base_ms {
+        return Err(Error::InvalidInput("backoff must satisfy 0 <= base_ms <= max_ms".into()));
+    }
+    let encoded = serde_json::to_string(&item.payload)?;
+    limits.check_payload("payload bytes", &encoded)?;
+    Ok(encoded)
+}
+
+fn check_queues(tx: &Tx<'_>, queues: &[String]) -> Result<()> {
+    if queues.is_empty() {
+        return Err(Error::InvalidInput("name at least one queue".into()));
+    }
+    check_count(tx, "queues", queues.len())?;
+    queues.iter().try_for_each(|queue| tx.limits().check_id("queue", queue))
+}
+
+fn check_lease(tx: &Tx<'_>, lease_ms: i64) -> Result<()> {
+    let limits = tx.limits();
+    if lease_ms < limits.lease_ms_min || lease_ms > limits.lease_ms_max {
+        return Err(Error::InvalidInput(format!(
+            "lease_ms must be {}..={}, not {lease_ms}",
+            limits.lease_ms_min, limits.lease_ms_max
+        )));
+    }
+    Ok(())
+}
+
+fn check_count(tx: &Tx<'_>, what: &'static str, count: usize) -> Result<()> {
+    let max = tx.limits().page_size_max;
+    if count > max {
+        return Err(Error::too_large(what, max, count));
+    }
+    Ok(())
+}
+
+/// Errors are kept as text; they are bounded like payloads.
+fn check_text(tx: &Tx<'_>, what: &'static str, text: &str) -> Result<()> {
+    tx.limits().check_payload(what, text)
+}

@@ -1,0 +1,470 @@
+//! The queue's SQL: every statement, and the mapping of rows back to items.
+//!
+//! Every statement names the tenant. Every lease-holder write carries the fence and the
+//! `claimed` status in its own `WHERE`, so it cannot apply to an item claimed again since.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::{Backoff, ItemStatus, NewItem, QueueItem, QueueStats};
+use crate::error::Result;
+
+/// The columns `item_from_row` reads, in order.
+macro_rules! item_columns {
+    () => {
+        "item_id, queue, payload, priority, run_at_ms, attempt, max_attempts, backoff_base_ms,
+         backoff_max_ms, dedupe_key, execution_id, node_id, status, fence, worker_id,
+         lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms, finished_at_ms"
+    };
+}
+
+/// An item as read, with its JSON still encoded.
+#[derive(Debug, Clone)]
+pub(super) struct ItemRow {
+    pub(super) id: String,
+    pub(super) queue: String,
+    payload: String,
+    priority: i64,
+    run_at_ms: i64,
+    pub(super) attempt: u32,
+    pub(super) max_attempts: u32,
+    pub(super) backoff: Backoff,
+    pub(super) dedupe_key: Option<String>,
+    execution_id: Option<String>,
+    node_id: Option<String>,
+    pub(super) status: ItemStatus,
+    pub(super) fence: u64,
+    worker_id: Option<String>,
+    pub(super) lease_expires_at_ms: Option<i64>,
+    last_error: Option<String>,
+    result: Option<String>,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+    finished_at_ms: Option<i64>,
+}
+
+impl ItemRow {
+    /// The item with its JSON decoded.
+    pub(super) fn into_item(self) -> Result<QueueItem> {
+        let result = self.result.as_deref().map(serde_json::from_str).transpose()?;
+        Ok(QueueItem {
+            id: self.id,
+            queue: self.queue,
+            payload: serde_json::from_str(&self.payload)?,
+            priority: self.priority,
+            run_at_ms: self.run_at_ms,
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            backoff: self.backoff,
+            dedupe_key: self.dedupe_key,
+            execution_id: self.execution_id,
+            node_id: self.node_id,
+            status: self.status,
+            fence: self.fence,
+            worker_id: self.worker_id,
+            lease_expires_at_ms: self.lease_expires_at_ms,
+            last_error: self.last_error,
+            result,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            finished_at_ms: self.finished_at_ms,
+        })
+    }
+}
+
+/// The live item holding a dedupe key.
+pub(super) struct LiveDuplicate {
+    pub(super) id: String,
+    pub(super) payload_hash: Option<String>,
+}
+
+/// The columns of a new item.
+pub(super) struct NewRow<'r> {
+    pub(super) id: &'r str,
+    pub(super) item: &'r NewItem,
+    pub(super) encoded: &'r str,
+    pub(super) hash: Option<&'r str>,
+    pub(super) run_at_ms: i64,
+}
+
+pub(super) fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<()> {
+    let item = row.item;
+    conn.prepare_cached(
+        "INSERT INTO queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
+             run_at_ms, attempt, max_attempts, backoff_base_ms, backoff_max_ms, dedupe_key,
+             execution_id, node_id, status, fence, created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14)",
+    )?
+    .execute(params![
+        tenant,
+        row.id,
+        item.queue,
+        row.encoded,
+        row.hash,
+        item.priority,
+        row.run_at_ms,
+        item.max_attempts,
+        item.backoff.base_ms,
+        item.backoff.max_ms,
+        item.dedupe_key,
+        item.execution_id,
+        item.node_id,
+        now_ms
+    ])?;
+    Ok(())
+}
+
+pub(super) fn select_item(conn: &Connection, tenant: &str, id: &str) -> Result<Option<ItemRow>> {
+    let row = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM queue_items WHERE tenant_id = ?1 AND item_id = ?2"
+        ))?
+        .query_row(params![tenant, id], item_from_row)
+        .optional()?;
+    Ok(row)
+}
+
+pub(super) fn select_live_by_dedupe(
+    conn: &Connection,
+    tenant: &str,
+    queue: &str,
+    key: &str,
+) -> Result<Option<LiveDuplicate>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT item_id, payload_hash FROM queue_items
+             WHERE tenant_id = ?1 AND queue = ?2 AND dedupe_key = ?3
+               AND status IN ('pending', 'claimed')",
+        )?
+        .query_row(params![tenant, queue, key], |r| {
+            Ok(LiveDuplicate { id: r.get(0)?, payload_hash: r.get(1)? })
+        })
+        .optional()?;
+    Ok(row)
+}
+
+/// The ids of up to `limit` due items of `queues`, in claim order (priority desc, run_at asc,
+/// id asc). Each queue is read through its own index range, then the heads are merged.
+pub(super) fn select_due(
+    conn: &Connection,
+    tenant: &str,
+    queues: &[String],
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT item_id, priority, run_at_ms FROM queue_items
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND run_at_ms <= ?3
+         ORDER BY priority DESC, run_at_ms, item_id
+         LIMIT ?4",
+    )?;
+    let mut due: Vec<(i64, i64, String)> = Vec::new();
+    for queue in queues {
+        let rows = stmt.query_map(params![tenant, queue, now_ms, limit as i64], |r| {
+            Ok((-r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(0)?))
+        })?;
+        for row in rows {
+            due.push(row?);
+        }
+    }
+    if queues.len() > 1 {
+        due.sort();
+        due.dedup_by(|a, b| a.2 == b.2);
+    }
+    due.truncate(limit);
+    Ok(due.into_iter().map(|(_, _, id)| id).collect())
+}
+
+/// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed.
+pub(super) fn claim(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+    worker_id: &str,
+    now_ms: i64,
+    expires_at_ms: i64,
+) -> Result<ItemRow> {
+    conn.prepare_cached(
+        "UPDATE queue_items
+         SET status = 'claimed', attempt = attempt + 1, fence = fence + 1, worker_id = ?3,
+             lease_expires_at_ms = ?5, updated_at_ms = ?4
+         WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
+    )?
+    .execute(params![tenant, id, worker_id, now_ms, expires_at_ms])?;
+    select_item(conn, tenant, id)?
+        .ok_or_else(|| crate::error::Error::NotFound { kind: "queue item", id: id.to_owned() })
+}
+
+/// Moves a live lease's expiry; false when `fence` no longer holds one.
+pub(super) fn renew_lease(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+    fence: u64,
+    now_ms: i64,
+    expires_at_ms: i64,
+) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE queue_items SET lease_expires_at_ms = ?5, updated_at_ms = ?4
+             WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
+               AND lease_expires_at_ms > ?4",
+        )?
+        .execute(params![tenant, id, fence as i64, now_ms, expires_at_ms])?;
+    Ok(changed == 1)
+}
+
+/// Completes a held item; `None` when `fence` no longer holds a live lease.
+pub(super) fn complete(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+    fence: u64,
+    now_ms: i64,
+    result: &str,
+) -> Result<Option<ItemRow>> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE queue_items
+             SET status = 'completed', result = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
+                 updated_at_ms = ?4, finished_at_ms = ?4
+             WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
+               AND lease_expires_at_ms > ?4",
+        )?
+        .execute(params![tenant, id, fence as i64, now_ms, result])?;
+    if changed != 1 {
+        return Ok(None);
+    }
+    select_item(conn, tenant, id)
+}
+
+/// Returns a held item to pending with its attempt refunded.
+pub(super) fn release(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+    fence: u64,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE queue_items
+         SET status = 'pending', attempt = attempt - 1, worker_id = NULL,
+             lease_expires_at_ms = NULL, updated_at_ms = ?4
+         WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
+    )?
+    .execute(params![tenant, id, fence as i64, now_ms])?;
+    Ok(())
+}
+
+/// Up to `limit` claimed items whose lease has expired, oldest expiry first.
+pub(super) fn select_expired(
+    conn: &Connection,
+    tenant: &str,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<ItemRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        item_columns!(),
+        " FROM queue_items
+          WHERE tenant_id = ?1 AND status = 'claimed' AND lease_expires_at_ms <= ?2
+          ORDER BY lease_expires_at_ms LIMIT ?3"
+    ))?;
+    let rows = stmt.query_map(params![tenant, now_ms, limit as i64], item_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Ends a claimed attempt with a retry due at `run_at_ms`.
+pub(super) fn schedule_retry(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+    fence: u64,
+    now_ms: i64,
+    run_at_ms: i64,
+    error: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE queue_items
+         SET status = 'pending', run_at_ms = ?5, last_error = ?6, worker_id = NULL,
+             lease_expires_at_ms = NULL, updated_at_ms = ?4
+         WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
+    )?
+    .execute(params![tenant, id, fence as i64, now_ms, run_at_ms, error])?;
+    Ok(())
+}
+
+/// Ends a claimed attempt in the dead-letter state.
+pub(super) fn dead_letter(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+    fence: u64,
+    now_ms: i64,
+    error: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE queue_items
+         SET status = 'dead', last_error = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
+             updated_at_ms = ?4, finished_at_ms = ?4
+         WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
+    )?
+    .execute(params![tenant, id, fence as i64, now_ms, error])?;
+    Ok(())
+}
+
+/// Up to `limit` dead items of `queue` with ids after `after`, in id (enqueue) order.
+pub(super) fn select_dead(
+    conn: &Connection,
+    tenant: &str,
+    queue: &str,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<ItemRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        item_columns!(),
+        " FROM queue_items
+          WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead' AND item_id > ?3
+          ORDER BY item_id LIMIT ?4"
+    ))?;
+    let rows = stmt.query_map(params![tenant, queue, after, limit as i64], item_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Makes a dead item pending again with fresh attempts, due now.
+pub(super) fn requeue(conn: &Connection, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE queue_items
+         SET status = 'pending', attempt = 0, run_at_ms = ?3, updated_at_ms = ?3,
+             finished_at_ms = NULL
+         WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'dead'",
+    )?
+    .execute(params![tenant, id, now_ms])?;
+    Ok(())
+}
+
+pub(super) fn delete_dead(conn: &Connection, tenant: &str, queue: &str) -> Result<u64> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM queue_items WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'",
+        )?
+        .execute(params![tenant, queue])?;
+    Ok(deleted as u64)
+}
+
+/// Cancels a live item.
+pub(super) fn cancel(conn: &Connection, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE queue_items
+         SET status = 'cancelled', worker_id = NULL, lease_expires_at_ms = NULL,
+             updated_at_ms = ?3, finished_at_ms = ?3
+         WHERE tenant_id = ?1 AND item_id = ?2 AND status IN ('pending', 'claimed')",
+    )?
+    .execute(params![tenant, id, now_ms])?;
+    Ok(())
+}
+
+pub(super) fn select_live_of_execution(
+    conn: &Connection,
+    tenant: &str,
+    execution_id: &str,
+) -> Result<Vec<ItemRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        item_columns!(),
+        " FROM queue_items
+          WHERE tenant_id = ?1 AND execution_id = ?2 AND status IN ('pending', 'claimed')
+          ORDER BY item_id"
+    ))?;
+    let rows = stmt.query_map(params![tenant, execution_id], item_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+pub(super) fn select_stats(
+    conn: &Connection,
+    tenant: &str,
+    now_ms: i64,
+) -> Result<Vec<QueueStats>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT queue,
+                SUM(CASE WHEN status = 'pending' AND run_at_ms <= ?2 THEN 1 ELSE 0 END),
+                SUM(CASE WHEN status = 'pending' AND run_at_ms > ?2 THEN 1 ELSE 0 END),
+                SUM(CASE WHEN status = 'claimed' THEN 1 ELSE 0 END),
+                SUM(CASE WHEN status = 'dead' THEN 1 ELSE 0 END),
+                SUM(CASE WHEN status = 'completed' THEN 1 ELSE 0 END),
+                MIN(CASE WHEN status = 'pending' AND run_at_ms <= ?2 THEN run_at_ms END)
+         FROM queue_items WHERE tenant_id = ?1
+         GROUP BY queue ORDER BY queue",
+    )?;
+    let rows = stmt.query_map(params![tenant, now_ms], |r| {
+        let count =
+            |index: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(index)?.max(0) as u64) };
+        let oldest: Option<i64> = r.get(6)?;
+        Ok(QueueStats {
+            queue: r.get(0)?,
+            pending: count(1)?,
+            scheduled: count(2)?,
+            claimed: count(3)?,
+            dead: count(4)?,
+            completed: count(5)?,
+            oldest_pending_age_ms: oldest.map(|at| now_ms.saturating_sub(at)),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+pub(super) fn delete_finished_before(
+    conn: &Connection,
+    tenant: &str,
+    cutoff_ms: i64,
+) -> Result<u64> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM queue_items
+             WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled') AND finished_at_ms < ?2",
+        )?
+        .execute(params![tenant, cutoff_ms])?;
+    Ok(deleted as u64)
+}
+
+/// The earliest `run_at_ms` of the pending items of `queue`.
+pub(super) fn select_next_due(conn: &Connection, tenant: &str, queue: &str) -> Result<Option<i64>> {
+    let due = conn
+        .prepare_cached(
+            "SELECT min(run_at_ms) FROM queue_items
+             WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending'",
+        )?
+        .query_row(params![tenant, queue], |r| r.get(0))?;
+    Ok(due)
+}
+
+fn item_from_row(row: &Row<'_>) -> rusqlite::Result<ItemRow> {
+    let status: String = row.get(12)?;
+    let status = ItemStatus::parse(&status).map_err(|error| {
+        rusqlite::Error::FromSqlConversionFailure(12, rusqlite::types::Type::Text, Box::new(error))
+    })?;
+    Ok(ItemRow {
+        id: row.get(0)?,
+        queue: row.get(1)?,
+        payload: row.get(2)?,
+        priority: row.get(3)?,
+        run_at_ms: row.get(4)?,
+        attempt: row.get(5)?,
+        max_attempts: row.get(6)?,
+        backoff: Backoff { base_ms: row.get(7)?, max_ms: row.get(8)? },
+        dedupe_key: row.get(9)?,
+        execution_id: row.get(10)?,
+        node_id: row.get(11)?,
+        status,
+        fence: row.get::<_, i64>(13)?.max(0) as u64,
+        worker_id: row.get(14)?,
+        lease_expires_at_ms: row.get(15)?,
+        last_error: row.get(16)?,
+        result: row.get(17)?,
+        created_at_ms: row.get(18)?,
+        updated_at_ms: row.get(19)?,
+        finished_at_ms: row.get(20)?,
+    })
+}

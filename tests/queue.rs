@@ -1,0 +1,435 @@
+//! The work queue (DESIGN.md §5.3) through the public API, with a `ManualClock` so that leases,
+//! retries and delays run instantly and deterministically.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use spindle::queue::Completion;
+use spindle::{
+    Clock, Error, FailOutcome, ItemStatus, ManualClock, NewItem, Options, Page, Store, Stream,
+    TxOutcome,
+};
+
+const T0: i64 = 1_700_000_000_000;
+
+fn store_at(clock: &ManualClock) -> Store {
+    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    Store::open_in_memory_with(options).expect("open")
+}
+
+fn setup() -> (Store, ManualClock) {
+    let clock = ManualClock::new(T0);
+    (store_at(&clock), clock)
+}
+
+#[test]
+fn the_seed_cycle_enqueue_claim_complete_then_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let enqueued =
+        queue.enqueue(NewItem::new("default", json!({"node": "node-1"})).node_id("node-1"))?;
+    assert!(!enqueued.deduplicated);
+    let claimed = queue.claim("worker-1", &["default"], 30_000)?.expect("an item");
+    assert_eq!(claimed.item.id, enqueued.id);
+    assert_eq!(claimed.item.node_id.as_deref(), Some("node-1"));
+    assert_eq!(claimed.item.worker_id.as_deref(), Some("worker-1"));
+    assert_eq!((claimed.item.attempt, claimed.fence), (1, 1));
+    assert_eq!(claimed.lease_expires_at_ms, T0 + 30_000);
+    queue.complete(&claimed.item.id, claimed.fence, json!({"ok": true}))?;
+    assert!(queue.claim("worker-1", &["default"], 30_000)?.is_none());
+    let item = queue.get(&enqueued.id)?;
+    assert_eq!(item.status, ItemStatus::Completed);
+    assert_eq!(item.result, Some(json!({"ok": true})));
+    Ok(())
+}
+
+#[test]
+fn an_expired_lease_goes_to_the_next_worker_with_a_higher_fence() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)))?.id;
+    let first = queue.claim("w1", &["q"], 10_000)?.expect("claimed");
+    clock.advance_ms(5_000);
+    assert_eq!(queue.heartbeat(&id, first.fence, 10_000)?, T0 + 15_000);
+    clock.advance_ms(15_000); // past the renewed lease: the worker is presumed dead
+    assert!(queue.claim("w2", &["q"], 10_000)?.is_none(), "a lapsed lease is a failed attempt");
+    clock.advance_ms(1_000); // its retry backoff
+    let second = queue.claim("w2", &["q"], 10_000)?.expect("reclaimed");
+    assert_eq!(second.item.id, id);
+    assert!(second.fence > first.fence);
+    assert_eq!(second.item.attempt, 2, "the expired lease cost an attempt");
+    assert_eq!(second.item.last_error.as_deref(), Some("lease expired"));
+
+    // The first worker lost the item: every write it tries is refused and changes nothing.
+    let before = queue.get(&id)?;
+    assert!(matches!(queue.complete(&id, first.fence, json!("late")), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.heartbeat(&id, first.fence, 10_000), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.fail(&id, first.fence, "late", true), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.release(&id, first.fence), Err(Error::LeaseLost(_))));
+    assert_eq!(queue.get(&id)?, before);
+
+    queue.complete(&id, second.fence, json!("done"))?;
+    assert!(matches!(queue.complete(&id, second.fence, json!("again")), Err(Error::LeaseLost(_))));
+    Ok(())
+}
+
+#[test]
+fn a_lease_that_expired_but_was_not_yet_reclaimed_cannot_complete() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)))?.id;
+    let claimed = queue.claim("w1", &["q"], 1_000)?.expect("claimed");
+    clock.advance_ms(1_000);
+    assert!(matches!(queue.complete(&id, claimed.fence, json!(1)), Err(Error::LeaseLost(_))));
+    assert_eq!(queue.get(&id)?.status, ItemStatus::Claimed, "nothing changed");
+    assert!(matches!(queue.complete("no-such-item", 1, json!(1)), Err(Error::NotFound { .. })));
+    Ok(())
+}
+
+#[test]
+fn retries_back_off_1_2_4_up_to_64_seconds_and_keep_the_error() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(10))?.id;
+    let mut delays = Vec::new();
+    for attempt in 1..=9 {
+        let claimed = queue.claim("w", &["q"], 60_000)?.expect("due");
+        assert_eq!(claimed.item.attempt, attempt);
+        let FailOutcome::Retrying { run_at_ms } = queue.fail(&id, claimed.fence, "boom", true)?
+        else {
+            panic!("attempt {attempt} should retry");
+        };
+        let delay = run_at_ms - clock.now_ms();
+        delays.push(delay / 1_000);
+        assert_eq!(queue.get(&id)?.last_error.as_deref(), Some("boom"));
+        clock.advance_ms(delay - 1);
+        assert!(queue.claim("w", &["q"], 60_000)?.is_none(), "not due before its backoff");
+        clock.advance_ms(1);
+    }
+    assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+    let last = queue.claim("w", &["q"], 60_000)?.expect("the tenth attempt");
+    assert_eq!(queue.fail(&id, last.fence, "final", true)?, FailOutcome::DeadLettered);
+    let dead = queue.get(&id)?;
+    assert_eq!((dead.status, dead.attempt), (ItemStatus::Dead, 10));
+    assert_eq!(dead.last_error.as_deref(), Some("final"));
+    Ok(())
+}
+
+#[test]
+fn dead_letters_come_from_fail_not_retryable_and_from_expired_leases() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let failed = queue.enqueue(NewItem::new("q", json!("a")).max_attempts(5))?.id;
+    let claimed = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    assert_eq!(queue.fail(&failed, claimed.fence, "bad input", false)?, FailOutcome::DeadLettered);
+
+    let expiring = queue.enqueue(NewItem::new("q", json!("b")).max_attempts(2))?.id;
+    queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    clock.advance_ms(1_000); // the worker dies; its lease lapses
+    let first_sweep = queue.reclaim_expired()?;
+    assert_eq!((first_sweep.retried, first_sweep.dead_lettered), (1, 0));
+    clock.advance_ms(1_000); // the retry's backoff
+    assert_eq!(queue.claim("w", &["q"], 1_000)?.expect("claimed").item.id, expiring);
+    clock.advance_ms(1_000); // and dies again, on its last attempt
+    let reclaimed = queue.reclaim_expired()?;
+    assert_eq!((reclaimed.retried, reclaimed.dead_lettered), (0, 1));
+    let dead: Vec<String> =
+        queue.dead_letters("q", Page::first(10))?.into_iter().map(|i| i.id).collect();
+    assert_eq!(dead, [failed.clone(), expiring.clone()]);
+    assert_eq!(queue.get(&expiring)?.last_error.as_deref(), Some("lease expired"));
+    assert_eq!(queue.dead_letters("q", Page::after(&failed, 10))?.len(), 1);
+    Ok(())
+}
+
+#[test]
+fn requeue_gives_fresh_attempts_and_the_fence_keeps_growing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(1))?.id;
+    let first = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    assert_eq!(queue.fail(&id, first.fence, "x", true)?, FailOutcome::DeadLettered);
+    assert!(matches!(queue.cancel(&id), Err(Error::Conflict(_))));
+    queue.requeue(&id)?;
+    let item = queue.get(&id)?;
+    assert_eq!((item.status, item.attempt), (ItemStatus::Pending, 0));
+    let second = queue.claim("w", &["q"], 1_000)?.expect("claimed again");
+    assert!(second.fence > first.fence);
+    assert!(matches!(queue.requeue(&id), Err(Error::Conflict(_))), "only dead items");
+
+    for n in 0..3 {
+        let other = queue.enqueue(NewItem::new("r", json!(n)).max_attempts(1))?.id;
+        let c = queue.claim("w", &["r"], 1_000)?.expect("claimed");
+        queue.fail(&other, c.fence, "x", false)?;
+    }
+    assert_eq!(queue.requeue_all("r")?, 3);
+    assert_eq!(queue.purge_dead("r")?, 0);
+    Ok(())
+}
+
+#[test]
+fn claims_follow_priority_then_due_time_and_wait_for_delays() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let low = queue.enqueue(NewItem::new("q", json!("low")).priority(1))?.id;
+    let high_later =
+        queue.enqueue(NewItem::new("q", json!("high-later")).priority(5).run_at_ms(T0 + 10))?.id;
+    let high = queue.enqueue(NewItem::new("q", json!("high")).priority(5))?.id;
+    let delayed =
+        queue.enqueue(NewItem::new("q", json!("delayed")).priority(9).run_at_ms(T0 + 60_000))?.id;
+    let other_queue = queue.enqueue(NewItem::new("other", json!("o")).priority(7))?.id;
+    clock.advance_ms(10);
+    let order: Vec<String> =
+        std::iter::from_fn(|| queue.claim("w", &["q", "other"], 1_000).expect("claim"))
+            .map(|c| c.item.id)
+            .collect();
+    assert_eq!(order, [other_queue, high, high_later, low]);
+    clock.advance_ms(60_000);
+    assert_eq!(queue.claim("w", &["q"], 1_000)?.expect("now due").item.id, delayed);
+    Ok(())
+}
+
+#[test]
+fn a_dedupe_key_is_unique_among_live_items() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let first = queue.enqueue(NewItem::new("q", json!({"a": 1})).dedupe_key("k"))?;
+    let again = queue.enqueue(NewItem::new("q", json!({"a": 1})).dedupe_key("k"))?;
+    assert_eq!((again.id.as_str(), again.deduplicated), (first.id.as_str(), true));
+    let other = queue.enqueue(NewItem::new("q", json!({"a": 2})).dedupe_key("k"));
+    assert!(matches!(other, Err(Error::Conflict(_))));
+    assert!(
+        !queue.enqueue(NewItem::new("other-queue", json!({"a": 2})).dedupe_key("k"))?.deduplicated
+    );
+
+    let claimed = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    assert!(queue.enqueue(NewItem::new("q", json!({"a": 1})).dedupe_key("k"))?.deduplicated);
+    queue.complete(&claimed.item.id, claimed.fence, json!(null))?;
+    let fresh = queue.enqueue(NewItem::new("q", json!({"a": 3})).dedupe_key("k"))?;
+    assert!(!fresh.deduplicated && fresh.id != first.id, "a finished item frees its key");
+    let stats = queue.stats()?;
+    assert_eq!(stats.iter().find(|s| s.queue == "q").map(|s| s.pending), Some(1));
+    Ok(())
+}
+
+#[test]
+fn release_refunds_the_attempt() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(1))?.id;
+    for _ in 0..3 {
+        let claimed = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+        queue.release(&id, claimed.fence)?;
+    }
+    let item = queue.get(&id)?;
+    assert_eq!((item.status, item.attempt, item.fence), (ItemStatus::Pending, 0, 3));
+    Ok(())
+}
+
+#[test]
+fn claim_wait_wakes_on_an_enqueue_from_another_thread_and_times_out_otherwise()
+-> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let waited = Instant::now();
+    assert!(store.queue().claim_wait("w", &["q"], 1_000, Duration::from_millis(50))?.is_none());
+    assert!(waited.elapsed() >= Duration::from_millis(50));
+
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.queue().claim_wait("w", &["q"], 1_000, Duration::from_secs(30))
+        })
+    };
+    let id = store.queue().enqueue(NewItem::new("q", json!("wake up")))?.id;
+    let claimed = waiter.join().expect("waiter")?.expect("woken with an item");
+    assert_eq!(claimed.item.id, id);
+    Ok(())
+}
+
+#[test]
+fn claim_wait_sleeps_until_a_scheduled_item_is_due() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let now_ms = spindle::SystemClock.now_ms();
+    store.queue().enqueue(NewItem::new("q", json!(1)).run_at_ms(now_ms + 200))?;
+    let claimed = store.queue().claim_wait("w", &["q"], 1_000, Duration::from_secs(30))?;
+    assert!(claimed.is_some());
+    assert!(spindle::SystemClock.now_ms() >= now_ms + 200);
+    Ok(())
+}
+
+#[test]
+fn an_enqueue_in_a_rolled_back_transaction_leaves_no_item() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let mine = Stream::custom("mine");
+    let s = mine.clone();
+    let id = store.transaction(move |tx| {
+        tx.append_event(&s, "own row", json!(1))?;
+        let enqueued = tx.exec(spindle::queue::Enqueue { item: NewItem::new("q", json!(1)) })?;
+        Ok(TxOutcome::Rollback(enqueued.id))
+    })?;
+    assert!(matches!(store.queue().get(&id), Err(Error::NotFound { .. })));
+    assert!(store.queue().claim("w", &["q"], 1_000)?.is_none());
+
+    let s = mine.clone();
+    let kept = store.transaction(move |tx| {
+        tx.append_event(&s, "own row", json!(1))?;
+        Ok(TxOutcome::Commit(
+            tx.exec(spindle::queue::Enqueue { item: NewItem::new("q", json!(2)) })?.id,
+        ))
+    })?;
+    assert_eq!(store.queue().get(&kept)?.status, ItemStatus::Pending);
+    assert_eq!(store.events().head(&mine)?, 1);
+    Ok(())
+}
+
+#[test]
+fn cancel_and_cancel_execution() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let lone = queue.enqueue(NewItem::new("q", json!(0)))?.id;
+    queue.cancel(&lone)?;
+    assert_eq!(queue.get(&lone)?.status, ItemStatus::Cancelled);
+    assert!(matches!(queue.cancel(&lone), Err(Error::Conflict(_))));
+
+    let a = queue.enqueue(NewItem::new("q", json!(1)).execution_id("exec-1"))?.id;
+    queue.enqueue(NewItem::new("q", json!(2)).execution_id("exec-1"))?;
+    queue.enqueue(NewItem::new("q", json!(3)).execution_id("exec-2"))?;
+    let held = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    assert_eq!(held.item.id, a);
+    assert!(
+        matches!(queue.cancel(&a), Err(Error::Conflict(_))),
+        "claimed items need cancel_execution"
+    );
+    assert_eq!(queue.cancel_execution("exec-1")?, 2);
+    assert!(matches!(queue.complete(&a, held.fence, json!(null)), Err(Error::LeaseLost(_))));
+    assert_eq!(queue.claim("w", &["q"], 1_000)?.expect("exec-2's item").item.payload, json!(3));
+
+    clock.advance_ms(10_000);
+    assert_eq!(queue.prune_completed(5_000)?, 3, "the three cancelled items");
+    assert!(matches!(queue.get(&lone), Err(Error::NotFound { .. })));
+    Ok(())
+}
+
+#[test]
+fn stats_count_every_state_per_queue() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    queue.enqueue(NewItem::new("a", json!(1)))?;
+    queue.enqueue(NewItem::new("a", json!(2)).run_at_ms(T0 + 1_000_000))?;
+    let claimed_id = queue.enqueue(NewItem::new("a", json!(3)).priority(9))?.id;
+    let done = queue.enqueue(NewItem::new("b", json!(4)))?.id;
+    let c = queue.claim("w", &["a"], 60_000)?.expect("claimed");
+    assert_eq!(c.item.id, claimed_id);
+    let d = queue.claim("w", &["b"], 60_000)?.expect("claimed");
+    queue.complete(&done, d.fence, json!(null))?;
+    clock.advance_ms(2_500);
+    let stats = queue.stats()?;
+    let a = &stats[0];
+    assert_eq!(
+        (a.queue.as_str(), a.pending, a.scheduled, a.claimed, a.dead, a.completed),
+        ("a", 1, 1, 1, 0, 0)
+    );
+    assert_eq!(a.oldest_pending_age_ms, Some(2_500));
+    assert_eq!(
+        (stats[1].queue.as_str(), stats[1].completed, stats[1].oldest_pending_age_ms),
+        ("b", 1, None)
+    );
+    Ok(())
+}
+
+#[test]
+fn every_change_is_an_event_on_the_queue_stream() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(2))?.id;
+    let c = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    queue.fail(&id, c.fence, "x", true)?;
+    clock.advance_ms(1_000);
+    let c = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    queue.fail(&id, c.fence, "y", true)?;
+    let types: Vec<String> = store
+        .events()
+        .read(Stream::queue("q"), 0, 100)?
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    assert_eq!(types, ["enqueued", "claimed", "retried", "claimed", "dead_lettered"]);
+    Ok(())
+}
+
+#[test]
+fn another_tenants_items_are_invisible() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let (acme, globex) = (store.tenant("acme")?, store.tenant("globex")?);
+    let id = acme.queue().enqueue(NewItem::new("q", json!(1)).dedupe_key("k"))?.id;
+    assert!(globex.queue().claim("w", &["q"], 1_000)?.is_none());
+    assert!(globex.queue().stats()?.is_empty());
+    assert!(matches!(globex.queue().get(&id), Err(Error::NotFound { .. })));
+    assert!(matches!(globex.queue().cancel(&id), Err(Error::NotFound { .. })));
+    assert!(!globex.queue().enqueue(NewItem::new("q", json!(2)).dedupe_key("k"))?.deduplicated);
+    let claimed = acme.queue().claim("w", &["q"], 1_000)?.expect("acme's own item");
+    assert!(matches!(
+        globex.queue().complete(&id, claimed.fence, json!(1)),
+        Err(Error::NotFound { .. })
+    ));
+    acme.queue().complete(&id, claimed.fence, json!(1))?;
+    Ok(())
+}
+
+#[test]
+fn bad_input_is_refused_and_writes_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let bad_items = [
+        NewItem::new("", json!(1)),
+        NewItem::new("q", json!(1)).max_attempts(0),
+        NewItem::new("q", json!(1)).max_attempts(1001),
+        NewItem::new("q", json!(1)).dedupe_key("bad\nkey"),
+        NewItem::new("q", json!("x".repeat(1024 * 1024))),
+        NewItem::new("q", json!(1)).backoff(spindle::Backoff { base_ms: 10, max_ms: 5 }),
+    ];
+    for item in bad_items {
+        assert!(queue.enqueue(item).is_err());
+    }
+    let batch = vec![NewItem::new("q", json!(1)), NewItem::new("q", json!(1)).max_attempts(0)];
+    assert!(queue.enqueue_batch(batch).is_err(), "one bad item fails the batch");
+    assert!(queue.stats()?.is_empty(), "nothing written");
+    assert!(store.events().read_all(0, 10)?.is_empty());
+
+    queue.enqueue(NewItem::new("q", json!(1)).max_attempts(1000))?;
+    assert!(matches!(queue.claim("w", &["q"], 0), Err(Error::InvalidInput(_))));
+    assert!(matches!(queue.claim("w", &["q"], 24 * 3_600_000 + 1), Err(Error::InvalidInput(_))));
+    assert!(matches!(queue.claim("w", &[], 1_000), Err(Error::InvalidInput(_))));
+    assert!(matches!(queue.claim_batch("w", &["q"], 1_000, 1001), Err(Error::TooLarge { .. })));
+    assert_eq!(queue.stats()?[0].pending, 1, "the refused claims took nothing");
+    assert!(queue.claim("w", &["q"], 24 * 3_600_000)?.is_some());
+    Ok(())
+}
+
+#[test]
+fn batches_enqueue_claim_and_complete_together() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let items = (0..50).map(|n| NewItem::new("q", json!(n))).collect();
+    let enqueued = queue.enqueue_batch(items)?;
+    assert_eq!(enqueued.len(), 50);
+    let claimed = queue.claim_batch("w", &["q"], 10_000, 30)?;
+    assert_eq!(claimed.len(), 30);
+    let ids: Vec<&str> = claimed.iter().map(|c| c.item.id.as_str()).collect();
+    let expected: Vec<&str> = enqueued.iter().take(30).map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, expected, "enqueue order within equal priority");
+
+    let mut completions: Vec<Completion> = claimed
+        .iter()
+        .map(|c| Completion { id: c.item.id.clone(), fence: c.fence, result: json!("ok") })
+        .collect();
+    completions[29].fence += 1; // one stale fence: the whole batch is refused
+    assert!(matches!(queue.complete_batch(completions.clone()), Err(Error::LeaseLost(_))));
+    assert_eq!(queue.stats()?[0].claimed, 30);
+    completions[29].fence -= 1;
+    queue.complete_batch(completions)?;
+    assert_eq!(queue.stats()?[0].completed, 30);
+    Ok(())
+}

@@ -77,10 +77,10 @@ fn work(store: Store, seed: u64, ops: Arc<AtomicU64>, done: Arc<AtomicBool>) -> 
                     Err(other) => panic!("zombie complete: {other}"),
                 }
             }
-            if let Some((id, fence)) = seen.completed.last().cloned() {
-                if queue.complete(&id, fence, json!("twice")).is_ok() {
-                    seen.stale_accepted.push((id, fence));
-                }
+            if let Some((id, fence)) = seen.completed.last().cloned()
+                && queue.complete(&id, fence, json!("twice")).is_ok()
+            {
+                seen.stale_accepted.push((id, fence));
             }
         }
     }

@@ -10,7 +10,11 @@
 //! or moves the item to the dead-letter state once its attempts are spent.
 //!
 //! Every change appends an event to the queue's stream (`Stream::queue(name)`), so a queue can
-//! be followed like any other stream. Everything is scoped to the view's tenant.
+//! be followed like any other stream: `enqueued`, `claimed`, `completed`, `retried`,
+//! `dead_lettered`, `released`, `requeued`, `cancelled`. An event's payload is
+//! `{"items": [{"id", "attempt", "fence", ..}]}`: one entry for a single-item call, one per item
+//! for a batch call, which appends one event per queue and kind. Everything is scoped to the
+//! view's tenant.
 //!
 //! Ops live in `ops.rs`, SQL in `sql.rs`; the facade is [`Queue`], reached with
 //! `store.queue()`.

@@ -3,6 +3,8 @@
 //! Branching lives here; statements live in `sql.rs`. Every op checks its input before it
 //! writes, so bad input writes nothing.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use super::sql::{self, ItemRow};
@@ -202,7 +204,10 @@ impl Op for Enqueue {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Enqueued> {
-        enqueue(tx, self.item)
+        let mut notes = Notes::default();
+        let enqueued = enqueue(tx, self.item, &mut notes)?;
+        notes.append(tx)?;
+        Ok(enqueued)
     }
 }
 
@@ -214,7 +219,14 @@ impl Op for EnqueueBatch {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Enqueued>> {
         check_count(tx, "enqueue batch", self.items.len())?;
-        self.items.into_iter().map(|item| enqueue(tx, item)).collect()
+        let mut notes = Notes::default();
+        let enqueued = self
+            .items
+            .into_iter()
+            .map(|item| enqueue(tx, item, &mut notes))
+            .collect::<Result<Vec<_>>>()?;
+        notes.append(tx)?;
+        Ok(enqueued)
     }
 }
 
@@ -273,7 +285,13 @@ impl Op for Complete {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        complete(tx, Completion { id: self.id, fence: self.fence, result: self.result })
+        let mut notes = Notes::default();
+        complete(
+            tx,
+            Completion { id: self.id, fence: self.fence, result: self.result },
+            &mut notes,
+        )?;
+        notes.append(tx)
     }
 }
 
@@ -285,7 +303,11 @@ impl Op for CompleteBatch {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         check_count(tx, "complete batch", self.items.len())?;
-        self.items.into_iter().try_for_each(|completion| complete(tx, completion))
+        let mut notes = Notes::default();
+        for completion in self.items {
+            complete(tx, completion, &mut notes)?;
+        }
+        notes.append(tx)
     }
 }
 
@@ -502,8 +524,29 @@ impl Op for NextDue {
     }
 }
 
+/// The events an op owes its queues' streams, gathered so that a batch appends one event per
+/// queue and kind (`{"items": [..]}`) instead of one per item.
+#[derive(Default)]
+struct Notes {
+    pending: BTreeMap<(String, &'static str), Vec<Value>>,
+}
+
+impl Notes {
+    fn note(&mut self, queue: &str, event_type: &'static str, entry: Value) {
+        self.pending.entry((queue.to_owned(), event_type)).or_default().push(entry);
+    }
+
+    /// Appends the gathered events; the op's own savepoint makes them atomic with its changes.
+    fn append(self, tx: &mut Tx<'_>) -> Result<()> {
+        for ((queue, event_type), items) in self.pending {
+            log::append(tx, &Stream::queue(&queue), event_type, json!({ "items": items }), None)?;
+        }
+        Ok(())
+    }
+}
+
 /// Checks and inserts one item, or finds its live duplicate.
-fn enqueue(tx: &mut Tx<'_>, item: NewItem) -> Result<Enqueued> {
+fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued> {
     let encoded = check_new_item(tx, &item)?;
     let hash = item.dedupe_key.as_ref().map(|_| content_hash(&item.payload));
     if let (Some(key), Some(hash)) = (&item.dedupe_key, &hash)
@@ -516,9 +559,8 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem) -> Result<Enqueued> {
     let row =
         sql::NewRow { id: &id, item: &item, encoded: &encoded, hash: hash.as_deref(), run_at_ms };
     sql::insert(tx.sql(), tx.tenant(), tx.now_ms(), &row)?;
-    let stream = Stream::queue(&item.queue);
-    let payload = json!({ "id": id, "priority": item.priority, "run_at_ms": run_at_ms });
-    log::append(tx, &stream, "enqueued", payload, None)?;
+    let entry = json!({ "id": id, "priority": item.priority, "run_at_ms": run_at_ms });
+    notes.note(&item.queue, "enqueued", entry);
     tx.ring_bell();
     Ok(Enqueued { id, deduplicated: false })
 }
@@ -549,10 +591,14 @@ fn claim(
     let expires_at_ms = now_ms.saturating_add(lease_ms);
     let due = sql::select_due(tx.sql(), tx.tenant(), queues, now_ms, max_items)?;
     let mut claimed = Vec::with_capacity(due.len());
-    for id in due {
-        let item = sql::claim(tx.sql(), tx.tenant(), &id, worker_id, now_ms, expires_at_ms)?;
-        let payload = json!({ "worker_id": worker_id, "lease_expires_at_ms": expires_at_ms });
-        item_event(tx, &item, "claimed", payload)?;
+    let mut notes = Notes::default();
+    for row in due {
+        let item = sql::claim(tx.sql(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
+        let entry = json!({
+            "id": item.id, "attempt": item.attempt, "fence": item.fence,
+            "worker_id": worker_id, "lease_expires_at_ms": expires_at_ms,
+        });
+        notes.note(&item.queue, "claimed", entry);
         let fence = item.fence;
         claimed.push(Claimed {
             item: item.into_item()?,
@@ -560,10 +606,11 @@ fn claim(
             lease_expires_at_ms: expires_at_ms,
         });
     }
+    notes.append(tx)?;
     Ok(claimed)
 }
 
-fn complete(tx: &mut Tx<'_>, completion: Completion) -> Result<()> {
+fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Result<()> {
     let result = serde_json::to_string(&completion.result)?;
     tx.limits().check_payload("result bytes", &result)?;
     let done = sql::complete(
@@ -574,10 +621,13 @@ fn complete(tx: &mut Tx<'_>, completion: Completion) -> Result<()> {
         tx.now_ms(),
         &result,
     )?;
-    let Some(item) = done else {
+    let Some(fields) = done else {
         return Err(lease_lost(tx, &completion.id, completion.fence)?);
     };
-    item_event(tx, &item, "completed", json!({}))
+    let entry =
+        json!({ "id": completion.id, "attempt": fields.attempt, "fence": completion.fence });
+    notes.note(&fields.queue, "completed", entry);
+    Ok(())
 }
 
 /// Sweeps expired leases (of `queues`, or all), at most a page of them per call.
@@ -675,16 +725,21 @@ fn found(row: Option<ItemRow>, id: &str) -> Result<ItemRow> {
     row.ok_or_else(|| Error::NotFound { kind: "queue item", id: id.to_owned() })
 }
 
-/// Appends an event about `item` to its queue's stream.
-fn item_event(tx: &mut Tx<'_>, item: &ItemRow, event_type: &str, mut detail: Value) -> Result<()> {
-    if let Value::Object(fields) = &mut detail {
+/// Appends an event about one item to its queue's stream (`{"items": [entry]}`).
+fn item_event(
+    tx: &mut Tx<'_>,
+    item: &ItemRow,
+    event_type: &'static str,
+    mut entry: Value,
+) -> Result<()> {
+    if let Value::Object(fields) = &mut entry {
         fields.insert("id".into(), json!(item.id));
         fields.insert("attempt".into(), json!(item.attempt));
         fields.insert("fence".into(), json!(item.fence));
     }
-    // The op's own savepoint already makes the event atomic with the change.
-    log::append(tx, &Stream::queue(&item.queue), event_type, detail, None)?;
-    Ok(())
+    let mut notes = Notes::default();
+    notes.note(&item.queue, event_type, entry);
+    notes.append(tx)
 }
 
 /// Checks a new item; returns its encoded payload.

@@ -23,8 +23,8 @@ pub(super) struct ItemRow {
     pub(super) id: String,
     pub(super) queue: String,
     payload: String,
-    priority: i64,
-    run_at_ms: i64,
+    pub(super) priority: i64,
+    pub(super) run_at_ms: i64,
     pub(super) attempt: u32,
     pub(super) max_attempts: u32,
     pub(super) backoff: Backoff,
@@ -33,12 +33,12 @@ pub(super) struct ItemRow {
     node_id: Option<String>,
     pub(super) status: ItemStatus,
     pub(super) fence: u64,
-    worker_id: Option<String>,
+    pub(super) worker_id: Option<String>,
     pub(super) lease_expires_at_ms: Option<i64>,
     last_error: Option<String>,
     result: Option<String>,
     created_at_ms: i64,
-    updated_at_ms: i64,
+    pub(super) updated_at_ms: i64,
     finished_at_ms: Option<i64>,
 }
 
@@ -144,43 +144,45 @@ pub(super) fn select_live_by_dedupe(
     Ok(row)
 }
 
-/// The ids of up to `limit` due items of `queues`, in claim order (priority desc, run_at asc,
-/// id asc). Each queue is read through its own index range, then the heads are merged.
+/// Up to `limit` due items of `queues`, in claim order (priority desc, run_at asc, id asc).
+/// Each queue is read through its own index range, then the heads are merged.
 pub(super) fn select_due(
     conn: &Connection,
     tenant: &str,
     queues: &[String],
     now_ms: i64,
     limit: usize,
-) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT item_id, priority, run_at_ms FROM queue_items
-         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND run_at_ms <= ?3
-         ORDER BY priority DESC, run_at_ms, item_id
-         LIMIT ?4",
-    )?;
-    let mut due: Vec<(i64, i64, String)> = Vec::new();
+) -> Result<Vec<ItemRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        item_columns!(),
+        " FROM queue_items
+          WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND run_at_ms <= ?3
+          ORDER BY priority DESC, run_at_ms, item_id
+          LIMIT ?4"
+    ))?;
+    let mut due: Vec<ItemRow> = Vec::new();
     for queue in queues {
-        let rows = stmt.query_map(params![tenant, queue, now_ms, limit as i64], |r| {
-            Ok((-r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(0)?))
-        })?;
+        let rows = stmt.query_map(params![tenant, queue, now_ms, limit as i64], item_from_row)?;
         for row in rows {
             due.push(row?);
         }
     }
     if queues.len() > 1 {
-        due.sort();
-        due.dedup_by(|a, b| a.2 == b.2);
+        due.sort_by(|a, b| {
+            (-a.priority, a.run_at_ms, &a.id).cmp(&(-b.priority, b.run_at_ms, &b.id))
+        });
+        due.dedup_by(|a, b| a.id == b.id);
     }
     due.truncate(limit);
-    Ok(due.into_iter().map(|(_, _, id)| id).collect())
+    Ok(due)
 }
 
 /// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed.
 pub(super) fn claim(
     conn: &Connection,
     tenant: &str,
-    id: &str,
+    mut row: ItemRow,
     worker_id: &str,
     now_ms: i64,
     expires_at_ms: i64,
@@ -191,9 +193,14 @@ pub(super) fn claim(
              lease_expires_at_ms = ?5, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
     )?
-    .execute(params![tenant, id, worker_id, now_ms, expires_at_ms])?;
-    select_item(conn, tenant, id)?
-        .ok_or_else(|| crate::error::Error::NotFound { kind: "queue item", id: id.to_owned() })
+    .execute(params![tenant, row.id, worker_id, now_ms, expires_at_ms])?;
+    row.status = ItemStatus::Claimed;
+    row.attempt += 1;
+    row.fence += 1;
+    row.worker_id = Some(worker_id.to_owned());
+    row.lease_expires_at_ms = Some(expires_at_ms);
+    row.updated_at_ms = now_ms;
+    Ok(row)
 }
 
 /// Moves a live lease's expiry; false when `fence` no longer holds one.
@@ -215,6 +222,12 @@ pub(super) fn renew_lease(
     Ok(changed == 1)
 }
 
+/// What an item event names: the queue and the attempt.
+pub(super) struct EventFields {
+    pub(super) queue: String,
+    pub(super) attempt: u32,
+}
+
 /// Completes a held item; `None` when `fence` no longer holds a live lease.
 pub(super) fn complete(
     conn: &Connection,
@@ -223,7 +236,7 @@ pub(super) fn complete(
     fence: u64,
     now_ms: i64,
     result: &str,
-) -> Result<Option<ItemRow>> {
+) -> Result<Option<EventFields>> {
     let changed = conn
         .prepare_cached(
             "UPDATE queue_items
@@ -236,7 +249,14 @@ pub(super) fn complete(
     if changed != 1 {
         return Ok(None);
     }
-    select_item(conn, tenant, id)
+    let fields = conn
+        .prepare_cached(
+            "SELECT queue, attempt FROM queue_items WHERE tenant_id = ?1 AND item_id = ?2",
+        )?
+        .query_row(params![tenant, id], |r| {
+            Ok(EventFields { queue: r.get(0)?, attempt: r.get(1)? })
+        })?;
+    Ok(Some(fields))
 }
 
 /// Returns a held item to pending with its attempt refunded.

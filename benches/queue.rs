@@ -1,0 +1,302 @@
+//! Job-cycle throughput (enqueue, claim, complete) and claim latency against queue depth, with
+//! baselines measured in the same run (compare ratios: these machines are noisy).
+//!
+//! ```text
+//! cargo bench --bench queue                  # every configuration, 5 s each
+//! cargo bench --bench queue -- --secs 3
+//! cargo bench --bench queue -- --depth-only  # claim latency at 10,000 and 1,000,000 pending
+//! cargo bench --bench queue -- --batched-only  # the batched cycle alone (for a profiler)
+//! ```
+//!
+//! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
+//! update, complete update) for 100 jobs per transaction with time-ordered ids, and the store
+//! with `batch_max = 1`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, params};
+use serde_json::json;
+use spindle::queue::Completion;
+use spindle::{Durability, NewItem, Options, Store, TxOutcome};
+
+const SCHEMA_SQL: &str = include_str!("../schema.sql");
+const THREADS: usize = 16;
+const LEASE_MS: i64 = 60_000;
+
+#[derive(Default)]
+struct Samples {
+    jobs: u64,
+    enqueue_us: Vec<u32>,
+    claim_us: Vec<u32>,
+    complete_us: Vec<u32>,
+}
+
+impl Samples {
+    fn merge(&mut self, other: Samples) {
+        self.jobs += other.jobs;
+        self.enqueue_us.extend(other.enqueue_us);
+        self.claim_us.extend(other.claim_us);
+        self.complete_us.extend(other.complete_us);
+    }
+}
+
+fn micros(since: Instant) -> u32 {
+    since.elapsed().as_micros().min(u128::from(u32::MAX)) as u32
+}
+
+fn percentile(samples: &[u32], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    f64::from(sorted[((sorted.len() - 1) as f64 * p).round() as usize])
+}
+
+fn print(label: &str, samples: &Samples, elapsed: Duration, baseline: Option<f64>) -> f64 {
+    let rate = samples.jobs as f64 / elapsed.as_secs_f64();
+    let ratio = baseline.map_or(String::new(), |b| format!("{:.2}x raw batched", rate / b));
+    println!("{label:<46} {rate:>9.0} jobs/s  {ratio}");
+    for (name, values) in [
+        ("enqueue", &samples.enqueue_us),
+        ("claim", &samples.claim_us),
+        ("complete", &samples.complete_us),
+    ] {
+        if !values.is_empty() {
+            println!(
+                "    {name:<9} p50 {:>8.1} us  p99 {:>9.1} us",
+                percentile(values, 0.5),
+                percentile(values, 0.99)
+            );
+        }
+    }
+    rate
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let secs = args
+        .iter()
+        .position(|a| a == "--secs")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let run = Duration::from_secs(secs);
+    println!("machine: {} cores; {THREADS} worker threads; {run:?} per configuration", cores());
+    if args.iter().any(|a| a == "--batched-only") {
+        let (samples, elapsed) = store_cycles(Durability::Full, 64, run, true);
+        print("store, batches of 100 (enqueue/claim/complete)", &samples, elapsed, None);
+        return;
+    }
+    if !args.iter().any(|a| a == "--depth-only") {
+        cycles(Durability::Full, run);
+    }
+    depth();
+}
+
+fn cores() -> usize {
+    thread::available_parallelism().map_or(1, usize::from)
+}
+
+fn cycles(durability: Durability, run: Duration) {
+    println!("\n== job cycle under {durability:?}");
+    let (raw_jobs, raw_elapsed) = raw_batched(durability, run);
+    let raw_rate = raw_jobs as f64 / raw_elapsed.as_secs_f64();
+    println!("{:<46} {raw_rate:>9.0} jobs/s", "raw rusqlite, 1 thread, 100 jobs per tx");
+    let unbatched = store_cycles(durability, 1, run, false);
+    let unbatched_rate =
+        print("store, batch_max 1, single-item calls", &unbatched.0, unbatched.1, Some(raw_rate));
+    let single = store_cycles(durability, 64, run, false);
+    let single_rate = print("store, single-item calls", &single.0, single.1, Some(raw_rate));
+    println!("    = {:.2}x the batch_max=1 store", single_rate / unbatched_rate);
+    let batched = store_cycles(durability, 64, run, true);
+    print("store, batches of 100 (enqueue/claim/complete)", &batched.0, batched.1, Some(raw_rate));
+}
+
+fn open(durability: Durability, batch_max: usize) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = Options { durability, batch_max, ..Options::default() };
+    let store = Store::open_with(dir.path().join("queue.db"), options).expect("open");
+    (dir, store)
+}
+
+/// `THREADS` workers each running enqueue, claim, complete in a loop for `run`.
+fn store_cycles(
+    durability: Durability,
+    batch_max: usize,
+    run: Duration,
+    batched: bool,
+) -> (Samples, Duration) {
+    let (_dir, store) = open(durability, batch_max);
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(THREADS + 1));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (store, stop, barrier) = (store.clone(), Arc::clone(&stop), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                let queue = format!("q{t}");
+                let mut samples = Samples::default();
+                while !stop.load(Ordering::Relaxed) {
+                    if batched {
+                        batched_cycle(&store, &queue, &mut samples);
+                    } else {
+                        single_cycle(&store, &queue, &mut samples);
+                    }
+                }
+                samples
+            })
+        })
+        .collect();
+    barrier.wait();
+    let started = Instant::now();
+    thread::sleep(run);
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Samples::default();
+    for worker in workers {
+        all.merge(worker.join().expect("worker"));
+    }
+    let elapsed = started.elapsed();
+    store.close().expect("close");
+    (all, elapsed)
+}
+
+fn single_cycle(store: &Store, queue: &str, samples: &mut Samples) {
+    let q = store.queue();
+    let at = Instant::now();
+    q.enqueue(NewItem::new(queue, json!({"job": samples.jobs}))).expect("enqueue");
+    samples.enqueue_us.push(micros(at));
+    let at = Instant::now();
+    let claimed = q.claim("bench", &[queue], LEASE_MS).expect("claim").expect("an item");
+    samples.claim_us.push(micros(at));
+    let at = Instant::now();
+    q.complete(&claimed.item.id, claimed.fence, json!(null)).expect("complete");
+    samples.complete_us.push(micros(at));
+    samples.jobs += 1;
+}
+
+fn batched_cycle(store: &Store, queue: &str, samples: &mut Samples) {
+    let q = store.queue();
+    let items = (0..100).map(|n| NewItem::new(queue, json!({"job": n}))).collect();
+    let at = Instant::now();
+    q.enqueue_batch(items).expect("enqueue");
+    samples.enqueue_us.push(micros(at));
+    let at = Instant::now();
+    let claimed = q.claim_batch("bench", &[queue], LEASE_MS, 100).expect("claim");
+    samples.claim_us.push(micros(at));
+    let completions = claimed
+        .into_iter()
+        .map(|c| Completion { id: c.item.id, fence: c.fence, result: json!(null) })
+        .collect::<Vec<_>>();
+    let at = Instant::now();
+    let n = completions.len() as u64;
+    q.complete_batch(completions).expect("complete");
+    samples.complete_us.push(micros(at));
+    samples.jobs += n;
+}
+
+/// Raw rusqlite: per transaction, insert 100 items, claim them, complete them.
+fn raw_batched(durability: Durability, run: Duration) -> (u64, Duration) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut conn = Connection::open(dir.path().join("raw.db")).expect("open");
+    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
+    let sync = if durability == Durability::Full { "FULL" } else { "NORMAL" };
+    conn.pragma_update(None, "synchronous", sync).expect("sync");
+    conn.execute_batch(SCHEMA_SQL).expect("schema");
+    let mut jobs = 0u64;
+    let started = Instant::now();
+    while started.elapsed() < run {
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("begin");
+        let ids: Vec<String> = (0..100).map(|n| format!("{:020}-{n:03}", jobs)).collect();
+        for id in &ids {
+            raw_enqueue(&tx, id, jobs);
+        }
+        for id in &ids {
+            raw_claim_and_complete(&tx, id);
+        }
+        tx.commit().expect("commit");
+        jobs += 100;
+    }
+    (jobs, started.elapsed())
+}
+
+fn raw_enqueue(conn: &Connection, id: &str, n: u64) {
+    conn.prepare_cached(
+        "INSERT INTO queue_items (tenant_id, item_id, queue, payload, priority, run_at_ms, attempt,
+             max_attempts, backoff_base_ms, backoff_max_ms, status, fence, created_at_ms,
+             updated_at_ms)
+         VALUES ('default', ?1, 'q', ?2, 0, 0, 0, 3, 1000, 64000, 'pending', 0, 0, 0)",
+    )
+    .expect("prepare")
+    .execute(params![id, json!({"job": n}).to_string()])
+    .expect("insert");
+}
+
+fn raw_claim_and_complete(conn: &Connection, id: &str) {
+    conn.prepare_cached(
+        "UPDATE queue_items SET status = 'claimed', attempt = attempt + 1, fence = fence + 1,
+             worker_id = 'bench', lease_expires_at_ms = 60000, updated_at_ms = 1
+         WHERE tenant_id = 'default' AND item_id = ?1 AND status = 'pending'",
+    )
+    .expect("prepare")
+    .execute(params![id])
+    .expect("claim");
+    conn.prepare_cached(
+        "UPDATE queue_items SET status = 'completed', result = 'null', worker_id = NULL,
+             lease_expires_at_ms = NULL, finished_at_ms = 2, updated_at_ms = 2
+         WHERE tenant_id = 'default' AND item_id = ?1 AND fence = 1 AND status = 'claimed'",
+    )
+    .expect("prepare")
+    .execute(params![id])
+    .expect("complete");
+}
+
+/// Median claim (and complete) time with 10,000 and with 1,000,000 pending items.
+fn depth() {
+    println!("\n== claim latency against queue depth (Normal, one caller)");
+    let mut medians = Vec::new();
+    for pending in [10_000u64, 1_000_000] {
+        let (_dir, store) = open(Durability::Normal, 64);
+        fill(&store, pending);
+        let mut claim_us = Vec::with_capacity(5_000);
+        for _ in 0..5_000 {
+            let at = Instant::now();
+            let claimed =
+                store.queue().claim("bench", &["deep"], LEASE_MS).expect("claim").expect("item");
+            claim_us.push(micros(at));
+            store.queue().complete(&claimed.item.id, claimed.fence, json!(null)).expect("complete");
+        }
+        let median = percentile(&claim_us, 0.5);
+        println!(
+            "{pending:>9} pending: claim p50 {median:>7.1} us  p99 {:>8.1} us",
+            percentile(&claim_us, 0.99)
+        );
+        medians.push(median);
+        store.close().expect("close");
+    }
+    println!("    = {:.2}x the median at 10,000 (target at most 1.5x)", medians[1] / medians[0]);
+}
+
+/// Puts `pending` due items in queue `deep`, in bulk through the caller's own SQL.
+fn fill(store: &Store, pending: u64) {
+    store
+        .transaction(move |tx| {
+            tx.sql().execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+                 INSERT INTO queue_items (tenant_id, item_id, queue, payload, priority, run_at_ms,
+                     attempt, max_attempts, backoff_base_ms, backoff_max_ms, status, fence,
+                     created_at_ms, updated_at_ms)
+                 SELECT 'default', printf('%020d', i), 'deep', '{}', 0, 0, 0, 3, 1000, 64000,
+                        'pending', 0, 0, 0
+                 FROM n",
+                params![pending as i64],
+            )?;
+            Ok(TxOutcome::Commit(()))
+        })
+        .expect("fill");
+}

@@ -6,6 +6,7 @@
 //! cargo bench --bench queue -- --secs 3
 //! cargo bench --bench queue -- --depth-only  # claim latency at 10,000 and 1,000,000 pending
 //! cargo bench --bench queue -- --batched-only  # the batched cycle alone (for a profiler)
+//! cargo bench --bench queue -- --single-only   # the single-item cycle alone
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
@@ -86,6 +87,11 @@ fn main() {
         .unwrap_or(5);
     let run = Duration::from_secs(secs);
     println!("machine: {} cores; {THREADS} worker threads; {run:?} per configuration", cores());
+    if args.iter().any(|a| a == "--single-only") {
+        let (samples, elapsed) = store_cycles(Durability::Full, 64, run, false);
+        print("store, single-item calls", &samples, elapsed, None);
+        return;
+    }
     if args.iter().any(|a| a == "--batched-only") {
         let (samples, elapsed) = store_cycles(Durability::Full, 64, run, true);
         print("store, batches of 100 (enqueue/claim/complete)", &samples, elapsed, None);

@@ -15,7 +15,8 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
-use crate::core::actor::{self, ActorState, Bell, spin_recv};
+use crate::core::actor::{self, ActorState, spin_recv};
+use crate::core::bell::Bell;
 use crate::core::clock::Clock;
 use crate::core::msg::{Job, Msg};
 use crate::core::op::{Op, Role, TxOutcome};

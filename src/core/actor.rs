@@ -18,7 +18,7 @@
 //! mailbox is idle or the WAL passes a quarter of its limit, a truncating one past the limit.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -27,6 +27,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounde
 use rusqlite::Connection;
 use rusqlite::wal::CheckpointMode;
 
+use crate::core::bell::Bell;
+use crate::core::checkpoint::WalSchedule;
 use crate::core::clock::Stamp;
 use crate::core::guard::JobGuard;
 use crate::core::msg::{Applied, Job, Msg};
@@ -67,40 +69,6 @@ impl ActorState {
     /// Whether the current thread is the actor's.
     pub(crate) fn on_actor_thread(&self) -> bool {
         self.thread.get() == Some(&std::thread::current().id())
-    }
-}
-
-/// A wake-up for callers that wait for something a commit may bring (a blocking claim): a
-/// generation counter under a mutex, and a condition variable. A waiter reads the generation
-/// before it looks, and waits only while it is unchanged, so no ring between the look and the
-/// wait is lost.
-#[derive(Debug, Default)]
-pub(crate) struct Bell {
-    generation: parking_lot::Mutex<u64>,
-    rung: parking_lot::Condvar,
-}
-
-impl Bell {
-    /// The current generation, to pass to `wait`.
-    pub(crate) fn generation(&self) -> u64 {
-        *self.generation.lock()
-    }
-
-    /// Wakes every waiter.
-    pub(crate) fn ring(&self) {
-        *self.generation.lock() += 1;
-        self.rung.notify_all();
-    }
-
-    /// Waits until the bell rings after `seen`, or `deadline` passes; true if it rang.
-    pub(crate) fn wait(&self, seen: u64, deadline: Instant) -> bool {
-        let mut generation = self.generation.lock();
-        while *generation == seen {
-            if self.rung.wait_until(&mut generation, deadline).timed_out() {
-                return *generation != seen;
-            }
-        }
-        true
     }
 }
 
@@ -467,11 +435,6 @@ impl Actor {
     }
 }
 
-/// WAL pages (16 MiB of 4 KiB pages) past which a quiet moment is used for a passive
-/// checkpoint, so the WAL is reused in place instead of growing. Larger than SQLite's default of
-/// 1000: hot pages rewritten in many frames are copied back once per checkpoint.
-const SOFT_CHECKPOINT_PAGES: u64 = 4000;
-
 /// Tries to receive for up to `spin`, without parking.
 pub(crate) fn spin_recv<T>(inbox: &Receiver<T>, spin: Duration) -> Option<T> {
     let deadline = Instant::now() + spin;
@@ -483,70 +446,6 @@ pub(crate) fn spin_recv<T>(inbox: &Receiver<T>, spin: Duration) -> Option<T> {
         }
     }
     None
-}
-
-/// The WAL's size as SQLite reports it after each commit, and when to checkpoint it.
-///
-/// Past `soft_pages` a passive checkpoint copies the new frames back, after which SQLite
-/// restarts the WAL from its beginning, so under load the file stays near `soft_pages`. If a
-/// reader in another process keeps a checkpoint from finishing, the next try waits for more
-/// growth; past `hard_pages` a truncating checkpoint waits for readers (up to the busy timeout).
-/// The file can exceed `hard_pages` by at most what one batch writes.
-struct WalSchedule {
-    enabled: bool,
-    pages: Arc<AtomicU64>,
-    soft_pages: u64,
-    hard_pages: u64,
-    /// After a checkpoint that could not finish, the next waits until the WAL reaches this.
-    retry_pages: u64,
-    dirty: bool,
-}
-
-impl WalSchedule {
-    fn install(conn: &mut Connection, location: &Location, wal_bytes_max: u64) -> Result<Self> {
-        let enabled = matches!(location, Location::File(_));
-        let pages = Arc::new(AtomicU64::new(0));
-        let page_bytes: i64 = conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
-        let page_bytes = u64::try_from(page_bytes).unwrap_or(4096);
-        let hard_pages = (wal_bytes_max / page_bytes.max(1)).max(1);
-        if enabled {
-            let seen = Arc::clone(&pages);
-            conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, wal_pages| {
-                seen.store(u64::try_from(wal_pages).unwrap_or(0), Ordering::Relaxed);
-                Ok(())
-            }))?;
-        }
-        let soft_pages = (hard_pages / 4).clamp(1, SOFT_CHECKPOINT_PAGES);
-        Ok(Self { enabled, pages, soft_pages, hard_pages, retry_pages: 0, dirty: false })
-    }
-
-    /// Whether a checkpoint that could not finish may be tried again yet.
-    fn may_retry(&self) -> bool {
-        self.pages.load(Ordering::Relaxed) >= self.retry_pages
-    }
-
-    /// The checkpoint the WAL's size calls for now, if any.
-    fn due(&self) -> Option<CheckpointMode> {
-        let pages = self.pages.load(Ordering::Relaxed);
-        match () {
-            _ if !self.enabled || pages < self.retry_pages => None,
-            _ if pages >= self.hard_pages => Some(CheckpointMode::TRUNCATE),
-            _ if pages >= self.soft_pages => Some(CheckpointMode::PASSIVE),
-            _ => None,
-        }
-    }
-
-    fn checkpointed(&mut self, complete: bool) {
-        let pages = self.pages.load(Ordering::Relaxed);
-        if complete {
-            // SQLite starts the WAL over at the next commit, whose hook reports the new size.
-            self.pages.store(0, Ordering::Relaxed);
-            self.retry_pages = 0;
-            self.dirty = false;
-        } else {
-            self.retry_pages = pages + (self.soft_pages / 4).max(1);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -786,30 +685,6 @@ mod tests {
         let (job, answer) = append(3);
         actor.run_batch(vec![job]);
         assert_eq!(answer.recv().expect("reply").expect("ok").seq, 1);
-    }
-
-    #[test]
-    fn checkpoints_are_due_by_wal_size_and_retried_after_growth() {
-        let schedule = |pages: u64| WalSchedule {
-            enabled: true,
-            pages: Arc::new(AtomicU64::new(pages)),
-            soft_pages: 100,
-            hard_pages: 400,
-            retry_pages: 0,
-            dirty: true,
-        };
-        assert!(schedule(99).due().is_none());
-        assert!(matches!(schedule(100).due(), Some(CheckpointMode::PASSIVE)));
-        assert!(matches!(schedule(400).due(), Some(CheckpointMode::TRUNCATE)));
-
-        let mut blocked = schedule(450);
-        blocked.checkpointed(false);
-        assert!(blocked.due().is_none(), "an unfinished checkpoint waits for more growth");
-        blocked.pages.store(475, Ordering::Relaxed);
-        assert!(matches!(blocked.due(), Some(CheckpointMode::TRUNCATE)));
-        blocked.checkpointed(true);
-        assert!(!blocked.dirty);
-        assert!(blocked.due().is_none(), "a finished checkpoint starts the count over");
     }
 
     #[test]

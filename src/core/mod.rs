@@ -6,6 +6,8 @@
 //! the raw connection outside a transaction.
 
 pub(crate) mod actor;
+pub(crate) mod bell;
+pub(crate) mod checkpoint;
 pub(crate) mod clock;
 pub(crate) mod guard;
 pub(crate) mod msg;

@@ -96,9 +96,14 @@ CREATE TABLE queue_items (
     CHECK ((dedupe_key IS NULL) = (payload_hash IS NULL))
 ) WITHOUT ROWID;
 
--- What claim reads: due items of a queue in claim order.
+-- What claim reads: due items of a queue in claim order, one priority level at a time.
 CREATE INDEX queue_items_pending
     ON queue_items (tenant_id, queue, priority DESC, run_at_ms, item_id)
+    WHERE status = 'pending';
+
+-- When the next pending item of a queue falls due (what a blocking claim sleeps until).
+CREATE INDEX queue_items_schedule
+    ON queue_items (tenant_id, queue, run_at_ms)
     WHERE status = 'pending';
 
 -- A dedupe key is unique among the live items of a queue.
@@ -107,7 +112,7 @@ CREATE UNIQUE INDEX queue_items_dedupe
     WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'claimed');
 
 CREATE INDEX queue_items_leases
-    ON queue_items (tenant_id, lease_expires_at_ms)
+    ON queue_items (tenant_id, queue, lease_expires_at_ms)
     WHERE status = 'claimed';
 
 CREATE INDEX queue_items_dead
@@ -119,8 +124,8 @@ CREATE INDEX queue_items_finished
     WHERE status IN ('completed', 'cancelled');
 
 CREATE INDEX queue_items_execution
-    ON queue_items (tenant_id, execution_id)
-    WHERE execution_id IS NOT NULL;
+    ON queue_items (tenant_id, execution_id, item_id)
+    WHERE execution_id IS NOT NULL AND status IN ('pending', 'claimed');
 
 PRAGMA application_id = 1397771844; -- 'SPND'
 PRAGMA user_version = 1;

@@ -433,3 +433,141 @@ fn batches_enqueue_claim_and_complete_together() -> spindle::Result<()> {
     assert_eq!(queue.stats()?[0].completed, 30);
     Ok(())
 }
+
+#[test]
+fn items_scheduled_for_later_do_not_hide_due_ones_at_any_number_of_priority_levels()
+-> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    // 70 priority levels (more than a claim seeks level by level) hold only later items.
+    let later: Vec<NewItem> = (1..=70)
+        .flat_map(|p| {
+            (0..3).map(move |n| NewItem::new("q", json!([p, n])).priority(p).run_at_ms(T0 + 60_000))
+        })
+        .collect();
+    queue.enqueue_batch(later)?;
+    let due = queue.enqueue(NewItem::new("q", json!("due")).priority(-5))?.id;
+    assert_eq!(queue.claim("w", &["q"], 1_000)?.expect("the due item").item.id, due);
+    assert!(queue.claim("w", &["q"], 1_000)?.is_none());
+
+    let few = queue.enqueue(NewItem::new("r", json!("low")).priority(-3))?.id;
+    queue.enqueue(NewItem::new("r", json!("later")).priority(9).run_at_ms(T0 + 60_000))?;
+    let other = queue.enqueue(NewItem::new("s", json!("lowest")).priority(-1_000_000_000))?.id;
+    let order: Vec<String> =
+        queue.claim_batch("w", &["s", "r"], 1_000, 10)?.into_iter().map(|c| c.item.id).collect();
+    assert_eq!(order, [few, other]);
+    Ok(())
+}
+
+#[test]
+fn priorities_outside_the_range_are_refused() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    for priority in [i64::MIN, -1_000_000_001, 1_000_000_001, i64::MAX] {
+        let refused = store.queue().enqueue(NewItem::new("q", json!(1)).priority(priority));
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "priority {priority}");
+    }
+    assert!(store.queue().stats()?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_claim_reclaims_its_own_queues_leases_whatever_other_queues_hold() -> spindle::Result<()> {
+    let clock = ManualClock::new(T0);
+    let limits = spindle::Limits { page_size_max: 2, ..spindle::Limits::default() };
+    let store = Store::open_in_memory_with(Options {
+        clock: Arc::new(clock.clone()),
+        limits,
+        ..Options::default()
+    })?;
+    let queue = store.queue();
+    let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
+    for n in 0..3 {
+        queue.enqueue(NewItem::new("b", json!(n)).backoff(zero))?;
+        queue.claim("w", &["b"], 1_000)?.expect("claimed");
+    }
+    clock.advance_ms(500);
+    let mine = queue.enqueue(NewItem::new("a", json!("mine")).backoff(zero))?.id;
+    queue.claim("w", &["a"], 1_000)?.expect("claimed");
+    clock.advance_ms(2_000); // every lease has lapsed; b's are older
+    let again = queue.claim("w2", &["a"], 1_000)?.expect("a's lapsed item, retried at once");
+    assert_eq!((again.item.id, again.fence), (mine, 2));
+    Ok(())
+}
+
+#[test]
+fn claim_wait_wakes_when_a_lease_lapses() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
+    let id = store.queue().enqueue(NewItem::new("q", json!(1)).backoff(zero))?.id;
+    store.queue().claim("dying worker", &["q"], 100)?.expect("claimed");
+    let started = Instant::now();
+    let claimed = store.queue().claim_wait("w", &["q"], 1_000, Duration::from_secs(20))?;
+    assert_eq!(claimed.expect("the lapsed item").item.id, id);
+    assert!(started.elapsed() < Duration::from_secs(10), "woken by the lease's expiry");
+    // A timeout too long for the clock does not panic.
+    store.queue().enqueue(NewItem::new("q", json!(2)))?;
+    assert!(store.queue().claim_wait("w", &["q"], 1_000, Duration::MAX)?.is_some());
+    Ok(())
+}
+
+#[test]
+fn bulk_calls_are_bounded_per_call() -> spindle::Result<()> {
+    let clock = ManualClock::new(T0);
+    let limits = spindle::Limits { page_size_max: 2, ..spindle::Limits::default() };
+    let store = Store::open_in_memory_with(Options {
+        clock: Arc::new(clock.clone()),
+        limits,
+        ..Options::default()
+    })?;
+    let queue = store.queue();
+    for n in 0..3 {
+        queue.enqueue(NewItem::new("q", json!(n)).max_attempts(1).execution_id("e"))?;
+        let claimed = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+        queue.fail(&claimed.item.id, claimed.fence, "x", false)?;
+    }
+    assert_eq!(queue.requeue_all("q")?, 2);
+    assert_eq!(queue.requeue_all("q")?, 1);
+    assert_eq!(queue.requeue_all("q")?, 0);
+    assert_eq!(queue.cancel_execution("e")?, 2);
+    assert_eq!(queue.cancel_execution("e")?, 1);
+    assert_eq!(queue.cancel_execution("e")?, 0);
+    clock.advance_ms(10);
+    assert_eq!(queue.prune_completed(0)?, 2);
+    assert_eq!(queue.prune_completed(0)?, 1);
+    assert_eq!(queue.prune_completed(0)?, 0);
+    let types: Vec<String> =
+        store.events().read(Stream::queue("q"), 0, 2)?.into_iter().map(|e| e.event_type).collect();
+    assert_eq!(types.len(), 2);
+    Ok(())
+}
+
+#[test]
+fn a_long_error_is_kept_on_the_item_and_shortened_in_the_event() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)))?.id;
+    let claimed = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    let error = "\u{1}é".repeat(200_000);
+    assert!(matches!(queue.fail(&id, claimed.fence, &error, true)?, FailOutcome::Retrying { .. }));
+    assert_eq!(queue.get(&id)?.last_error.as_deref(), Some(error.as_str()));
+    let events = store.events().read(Stream::queue("q"), 0, 10)?;
+    let retried = events.iter().find(|e| e.event_type == "retried").expect("retried event");
+    let shortened = retried.payload["items"][0]["error"].as_str().expect("error text");
+    assert!(shortened.len() <= 1024 && error.starts_with(shortened));
+    Ok(())
+}
+
+#[test]
+fn a_batch_naming_an_item_twice_is_invalid() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    queue.enqueue(NewItem::new("q", json!(1)))?;
+    let c = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    let twice = vec![
+        Completion { id: c.item.id.clone(), fence: c.fence, result: json!(1) },
+        Completion { id: c.item.id.clone(), fence: c.fence, result: json!(2) },
+    ];
+    assert!(matches!(queue.complete_batch(twice), Err(Error::InvalidInput(_))));
+    assert_eq!(queue.get(&c.item.id)?.status, ItemStatus::Claimed);
+    Ok(())
+}

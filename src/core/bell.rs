@@ -25,10 +25,14 @@ impl Bell {
         self.rung.notify_all();
     }
 
-    /// Waits until the bell rings after `seen`, or `deadline` passes; true if it rang.
-    pub(crate) fn wait(&self, seen: u64, deadline: Instant) -> bool {
+    /// Waits until the bell rings after `seen`, or `deadline` (if any) passes; true if it rang.
+    pub(crate) fn wait(&self, seen: u64, deadline: Option<Instant>) -> bool {
         let mut generation = self.generation.lock();
         while *generation == seen {
+            let Some(deadline) = deadline else {
+                self.rung.wait(&mut generation);
+                continue;
+            };
             if self.rung.wait_until(&mut generation, deadline).timed_out() {
                 return *generation != seen;
             }

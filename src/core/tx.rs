@@ -95,6 +95,7 @@ impl<'a> Tx<'a> {
     /// back, and the error is returned.
     pub(crate) fn nested<T>(&mut self, work: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let mark = self.published.len();
+        let rang = self.rang;
         self.control("SAVEPOINT nested")?;
         let result = work(self);
         let ended = match &result {
@@ -107,6 +108,7 @@ impl<'a> Tx<'a> {
         };
         if result.is_err() || ended.is_err() {
             self.published.truncate(mark);
+            self.rang = rang;
         }
         let output = result?;
         ended?;

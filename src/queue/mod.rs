@@ -68,7 +68,9 @@ pub struct NewItem {
     pub queue: String,
     /// The work, as JSON.
     pub payload: Value,
-    /// Higher is claimed first. Default 0.
+    /// Higher is claimed first, within -1,000,000,000..=1,000,000,000. Default 0. A queue is
+    /// best served by a few priority levels: a claim looks through at most 64 of them with
+    /// index seeks before it falls back to one slower query.
     pub priority: i64,
     /// When the item becomes due (epoch ms); `None` is now.
     pub run_at_ms: Option<i64>,
@@ -77,7 +79,8 @@ pub struct NewItem {
     /// The retry delays.
     pub backoff: Backoff,
     /// Unique among the live (pending or claimed) items of the queue: enqueueing the same
-    /// payload again returns the live item; a different payload is `Conflict`.
+    /// payload again returns the live item (its other settings are not compared); a different
+    /// payload is `Conflict`.
     pub dedupe_key: Option<String>,
     /// The workflow execution the item belongs to, for `cancel_execution`.
     pub execution_id: Option<String>,
@@ -359,20 +362,24 @@ impl<'a> Queue<'a> {
         lease_ms: i64,
         timeout: Duration,
     ) -> Result<Option<Claimed>> {
-        let deadline = Instant::now() + timeout;
+        // A timeout too long to represent waits without a deadline.
+        let deadline = Instant::now().checked_add(timeout);
         let bell = self.store.bell();
         loop {
             let seen = bell.generation();
             if let Some(claimed) = self.claim(worker_id, queues, lease_ms)? {
                 return Ok(Some(claimed));
             }
-            let wake_at = match self.store.exec(NextDue { queues: owned(queues) })? {
-                Some(due_ms) => deadline.min(Instant::now() + self.store.until_ms(due_ms)),
-                None => deadline,
-            };
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);
             }
+            let due = self.store.exec(NextDue { queues: owned(queues) })?;
+            let due_at =
+                due.and_then(|due_ms| Instant::now().checked_add(self.store.until_ms(due_ms)));
+            let wake_at = match (deadline, due_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             bell.wait(seen, wake_at);
         }
     }
@@ -451,8 +458,8 @@ impl<'a> Queue<'a> {
         self.store.exec(Requeue { id: id.into() })
     }
 
-    /// Requeues every dead item of `queue` (those whose dedupe key is held by a live item stay
-    /// dead); returns how many were requeued.
+    /// Requeues up to `Limits::page_size_max` dead items of `queue` (those whose dedupe key is
+    /// held by a live item stay dead); returns how many were requeued. Call again for more.
     ///
     /// # Errors
     /// Storage errors only.
@@ -460,7 +467,8 @@ impl<'a> Queue<'a> {
         self.store.exec(RequeueAll { queue: queue.into() })
     }
 
-    /// Deletes every dead item of `queue`; returns how many.
+    /// Deletes up to `Limits::page_size_max` dead items of `queue`; returns how many. Call
+    /// again until it returns 0.
     ///
     /// # Errors
     /// Storage errors only.
@@ -476,8 +484,8 @@ impl<'a> Queue<'a> {
         self.store.exec(Cancel { id: id.into() })
     }
 
-    /// Cancels every live item of a workflow execution (a claimed one's holder then gets
-    /// `LeaseLost`); returns how many.
+    /// Cancels up to `Limits::page_size_max` live items of a workflow execution (a claimed
+    /// one's holder then gets `LeaseLost`); returns how many. Call again until it returns 0.
     ///
     /// # Errors
     /// `InvalidInput` for a bad id.
@@ -485,7 +493,8 @@ impl<'a> Queue<'a> {
         self.store.exec(CancelExecution { execution_id: execution_id.into() })
     }
 
-    /// The counts of every queue of the tenant, by name.
+    /// The counts of every queue of the tenant, by name. It reads every item of the tenant:
+    /// prune finished items to keep it quick.
     ///
     /// # Errors
     /// Storage errors only.
@@ -493,8 +502,8 @@ impl<'a> Queue<'a> {
         self.store.exec(Stats)
     }
 
-    /// Deletes completed and cancelled items finished more than `older_than_ms` ago; returns
-    /// how many.
+    /// Deletes up to `Limits::page_size_max` completed and cancelled items finished more than
+    /// `older_than_ms` ago; returns how many. Call again until it returns 0.
     ///
     /// # Errors
     /// `InvalidInput` for a negative age.

@@ -303,6 +303,11 @@ impl Op for CompleteBatch {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         check_count(tx, "complete batch", self.items.len())?;
+        let distinct: std::collections::BTreeSet<&str> =
+            self.items.iter().map(|completion| completion.id.as_str()).collect();
+        if distinct.len() != self.items.len() {
+            return Err(Error::InvalidInput("an item appears twice in the batch".into()));
+        }
         let mut notes = Notes::default();
         for completion in self.items {
             complete(tx, completion, &mut notes)?;
@@ -396,13 +401,14 @@ impl Op for Requeue {
                 item.status.as_str()
             )));
         }
-        if !requeue(tx, &item)? {
+        let mut notes = Notes::default();
+        if !requeue(tx, &item, &mut notes)? {
             return Err(Error::Conflict(format!(
                 "a live item of {} holds its dedupe key",
                 item.queue
             )));
         }
-        Ok(())
+        notes.append(tx)
     }
 }
 
@@ -414,17 +420,15 @@ impl Op for RequeueAll {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("queue", &self.queue)?;
+        let limit = tx.limits().page_size_max;
+        let dead = sql::select_dead(tx.sql(), tx.tenant(), &self.queue, "", limit)?;
+        let mut notes = Notes::default();
         let mut requeued = 0;
-        let mut after = String::new();
-        let page = tx.limits().page_size_max;
-        loop {
-            let dead = sql::select_dead(tx.sql(), tx.tenant(), &self.queue, &after, page)?;
-            let Some(last) = dead.last() else { return Ok(requeued) };
-            after = last.id.clone();
-            for item in &dead {
-                requeued += u64::from(requeue(tx, item)?);
-            }
+        for item in &dead {
+            requeued += u64::from(requeue(tx, item, &mut notes)?);
         }
+        notes.append(tx)?;
+        Ok(requeued)
     }
 }
 
@@ -436,7 +440,7 @@ impl Op for PurgeDead {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("queue", &self.queue)?;
-        sql::delete_dead(tx.sql(), tx.tenant(), &self.queue)
+        sql::delete_dead(tx.sql(), tx.tenant(), &self.queue, tx.limits().page_size_max)
     }
 }
 
@@ -469,11 +473,18 @@ impl Op for CancelExecution {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("execution id", &self.execution_id)?;
-        let live = sql::select_live_of_execution(tx.sql(), tx.tenant(), &self.execution_id)?;
+        let limit = tx.limits().page_size_max;
+        let live = sql::select_live_of_execution(tx.sql(), tx.tenant(), &self.execution_id, limit)?;
+        let mut notes = Notes::default();
         for item in &live {
             sql::cancel(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
-            item_event(tx, item, "cancelled", json!({ "execution_id": self.execution_id }))?;
+            notes.note(
+                &item.queue,
+                "cancelled",
+                entry(item, json!({ "execution_id": self.execution_id })),
+            );
         }
+        notes.append(tx)?;
         Ok(live.len() as u64)
     }
 }
@@ -500,7 +511,7 @@ impl Op for PruneCompleted {
             return Err(Error::InvalidInput("older_than_ms must not be negative".into()));
         }
         let cutoff_ms = tx.now_ms().saturating_sub(self.older_than_ms);
-        sql::delete_finished_before(tx.sql(), tx.tenant(), cutoff_ms)
+        sql::delete_finished_before(tx.sql(), tx.tenant(), cutoff_ms, tx.limits().page_size_max)
     }
 }
 
@@ -630,13 +641,27 @@ fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Resul
     Ok(())
 }
 
-/// Sweeps expired leases (of `queues`, or all), at most a page of them per call.
+/// Sweeps expired leases (of `queues`, or of every queue), at most a page of them per queue.
 fn reclaim(tx: &mut Tx<'_>, queues: Option<&[String]>) -> Result<Reclaimed> {
     let limit = tx.limits().page_size_max;
-    let expired = sql::select_expired(tx.sql(), tx.tenant(), tx.now_ms(), limit)?;
-    let wanted = |item: &&ItemRow| queues.is_none_or(|qs| qs.contains(&item.queue));
+    let expired = match queues {
+        Some(queues) => {
+            let mut expired = Vec::new();
+            for queue in queues {
+                expired.extend(sql::select_expired_in(
+                    tx.sql(),
+                    tx.tenant(),
+                    queue,
+                    tx.now_ms(),
+                    limit,
+                )?);
+            }
+            expired
+        }
+        None => sql::select_expired(tx.sql(), tx.tenant(), tx.now_ms(), limit)?,
+    };
     let mut reclaimed = Reclaimed::default();
-    for item in expired.iter().filter(wanted) {
+    for item in &expired {
         match settle_failure(tx, item, "lease expired", true)? {
             FailOutcome::Retrying { .. } => reclaimed.retried += 1,
             FailOutcome::DeadLettered => reclaimed.dead_lettered += 1,
@@ -661,6 +686,8 @@ fn settle_failure(
         sql::dead_letter(tx.sql(), tx.tenant(), &item.id, item.fence, now_ms, error)?;
         FailOutcome::DeadLettered
     };
+    // The event carries the start of the error; the item keeps all of it.
+    let error = shortened(error, EVENT_ERROR_BYTES_MAX);
     let (event_type, detail) = match outcome {
         FailOutcome::Retrying { run_at_ms } => {
             ("retried", json!({ "error": error, "run_at_ms": run_at_ms }))
@@ -674,15 +701,27 @@ fn settle_failure(
     Ok(outcome)
 }
 
+/// The longest error text an event carries, in bytes.
+const EVENT_ERROR_BYTES_MAX: usize = 1024;
+
+/// `text` cut to at most `max_bytes` bytes, on a character boundary.
+fn shortened(text: &str, max_bytes: usize) -> &str {
+    let mut end = text.len().min(max_bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Requeues a dead item; false when a live item holds its dedupe key.
-fn requeue(tx: &mut Tx<'_>, item: &ItemRow) -> Result<bool> {
+fn requeue(tx: &mut Tx<'_>, item: &ItemRow, notes: &mut Notes) -> Result<bool> {
     if let Some(key) = &item.dedupe_key
         && sql::select_live_by_dedupe(tx.sql(), tx.tenant(), &item.queue, key)?.is_some()
     {
         return Ok(false);
     }
     sql::requeue(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
-    item_event(tx, item, "requeued", json!({}))?;
+    notes.note(&item.queue, "requeued", entry(item, json!({})));
     tx.ring_bell();
     Ok(true)
 }
@@ -730,17 +769,25 @@ fn item_event(
     tx: &mut Tx<'_>,
     item: &ItemRow,
     event_type: &'static str,
-    mut entry: Value,
+    detail: Value,
 ) -> Result<()> {
-    if let Value::Object(fields) = &mut entry {
+    let mut notes = Notes::default();
+    notes.note(&item.queue, event_type, entry(item, detail));
+    notes.append(tx)
+}
+
+/// An event entry for `item`: `detail` with its id, attempt and fence.
+fn entry(item: &ItemRow, mut detail: Value) -> Value {
+    if let Value::Object(fields) = &mut detail {
         fields.insert("id".into(), json!(item.id));
         fields.insert("attempt".into(), json!(item.attempt));
         fields.insert("fence".into(), json!(item.fence));
     }
-    let mut notes = Notes::default();
-    notes.note(&item.queue, event_type, entry);
-    notes.append(tx)
+    detail
 }
+
+/// The largest priority, either way.
+pub(crate) const PRIORITY_MAX: i64 = 1_000_000_000;
 
 /// Checks a new item; returns its encoded payload.
 fn check_new_item(tx: &Tx<'_>, item: &NewItem) -> Result<String> {
@@ -759,6 +806,12 @@ fn check_new_item(tx: &Tx<'_>, item: &NewItem) -> Result<String> {
         return Err(Error::InvalidInput(format!(
             "max_attempts must be 1..={}, not {}",
             limits.max_attempts_max, item.max_attempts
+        )));
+    }
+    if !(-PRIORITY_MAX..=PRIORITY_MAX).contains(&item.priority) {
+        return Err(Error::InvalidInput(format!(
+            "priority must be within -{PRIORITY_MAX}..={PRIORITY_MAX}, not {}",
+            item.priority
         )));
     }
     if item.backoff.base_ms < 0 || item.backoff.max_ms < item.backoff.base_ms {

@@ -144,12 +144,81 @@ pub(super) fn select_live_by_dedupe(
     Ok(row)
 }
 
+/// Most priority levels one claim looks through before it falls back to one query over all of
+/// them: a queue rarely uses more, and each level costs two index seeks.
+const PRIORITY_LEVELS_MAX: usize = 64;
+
 /// Up to `limit` due items of `queues`, in claim order (priority desc, run_at asc, id asc).
-/// Each queue is read through its own index range, then the heads are merged.
+/// Each queue is read through its own index ranges, then the heads are merged.
 pub(super) fn select_due(
     conn: &Connection,
     tenant: &str,
     queues: &[String],
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<ItemRow>> {
+    let mut due: Vec<ItemRow> = Vec::new();
+    for queue in queues {
+        due.extend(select_due_in(conn, tenant, queue, now_ms, limit)?);
+    }
+    if queues.len() > 1 {
+        due.sort_by(|a, b| {
+            b.priority.cmp(&a.priority).then(a.run_at_ms.cmp(&b.run_at_ms)).then(a.id.cmp(&b.id))
+        });
+        due.dedup_by(|a, b| a.id == b.id);
+    }
+    due.truncate(limit);
+    Ok(due)
+}
+
+/// The due items of one queue, a priority level at a time: within a level the index is ordered
+/// by due time, so items scheduled for later are never read.
+fn select_due_in(
+    conn: &Connection,
+    tenant: &str,
+    queue: &str,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<ItemRow>> {
+    let mut level_stmt = conn.prepare_cached(
+        "SELECT priority FROM queue_items
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority < ?3
+         ORDER BY priority DESC LIMIT 1",
+    )?;
+    let mut due_stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        item_columns!(),
+        " FROM queue_items
+          WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority = ?3
+            AND run_at_ms <= ?4
+          ORDER BY run_at_ms, item_id LIMIT ?5"
+    ))?;
+    let mut due = Vec::new();
+    let mut below = i64::MAX;
+    for _ in 0..PRIORITY_LEVELS_MAX {
+        let level: Option<i64> =
+            level_stmt.query_row(params![tenant, queue, below], |r| r.get(0)).optional()?;
+        let Some(priority) = level else { return Ok(due) };
+        let wanted = (limit - due.len()) as i64;
+        let rows =
+            due_stmt.query_map(params![tenant, queue, priority, now_ms, wanted], item_from_row)?;
+        for row in rows {
+            due.push(row?);
+        }
+        if due.len() >= limit {
+            return Ok(due);
+        }
+        below = priority;
+    }
+    select_due_scanning(conn, tenant, queue, now_ms, limit)
+}
+
+/// The due items of one queue in one query; reads past items not yet due, so it is only the
+/// fallback for queues with very many priority levels.
+fn select_due_scanning(
+    conn: &Connection,
+    tenant: &str,
+    queue: &str,
     now_ms: i64,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
@@ -158,24 +227,10 @@ pub(super) fn select_due(
         item_columns!(),
         " FROM queue_items
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND run_at_ms <= ?3
-          ORDER BY priority DESC, run_at_ms, item_id
-          LIMIT ?4"
+          ORDER BY priority DESC, run_at_ms, item_id LIMIT ?4"
     ))?;
-    let mut due: Vec<ItemRow> = Vec::new();
-    for queue in queues {
-        let rows = stmt.query_map(params![tenant, queue, now_ms, limit as i64], item_from_row)?;
-        for row in rows {
-            due.push(row?);
-        }
-    }
-    if queues.len() > 1 {
-        due.sort_by(|a, b| {
-            (-a.priority, a.run_at_ms, &a.id).cmp(&(-b.priority, b.run_at_ms, &b.id))
-        });
-        due.dedup_by(|a, b| a.id == b.id);
-    }
-    due.truncate(limit);
-    Ok(due)
+    let rows = stmt.query_map(params![tenant, queue, now_ms, limit as i64], item_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
 /// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed.
@@ -193,7 +248,8 @@ pub(super) fn claim(
              lease_expires_at_ms = ?5, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
     )?
-    .execute(params![tenant, row.id, worker_id, now_ms, expires_at_ms])?;
+    .execute(params![tenant, row.id, worker_id, now_ms, expires_at_ms])
+    .map(|changed| expect_one(changed, &row.id))??;
     row.status = ItemStatus::Claimed;
     row.attempt += 1;
     row.fence += 1;
@@ -273,11 +329,31 @@ pub(super) fn release(
              lease_expires_at_ms = NULL, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
     )?
-    .execute(params![tenant, id, fence as i64, now_ms])?;
-    Ok(())
+    .execute(params![tenant, id, fence as i64, now_ms])
+    .map(|changed| expect_one(changed, id))?
 }
 
-/// Up to `limit` claimed items whose lease has expired, oldest expiry first.
+/// Up to `limit` claimed items of `queue` whose lease has expired, oldest expiry first.
+pub(super) fn select_expired_in(
+    conn: &Connection,
+    tenant: &str,
+    queue: &str,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<ItemRow>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        item_columns!(),
+        " FROM queue_items
+          WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed' AND lease_expires_at_ms <= ?3
+          ORDER BY lease_expires_at_ms LIMIT ?4"
+    ))?;
+    let rows = stmt.query_map(params![tenant, queue, now_ms, limit as i64], item_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+/// Up to `limit` claimed items of any queue whose lease has expired. Reads the tenant's claimed
+/// items, which are few: one per lease a worker holds.
 pub(super) fn select_expired(
     conn: &Connection,
     tenant: &str,
@@ -287,7 +363,7 @@ pub(super) fn select_expired(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items
+        " FROM queue_items INDEXED BY queue_items_leases
           WHERE tenant_id = ?1 AND status = 'claimed' AND lease_expires_at_ms <= ?2
           ORDER BY lease_expires_at_ms LIMIT ?3"
     ))?;
@@ -311,8 +387,8 @@ pub(super) fn schedule_retry(
              lease_expires_at_ms = NULL, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
     )?
-    .execute(params![tenant, id, fence as i64, now_ms, run_at_ms, error])?;
-    Ok(())
+    .execute(params![tenant, id, fence as i64, now_ms, run_at_ms, error])
+    .map(|changed| expect_one(changed, id))?
 }
 
 /// Ends a claimed attempt in the dead-letter state.
@@ -330,8 +406,8 @@ pub(super) fn dead_letter(
              updated_at_ms = ?4, finished_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
     )?
-    .execute(params![tenant, id, fence as i64, now_ms, error])?;
-    Ok(())
+    .execute(params![tenant, id, fence as i64, now_ms, error])
+    .map(|changed| expect_one(changed, id))?
 }
 
 /// Up to `limit` dead items of `queue` with ids after `after`, in id (enqueue) order.
@@ -345,7 +421,7 @@ pub(super) fn select_dead(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items
+        " FROM queue_items INDEXED BY queue_items_dead
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead' AND item_id > ?3
           ORDER BY item_id LIMIT ?4"
     ))?;
@@ -361,16 +437,26 @@ pub(super) fn requeue(conn: &Connection, tenant: &str, id: &str, now_ms: i64) ->
              finished_at_ms = NULL
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'dead'",
     )?
-    .execute(params![tenant, id, now_ms])?;
-    Ok(())
+    .execute(params![tenant, id, now_ms])
+    .map(|changed| expect_one(changed, id))?
 }
 
-pub(super) fn delete_dead(conn: &Connection, tenant: &str, queue: &str) -> Result<u64> {
+/// Deletes up to `limit` dead items of `queue`; returns how many.
+pub(super) fn delete_dead(
+    conn: &Connection,
+    tenant: &str,
+    queue: &str,
+    limit: usize,
+) -> Result<u64> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM queue_items WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'",
+            "DELETE FROM queue_items
+             WHERE tenant_id = ?1 AND item_id IN (
+                 SELECT item_id FROM queue_items INDEXED BY queue_items_dead
+                 WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'
+                 ORDER BY item_id LIMIT ?3)",
         )?
-        .execute(params![tenant, queue])?;
+        .execute(params![tenant, queue, limit as i64])?;
     Ok(deleted as u64)
 }
 
@@ -382,23 +468,25 @@ pub(super) fn cancel(conn: &Connection, tenant: &str, id: &str, now_ms: i64) -> 
              updated_at_ms = ?3, finished_at_ms = ?3
          WHERE tenant_id = ?1 AND item_id = ?2 AND status IN ('pending', 'claimed')",
     )?
-    .execute(params![tenant, id, now_ms])?;
-    Ok(())
+    .execute(params![tenant, id, now_ms])
+    .map(|changed| expect_one(changed, id))?
 }
 
+/// Up to `limit` live items of a workflow execution.
 pub(super) fn select_live_of_execution(
     conn: &Connection,
     tenant: &str,
     execution_id: &str,
+    limit: usize,
 ) -> Result<Vec<ItemRow>> {
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items
+        " FROM queue_items INDEXED BY queue_items_execution
           WHERE tenant_id = ?1 AND execution_id = ?2 AND status IN ('pending', 'claimed')
-          ORDER BY item_id"
+          ORDER BY item_id LIMIT ?3"
     ))?;
-    let rows = stmt.query_map(params![tenant, execution_id], item_from_row)?;
+    let rows = stmt.query_map(params![tenant, execution_id, limit as i64], item_from_row)?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
@@ -435,29 +523,59 @@ pub(super) fn select_stats(
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
+/// Deletes up to `limit` completed or cancelled items finished before `cutoff_ms`.
 pub(super) fn delete_finished_before(
     conn: &Connection,
     tenant: &str,
     cutoff_ms: i64,
+    limit: usize,
 ) -> Result<u64> {
     let deleted = conn
         .prepare_cached(
             "DELETE FROM queue_items
-             WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled') AND finished_at_ms < ?2",
+             WHERE tenant_id = ?1 AND item_id IN (
+                 SELECT item_id FROM queue_items INDEXED BY queue_items_finished
+                 WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
+                   AND finished_at_ms < ?2
+                 ORDER BY finished_at_ms LIMIT ?3)",
         )?
-        .execute(params![tenant, cutoff_ms])?;
+        .execute(params![tenant, cutoff_ms, limit as i64])?;
     Ok(deleted as u64)
 }
 
-/// The earliest `run_at_ms` of the pending items of `queue`.
+/// The next moment something in `queue` may become claimable: the earliest due time of its
+/// pending items, or the earliest expiry of its leases (an expired lease is retried).
 pub(super) fn select_next_due(conn: &Connection, tenant: &str, queue: &str) -> Result<Option<i64>> {
-    let due = conn
+    let due: Option<i64> = conn
         .prepare_cached(
-            "SELECT min(run_at_ms) FROM queue_items
-             WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending'",
+            "SELECT run_at_ms FROM queue_items
+             WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending'
+             ORDER BY run_at_ms LIMIT 1",
         )?
-        .query_row(params![tenant, queue], |r| r.get(0))?;
-    Ok(due)
+        .query_row(params![tenant, queue], |r| r.get(0))
+        .optional()?;
+    let expiry: Option<i64> = conn
+        .prepare_cached(
+            "SELECT lease_expires_at_ms FROM queue_items
+             WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed'
+             ORDER BY lease_expires_at_ms LIMIT 1",
+        )?
+        .query_row(params![tenant, queue], |r| r.get(0))
+        .optional()?;
+    Ok(match (due, expiry) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
+}
+
+/// An update that must have changed exactly the one row the op checked a moment before.
+fn expect_one(changed: usize, id: &str) -> Result<()> {
+    if changed != 1 {
+        return Err(crate::error::Error::Conflict(format!(
+            "item {id} changed under the operation ({changed} rows updated)"
+        )));
+    }
+    Ok(())
 }
 
 fn item_from_row(row: &Row<'_>) -> rusqlite::Result<ItemRow> {

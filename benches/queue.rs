@@ -7,6 +7,7 @@
 //! cargo bench --bench queue -- --depth-only  # claim latency at 10,000 and 1,000,000 pending
 //! cargo bench --bench queue -- --batched-only  # the batched cycle alone (for a profiler)
 //! cargo bench --bench queue -- --single-only   # the single-item cycle alone
+//! cargo bench --bench queue -- --one-caller    # per-call cost with one caller (Normal)
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
@@ -87,6 +88,9 @@ fn main() {
         .unwrap_or(5);
     let run = Duration::from_secs(secs);
     println!("machine: {} cores; {THREADS} worker threads; {run:?} per configuration", cores());
+    if args.iter().any(|a| a == "--one-caller") {
+        return one_caller();
+    }
     if args.iter().any(|a| a == "--single-only") {
         let (samples, elapsed) = store_cycles(Durability::Full, 64, run, false);
         print("store, single-item calls", &samples, elapsed, None);
@@ -286,6 +290,16 @@ fn depth() {
         store.close().expect("close");
     }
     println!("    = {:.2}x the median at 10,000 (target at most 1.5x)", medians[1] / medians[0]);
+}
+
+/// One caller, `Normal`: the cost of each call with the store thread otherwise idle.
+fn one_caller() {
+    let (_dir, store) = open(Durability::Normal, 64);
+    let mut samples = Samples::default();
+    for _ in 0..20_000 {
+        single_cycle(&store, "one", &mut samples);
+    }
+    print("one caller, Normal, single-item calls", &samples, Duration::from_secs(1), None);
 }
 
 /// Puts `pending` due items in queue `deep`, in bulk through the caller's own SQL.

@@ -49,6 +49,10 @@ pub(crate) fn open(location: &Location, options: &Options) -> Result<Connection>
     conn.busy_timeout(options.busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
+    // Plans must not depend on bound values: otherwise SQLite re-prepares a cached statement
+    // whenever a parameter compared against a partial index's condition (or a range bound)
+    // changes, which cost a claim three re-prepares, about 150 µs.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     // Read the version before anything can write to the file, so a newer (or foreign) file is
     // left exactly as it was.
     let found = user_version(&conn)?;

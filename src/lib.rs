@@ -26,6 +26,16 @@
 //! # }
 //! ```
 //!
+//! # What a store holds
+//!
+//! - [`Store::events`]: the event log. Append (optionally idempotent by key), read by cursor,
+//!   follow with [`Store::subscribe`] / [`Store::subscribe_all`].
+//! - [`Store::queue`]: the work queue. Enqueue with priorities, delays and dedupe keys; claim
+//!   under fenced leases (or wait for work with `claim_wait`); complete, fail with retries and
+//!   backoff, dead letters.
+//! - [`Store::transaction`]: any of the above, and the caller's own tables through
+//!   [`Tx::sql`], committed or rolled back together.
+//!
 //! # Guarantees
 //!
 //! 1. A reply is sent only after the transaction that produced it has committed. `Ok` means

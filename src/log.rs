@@ -8,7 +8,7 @@
 //!
 //! Ops: [`Append`], [`Read`], [`ReadAll`], [`Head`], [`Truncate`]; the facade is
 //! [`Events`], reached with `store.events()`. Subscriptions (`store.subscribe`) read through
-//! [`read_filtered`] here.
+//! `read_filtered` here.
 
 use std::borrow::Borrow;
 use std::fmt;

@@ -25,7 +25,12 @@ use spindle::queue::Completion;
 use spindle::{Durability, NewItem, Options, Store, TxOutcome};
 
 const SCHEMA_SQL: &str = include_str!("../schema.sql");
+/// Worker threads, unless `SPINDLE_BENCH_THREADS` says otherwise.
 const THREADS: usize = 16;
+
+fn threads() -> usize {
+    std::env::var("SPINDLE_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(THREADS)
+}
 const LEASE_MS: i64 = 60_000;
 
 #[derive(Default)]
@@ -87,7 +92,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let run = Duration::from_secs(secs);
-    println!("machine: {} cores; {THREADS} worker threads; {run:?} per configuration", cores());
+    println!("machine: {} cores; {} worker threads; {run:?} per configuration", cores(), threads());
     if args.iter().any(|a| a == "--one-caller") {
         return one_caller();
     }
@@ -133,7 +138,7 @@ fn open(durability: Durability, batch_max: usize) -> (tempfile::TempDir, Store) 
     (dir, store)
 }
 
-/// `THREADS` workers each running enqueue, claim, complete in a loop for `run`.
+/// `threads()` workers each running enqueue, claim, complete in a loop for `run`.
 fn store_cycles(
     durability: Durability,
     batch_max: usize,
@@ -142,8 +147,8 @@ fn store_cycles(
 ) -> (Samples, Duration) {
     let (_dir, store) = open(durability, batch_max);
     let stop = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(THREADS + 1));
-    let workers: Vec<_> = (0..THREADS)
+    let barrier = Arc::new(Barrier::new(threads() + 1));
+    let workers: Vec<_> = (0..threads())
         .map(|t| {
             let (store, stop, barrier) = (store.clone(), Arc::clone(&stop), Arc::clone(&barrier));
             thread::spawn(move || {

@@ -20,6 +20,14 @@ fn store_at(clock: &ManualClock) -> Store {
     Store::open_in_memory_with(options).expect("open")
 }
 
+/// A store whose page size limit is 2, so that bounds show with a handful of items.
+fn setup_with_pages_of_two() -> (Store, ManualClock) {
+    let clock = ManualClock::new(T0);
+    let limits = spindle::Limits { page_size_max: 2, ..spindle::Limits::default() };
+    let options = Options { clock: Arc::new(clock.clone()), limits, ..Options::default() };
+    (Store::open_in_memory_with(options).expect("open"), clock)
+}
+
 fn setup() -> (Store, ManualClock) {
     let clock = ManualClock::new(T0);
     (store_at(&clock), clock)
@@ -472,13 +480,7 @@ fn priorities_outside_the_range_are_refused() -> spindle::Result<()> {
 
 #[test]
 fn a_claim_reclaims_its_own_queues_leases_whatever_other_queues_hold() -> spindle::Result<()> {
-    let clock = ManualClock::new(T0);
-    let limits = spindle::Limits { page_size_max: 2, ..spindle::Limits::default() };
-    let store = Store::open_in_memory_with(Options {
-        clock: Arc::new(clock.clone()),
-        limits,
-        ..Options::default()
-    })?;
+    let (store, clock) = setup_with_pages_of_two();
     let queue = store.queue();
     let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
     for n in 0..3 {
@@ -512,13 +514,7 @@ fn claim_wait_wakes_when_a_lease_lapses() -> spindle::Result<()> {
 
 #[test]
 fn bulk_calls_are_bounded_per_call() -> spindle::Result<()> {
-    let clock = ManualClock::new(T0);
-    let limits = spindle::Limits { page_size_max: 2, ..spindle::Limits::default() };
-    let store = Store::open_in_memory_with(Options {
-        clock: Arc::new(clock.clone()),
-        limits,
-        ..Options::default()
-    })?;
+    let (store, clock) = setup_with_pages_of_two();
     let queue = store.queue();
     for n in 0..3 {
         queue.enqueue(NewItem::new("q", json!(n)).max_attempts(1).execution_id("e"))?;

@@ -392,15 +392,7 @@ impl Op for Requeue {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        tx.limits().check_id("item id", &self.id)?;
-        let item = found(sql::select_item(tx.sql(), tx.tenant(), &self.id)?, &self.id)?;
-        if item.status != ItemStatus::Dead {
-            return Err(Error::Conflict(format!(
-                "item {} is {}, not dead",
-                item.id,
-                item.status.as_str()
-            )));
-        }
+        let item = item_in(tx, &self.id, ItemStatus::Dead)?;
         let mut notes = Notes::default();
         if !requeue(tx, &item, &mut notes)? {
             return Err(Error::Conflict(format!(
@@ -451,15 +443,7 @@ impl Op for Cancel {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        tx.limits().check_id("item id", &self.id)?;
-        let item = found(sql::select_item(tx.sql(), tx.tenant(), &self.id)?, &self.id)?;
-        if item.status != ItemStatus::Pending {
-            return Err(Error::Conflict(format!(
-                "item {} is {}, not pending",
-                item.id,
-                item.status.as_str()
-            )));
-        }
+        let item = item_in(tx, &self.id, ItemStatus::Pending)?;
         sql::cancel(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
         item_event(tx, &item, "cancelled", json!({}))
     }
@@ -758,6 +742,21 @@ fn lease_lost_reason(item: &ItemRow, fence: u64) -> Error {
         format!("the lease of item {} expired", item.id)
     };
     Error::LeaseLost(why)
+}
+
+/// The item `id`, which must be in `status` (`Conflict` otherwise).
+fn item_in(tx: &Tx<'_>, id: &str, status: ItemStatus) -> Result<ItemRow> {
+    tx.limits().check_id("item id", id)?;
+    let item = found(sql::select_item(tx.sql(), tx.tenant(), id)?, id)?;
+    if item.status != status {
+        return Err(Error::Conflict(format!(
+            "item {} is {}, not {}",
+            item.id,
+            item.status.as_str(),
+            status.as_str()
+        )));
+    }
+    Ok(item)
 }
 
 fn found(row: Option<ItemRow>, id: &str) -> Result<ItemRow> {

@@ -229,8 +229,7 @@ fn select_due_scanning(
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND run_at_ms <= ?3
           ORDER BY priority DESC, run_at_ms, item_id LIMIT ?4"
     ))?;
-    let rows = stmt.query_map(params![tenant, queue, now_ms, limit as i64], item_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    items(&mut stmt, params![tenant, queue, now_ms, limit as i64])
 }
 
 /// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed.
@@ -348,8 +347,7 @@ pub(super) fn select_expired_in(
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed' AND lease_expires_at_ms <= ?3
           ORDER BY lease_expires_at_ms LIMIT ?4"
     ))?;
-    let rows = stmt.query_map(params![tenant, queue, now_ms, limit as i64], item_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    items(&mut stmt, params![tenant, queue, now_ms, limit as i64])
 }
 
 /// Up to `limit` claimed items of any queue whose lease has expired. Reads the tenant's claimed
@@ -367,8 +365,7 @@ pub(super) fn select_expired(
           WHERE tenant_id = ?1 AND status = 'claimed' AND lease_expires_at_ms <= ?2
           ORDER BY lease_expires_at_ms LIMIT ?3"
     ))?;
-    let rows = stmt.query_map(params![tenant, now_ms, limit as i64], item_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    items(&mut stmt, params![tenant, now_ms, limit as i64])
 }
 
 /// Ends a claimed attempt with a retry due at `run_at_ms`.
@@ -425,8 +422,7 @@ pub(super) fn select_dead(
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead' AND item_id > ?3
           ORDER BY item_id LIMIT ?4"
     ))?;
-    let rows = stmt.query_map(params![tenant, queue, after, limit as i64], item_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    items(&mut stmt, params![tenant, queue, after, limit as i64])
 }
 
 /// Makes a dead item pending again with fresh attempts, due now.
@@ -486,8 +482,7 @@ pub(super) fn select_live_of_execution(
           WHERE tenant_id = ?1 AND execution_id = ?2 AND status IN ('pending', 'claimed')
           ORDER BY item_id LIMIT ?3"
     ))?;
-    let rows = stmt.query_map(params![tenant, execution_id, limit as i64], item_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    items(&mut stmt, params![tenant, execution_id, limit as i64])
 }
 
 pub(super) fn select_stats(
@@ -576,6 +571,15 @@ fn expect_one(changed: usize, id: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Every row a statement over `item_columns!()` returns.
+fn items(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    args: impl rusqlite::Params,
+) -> Result<Vec<ItemRow>> {
+    let rows = stmt.query_map(args, item_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }
 
 fn item_from_row(row: &Row<'_>) -> rusqlite::Result<ItemRow> {

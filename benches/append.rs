@@ -201,8 +201,8 @@ fn raw_append(conn: &Connection, stream: &str, n: u64) {
     let payload = json!({ "t": n }).to_string();
     conn.prepare_cached(
         "INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
-                             idem_key, payload_hash, created_at_ms)
-         VALUES ('default', 'custom', ?1, ?2, 'tick', ?3, NULL, NULL, 0)",
+                             idem_key, created_at_ms)
+         VALUES ('default', 'custom', ?1, ?2, 'tick', ?3, NULL, 0)",
     )
     .expect("prepare")
     .execute(params![stream, seq, payload])

@@ -27,7 +27,8 @@ pub enum Durability {
 pub struct Options {
     /// What an acknowledged commit survives.
     pub durability: Durability,
-    /// How long a write waits for another connection's lock before failing with `Busy`.
+    /// How long a write waits for another connection's lock before failing with `Busy`; at most
+    /// `i32::MAX` milliseconds (about 24 days).
     pub busy_timeout: Duration,
     /// Most operations run in one transaction (group commit). At least 1.
     pub batch_max: usize,
@@ -67,6 +68,9 @@ impl Options {
         }
         if self.mailbox_capacity == 0 {
             return Err(Error::InvalidInput("mailbox_capacity must be at least 1".into()));
+        }
+        if self.busy_timeout.as_millis() > i32::MAX as u128 {
+            return Err(Error::InvalidInput("busy_timeout must be at most i32::MAX ms".into()));
         }
         if self.wal_bytes_max == 0 {
             return Err(Error::InvalidInput("wal_bytes_max must be positive".into()));

@@ -97,7 +97,9 @@ impl Subscription {
     /// # Errors
     /// As [`Subscription::recv`].
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
-        self.next_event(Wait::Until(Instant::now() + timeout))
+        // A timeout too long to represent is no timeout.
+        let wait = Instant::now().checked_add(timeout).map_or(Wait::Forever, Wait::Until);
+        self.next_event(wait)
     }
 
     /// The next event if one is ready (it may read one page of backlog), or `None`.

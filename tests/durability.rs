@@ -72,6 +72,7 @@ fn every_call_after_close_is_closed() -> spindle::Result<()> {
     assert!(matches!(store.transaction(|_| Ok(TxOutcome::Commit(()))), Err(Error::Closed)));
     assert!(matches!(store.subscribe(&s, 0), Err(Error::Closed)));
     assert!(matches!(follower.recv_timeout(Duration::from_secs(10)), Err(Error::Closed)));
+    assert!(matches!(follower.recv_timeout(Duration::MAX), Err(Error::Closed)), "no overflow");
     assert!(matches!(follower.recv(), Err(Error::Closed)));
     assert!(follower.next().is_none());
     store.close()?; // closing again is fine

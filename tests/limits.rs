@@ -100,6 +100,7 @@ fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<(
     for bad in [
         Options { batch_max: 0, ..Options::default() },
         Options { mailbox_capacity: 0, ..Options::default() },
+        Options { busy_timeout: std::time::Duration::MAX, ..Options::default() },
         Options { limits: Limits { page_size_max: 0, ..Limits::default() }, ..Options::default() },
     ] {
         assert!(matches!(Store::open_in_memory_with(bad), Err(Error::InvalidInput(_))));

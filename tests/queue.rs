@@ -567,3 +567,30 @@ fn a_batch_naming_an_item_twice_is_invalid() -> spindle::Result<()> {
     assert_eq!(queue.get(&c.item.id)?.status, ItemStatus::Claimed);
     Ok(())
 }
+
+#[test]
+fn fences_keep_growing_across_a_restart() -> spindle::Result<()> {
+    let clock = ManualClock::new(T0);
+    let options = || Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("fences.db");
+    let id;
+    let before;
+    {
+        let store = Store::open_with(&path, options())?;
+        let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
+        id = store.queue().enqueue(NewItem::new("q", json!(1)).backoff(zero))?.id;
+        let first = store.queue().claim("w", &["q"], 1_000)?.expect("claimed");
+        store.queue().release(&id, first.fence)?;
+        before = store.queue().claim("w", &["q"], 1_000)?.expect("claimed again").fence;
+        store.close()?;
+    }
+    clock.advance_ms(70_000); // the lease lapsed while the store was closed
+    let store = Store::open_with(&path, options())?;
+    let after = store.queue().claim("w2", &["q"], 1_000)?.expect("reclaimed after restart");
+    assert_eq!(after.item.id, id);
+    assert!(after.fence > before, "fence {} after a restart, {} before", after.fence, before);
+    assert!(matches!(store.queue().complete(&id, before, json!(1)), Err(Error::LeaseLost(_))));
+    store.queue().complete(&id, after.fence, json!(1))?;
+    Ok(())
+}

@@ -297,14 +297,22 @@ fn depth() {
     println!("    = {:.2}x the median at 10,000 (target at most 1.5x)", medians[1] / medians[0]);
 }
 
-/// One caller, `Normal`: the cost of each call with the store thread otherwise idle.
+/// One caller, `Normal`: the cost of each call with the store thread otherwise idle, for
+/// single items and for batches of 100.
 fn one_caller() {
     let (_dir, store) = open(Durability::Normal, 64);
     let mut samples = Samples::default();
+    let started = Instant::now();
     for _ in 0..20_000 {
         single_cycle(&store, "one", &mut samples);
     }
-    print("one caller, Normal, single-item calls", &samples, Duration::from_secs(1), None);
+    print("one caller, Normal, single-item calls", &samples, started.elapsed(), None);
+    let mut samples = Samples::default();
+    let started = Instant::now();
+    for _ in 0..200 {
+        batched_cycle(&store, "one-batched", &mut samples);
+    }
+    print("one caller, Normal, batches of 100", &samples, started.elapsed(), None);
 }
 
 /// Puts `pending` due items in queue `deep`, in bulk through the caller's own SQL.

@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench append                    # every configuration, 3 s each
 //! cargo bench --bench append -- --secs 5        # longer runs
+//! cargo bench --bench append -- --smoke          # a moment each: does it still run?
 //! cargo bench --bench append -- --wal-soak 60   # 60 s at full load, then report the WAL size
 //! cargo bench --bench append -- --only-normal 16 # one configuration alone (for a profiler)
 //! cargo bench --bench append -- --only-full 1     # likewise, under Durability::Full
@@ -71,7 +72,13 @@ fn main() {
     if let Some(soak_secs) = value_of("--wal-soak") {
         return wal_soak(Duration::from_secs(soak_secs));
     }
-    let run = Duration::from_secs(value_of("--secs").unwrap_or(3));
+    // --smoke: every configuration for a moment, to prove the bench still runs (CI does this).
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let run = if smoke {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(value_of("--secs").unwrap_or(3))
+    };
     if let Some(threads) = value_of("--only-normal") {
         // One configuration alone, for profiling.
         return store_run(Durability::Normal, threads as usize, 64, run).print(None);

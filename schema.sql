@@ -52,8 +52,9 @@ CREATE TABLE event_keys (
 
 CREATE INDEX events_by_tenant_position ON events (tenant_id, position);
 
--- The last seq handed out per stream. Kept apart from events so that truncating a stream
--- never lets a seq be handed out twice.
+-- The head (last seq) of every stream that has been truncated, recorded by the truncation.
+-- The next seq is one past the stream's newest event or, when truncation removed them all, one
+-- past this head: a seq is never handed out twice, and an append writes only its event row.
 CREATE TABLE stream_heads (
     tenant_id   TEXT    NOT NULL,
     stream_kind TEXT    NOT NULL,

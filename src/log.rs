@@ -1,8 +1,8 @@
 //! The event log: one append-only table for every stream of every domain.
 //!
 //! A stream is named by a kind and an id ([`Stream`]). Each event gets a `seq`, dense per stream
-//! from 1 and never reused (the head is kept apart from the rows, so truncation cannot reset
-//! it), and a global `position` that only grows. The caller's sequence numbers are never
+//! from 1 and never reused (truncation records the head it removes, so it cannot reset it),
+//! and a global `position` that only grows. The caller's sequence numbers are never
 //! trusted. An append with an idempotency key writes once: the same key with the same type and
 //! payload returns the first event, with different content it is `Conflict`.
 //!
@@ -517,18 +517,11 @@ fn insert_key(
     Ok(())
 }
 
-/// Takes the stream's next sequence and inserts the row; returns `(seq, position)`.
+/// Takes the stream's next sequence and inserts the row; returns `(seq, position)`. Only the
+/// event row is written: the sequence is read from the events themselves (see `select_head`).
 fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(u64, u64)> {
     let kind = row.stream.kind.as_str();
-    let seq: i64 = conn
-        .prepare_cached(
-            "INSERT INTO stream_heads (tenant_id, stream_kind, stream_id, head_seq)
-             VALUES (?1, ?2, ?3, 1)
-             ON CONFLICT (tenant_id, stream_kind, stream_id)
-             DO UPDATE SET head_seq = stream_heads.head_seq + 1
-             RETURNING head_seq",
-        )?
-        .query_row(params![tenant, kind, row.stream.id], |r| r.get(0))?;
+    let seq = to_sql_int(select_head(conn, tenant, row.stream)?) + 1;
     conn.prepare_cached(
         "INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
                              idem_key, created_at_ms)
@@ -550,18 +543,34 @@ fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Res
     Ok((from_sql_int(seq), from_sql_int(position)))
 }
 
+/// The stream's last sequence: its newest event's, or (for a stream truncated to nothing) the
+/// head the truncation recorded. Both are index seeks.
 fn select_head(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
-    let head: Option<i64> = conn
+    let head: i64 = conn
         .prepare_cached(
-            "SELECT head_seq FROM stream_heads
-             WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+            "SELECT COALESCE(
+                 (SELECT max(seq) FROM events
+                  WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
+                 (SELECT head_seq FROM stream_heads
+                  WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
+                 0)",
         )?
-        .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| row.get(0))
-        .optional()?;
-    Ok(head.map_or(0, from_sql_int))
+        .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| row.get(0))?;
+    Ok(from_sql_int(head))
 }
 
+/// Deletes the events before `before_seq`, first recording the stream's head so that a stream
+/// truncated to nothing still continues its sequence.
 fn delete_before(conn: &Connection, tenant: &str, stream: &Stream, before_seq: u64) -> Result<u64> {
+    let head = select_head(conn, tenant, stream)?;
+    if head > 0 {
+        conn.prepare_cached(
+            "INSERT INTO stream_heads (tenant_id, stream_kind, stream_id, head_seq)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (tenant_id, stream_kind, stream_id) DO UPDATE SET head_seq = ?4",
+        )?
+        .execute(params![tenant, stream.kind.as_str(), stream.id, to_sql_int(head)])?;
+    }
     let deleted = conn
         .prepare_cached(
             "DELETE FROM events

@@ -209,6 +209,10 @@ impl Op for Append {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
         append(tx, &self.stream, &self.event_type, self.payload, self.idem_key.as_deref())
     }
+    /// A plain append checks everything, reads the head, then inserts its one row.
+    fn single_write(&self) -> bool {
+        self.idem_key.is_none()
+    }
 }
 
 impl Sealed for Read {}

@@ -331,7 +331,8 @@ impl Actor {
 
     /// Runs one job under its own savepoint and keeps or rolls back its work.
     fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch) {
-        if let Err(error) = self.statement("SAVEPOINT op") {
+        let savepoint = job.savepoint;
+        if savepoint && let Err(error) = self.statement("SAVEPOINT op") {
             job.refuse(error.replicate());
             return self.abandon(batch, &error);
         }
@@ -349,10 +350,13 @@ impl Actor {
             batch.applied.push(applied);
             return self.abandon(batch, &cause);
         }
-        let ended = if applied.keep {
-            self.statement("RELEASE op")
-        } else {
-            self.statement("ROLLBACK TO op").and_then(|()| self.statement("RELEASE op"))
+        let ended = match (savepoint, applied.keep) {
+            // Without a savepoint there is nothing to release, and a failed job wrote nothing.
+            (false, _) => Ok(()),
+            (true, true) => self.statement("RELEASE op"),
+            (true, false) => {
+                self.statement("ROLLBACK TO op").and_then(|()| self.statement("RELEASE op"))
+            }
         };
         let keep = applied.keep;
         batch.applied.push(applied);
@@ -489,7 +493,7 @@ mod tests {
     //! than likely.
 
     use super::*;
-    use crate::core::op::{Role, TxOutcome};
+    use crate::core::op::{Op, Role, TxOutcome};
     use crate::core::tx::Scope;
     use crate::log::{Append, Appended, Stream};
     use serde_json::json;
@@ -720,6 +724,36 @@ mod tests {
         let (job, answer) = append(3);
         actor.run_batch(vec![job]);
         assert_eq!(answer.recv().expect("reply").expect("ok").seq, 1);
+    }
+
+    #[test]
+    fn a_single_write_op_without_savepoint_that_fails_leaves_nothing_and_costs_only_itself() {
+        let mut actor = actor();
+        actor
+            .conn
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.event_type = 'refused'
+                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+            )
+            .expect("trigger");
+        let (feed, _token) = live_subscriber(&mut actor);
+        let refused_op = Append {
+            stream: Stream::custom("batch"),
+            event_type: "refused".into(),
+            payload: json!(null),
+            idem_key: None,
+        };
+        assert!(refused_op.single_write(), "a plain append runs without a savepoint");
+        let (reply, refused_answer) = bounded(1);
+        let refused = Job::op(refused_op, scope(), reply);
+        let (first, first_answer) = append(1);
+        let (last, last_answer) = append(2);
+        actor.run_batch(vec![first, refused, last]);
+        assert!(matches!(refused_answer.recv().expect("reply"), Err(Error::Sqlite(_))));
+        assert_eq!(first_answer.recv().expect("reply").expect("kept").seq, 1);
+        assert_eq!(last_answer.recv().expect("reply").expect("kept").seq, 2);
+        assert_eq!(events_in(&actor), 2);
+        assert_eq!(feed.try_iter().count(), 2);
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub(crate) enum Msg {
 pub(crate) struct Job {
     pub(crate) label: &'static str,
     pub(crate) access: Access,
+    /// Whether the job runs under a savepoint of its own (see `Op::single_write`).
+    pub(crate) savepoint: bool,
     pub(crate) scope: Scope,
     work: Box<dyn Work>,
 }
@@ -36,8 +38,9 @@ impl Job {
     /// A job that applies `op` and replies with its output.
     pub(crate) fn op<O: Op>(op: O, scope: Scope, reply: Sender<Result<O::Output>>) -> Self {
         let access = op.access();
+        let savepoint = access != Access::Read && !op.single_write();
         let label = std::any::type_name::<O>();
-        Self { label, access, scope, work: Box::new(OpWork { op, reply }) }
+        Self { label, access, savepoint, scope, work: Box::new(OpWork { op, reply }) }
     }
 
     /// A job that runs a transaction closure and replies with the value of its outcome.
@@ -47,7 +50,7 @@ impl Job {
         F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
     {
         let work = Box::new(TxWork { f, reply });
-        Self { label: "transaction", access: Access::Write, scope, work }
+        Self { label: "transaction", access: Access::Write, savepoint: true, scope, work }
     }
 
     /// Runs the work, catching a panic.

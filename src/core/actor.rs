@@ -2,7 +2,8 @@
 //!
 //! Loop: take one message; for a job, drain up to `batch_max - 1` more jobs without waiting;
 //! run them in one transaction (`BEGIN IMMEDIATE`, or deferred when every job only reads), one
-//! savepoint per job; one `COMMIT`; then every reply; then every event to the subscribers.
+//! savepoint per job (none for a job that only reads or writes with one statement, which is
+//! atomic by itself); one `COMMIT`; then every reply; then every event to the subscribers.
 //! Subscribe requests and close are handled between batches, never inside one.
 //!
 //! Failure handling, from the smallest scope out:
@@ -329,7 +330,8 @@ impl Actor {
         Ok(())
     }
 
-    /// Runs one job under its own savepoint and keeps or rolls back its work.
+    /// Runs one job (under its own savepoint unless it needs none) and keeps or rolls back its
+    /// work.
     fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch) {
         let savepoint = job.savepoint;
         if savepoint && let Err(error) = self.statement("SAVEPOINT op") {

@@ -215,3 +215,39 @@ fn transaction_and_savepoint_statements_through_raw_sql_are_refused() -> spindle
     })?;
     Ok(())
 }
+
+#[test]
+fn raw_sql_may_read_the_stores_tables_but_not_write_or_reshape_them() -> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    let stream = Stream::custom("guarded");
+    store.events().append(&stream, "kept", json!(1))?;
+    let refused = store.transaction(|tx| {
+        let attempts = [
+            "DELETE FROM events",
+            "UPDATE events SET payload = '0'",
+            "INSERT INTO stream_heads VALUES ('default', 'custom', 'guarded', 0)",
+            "DELETE FROM queue_items",
+            "CREATE TRIGGER mine AFTER INSERT ON events BEGIN SELECT 1; END",
+            "CREATE TEMP TRIGGER mine AFTER INSERT ON events BEGIN SELECT 1; END",
+            "DROP TABLE event_keys",
+            "ALTER TABLE events ADD COLUMN extra TEXT",
+        ];
+        let refused: Vec<bool> =
+            attempts.iter().map(|sql| tx.sql().execute_batch(sql).is_err()).collect();
+        let count: i64 = tx.sql().query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+        // Its own tables are the caller's to shape and write, and ops still work in between.
+        tx.sql().execute_batch(
+            "CREATE TABLE projection (seq INTEGER);
+             CREATE TRIGGER feed AFTER INSERT ON projection BEGIN SELECT 1; END;
+             INSERT INTO projection VALUES (1);",
+        )?;
+        tx.append_event(Stream::custom("guarded"), "from closure", json!(2))?;
+        tx.exec(spindle::queue::Enqueue { item: spindle::NewItem::new("q", json!(3)) })?;
+        Ok(TxOutcome::Commit((refused, count)))
+    })?;
+    assert_eq!(refused.0, [true; 8]);
+    assert_eq!(refused.1, 1, "reads are allowed");
+    assert_eq!(store.events().head(&stream)?, 2);
+    assert_eq!(store.queue().stats()?[0].pending, 1);
+    Ok(())
+}

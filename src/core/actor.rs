@@ -340,7 +340,7 @@ impl Actor {
         }
         let scope = job.scope.clone();
         let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids, &self.guard);
-        self.guard.enter();
+        self.guard.enter(job.internal);
         let applied = job.run(&mut tx);
         self.guard.leave();
         let (published, rang) = tx.finish();
@@ -642,7 +642,7 @@ mod tests {
         let actor = actor();
         actor.conn.execute_batch("CREATE TABLE t (x INTEGER)").expect("table");
         // Simulate a job whose transaction SQLite already ended: a statement now autocommits.
-        actor.guard.enter();
+        actor.guard.enter(true);
         let vetoed = actor.conn.execute("INSERT INTO t VALUES (1)", []);
         actor.guard.leave();
         assert!(vetoed.is_err(), "the commit hook turned the autocommit into a rollback");

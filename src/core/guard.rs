@@ -1,11 +1,14 @@
-//! `JobGuard`: keeps a job from ending or reshaping the batch's transaction behind the actor's
-//! back.
+//! `JobGuard`: keeps the caller's own SQL from ending the batch's transaction or touching the
+//! store's tables behind the ops' backs.
 //!
-//! While a job runs, an authorizer refuses every transaction and savepoint statement the job
-//! prepares itself (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE` through `Tx::sql`),
-//! and a commit hook turns any commit into a rollback (a statement that runs in autocommit
-//! after SQLite rolled the transaction back under the job). The crate's own savepoints inside a
-//! job run through [`JobGuard::internal`].
+//! While a job runs, an authorizer looks at every statement as it is prepared. Statements of
+//! the crate's own ops run as *internal*; statements a transaction closure runs through
+//! `Tx::sql` are the caller's. The caller's may read anything and write its own tables, but
+//! not control the transaction (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE`), not
+//! write the store's tables (they are written only through ops, which keep their invariants),
+//! and not attach triggers to them or drop or alter them. A commit hook also turns any commit
+//! during a job into a rollback (a statement running in autocommit after SQLite rolled the
+//! transaction back under the job).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +18,11 @@ use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 
 use crate::error::Result;
 
-/// The two flags the hooks read.
+/// The store's own tables (every table `schema.sql` creates).
+pub(crate) const OWN_TABLES: &[&str] =
+    &["tenants", "events", "event_keys", "stream_heads", "queue_items"];
+
+/// The flags the hooks read.
 #[derive(Debug, Default)]
 pub(crate) struct JobGuard {
     in_job: AtomicBool,
@@ -33,29 +40,75 @@ impl JobGuard {
         Ok(guard)
     }
 
-    /// A job starts running.
-    pub(crate) fn enter(&self) {
+    /// A job starts running: an op's (`internal`) or a transaction closure's.
+    pub(crate) fn enter(&self, internal: bool) {
+        self.internal.store(internal, Ordering::Relaxed);
         self.in_job.store(true, Ordering::Relaxed);
     }
 
     /// The job is done.
     pub(crate) fn leave(&self) {
         self.in_job.store(false, Ordering::Relaxed);
+        self.internal.store(false, Ordering::Relaxed);
     }
 
-    /// Runs the crate's own transaction-control statement inside a job.
+    /// Runs the crate's own work inside a job (an op composed into a closure, say).
     pub(crate) fn internal<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.internal.store(true, Ordering::Relaxed);
+        let was = self.internal.swap(true, Ordering::Relaxed);
         let result = f();
-        self.internal.store(false, Ordering::Relaxed);
+        self.internal.store(was, Ordering::Relaxed);
         result
     }
 
     fn authorize(&self, context: &AuthContext<'_>) -> Authorization {
-        let controls_transaction =
-            matches!(context.action, AuthAction::Transaction { .. } | AuthAction::Savepoint { .. });
-        let from_job =
+        let from_caller =
             self.in_job.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
-        if controls_transaction && from_job { Authorization::Deny } else { Authorization::Allow }
+        if from_caller && refused_to_callers(&context.action) {
+            Authorization::Deny
+        } else {
+            Authorization::Allow
+        }
+    }
+}
+
+/// What the caller's own SQL may not do during a job.
+fn refused_to_callers(action: &AuthAction<'_>) -> bool {
+    match action {
+        AuthAction::Transaction { .. } | AuthAction::Savepoint { .. } => true,
+        AuthAction::Insert { table_name }
+        | AuthAction::Delete { table_name }
+        | AuthAction::Update { table_name, .. }
+        | AuthAction::DropTable { table_name }
+        | AuthAction::AlterTable { table_name, .. }
+        | AuthAction::CreateTrigger { table_name, .. }
+        | AuthAction::CreateTempTrigger { table_name, .. }
+        | AuthAction::DropTrigger { table_name, .. }
+        | AuthAction::DropIndex { table_name, .. } => is_own_table(table_name),
+        _ => false,
+    }
+}
+
+fn is_own_table(name: &str) -> bool {
+    OWN_TABLES.iter().any(|own| own.eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_own_tables_are_every_table_of_the_schema() -> Result<()> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(include_str!("../../schema.sql"))?;
+        let mut stmt = conn.prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+             ORDER BY name",
+        )?;
+        let tables: Vec<String> =
+            stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+        let mut own: Vec<&str> = OWN_TABLES.to_vec();
+        own.sort_unstable();
+        assert_eq!(tables, own);
+        Ok(())
     }
 }

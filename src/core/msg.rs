@@ -30,6 +30,8 @@ pub(crate) struct Job {
     pub(crate) access: Access,
     /// Whether the job runs under a savepoint of its own (see `Op::single_write`).
     pub(crate) savepoint: bool,
+    /// Whether the job is the crate's own op (its SQL is trusted), not a caller's closure.
+    pub(crate) internal: bool,
     pub(crate) scope: Scope,
     work: Box<dyn Work>,
 }
@@ -40,7 +42,8 @@ impl Job {
         let access = op.access();
         let savepoint = access != Access::Read && !op.single_write();
         let label = std::any::type_name::<O>();
-        Self { label, access, savepoint, scope, work: Box::new(OpWork { op, reply }) }
+        let work = Box::new(OpWork { op, reply });
+        Self { label, access, savepoint, internal: true, scope, work }
     }
 
     /// A job that runs a transaction closure and replies with the value of its outcome.
@@ -50,7 +53,8 @@ impl Job {
         F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
     {
         let work = Box::new(TxWork { f, reply });
-        Self { label: "transaction", access: Access::Write, savepoint: true, scope, work }
+        let label = "transaction";
+        Self { label, access: Access::Write, savepoint: true, internal: false, scope, work }
     }
 
     /// Runs the work, catching a panic.

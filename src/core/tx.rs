@@ -88,7 +88,8 @@ impl<'a> Tx<'a> {
         if !self.scope.role.allows(op.access()) {
             return Err(forbidden(std::any::type_name::<O>(), self.scope.role));
         }
-        self.nested(|tx| op.apply(tx))
+        let guard = self.guard;
+        guard.internal(|| self.nested(|tx| op.apply(tx)))
     }
 
     /// Runs `work` under a savepoint of its own: on `Err` its writes and events are rolled
@@ -131,8 +132,8 @@ impl<'a> Tx<'a> {
         event_type: &str,
         payload: Value,
     ) -> Result<Appended> {
-        let stream = stream.borrow();
-        self.nested(|tx| log::append(tx, stream, event_type, payload, None))
+        let (stream, guard) = (stream.borrow(), self.guard);
+        guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, None)))
     }
 
     /// Appends an event unless one with the same `idem_key` exists on the stream: the same type
@@ -148,15 +149,18 @@ impl<'a> Tx<'a> {
         payload: Value,
         idem_key: &str,
     ) -> Result<Appended> {
-        let stream = stream.borrow();
-        self.nested(|tx| log::append(tx, stream, event_type, payload, Some(idem_key)))
+        let (stream, guard) = (stream.borrow(), self.guard);
+        let key = Some(idem_key);
+        guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, key)))
     }
 
     /// The connection, for the caller's own tables. Statements run inside this transaction.
     ///
     /// The batch's transaction belongs to the actor: transaction and savepoint statements
     /// (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE`) are refused here with an
-    /// authorization error. Compose with [`Tx::exec`] and `TxOutcome` instead.
+    /// authorization error; compose with [`Tx::exec`] and `TxOutcome` instead. The store's own
+    /// tables may be read, but not written, altered or given triggers: ops keep their
+    /// invariants.
     pub fn sql(&self) -> &Connection {
         self.conn
     }

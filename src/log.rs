@@ -384,6 +384,10 @@ pub(crate) fn append(
     let row = NewRow { stream, event_type, encoded: &encoded, idem_key, hash: hash.as_deref() };
     let (seq, position) = insert(tx.sql(), tx.tenant(), tx.now_ms(), &row)?;
     insert_key(tx.sql(), tx.tenant(), &row, seq, position)?;
+    if !tx.publishing() {
+        // Nobody is live: a subscriber that comes later reads the event from the table.
+        return Ok(Appended { seq, position, existed: false });
+    }
     let event = Event {
         position,
         stream: stream.clone(),

@@ -340,6 +340,7 @@ impl Actor {
         }
         let scope = job.scope.clone();
         let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids, &self.guard);
+        tx.set_publishing(self.publisher.has_live());
         self.guard.enter(job.internal);
         let applied = job.run(&mut tx);
         self.guard.leave();

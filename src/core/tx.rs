@@ -30,6 +30,7 @@ pub struct Tx<'a> {
     ids: &'a IdGen,
     guard: &'a JobGuard,
     published: Vec<Published>,
+    publishing: bool,
     rang: bool,
 }
 
@@ -175,7 +176,19 @@ impl<'a> Tx<'a> {
         ids: &'a IdGen,
         guard: &'a JobGuard,
     ) -> Self {
-        Self { conn, now_ms, scope, limits, ids, guard, published: Vec::new(), rang: false }
+        let published = Vec::new();
+        Self { conn, now_ms, scope, limits, ids, guard, published, publishing: true, rang: false }
+    }
+
+    /// Tells the transaction whether any subscriber is live: if none is, events are not kept
+    /// in memory for publishing (the set of live subscribers changes only between batches).
+    pub(crate) fn set_publishing(&mut self, publishing: bool) {
+        self.publishing = publishing;
+    }
+
+    /// Whether committed events will be published to live subscribers.
+    pub(crate) fn publishing(&self) -> bool {
+        self.publishing
     }
 
     /// Records an event written in this transaction, to publish after commit.

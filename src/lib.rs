@@ -92,3 +92,8 @@ pub use crate::queue::{
 };
 pub use crate::store::{DEFAULT_TENANT, Store};
 pub use crate::subscription::Subscription;
+
+/// The README's examples, compiled (not run) with the doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;

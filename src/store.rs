@@ -33,8 +33,8 @@ use crate::subscription::Subscription;
 /// How long a lone caller spins for its reply before parking.
 const CALLER_SPIN: Duration = Duration::from_micros(60);
 
-/// How often a parked caller checks that the actor is still there to answer.
-const LIVENESS_CHECK: Duration = Duration::from_millis(100);
+/// How often a parked caller (or subscriber) checks that the actor is still there to answer.
+pub(crate) const LIVENESS_CHECK: Duration = Duration::from_millis(100);
 
 /// The tenant a store view uses unless told otherwise.
 pub const DEFAULT_TENANT: &str = "default";

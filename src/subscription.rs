@@ -20,10 +20,7 @@ use crate::core::publish::{Filter, LiveRequest};
 use crate::core::tx::Scope;
 use crate::error::{Error, Result};
 use crate::log::{Event, Read, ReadAll};
-use crate::store::Shared;
-
-/// How often a subscriber parked on its live feed checks that the store is still running.
-const LIVENESS_CHECK: Duration = Duration::from_millis(100);
+use crate::store::{LIVENESS_CHECK, Shared};
 
 /// A cursor over a stream (or over all of a tenant's streams): the backlog, then live events,
 /// each exactly once, in commit order. Also an `Iterator` that ends when the store closes.

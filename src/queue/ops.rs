@@ -365,8 +365,7 @@ impl Op for Get {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<QueueItem> {
-        tx.limits().check_id("item id", &self.id)?;
-        found(sql::select_item(tx.sql(), tx.tenant(), &self.id)?, &self.id)?.into_item()
+        item(tx, &self.id)?.into_item()
     }
 }
 
@@ -712,8 +711,7 @@ fn requeue(tx: &mut Tx<'_>, item: &ItemRow, notes: &mut Notes) -> Result<bool> {
 
 /// The claimed item `id` if `fence` holds its live lease; otherwise the reason it does not.
 fn held(tx: &Tx<'_>, id: &str, fence: u64) -> Result<ItemRow> {
-    tx.limits().check_id("item id", id)?;
-    let item = found(sql::select_item(tx.sql(), tx.tenant(), id)?, id)?;
+    let item = item(tx, id)?;
     let live = item.status == ItemStatus::Claimed
         && item.fence == fence
         && item.lease_expires_at_ms.is_some_and(|at| at > tx.now_ms());
@@ -725,8 +723,7 @@ fn held(tx: &Tx<'_>, id: &str, fence: u64) -> Result<ItemRow> {
 
 /// The error for a fenced write that matched nothing: `NotFound`, or `LeaseLost` and why.
 fn lease_lost(tx: &Tx<'_>, id: &str, fence: u64) -> Result<Error> {
-    tx.limits().check_id("item id", id)?;
-    let item = found(sql::select_item(tx.sql(), tx.tenant(), id)?, id)?;
+    let item = item(tx, id)?;
     Ok(lease_lost_reason(&item, fence))
 }
 
@@ -746,8 +743,7 @@ fn lease_lost_reason(item: &ItemRow, fence: u64) -> Error {
 
 /// The item `id`, which must be in `status` (`Conflict` otherwise).
 fn item_in(tx: &Tx<'_>, id: &str, status: ItemStatus) -> Result<ItemRow> {
-    tx.limits().check_id("item id", id)?;
-    let item = found(sql::select_item(tx.sql(), tx.tenant(), id)?, id)?;
+    let item = item(tx, id)?;
     if item.status != status {
         return Err(Error::Conflict(format!(
             "item {} is {}, not {}",
@@ -759,7 +755,10 @@ fn item_in(tx: &Tx<'_>, id: &str, status: ItemStatus) -> Result<ItemRow> {
     Ok(item)
 }
 
-fn found(row: Option<ItemRow>, id: &str) -> Result<ItemRow> {
+/// The item `id` of the tenant (`NotFound` for another tenant's), after checking the id.
+fn item(tx: &Tx<'_>, id: &str) -> Result<ItemRow> {
+    tx.limits().check_id("item id", id)?;
+    let row = sql::select_item(tx.sql(), tx.tenant(), id)?;
     row.ok_or_else(|| Error::NotFound { kind: "queue item", id: id.to_owned() })
 }
 

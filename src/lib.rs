@@ -75,6 +75,7 @@ mod page;
 mod store;
 mod subscription;
 
+pub mod graph;
 pub mod log;
 pub mod queue;
 
@@ -82,6 +83,11 @@ pub use crate::core::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::op::{Access, Op, Role, TxOutcome};
 pub use crate::core::tx::Tx;
 pub use crate::error::{Error, Result};
+pub use crate::graph::{
+    Edge, GatherStrategy, Graph, GraphEvent, GraphId, GraphStatus, Graphs, JoinType, Node,
+    NodeCounts, NodeId, NodeOptions, NodeOutput, NodeSpec, NodeStatus, Recovered, Token,
+    TokenColor,
+};
 pub use crate::limits::Limits;
 pub use crate::log::{Appended, Event, Events, Stream, StreamKind};
 pub use crate::options::{Durability, Options};

@@ -43,6 +43,10 @@ pub struct Options {
     /// Size of the write-ahead log, in bytes, past which the actor forces a checkpoint that
     /// truncates it. Default 64 MiB.
     pub wal_bytes_max: u64,
+    /// Recover the running graphs of every tenant when the store opens (`Graphs::recover`).
+    /// Default true. A second process that only inspects a store another one is running
+    /// (the command-line tool's inspectors) turns it off, so it leaves running nodes alone.
+    pub recover_on_open: bool,
 }
 
 impl Default for Options {
@@ -56,6 +60,7 @@ impl Default for Options {
             limits: Limits::default(),
             read_only: false,
             wal_bytes_max: 64 * 1024 * 1024,
+            recover_on_open: true,
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::core::publish::Filter;
 use crate::core::schema::Location;
 use crate::core::tx::{Scope, Tx};
 use crate::error::{Error, Result};
+use crate::graph::{Graphs, RunningTenants};
 use crate::limits::Limits;
 use crate::log::{Events, Stream};
 use crate::options::Options;
@@ -116,6 +117,7 @@ impl Store {
         options.validate()?;
         let limits = options.limits.clone();
         let clock = Arc::clone(&options.clock);
+        let (recover, read_only) = (options.recover_on_open, options.read_only);
         let state = Arc::new(ActorState::default());
         let spawned = actor::spawn(location, options, Arc::clone(&state))?;
         let shared = Shared {
@@ -127,7 +129,19 @@ impl Store {
             clock,
         };
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
-        Ok(Store { shared: Arc::new(shared), scope })
+        let store = Store { shared: Arc::new(shared), scope };
+        if recover && !read_only {
+            store.recover_graphs()?;
+        }
+        Ok(store)
+    }
+
+    /// Recovers the running graphs of every tenant (at open).
+    fn recover_graphs(&self) -> Result<()> {
+        for tenant in self.exec(RunningTenants)? {
+            self.tenant(&tenant)?.graphs().recover()?;
+        }
+        Ok(())
     }
 
     /// Runs one operation in its own savepoint of the next batch; returns its output once the
@@ -284,6 +298,12 @@ impl Store {
     /// letters.
     pub fn queue(&self) -> Queue<'_> {
         Queue::new(self)
+    }
+
+    /// The graph engine: graphs of nodes and coloured tokens, run by callers and finished by
+    /// the engine.
+    pub fn graphs(&self) -> Graphs<'_> {
+        Graphs::new(self)
     }
 
     /// The bell the actor rings after a commit that made work available.

@@ -19,8 +19,17 @@ use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use crate::error::Result;
 
 /// The store's own tables (every table `schema.sql` creates).
-pub(crate) const OWN_TABLES: &[&str] =
-    &["tenants", "events", "event_keys", "stream_heads", "queue_items"];
+pub(crate) const OWN_TABLES: &[&str] = &[
+    "tenants",
+    "events",
+    "event_keys",
+    "stream_heads",
+    "queue_items",
+    "graphs",
+    "graph_nodes",
+    "graph_edges",
+    "graph_tokens",
+];
 
 /// The flags the hooks read.
 #[derive(Debug, Default)]

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
 /// The schema version `schema.sql` creates; stored in `PRAGMA user_version`.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// Identifies a Spindle file (`PRAGMA application_id`, the bytes 'SPND').
 const APPLICATION_ID: i64 = 0x5350_4E44;
@@ -23,7 +23,7 @@ const APPLICATION_ID: i64 = 0x5350_4E44;
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
 /// Forward migrations: `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
-const MIGRATIONS: &[&str] = &[];
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0002_graphs.sql")];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
 
@@ -259,6 +259,31 @@ mod tests {
         upgrade(&mut conn, MIGRATIONS)?;
         assert_eq!(user_version(&conn)?, SCHEMA_VERSION);
         check_application_id(&conn)
+    }
+
+    /// Every table, index and trigger, by name, with its SQL.
+    fn schema_of(conn: &Connection) -> Result<Vec<(String, String)>> {
+        let mut statement = conn.prepare(
+            "SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY type, name",
+        )?;
+        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    #[test]
+    fn a_migrated_version_one_store_has_the_fresh_schema() -> Result<()> {
+        let mut migrated = memory();
+        migrated.execute_batch(include_str!("../../tests/fixtures/schema_v1.sql"))?;
+        migrated.execute("INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type,
+                          payload, created_at_ms) VALUES ('default', 'custom', 's', 1, 't', '{}', 0)", [])?;
+        upgrade(&mut migrated, MIGRATIONS)?;
+        let mut fresh = memory();
+        upgrade(&mut fresh, MIGRATIONS)?;
+        assert_eq!(user_version(&migrated)?, SCHEMA_VERSION);
+        assert_eq!(schema_of(&migrated)?, schema_of(&fresh)?);
+        let kept: i64 = migrated.query_row("SELECT count(*) FROM events", [], |row| row.get(0))?;
+        assert_eq!(kept, 1, "the migration keeps the data");
+        Ok(())
     }
 
     #[test]

@@ -1,0 +1,690 @@
+//! The graph engine's operations: one struct each, run with `store.exec` or composed with
+//! `tx.exec`.
+//!
+//! Each op checks its input, opens the graph (`Net`), makes its change, and settles. A graph
+//! that ends hands its end to its parent's SubGraph node in the same transaction
+//! (`settle_up`), so a whole chain of finishing graphs is one atomic step.
+
+use serde_json::Value;
+
+use super::net::{self, Ended, Net, Outcome, not_found};
+use super::sql::{self, Key, NodeState};
+use super::{
+    Edge, GatherStrategy, Graph, GraphId, GraphStatus, JoinType, Node, NodeId, NodeOptions,
+    NodeOutput, NodeSpec, NodeStatus, Recovered, Token, TokenColor,
+};
+use crate::core::op::{Access, Op, sealed::Sealed};
+use crate::core::tx::Tx;
+use crate::error::{Error, Result};
+use crate::page::Page;
+
+/// Creates a pending graph (a child of `parent`, if given); output its id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Create {
+    /// The caller's metadata, at most `Limits::payload_bytes_max` encoded.
+    pub metadata: Value,
+    /// The parent graph, for a child.
+    pub parent: Option<GraphId>,
+}
+
+/// Reads one graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Get {
+    /// The graph.
+    pub graph: GraphId,
+}
+
+/// Reads a page of the tenant's graphs, in creation order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct List {
+    /// Which page.
+    pub page: Page,
+}
+
+/// Reads the children of a graph, in creation order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Children {
+    /// The parent graph.
+    pub graph: GraphId,
+}
+
+/// Adds a node to an unfinished graph; output its id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AddNode {
+    /// The graph.
+    pub graph: GraphId,
+    /// What the node is.
+    pub spec: NodeSpec,
+    /// Its id and join.
+    pub options: NodeOptions,
+}
+
+/// Adds an edge to an unfinished graph; output its number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddEdge {
+    /// The graph.
+    pub graph: GraphId,
+    /// The source node.
+    pub from: NodeId,
+    /// The target node (the source itself for a self-loop).
+    pub to: NodeId,
+    /// The colour it accepts; `None` accepts every colour.
+    pub condition: Option<TokenColor>,
+}
+
+/// Sets the join of a pending node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetJoin {
+    /// The graph.
+    pub graph: GraphId,
+    /// The node.
+    pub node: NodeId,
+    /// The new join.
+    pub join: JoinType,
+}
+
+/// Sets (or removes) how long a graph may run once started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetTimeout {
+    /// The graph.
+    pub graph: GraphId,
+    /// Milliseconds from its start; `None` removes the limit.
+    pub timeout_ms: Option<i64>,
+}
+
+/// Starts a pending graph; output its status afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    /// The graph.
+    pub graph: GraphId,
+}
+
+/// Moves a ready node to running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartNode {
+    /// The graph.
+    pub graph: GraphId,
+    /// The node.
+    pub node: NodeId,
+}
+
+/// Completes a ready or running node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompleteNode {
+    /// The graph.
+    pub graph: GraphId,
+    /// The node.
+    pub node: NodeId,
+    /// What it produced; `None` sends one `ok` token.
+    pub output: Option<NodeOutput>,
+}
+
+/// Fails a ready or running node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailNode {
+    /// The graph.
+    pub graph: GraphId,
+    /// The node.
+    pub node: NodeId,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// Cancels a pending or running graph and its unfinished children.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancel {
+    /// The graph.
+    pub graph: GraphId,
+}
+
+/// Reads every node of a graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nodes {
+    /// The graph.
+    pub graph: GraphId,
+}
+
+/// Reads one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GetNode {
+    /// The graph.
+    pub graph: GraphId,
+    /// The node.
+    pub node: NodeId,
+}
+
+/// Reads every edge of a graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edges {
+    /// The graph.
+    pub graph: GraphId,
+}
+
+/// Reads the tokens delivered to a node, in arrival order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inputs {
+    /// The graph.
+    pub graph: GraphId,
+    /// The node.
+    pub node: NodeId,
+}
+
+/// Recovers the tenant's running graphs after a crash; see `Graphs::recover`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recover;
+
+/// Fails up to `Limits::page_size_max` running graphs past their deadline; output how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpireOverdue;
+
+/// The tenants with a running graph, for the recovery pass at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunningTenants;
+
+impl Sealed for Create {}
+impl Op for Create {
+    type Output = GraphId;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<GraphId> {
+        let metadata = serde_json::to_string(&self.metadata)?;
+        tx.limits().check_payload("graph metadata bytes", &metadata)?;
+        if let Some(parent) = &self.parent {
+            adopt_child(tx, parent)?;
+        }
+        let id = tx.new_id();
+        let key = Key { tenant: tx.tenant(), graph: &id };
+        sql::insert_graph(tx.sql(), key, self.parent.as_deref(), &metadata, tx.now_ms())?;
+        Ok(id)
+    }
+}
+
+impl Sealed for Get {}
+impl Op for Get {
+    type Output = Graph;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Graph> {
+        let key = Key { tenant: tx.tenant(), graph: &self.graph };
+        sql::select_graph(tx.sql(), key)?.ok_or_else(|| not_found("graph", &self.graph))
+    }
+}
+
+impl Sealed for List {}
+impl Op for List {
+    type Output = Vec<Graph>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Graph>> {
+        tx.limits().check_page(self.page.limit)?;
+        let after = self.page.after.as_deref().unwrap_or("");
+        sql::select_graphs(tx.sql(), tx.tenant(), after, self.page.limit)
+    }
+}
+
+impl Sealed for Children {}
+impl Op for Children {
+    type Output = Vec<Graph>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Graph>> {
+        let key = existing(tx, &self.graph)?;
+        sql::select_children(tx.sql(), key)
+    }
+}
+
+impl Sealed for AddNode {}
+impl Op for AddNode {
+    type Output = NodeId;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<NodeId> {
+        let spec = check_spec(tx, &self.spec)?;
+        let id = match self.options.id {
+            Some(id) => {
+                tx.limits().check_id("node id", &id)?;
+                id
+            }
+            None => tx.new_id(),
+        };
+        let net = Net::open(tx, &self.graph)?;
+        net.require_open()?;
+        check_room(net.state().node_count, net.limits().graph_nodes_max, "graph nodes")?;
+        if net.has_node(&id)? {
+            return Err(Error::Conflict(format!("graph {} already has a node {id}", self.graph)));
+        }
+        drop(net);
+        if let NodeSpec::SubGraph { graph_id } = &self.spec {
+            bind_child(tx, &self.graph, graph_id, &id)?;
+        }
+        let mut net = Net::open(tx, &self.graph)?;
+        let node = NodeState {
+            id: id.clone(),
+            kind: self.spec.kind().to_owned(),
+            spec,
+            join: self.options.join,
+            status: NodeStatus::Pending,
+            in_edges: 0,
+            in_filled: 0,
+            in_dead: 0,
+            fires: 0,
+            fired_seq: 0,
+        };
+        net.add_node(node)?;
+        let ended = net.settle()?;
+        settle_up(tx, ended)?;
+        Ok(id)
+    }
+}
+
+impl Sealed for AddEdge {}
+impl Op for AddEdge {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        if let Some(TokenColor::Named { name }) = &self.condition {
+            tx.limits().check_id("colour name", name)?;
+        }
+        let mut net = Net::open(tx, &self.graph)?;
+        net.require_open()?;
+        check_room(net.state().edge_count, net.limits().graph_edges_max, "graph edges")?;
+        let from = net.node(&self.from)?;
+        net.node(&self.to)?;
+        let seq = net.add_edge(&from, &self.to, self.condition)?;
+        let ended = net.settle()?;
+        settle_up(tx, ended)?;
+        Ok(seq)
+    }
+}
+
+impl Sealed for SetJoin {}
+impl Op for SetJoin {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        let mut net = Net::open(tx, &self.graph)?;
+        net.require_open()?;
+        let node = net.node(&self.node)?;
+        net.set_join(node, self.join)?;
+        let ended = net.settle()?;
+        settle_up(tx, ended)
+    }
+}
+
+impl Sealed for SetTimeout {}
+impl Op for SetTimeout {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        if self.timeout_ms.is_some_and(|ms| ms < 0) {
+            return Err(Error::InvalidInput("timeout_ms must not be negative".into()));
+        }
+        let mut net = Net::open(tx, &self.graph)?;
+        net.require_open()?;
+        let state = net.state_mut();
+        state.timeout_ms = self.timeout_ms;
+        state.deadline_at_ms = match (state.started_at_ms, self.timeout_ms) {
+            (Some(started_ms), Some(ms)) => Some(started_ms.saturating_add(ms)),
+            _ => None,
+        };
+        net.settle().map(|_| ())
+    }
+}
+
+impl Sealed for Start {}
+impl Op for Start {
+    type Output = GraphStatus;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<GraphStatus> {
+        let mut net = Net::open(tx, &self.graph)?;
+        if !net.start()? {
+            return Ok(net.state().status);
+        }
+        let ended = net.settle()?;
+        let status = ended.as_ref().map_or(GraphStatus::Running, |ended| ended.status);
+        settle_up(tx, ended)?;
+        Ok(status)
+    }
+}
+
+impl Sealed for StartNode {}
+impl Op for StartNode {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        let mut net = Net::open(tx, &self.graph)?;
+        net.require_running()?;
+        let node = net.node(&self.node)?;
+        let spec = (node.kind == "sub_graph").then(|| node.spec()).transpose()?;
+        net.start_node(node)?;
+        let ended = net.settle()?;
+        settle_up(tx, ended)?;
+        match spec {
+            Some(NodeSpec::SubGraph { graph_id }) => start_child(tx, &graph_id),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Sealed for CompleteNode {}
+impl Op for CompleteNode {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        if let Some(output) = &self.output {
+            let encoded = serde_json::to_string(output)?;
+            tx.limits().check_payload("node output bytes", &encoded)?;
+        }
+        finish_node(tx, &self.graph, &self.node, Outcome::Done(self.output))
+    }
+}
+
+impl Sealed for FailNode {}
+impl Op for FailNode {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_payload("node error bytes", &self.error)?;
+        finish_node(tx, &self.graph, &self.node, Outcome::Failed(self.error))
+    }
+}
+
+impl Sealed for Cancel {}
+impl Op for Cancel {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        let status = Net::open(tx, &self.graph)?.state().status;
+        match status {
+            GraphStatus::Cancelled => Ok(()),
+            GraphStatus::Complete | GraphStatus::Failed => {
+                Err(Error::Conflict(format!("graph {} is {}", self.graph, status.as_str())))
+            }
+            GraphStatus::Pending | GraphStatus::Running => cancel_tree(tx, &self.graph),
+        }
+    }
+}
+
+impl Sealed for Nodes {}
+impl Op for Nodes {
+    type Output = Vec<Node>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Node>> {
+        let key = existing(tx, &self.graph)?;
+        sql::select_nodes(tx.sql(), key)
+    }
+}
+
+impl Sealed for GetNode {}
+impl Op for GetNode {
+    type Output = Node;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Node> {
+        let key = existing(tx, &self.graph)?;
+        sql::select_node(tx.sql(), key, &self.node)?.ok_or_else(|| not_found("node", &self.node))
+    }
+}
+
+impl Sealed for Edges {}
+impl Op for Edges {
+    type Output = Vec<Edge>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Edge>> {
+        let key = existing(tx, &self.graph)?;
+        sql::select_edges(tx.sql(), key)
+    }
+}
+
+impl Sealed for Inputs {}
+impl Op for Inputs {
+    type Output = Vec<Token>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Token>> {
+        let key = existing(tx, &self.graph)?;
+        if sql::select_node_state(tx.sql(), key, &self.node)?.is_none() {
+            return Err(not_found("node", &self.node));
+        }
+        sql::select_inputs(tx.sql(), key, &self.node)
+    }
+}
+
+impl Sealed for Recover {}
+impl Op for Recover {
+    type Output = Recovered;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Recovered> {
+        let mut recovered = Recovered::default();
+        for graph in sql::select_running(tx.sql(), tx.tenant())? {
+            recovered.graphs += 1;
+            recover_graph(tx, &graph, &mut recovered)?;
+        }
+        Ok(recovered)
+    }
+}
+
+impl Sealed for ExpireOverdue {}
+impl Op for ExpireOverdue {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        let limit = tx.limits().page_size_max;
+        let overdue = sql::select_overdue(tx.sql(), tx.tenant(), tx.now_ms(), limit)?;
+        for graph in &overdue {
+            expire(tx, graph)?;
+        }
+        Ok(overdue.len() as u64)
+    }
+}
+
+impl Sealed for RunningTenants {}
+impl Op for RunningTenants {
+    type Output = Vec<String>;
+    fn access(&self) -> Access {
+        Access::Admin
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
+        sql::select_tenants_running(tx.sql())
+    }
+}
+
+/// Finishes a node as its caller says, then settles the graph and its ancestors.
+fn finish_node(tx: &mut Tx<'_>, graph: &str, node: &str, outcome: Outcome) -> Result<()> {
+    let mut net = Net::open(tx, graph)?;
+    net.require_running()?;
+    let node = net.node(node)?;
+    net.finish_node(&node, outcome)?;
+    let ended = net.settle()?;
+    settle_up(tx, ended)
+}
+
+/// Hands a graph's end to the SubGraph node that runs it, and so on up the tree.
+fn settle_up(tx: &mut Tx<'_>, mut ended: Option<Ended>) -> Result<()> {
+    while let Some(child) = ended.take() {
+        let (Some(parent), Some(node)) = (&child.parent_graph_id, &child.parent_node_id) else {
+            continue;
+        };
+        let mut net = Net::open(tx, parent)?;
+        if net.state().status != GraphStatus::Running {
+            continue;
+        }
+        let node = net.node(node)?;
+        if !matches!(node.status, NodeStatus::Ready | NodeStatus::Running) {
+            continue;
+        }
+        let outcome = match child.status {
+            GraphStatus::Complete => Outcome::Done(Some(net::child_output(&child.graph_id))),
+            GraphStatus::Cancelled => {
+                Outcome::Failed(format!("child graph {} was cancelled", child.graph_id))
+            }
+            _ => Outcome::Failed(format!(
+                "child graph {} failed: {}",
+                child.graph_id,
+                child.error.as_deref().unwrap_or("")
+            )),
+        };
+        net.finish_node(&node, outcome)?;
+        ended = net.settle()?;
+    }
+    Ok(())
+}
+
+/// Starts the child graph of a SubGraph node that just started; a child that is already
+/// finished (or finishes at once) finishes the node.
+fn start_child(tx: &mut Tx<'_>, child: &str) -> Result<()> {
+    let mut net = Net::open(tx, child)?;
+    net.start()?;
+    let state = net.state().clone();
+    let ended = net.settle()?;
+    if ended.is_some() {
+        return settle_up(tx, ended);
+    }
+    let finished = Net::open(tx, child)?.state().clone();
+    if !finished.status.is_terminal() {
+        return Ok(());
+    }
+    let ended = Ended {
+        graph_id: finished.id,
+        status: finished.status,
+        error: finished.error,
+        parent_graph_id: state.parent_graph_id,
+        parent_node_id: state.parent_node_id,
+    };
+    settle_up(tx, Some(ended))
+}
+
+/// Cancels a graph and, depth first, its unfinished children.
+fn cancel_tree(tx: &mut Tx<'_>, graph: &str) -> Result<()> {
+    let mut stack = vec![graph.to_owned()];
+    while let Some(next) = stack.pop() {
+        let mut net = Net::open(tx, &next)?;
+        if net.state().status.is_terminal() {
+            continue;
+        }
+        net.end(GraphStatus::Cancelled, None, None)?;
+        let ended = net.settle()?;
+        let key = Key { tenant: tx.tenant(), graph: &next };
+        stack.extend(sql::select_live_children(tx.sql(), key)?);
+        settle_up(tx, ended)?;
+    }
+    Ok(())
+}
+
+/// Fails a running graph whose deadline has passed.
+fn expire(tx: &mut Tx<'_>, graph: &str) -> Result<()> {
+    let mut net = Net::open(tx, graph)?;
+    let error = format!("graph {graph} passed its deadline");
+    net.end(GraphStatus::Failed, None, Some(error))?;
+    let ended = net.settle()?;
+    settle_up(tx, ended)
+}
+
+/// Recovers one running graph: expire it if overdue, else reset running nodes and announce
+/// every ready node once.
+fn recover_graph(tx: &mut Tx<'_>, graph: &str, recovered: &mut Recovered) -> Result<()> {
+    let mut net = Net::open(tx, graph)?;
+    if net.state().status != GraphStatus::Running {
+        return Ok(());
+    }
+    if net.overdue() {
+        recovered.expired += 1;
+        drop(net);
+        return expire(tx, graph);
+    }
+    for node in net.nodes_in(NodeStatus::Running)? {
+        recovered.reset += 1;
+        net.reset(node)?;
+    }
+    for node in net.nodes_in(NodeStatus::Ready)? {
+        recovered.announced += 1;
+        net.announce(&node)?;
+    }
+    net.settle().map(|_| ())
+}
+
+/// Checks that `parent` exists and has room for another child, and counts the child.
+fn adopt_child(tx: &mut Tx<'_>, parent: &str) -> Result<()> {
+    let mut net = Net::open(tx, parent)?;
+    check_room(net.state().child_count, net.limits().graph_nodes_max, "graph children")?;
+    net.state_mut().child_count += 1;
+    net.settle().map(|_| ())
+}
+
+/// Binds a child graph to the SubGraph node that will run it.
+fn bind_child(tx: &mut Tx<'_>, graph: &str, child: &str, node: &str) -> Result<()> {
+    let mut net = Net::open(tx, child)?;
+    let state = net.state();
+    if state.parent_graph_id.as_deref() != Some(graph) {
+        return Err(Error::InvalidInput(format!(
+            "graph {child} is not a child of {graph}: create it with create_child"
+        )));
+    }
+    if let Some(bound) = &state.parent_node_id {
+        return Err(Error::Conflict(format!("graph {child} is already run by node {bound}")));
+    }
+    net.state_mut().parent_node_id = Some(node.to_owned());
+    net.settle().map(|_| ())
+}
+
+/// Checks a node's spec; returns it encoded.
+fn check_spec(tx: &Tx<'_>, spec: &NodeSpec) -> Result<String> {
+    match spec {
+        NodeSpec::Gather { strategy: GatherStrategy::First { n: 0 } } => {
+            return Err(Error::InvalidInput("a gather of the first n needs n >= 1".into()));
+        }
+        NodeSpec::SubGraph { graph_id } => tx.limits().check_id("child graph id", graph_id)?,
+        _ => {}
+    }
+    let encoded = serde_json::to_string(spec)?;
+    tx.limits().check_payload("node spec bytes", &encoded)?;
+    Ok(encoded)
+}
+
+fn check_room(count: i64, max: usize, what: &'static str) -> Result<()> {
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
+    if count >= max {
+        return Err(Error::too_large(what, max, count.saturating_add(1)));
+    }
+    Ok(())
+}
+
+/// The key of an existing graph of the tenant, or `NotFound`.
+fn existing<'k>(tx: &'k Tx<'_>, graph: &'k str) -> Result<Key<'k>> {
+    let key = Key { tenant: tx.tenant(), graph };
+    if sql::select_state(tx.sql(), key)?.is_none() {
+        return Err(not_found("graph", graph));
+    }
+    Ok(key)
+}

@@ -1,0 +1,718 @@
+//! The graph engine's SQL: every statement, and the mapping of rows back to values.
+//!
+//! Every statement names the tenant and the graph. The engine reads and writes a node's
+//! counters as one row (`NodeState`) and the graph's as another (`GraphState`), so a step
+//! costs a few primary-key reads and writes per node it touches.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::{
+    Edge, Graph, GraphStatus, JoinType, Node, NodeCounts, NodeSpec, NodeStatus, Token, TokenColor,
+};
+use crate::error::{Error, Result};
+
+/// Which graph of which tenant a statement is about.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Key<'a> {
+    pub(super) tenant: &'a str,
+    pub(super) graph: &'a str,
+}
+
+/// The columns `state_from_row` reads, in order.
+macro_rules! state_columns {
+    () => {
+        "graph_id, status, parent_graph_id, parent_node_id, node_count, edge_count, child_count,
+         token_count, fire_count, pending, ready, running, complete, failed, skipped, timeout_ms,
+         deadline_at_ms, error, failed_node_id, started_at_ms, finished_at_ms"
+    };
+}
+
+/// What the engine reads and writes of a graph (everything but its metadata).
+#[derive(Debug, Clone)]
+pub(super) struct GraphState {
+    pub(super) id: String,
+    pub(super) status: GraphStatus,
+    pub(super) parent_graph_id: Option<String>,
+    pub(super) parent_node_id: Option<String>,
+    pub(super) node_count: i64,
+    pub(super) edge_count: i64,
+    pub(super) child_count: i64,
+    pub(super) token_count: i64,
+    pub(super) fire_count: i64,
+    /// pending, ready, running, complete, failed, skipped.
+    pub(super) counts: [i64; 6],
+    pub(super) timeout_ms: Option<i64>,
+    pub(super) deadline_at_ms: Option<i64>,
+    pub(super) error: Option<String>,
+    pub(super) failed_node_id: Option<String>,
+    pub(super) started_at_ms: Option<i64>,
+    pub(super) finished_at_ms: Option<i64>,
+}
+
+impl GraphState {
+    /// How many nodes are in `status`.
+    pub(super) fn count(&self, status: NodeStatus) -> i64 {
+        self.counts[slot(status)]
+    }
+
+    /// Moves one node from `from` to `to` in the counts.
+    pub(super) fn shift(&mut self, from: NodeStatus, to: NodeStatus) {
+        self.counts[slot(from)] -= 1;
+        self.counts[slot(to)] += 1;
+    }
+
+    /// Counts one new node in `status`.
+    pub(super) fn add(&mut self, status: NodeStatus) {
+        self.counts[slot(status)] += 1;
+        self.node_count += 1;
+    }
+
+    fn node_counts(&self) -> NodeCounts {
+        let count = |status| u64::try_from(self.count(status)).unwrap_or(0);
+        NodeCounts {
+            pending: count(NodeStatus::Pending),
+            ready: count(NodeStatus::Ready),
+            running: count(NodeStatus::Running),
+            complete: count(NodeStatus::Complete),
+            failed: count(NodeStatus::Failed),
+            skipped: count(NodeStatus::Skipped),
+        }
+    }
+}
+
+fn slot(status: NodeStatus) -> usize {
+    match status {
+        NodeStatus::Pending => 0,
+        NodeStatus::Ready => 1,
+        NodeStatus::Running => 2,
+        NodeStatus::Complete => 3,
+        NodeStatus::Failed => 4,
+        NodeStatus::Skipped => 5,
+    }
+}
+
+/// What the engine reads and writes of a node (everything but its output).
+#[derive(Debug, Clone)]
+pub(super) struct NodeState {
+    pub(super) id: String,
+    pub(super) kind: String,
+    pub(super) spec: String,
+    pub(super) join: JoinType,
+    pub(super) status: NodeStatus,
+    pub(super) in_edges: i64,
+    pub(super) in_filled: i64,
+    pub(super) in_dead: i64,
+    pub(super) fires: i64,
+    pub(super) fired_seq: i64,
+}
+
+impl NodeState {
+    /// The spec, decoded.
+    pub(super) fn spec(&self) -> Result<NodeSpec> {
+        Ok(serde_json::from_str(&self.spec)?)
+    }
+}
+
+/// What the engine reads and writes of an edge.
+#[derive(Debug, Clone)]
+pub(super) struct EdgeState {
+    pub(super) seq: i64,
+    pub(super) to: String,
+    pub(super) condition: Option<TokenColor>,
+    pub(super) tokens: i64,
+    pub(super) dead: bool,
+}
+
+/// A new graph.
+pub(super) fn insert_graph(
+    conn: &Connection,
+    key: Key<'_>,
+    parent: Option<&str>,
+    metadata: &str,
+    now_ms: i64,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO graphs (tenant_id, graph_id, parent_graph_id, metadata, status,
+                             created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5)",
+    )?;
+    stmt.execute(params![key.tenant, key.graph, parent, metadata, now_ms])?;
+    Ok(())
+}
+
+/// The graph's state, if it exists.
+pub(super) fn select_state(conn: &Connection, key: Key<'_>) -> Result<Option<GraphState>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        state_columns!(),
+        " FROM graphs WHERE tenant_id = ?1 AND graph_id = ?2"
+    ))?;
+    let row = stmt.query_row(params![key.tenant, key.graph], raw_state).optional()?;
+    row.map(RawState::decode).transpose()
+}
+
+/// Writes back everything of `state` the engine changes.
+pub(super) fn update_state(
+    conn: &Connection,
+    tenant: &str,
+    state: &GraphState,
+    now_ms: i64,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE graphs SET status = ?3, parent_node_id = ?4, node_count = ?5, edge_count = ?6,
+                child_count = ?7, token_count = ?8, fire_count = ?9, pending = ?10, ready = ?11,
+                running = ?12, complete = ?13, failed = ?14, skipped = ?15, timeout_ms = ?16,
+                deadline_at_ms = ?17, error = ?18, failed_node_id = ?19, started_at_ms = ?20,
+                finished_at_ms = ?21, updated_at_ms = ?22
+         WHERE tenant_id = ?1 AND graph_id = ?2",
+    )?;
+    let [pending, ready, running, complete, failed, skipped] = state.counts;
+    let changed = stmt.execute(params![
+        tenant,
+        state.id,
+        state.status.as_str(),
+        state.parent_node_id,
+        state.node_count,
+        state.edge_count,
+        state.child_count,
+        state.token_count,
+        state.fire_count,
+        pending,
+        ready,
+        running,
+        complete,
+        failed,
+        skipped,
+        state.timeout_ms,
+        state.deadline_at_ms,
+        state.error,
+        state.failed_node_id,
+        state.started_at_ms,
+        state.finished_at_ms,
+        now_ms,
+    ])?;
+    expect_one(changed, "graph", &state.id)
+}
+
+/// One graph with its metadata.
+pub(super) fn select_graph(conn: &Connection, key: Key<'_>) -> Result<Option<Graph>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        state_columns!(),
+        ", metadata, created_at_ms, updated_at_ms FROM graphs
+         WHERE tenant_id = ?1 AND graph_id = ?2"
+    ))?;
+    let row = stmt.query_row(params![key.tenant, key.graph], raw_graph).optional()?;
+    row.map(RawGraph::decode).transpose()
+}
+
+/// A page of the tenant's graphs after `after`, by id (creation order).
+pub(super) fn select_graphs(
+    conn: &Connection,
+    tenant: &str,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<Graph>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        state_columns!(),
+        ", metadata, created_at_ms, updated_at_ms FROM graphs
+         WHERE tenant_id = ?1 AND graph_id > ?2 ORDER BY graph_id LIMIT ?3"
+    ))?;
+    let rows = stmt.query_map(params![tenant, after, to_limit(limit)], raw_graph)?;
+    rows.map(|row| row?.decode()).collect()
+}
+
+/// The children of `parent`, by id.
+pub(super) fn select_children(conn: &Connection, key: Key<'_>) -> Result<Vec<Graph>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        state_columns!(),
+        ", metadata, created_at_ms, updated_at_ms FROM graphs
+         WHERE tenant_id = ?1 AND parent_graph_id = ?2 ORDER BY graph_id"
+    ))?;
+    let rows = stmt.query_map(params![key.tenant, key.graph], raw_graph)?;
+    rows.map(|row| row?.decode()).collect()
+}
+
+/// The ids of the unfinished children of `parent`.
+pub(super) fn select_live_children(conn: &Connection, key: Key<'_>) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT graph_id FROM graphs
+         WHERE tenant_id = ?1 AND parent_graph_id = ?2 AND status IN ('pending', 'running')
+         ORDER BY graph_id",
+    )?;
+    let rows = stmt.query_map(params![key.tenant, key.graph], |row| row.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The ids of the tenant's running graphs, by id.
+pub(super) fn select_running(conn: &Connection, tenant: &str) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT graph_id FROM graphs WHERE tenant_id = ?1 AND status = 'running'
+         ORDER BY graph_id",
+    )?;
+    let rows = stmt.query_map(params![tenant], |row| row.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The ids of up to `limit` running graphs whose deadline is at or before `now_ms`.
+pub(super) fn select_overdue(
+    conn: &Connection,
+    tenant: &str,
+    now_ms: i64,
+    limit: usize,
+) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT graph_id FROM graphs
+         WHERE tenant_id = ?1 AND status = 'running' AND deadline_at_ms <= ?2
+         ORDER BY deadline_at_ms, graph_id LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![tenant, now_ms, to_limit(limit)], |row| row.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Every tenant with a running graph (for recovery at open).
+pub(crate) fn select_tenants_running(conn: &Connection) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT tenant_id FROM graphs WHERE status = 'running' ORDER BY tenant_id",
+    )?;
+    let rows = stmt.query_map([], |row| row.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// A new node.
+pub(super) fn insert_node(
+    conn: &Connection,
+    key: Key<'_>,
+    node: &NodeState,
+    created_seq: i64,
+    now_ms: i64,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO graph_nodes (tenant_id, graph_id, node_id, kind, spec, join_type, status,
+                                  in_edges, in_filled, in_dead, fires, fired_seq, created_seq,
+                                  created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)",
+    )?;
+    stmt.execute(params![
+        key.tenant,
+        key.graph,
+        node.id,
+        node.kind,
+        node.spec,
+        node.join.as_str(),
+        node.status.as_str(),
+        node.in_edges,
+        node.in_filled,
+        node.in_dead,
+        node.fires,
+        node.fired_seq,
+        created_seq,
+        now_ms,
+    ])?;
+    Ok(())
+}
+
+/// A node's state, if it exists.
+pub(super) fn select_node_state(
+    conn: &Connection,
+    key: Key<'_>,
+    node: &str,
+) -> Result<Option<NodeState>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
+                fired_seq FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
+    )?;
+    let row = stmt.query_row(params![key.tenant, key.graph, node], raw_node_state).optional()?;
+    row.map(RawNodeState::decode).transpose()
+}
+
+/// The states of the nodes in `status`, in the order they were added.
+pub(super) fn select_nodes_in(
+    conn: &Connection,
+    key: Key<'_>,
+    status: NodeStatus,
+) -> Result<Vec<NodeState>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
+                fired_seq FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND status = ?3
+         ORDER BY created_seq",
+    )?;
+    let rows = stmt.query_map(params![key.tenant, key.graph, status.as_str()], raw_node_state)?;
+    rows.map(|row| row?.decode()).collect()
+}
+
+/// Writes back a node's status, join, counters and fires.
+pub(super) fn update_node_state(
+    conn: &Connection,
+    key: Key<'_>,
+    node: &NodeState,
+    now_ms: i64,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE graph_nodes SET status = ?4, join_type = ?5, in_edges = ?6, in_filled = ?7,
+                in_dead = ?8, fires = ?9, fired_seq = ?10, updated_at_ms = ?11
+         WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
+    )?;
+    let changed = stmt.execute(params![
+        key.tenant,
+        key.graph,
+        node.id,
+        node.status.as_str(),
+        node.join.as_str(),
+        node.in_edges,
+        node.in_filled,
+        node.in_dead,
+        node.fires,
+        node.fired_seq,
+        now_ms,
+    ])?;
+    expect_one(changed, "node", &node.id)
+}
+
+/// Records that a node was started.
+pub(super) fn set_started(conn: &Connection, key: Key<'_>, node: &str, now_ms: i64) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE graph_nodes SET started_at_ms = ?4
+         WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
+    )?;
+    expect_one(stmt.execute(params![key.tenant, key.graph, node, now_ms])?, "node", node)
+}
+
+/// Records how a node finished: its output or its error (the other is cleared).
+pub(super) fn set_result(
+    conn: &Connection,
+    key: Key<'_>,
+    node: &str,
+    output: Option<&str>,
+    error: Option<&str>,
+    now_ms: i64,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE graph_nodes SET output = ?4, error = ?5, finished_at_ms = ?6
+         WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
+    )?;
+    let changed = stmt.execute(params![key.tenant, key.graph, node, output, error, now_ms])?;
+    expect_one(changed, "node", node)
+}
+
+/// The columns `raw_node` reads, in order.
+macro_rules! node_columns {
+    () => {
+        "node_id, graph_id, spec, join_type, status, output, error, fires, created_at_ms,
+         updated_at_ms, started_at_ms, finished_at_ms"
+    };
+}
+
+/// One node, whole.
+pub(super) fn select_node(conn: &Connection, key: Key<'_>, node: &str) -> Result<Option<Node>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        node_columns!(),
+        " FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3"
+    ))?;
+    let row = stmt.query_row(params![key.tenant, key.graph, node], raw_node).optional()?;
+    row.map(RawNode::decode).transpose()
+}
+
+/// Every node of a graph, whole, in the order they were added.
+pub(super) fn select_nodes(conn: &Connection, key: Key<'_>) -> Result<Vec<Node>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        node_columns!(),
+        " FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY created_seq"
+    ))?;
+    let rows = stmt.query_map(params![key.tenant, key.graph], raw_node)?;
+    rows.map(|row| row?.decode()).collect()
+}
+
+/// A new edge.
+pub(super) fn insert_edge(
+    conn: &Connection,
+    key: Key<'_>,
+    seq: i64,
+    from: &str,
+    to: &str,
+    condition: Option<&str>,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO graph_edges (tenant_id, graph_id, edge_seq, from_node_id, to_node_id,
+                                  condition)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    stmt.execute(params![key.tenant, key.graph, seq, from, to, condition])?;
+    Ok(())
+}
+
+/// The outbound edges of a node (self-loops included), in the order they were added.
+pub(super) fn select_out_edges(
+    conn: &Connection,
+    key: Key<'_>,
+    from: &str,
+) -> Result<Vec<EdgeState>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT edge_seq, to_node_id, condition, tokens, dead FROM graph_edges
+         WHERE tenant_id = ?1 AND graph_id = ?2 AND from_node_id = ?3 ORDER BY edge_seq",
+    )?;
+    let rows = stmt.query_map(params![key.tenant, key.graph, from], |row| {
+        Ok((row.get(0)?, row.get(1)?, row.get::<_, Option<String>>(2)?, row.get(3)?, row.get(4)?))
+    })?;
+    rows.map(|row| {
+        let (seq, to, condition, tokens, dead) = row?;
+        let condition = condition.as_deref().map(serde_json::from_str).transpose()?;
+        Ok(EdgeState { seq, to, condition, tokens, dead })
+    })
+    .collect()
+}
+
+/// Writes back an edge's token count and dead flag.
+pub(super) fn update_edge(conn: &Connection, key: Key<'_>, edge: &EdgeState) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE graph_edges SET tokens = ?4, dead = ?5
+         WHERE tenant_id = ?1 AND graph_id = ?2 AND edge_seq = ?3",
+    )?;
+    let changed = stmt.execute(params![key.tenant, key.graph, edge.seq, edge.tokens, edge.dead])?;
+    expect_one(changed, "edge", &edge.seq.to_string())
+}
+
+/// Every edge of a graph, in the order they were added.
+pub(super) fn select_edges(conn: &Connection, key: Key<'_>) -> Result<Vec<Edge>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT edge_seq, from_node_id, to_node_id, condition, tokens FROM graph_edges
+         WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY edge_seq",
+    )?;
+    let rows = stmt.query_map(params![key.tenant, key.graph], |row| {
+        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get::<_, Option<String>>(3)?, row.get(4)?))
+    })?;
+    rows.map(|row| {
+        let (seq, from, to, condition, tokens): (i64, _, _, _, i64) = row?;
+        let condition = condition.as_deref().map(serde_json::from_str).transpose()?;
+        Ok(Edge { seq: to_u64(seq), from, to, condition, tokens: to_u64(tokens) })
+    })
+    .collect()
+}
+
+/// A token delivered on an edge, numbered in arrival order.
+pub(super) fn insert_token(
+    conn: &Connection,
+    key: Key<'_>,
+    token_seq: i64,
+    edge: &EdgeState,
+    token: &str,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO graph_tokens (tenant_id, graph_id, token_seq, edge_seq, to_node_id, token)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    stmt.execute(params![key.tenant, key.graph, token_seq, edge.seq, edge.to, token])?;
+    Ok(())
+}
+
+/// The tokens delivered to a node, in arrival order.
+pub(super) fn select_inputs(conn: &Connection, key: Key<'_>, node: &str) -> Result<Vec<Token>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT token FROM graph_tokens WHERE tenant_id = ?1 AND graph_id = ?2 AND to_node_id = ?3
+         ORDER BY token_seq",
+    )?;
+    let rows =
+        stmt.query_map(params![key.tenant, key.graph, node], |row| row.get::<_, String>(0))?;
+    rows.map(|row| Ok(serde_json::from_str(&row?)?)).collect()
+}
+
+struct RawState {
+    id: String,
+    status: String,
+    parent_graph_id: Option<String>,
+    parent_node_id: Option<String>,
+    sizes: [i64; 5],
+    counts: [i64; 6],
+    timeout_ms: Option<i64>,
+    deadline_at_ms: Option<i64>,
+    error: Option<String>,
+    failed_node_id: Option<String>,
+    started_at_ms: Option<i64>,
+    finished_at_ms: Option<i64>,
+}
+
+impl RawState {
+    fn decode(self) -> Result<GraphState> {
+        let [node_count, edge_count, child_count, token_count, fire_count] = self.sizes;
+        Ok(GraphState {
+            id: self.id,
+            status: GraphStatus::parse(&self.status)?,
+            parent_graph_id: self.parent_graph_id,
+            parent_node_id: self.parent_node_id,
+            node_count,
+            edge_count,
+            child_count,
+            token_count,
+            fire_count,
+            counts: self.counts,
+            timeout_ms: self.timeout_ms,
+            deadline_at_ms: self.deadline_at_ms,
+            error: self.error,
+            failed_node_id: self.failed_node_id,
+            started_at_ms: self.started_at_ms,
+            finished_at_ms: self.finished_at_ms,
+        })
+    }
+}
+
+fn raw_state(row: &Row<'_>) -> rusqlite::Result<RawState> {
+    Ok(RawState {
+        id: row.get(0)?,
+        status: row.get(1)?,
+        parent_graph_id: row.get(2)?,
+        parent_node_id: row.get(3)?,
+        sizes: [row.get(4)?, row.get(5)?, row.get(6)?, row.get(7)?, row.get(8)?],
+        counts: [row.get(9)?, row.get(10)?, row.get(11)?, row.get(12)?, row.get(13)?, row.get(14)?],
+        timeout_ms: row.get(15)?,
+        deadline_at_ms: row.get(16)?,
+        error: row.get(17)?,
+        failed_node_id: row.get(18)?,
+        started_at_ms: row.get(19)?,
+        finished_at_ms: row.get(20)?,
+    })
+}
+
+struct RawGraph {
+    state: RawState,
+    metadata: String,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+impl RawGraph {
+    fn decode(self) -> Result<Graph> {
+        let state = self.state.decode()?;
+        Ok(Graph {
+            metadata: serde_json::from_str(&self.metadata)?,
+            counts: state.node_counts(),
+            id: state.id,
+            status: state.status,
+            parent_graph_id: state.parent_graph_id,
+            parent_node_id: state.parent_node_id,
+            node_count: to_u64(state.node_count),
+            edge_count: to_u64(state.edge_count),
+            timeout_ms: state.timeout_ms,
+            deadline_at_ms: state.deadline_at_ms,
+            error: state.error,
+            failed_node_id: state.failed_node_id,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            started_at_ms: state.started_at_ms,
+            finished_at_ms: state.finished_at_ms,
+        })
+    }
+}
+
+fn raw_graph(row: &Row<'_>) -> rusqlite::Result<RawGraph> {
+    Ok(RawGraph {
+        state: raw_state(row)?,
+        metadata: row.get(21)?,
+        created_at_ms: row.get(22)?,
+        updated_at_ms: row.get(23)?,
+    })
+}
+
+struct RawNodeState {
+    id: String,
+    kind: String,
+    spec: String,
+    join: String,
+    status: String,
+    counters: [i64; 5],
+}
+
+impl RawNodeState {
+    fn decode(self) -> Result<NodeState> {
+        let [in_edges, in_filled, in_dead, fires, fired_seq] = self.counters;
+        Ok(NodeState {
+            id: self.id,
+            kind: self.kind,
+            spec: self.spec,
+            join: JoinType::parse(&self.join)?,
+            status: NodeStatus::parse(&self.status)?,
+            in_edges,
+            in_filled,
+            in_dead,
+            fires,
+            fired_seq,
+        })
+    }
+}
+
+fn raw_node_state(row: &Row<'_>) -> rusqlite::Result<RawNodeState> {
+    Ok(RawNodeState {
+        id: row.get(0)?,
+        kind: row.get(1)?,
+        spec: row.get(2)?,
+        join: row.get(3)?,
+        status: row.get(4)?,
+        counters: [row.get(5)?, row.get(6)?, row.get(7)?, row.get(8)?, row.get(9)?],
+    })
+}
+
+struct RawNode {
+    id: String,
+    graph_id: String,
+    spec: String,
+    join: String,
+    status: String,
+    output: Option<String>,
+    error: Option<String>,
+    fires: i64,
+    times: [Option<i64>; 4],
+}
+
+impl RawNode {
+    fn decode(self) -> Result<Node> {
+        let [created, updated, started_at_ms, finished_at_ms] = self.times;
+        Ok(Node {
+            id: self.id,
+            graph_id: self.graph_id,
+            spec: serde_json::from_str(&self.spec)?,
+            join: JoinType::parse(&self.join)?,
+            status: NodeStatus::parse(&self.status)?,
+            output: self.output.as_deref().map(serde_json::from_str).transpose()?,
+            error: self.error,
+            fires: u32::try_from(self.fires).unwrap_or(u32::MAX),
+            created_at_ms: created.unwrap_or(0),
+            updated_at_ms: updated.unwrap_or(0),
+            started_at_ms,
+            finished_at_ms,
+        })
+    }
+}
+
+fn raw_node(row: &Row<'_>) -> rusqlite::Result<RawNode> {
+    Ok(RawNode {
+        id: row.get(0)?,
+        graph_id: row.get(1)?,
+        spec: row.get(2)?,
+        join: row.get(3)?,
+        status: row.get(4)?,
+        output: row.get(5)?,
+        error: row.get(6)?,
+        fires: row.get(7)?,
+        times: [row.get(8)?, row.get(9)?, row.get(10)?, row.get(11)?],
+    })
+}
+
+fn expect_one(changed: usize, what: &str, id: &str) -> Result<()> {
+    if changed != 1 {
+        return Err(Error::Conflict(format!(
+            "{what} {id} changed under the operation ({changed} rows updated)"
+        )));
+    }
+    Ok(())
+}
+
+fn to_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}

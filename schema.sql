@@ -177,7 +177,8 @@ CREATE INDEX graphs_running
 -- one. Together they decide the join rule and dead-path elimination without reading edges.
 -- fires counts how many times the node was made ready or run (loops are bounded by it);
 -- fired_seq is the graph's fire_count when it last fired, which orders firings: a finished
--- node fires again only for a token from a node fired after it (a loop, not a late sibling).
+-- node fires again only for a token from a node fired after it and reachable from it (a loop,
+-- not a late sibling).
 CREATE TABLE graph_nodes (
     tenant_id      TEXT    NOT NULL,
     graph_id       TEXT    NOT NULL,

@@ -2,21 +2,13 @@
 //! truncations and reads over a few streams and two tenants, run against the store and a plain
 //! in-memory model; every answer must agree. Seeds are printed in every failure message.
 
+mod common;
+
 use std::collections::BTreeMap;
 
+use common::Dice;
 use serde_json::{Value, json};
 use spindle::{Error, Store, Stream};
-
-struct Dice(u64);
-
-impl Dice {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
 
 /// One stream as the model sees it.
 #[derive(Default)]

@@ -242,6 +242,27 @@ fn an_any_join_fires_on_the_first_token_and_not_again_for_a_late_sibling() {
 }
 
 #[test]
+fn an_any_join_does_not_fire_again_for_a_sibling_branch_that_started_later() {
+    let store = store();
+    let g = store.graphs().create(json!({})).expect("create");
+    for id in ["fast", "slow_prep", "slow"] {
+        node(&store, &g, id);
+    }
+    let options = NodeOptions::new().id("notify").join(JoinType::Any);
+    store.graphs().add_node(&g, task(), options).expect("add notify");
+    edge(&store, &g, "slow_prep", "slow", None);
+    edge(&store, &g, "fast", "notify", None);
+    edge(&store, &g, "slow", "notify", None);
+    store.graphs().start(&g).expect("start");
+    run_ok(&store, &g, "fast");
+    run_ok(&store, &g, "notify");
+    run_ok(&store, &g, "slow_prep");
+    run_ok(&store, &g, "slow");
+    assert_eq!(store.graphs().node(&g, "notify").expect("notify").fires, 1);
+    assert_eq!(graph_status(&store, &g), GraphStatus::Complete);
+}
+
+#[test]
 fn an_any_join_is_skipped_only_when_every_inbound_edge_is_dead() {
     let store = store();
     let g = store.graphs().create(json!({})).expect("create");

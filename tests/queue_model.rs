@@ -3,31 +3,18 @@
 //! rules; every answer must agree. Each sequence comes from a printed seed, so a failure is
 //! reproduced by running that seed again.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use common::Dice;
 use serde_json::json;
 use spindle::{Error, FailOutcome, ItemStatus, ManualClock, NewItem, Options, Store};
 
 const T0: i64 = 1_700_000_000_000;
 const QUEUES: [&str; 2] = ["a", "b"];
 const LEASE_MS: i64 = 2_000;
-
-/// A deterministic generator (xorshift64*).
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The model's view of one item.
 #[derive(Debug, Clone)]

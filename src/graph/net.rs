@@ -403,11 +403,34 @@ impl<'t, 'a> Net<'t, 'a> {
         let fires = match target.status {
             NodeStatus::Pending | NodeStatus::Skipped => enabled(&target),
             NodeStatus::Complete | NodeStatus::Failed => {
-                self_loop || (enabled(&target) && arrival.source_fired_seq > target.fired_seq)
+                self_loop || (enabled(&target) && self.loops_back(&target, source, &arrival)?)
             }
             NodeStatus::Ready | NodeStatus::Running => false,
         };
         if fires { self.fire(target) } else { self.save(&target) }
+    }
+
+    /// Whether a token from `source` reaching the finished `target` closes a loop: the source
+    /// fired after the target last did, and is reachable from it. Only then does the target
+    /// fire again; a late sibling of an `Any` join does not fire it twice. The walk runs only
+    /// for a token that reaches a finished node from a node fired after it.
+    fn loops_back(&self, target: &NodeState, source: &str, arrival: &Arrival) -> Result<bool> {
+        if arrival.source_fired_seq <= target.fired_seq {
+            return Ok(false);
+        }
+        let mut seen = std::collections::HashSet::from([target.id.clone()]);
+        let mut frontier = vec![target.id.clone()];
+        while let Some(next) = frontier.pop() {
+            for edge in sql::select_out_edges(self.tx.sql(), self.key(), &next)? {
+                if edge.to == source {
+                    return Ok(true);
+                }
+                if seen.insert(edge.to.clone()) {
+                    frontier.push(edge.to);
+                }
+            }
+        }
+        Ok(false)
     }
 
     /// The edges of a finished node that hold no token are dead: their targets may no longer
@@ -525,9 +548,7 @@ struct Arrival {
     to: String,
     was_empty: bool,
     was_dead: bool,
-    /// When the token's source last fired: a finished target fires again only for a token
-    /// from a node fired after it (so, possibly, because of it: a loop), not for a sibling
-    /// that was merely late.
+    /// When the token's source last fired (see `Net::loops_back`).
     source_fired_seq: i64,
 }
 

@@ -61,3 +61,25 @@ pub fn raw_event_count(path: &PathBuf) -> i64 {
 pub fn payload_i(event: &Event) -> u64 {
     event.payload.get("i").and_then(Value::as_u64).expect("payload has i")
 }
+
+/// A deterministic generator (xorshift64*) for seeded model and property tests.
+pub struct Dice(pub u64);
+
+impl Dice {
+    /// A generator for `seed` (any value; zero is avoided).
+    pub fn new(seed: u64) -> Self {
+        Self(seed | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

@@ -36,9 +36,7 @@ CREATE TABLE graphs (
     PRIMARY KEY (tenant_id, graph_id)
 ) WITHOUT ROWID;
 
-CREATE INDEX graphs_by_parent
-    ON graphs (tenant_id, parent_graph_id, graph_id)
-    WHERE parent_graph_id IS NOT NULL;
+CREATE INDEX graphs_by_parent ON graphs (tenant_id, parent_graph_id, graph_id);
 
 -- What recovery and the deadline sweep read.
 CREATE INDEX graphs_running
@@ -80,8 +78,9 @@ CREATE TABLE graph_nodes (
 CREATE INDEX graph_nodes_by_status
     ON graph_nodes (tenant_id, graph_id, status, created_seq);
 
--- Edges, numbered from 1 per graph. tokens counts the tokens delivered on the edge; dead is 1
--- while it holds none and its source has finished without sending one.
+-- Edges, numbered from 1 per graph, stored by source so that a node's outbound edges are one
+-- range of the primary key. tokens counts the tokens delivered on the edge; dead is 1 while it
+-- holds none and its source has finished without sending one.
 CREATE TABLE graph_edges (
     tenant_id    TEXT    NOT NULL,
     graph_id     TEXT    NOT NULL,
@@ -91,13 +90,14 @@ CREATE TABLE graph_edges (
     condition    TEXT,
     tokens       INTEGER NOT NULL DEFAULT 0 CHECK (tokens >= 0),
     dead         INTEGER NOT NULL DEFAULT 0 CHECK (dead IN (0, 1)),
-    PRIMARY KEY (tenant_id, graph_id, edge_seq)
+    PRIMARY KEY (tenant_id, graph_id, from_node_id, edge_seq)
 ) WITHOUT ROWID;
 
-CREATE INDEX graph_edges_out ON graph_edges (tenant_id, graph_id, from_node_id, edge_seq);
+CREATE UNIQUE INDEX graph_edges_by_seq ON graph_edges (tenant_id, graph_id, edge_seq);
 
--- Tokens delivered on edges (the marking), numbered in arrival order per graph. Tokens are
--- never consumed: they are a node's inputs, and a loop adds to them.
+-- Tokens delivered on edges (the marking), numbered in arrival order per graph and stored by
+-- target, so that a node's inputs are one range of the primary key. Tokens are never
+-- consumed: they are a node's inputs, and a loop adds to them.
 CREATE TABLE graph_tokens (
     tenant_id  TEXT    NOT NULL,
     graph_id   TEXT    NOT NULL,
@@ -105,7 +105,5 @@ CREATE TABLE graph_tokens (
     edge_seq   INTEGER NOT NULL,
     to_node_id TEXT    NOT NULL,
     token      TEXT    NOT NULL,
-    PRIMARY KEY (tenant_id, graph_id, token_seq)
+    PRIMARY KEY (tenant_id, graph_id, to_node_id, token_seq)
 ) WITHOUT ROWID;
-
-CREATE INDEX graph_tokens_by_node ON graph_tokens (tenant_id, graph_id, to_node_id, token_seq);

@@ -465,6 +465,24 @@ fn a_failed_child_fails_its_sub_graph_node() {
 }
 
 #[test]
+fn a_failing_parent_cancels_its_running_child_and_callers_cannot_finish_a_sub_graph_node() {
+    let store = store();
+    let g = store.graphs().create(json!({})).expect("create");
+    let child = store.graphs().create_child(&g, json!({})).expect("child");
+    node(&store, &child, "inner");
+    let spec = NodeSpec::SubGraph { graph_id: child.clone() };
+    store.graphs().add_node(&g, spec, NodeOptions::new().id("sub")).expect("sub");
+    node(&store, &g, "breaks");
+    store.graphs().start(&g).expect("start");
+    store.graphs().start_node(&g, "sub").expect("start sub");
+    let by_hand = store.graphs().complete_node(&g, "sub", None);
+    assert!(matches!(by_hand, Err(Error::Conflict(_))), "{by_hand:?}");
+    run_fail(&store, &g, "breaks", "unhandled");
+    assert_eq!(graph_status(&store, &g), GraphStatus::Failed);
+    assert_eq!(graph_status(&store, &child), GraphStatus::Cancelled, "not left running");
+}
+
+#[test]
 fn an_empty_child_completes_its_node_as_it_starts() {
     let store = store();
     let g = store.graphs().create(json!({})).expect("create");
@@ -545,29 +563,75 @@ fn a_late_edge_enables_a_pending_gather_which_completes() {
     store.graphs().start_node(&g, "src").expect("start src");
     let output = Some(NodeOutput::ok(json!(7)));
     store.graphs().complete_node(&g, "src", output).expect("complete src");
-    // A gather with an inbound edge from a running node stays pending ...
     let spec = NodeSpec::Gather { strategy: GatherStrategy::All };
     store.graphs().add_node(&g, spec, NodeOptions::new().id("gather")).expect("gather");
-    assert_eq!(status_of(&store, &g, "gather"), NodeStatus::Complete, "no inputs: ran at once");
-    let spec = NodeSpec::Gather { strategy: GatherStrategy::All };
-    let g2 = store.graphs().create(json!({})).expect("create");
-    node(&store, &g2, "src");
-    node(&store, &g2, "busy");
-    store.graphs().add_node(&g2, spec, NodeOptions::new().id("gather")).expect("gather");
-    edge(&store, &g2, "busy", "gather", Some(TokenColor::named("late")));
-    store.graphs().start(&g2).expect("start");
-    store.graphs().start_node(&g2, "busy").expect("busy");
-    store.graphs().start_node(&g2, "src").expect("src");
-    let output = Some(NodeOutput::ok(json!(7)));
-    store.graphs().complete_node(&g2, "src", output).expect("complete src");
-    assert_eq!(status_of(&store, &g2, "gather"), NodeStatus::Pending);
-    store.graphs().set_join(&g2, "gather", JoinType::Any).expect("any");
-    // ... until a late edge from the finished source delivers its token: the gather runs.
-    edge(&store, &g2, "src", "gather", None);
-    let gather = store.graphs().node(&g2, "gather").expect("gather");
+    node(&store, &g, "after");
+    edge(&store, &g, "gather", "after", None);
+    assert_eq!(status_of(&store, &g, "gather"), NodeStatus::Pending, "nothing to gather yet");
+    edge(&store, &g, "src", "gather", None);
+    let gather = store.graphs().node(&g, "gather").expect("gather");
     assert_eq!(gather.status, NodeStatus::Complete);
     let expected = vec![Token::ok_data(json!(7))];
     assert_eq!(gather.output, Some(NodeOutput::Many { tokens: expected }));
+    assert_eq!(ready(&store, &g), ["after"]);
+}
+
+#[test]
+fn a_gather_feeding_itself_is_stopped_by_the_output_limit() {
+    let limits = Limits { payload_bytes_max: 4096, ..Limits::default() };
+    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let g = store.graphs().create(json!({})).expect("create");
+    node(&store, &g, "t");
+    let spec = NodeSpec::Gather { strategy: GatherStrategy::All };
+    store.graphs().add_node(&g, spec, NodeOptions::new().id("g")).expect("gather");
+    edge(&store, &g, "t", "g", None);
+    edge(&store, &g, "g", "g", None);
+    store.graphs().start(&g).expect("start");
+    run_ok(&store, &g, "t");
+    let graph = store.graphs().get(&g).expect("get");
+    assert_eq!(graph.status, GraphStatus::Failed);
+    assert_eq!(graph.failed_node_id.as_deref(), Some("g"));
+    assert!(graph.error.as_deref().is_some_and(|e| e.contains("gather output")), "{graph:?}");
+}
+
+#[test]
+fn an_error_token_passed_on_by_a_completed_node_does_not_fail_the_graph() {
+    let store = store();
+    let g = store.graphs().create(json!({})).expect("create");
+    node(&store, &g, "a");
+    node(&store, &g, "b");
+    let spec = NodeSpec::Gather { strategy: GatherStrategy::All };
+    store.graphs().add_node(&g, spec, NodeOptions::new().id("g")).expect("gather");
+    edge(&store, &g, "a", "g", None);
+    edge(&store, &g, "b", "g", None);
+    store.graphs().start(&g).expect("start");
+    run_fail(&store, &g, "a", "handled by the gather");
+    run_ok(&store, &g, "b");
+    assert_eq!(status_of(&store, &g, "g"), NodeStatus::Complete);
+    assert_eq!(graph_status(&store, &g), GraphStatus::Complete);
+}
+
+#[test]
+fn an_all_join_fires_again_for_each_round_of_a_looping_source() {
+    let store = store();
+    let g = store.graphs().create(json!({})).expect("create");
+    for id in ["s", "t", "c"] {
+        node(&store, &g, id);
+    }
+    edge(&store, &g, "s", "c", Some(TokenColor::Ok));
+    edge(&store, &g, "s", "s", Some(TokenColor::named("again")));
+    edge(&store, &g, "t", "c", None);
+    store.graphs().start(&g).expect("start");
+    store.graphs().start_node(&g, "s").expect("start s");
+    let both = NodeOutput::Many { tokens: vec![Token::ok(), Token::named("again", None)] };
+    store.graphs().complete_node(&g, "s", Some(both)).expect("complete s");
+    run_ok(&store, &g, "t");
+    run_ok(&store, &g, "c");
+    run_ok(&store, &g, "s");
+    assert_eq!(status_of(&store, &g, "c"), NodeStatus::Ready, "the second round fires c again");
+    run_ok(&store, &g, "c");
+    assert_eq!(store.graphs().node(&g, "c").expect("c").fires, 2);
+    assert_eq!(graph_status(&store, &g), GraphStatus::Complete);
 }
 
 #[test]

@@ -19,9 +19,14 @@
 //! - a node fired again by a loop more than `Limits::loop_refires_max` times fails the graph.
 //!
 //! Tokens are never consumed: a node's inputs are every token delivered to it, in arrival
-//! order, and a finished node whose join is met (or that receives a token on a self-loop)
-//! fires again. Every change appends an event to `Stream::graph(id)` ([`GraphEvent`]). Each
-//! command is one operation, so one transaction.
+//! order. A finished node fires again (a loop) for a token on a self-loop, for a new round on
+//! an edge that already held a token, and, for an `Any` join, for a first token that closes a
+//! cycle through it; a late sibling branch does not run an `Any` join twice, and an edge added
+//! after a node ran brings it inputs, not a rerun. A Gather fires only through an edge, and
+//! its output is bounded like any payload (past it, the graph fails). Every change appends an
+//! event to `Stream::graph(id)` ([`GraphEvent`]). Each command is one operation, so one
+//! transaction; a graph that ends hands its end to its parent's SubGraph node in the same
+//! transaction, and one that fails or is cancelled cancels its unfinished children.
 //!
 //! Ops live in `ops.rs`, the firing rule in `net.rs`, SQL in `sql.rs`; the facade is
 //! [`Graphs`], reached with `store.graphs()`.
@@ -717,8 +722,8 @@ impl<'a> Graphs<'a> {
     }
 
     /// Waits up to `timeout` for the graph to finish and returns it as it then stands (check
-    /// `status.is_terminal()`). The caller's thread sleeps until a commit ends a graph; a
-    /// passing deadline fails the graph while it waits.
+    /// `status.is_terminal()`). The caller's thread sleeps until a commit ends a graph; when
+    /// the graph's deadline passes, a view that may write fails the graph then.
     ///
     /// # Errors
     /// `NotFound` for an unknown graph.
@@ -731,12 +736,15 @@ impl<'a> Graphs<'a> {
             if current.status.is_terminal() || deadline.is_some_and(|at| Instant::now() >= at) {
                 return Ok(current);
             }
-            if current.deadline_at_ms.is_some_and(|at_ms| self.store.until_ms(at_ms).is_zero()) {
+            let overdue =
+                current.deadline_at_ms.is_some_and(|at| self.store.until_ms(at).is_zero());
+            if overdue && self.store.role().allows(crate::Access::Write) {
                 self.store.exec(ExpireOverdue)?;
                 continue;
             }
             let overdue_at = current
                 .deadline_at_ms
+                .filter(|_| !overdue)
                 .and_then(|at_ms| Instant::now().checked_add(self.store.until_ms(at_ms)));
             let wake_at = match (deadline, overdue_at) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -130,19 +130,19 @@ impl<'t, 'a> Net<'t, 'a> {
         self.state.started_at_ms = Some(now_ms);
         self.state.deadline_at_ms = self.state.timeout_ms.map(|ms| now_ms.saturating_add(ms));
         let pending = self.nodes_in(NodeStatus::Pending)?;
-        for root in pending.into_iter().filter(|node| node.in_edges == 0) {
+        for root in pending.into_iter().filter(startable) {
             self.fire(root)?;
         }
         Ok(true)
     }
 
-    /// Adds a node (already checked); on a running graph it fires at once, having no inputs.
-    pub(super) fn add_node(&mut self, mut node: NodeState) -> Result<()> {
+    /// Adds a node (already checked); on a running graph a node without inputs fires at once
+    /// (a Gather waits for an edge).
+    pub(super) fn add_node(&mut self, node: NodeState) -> Result<()> {
         let created_seq = self.state.node_count + 1;
         sql::insert_node(self.tx.sql(), self.key(), &node, created_seq, self.tx.now_ms())?;
         self.state.add(node.status);
-        if self.state.status == GraphStatus::Running {
-            node.status = NodeStatus::Pending;
+        if self.state.status == GraphStatus::Running && startable(&node) {
             self.fire(node)?;
         }
         Ok(())
@@ -167,7 +167,8 @@ impl<'t, 'a> Net<'t, 'a> {
             self.save(&target)?;
         }
         if self.state.status == GraphStatus::Running {
-            let edge = EdgeState { seq, to: to.to_owned(), condition, tokens: 0, dead: false };
+            let (from_id, to) = (from.id.clone(), to.to_owned());
+            let edge = EdgeState { seq, from: from_id, to, condition, tokens: 0, dead: false };
             self.feed_new_edge(from, edge)?;
         }
         Ok(u64::try_from(seq).unwrap_or(0))
@@ -340,12 +341,13 @@ impl<'t, 'a> Net<'t, 'a> {
         Ok(vec![Token::error(error)])
     }
 
-    /// Delivers every token on every outbound edge that accepts it; fails the graph for an
-    /// error token no edge accepts; then tells each target, and marks the edges that got
+    /// Delivers every token on every outbound edge that accepts it; fails the graph when the
+    /// node failed and no edge accepts its error token; then tells each target, and marks the edges that got
     /// nothing dead if the node stays finished.
     fn route(&mut self, node: &NodeState, tokens: &[Token]) -> Result<()> {
         let mut edges = sql::select_out_edges(self.tx.sql(), self.key(), &node.id)?;
-        if let Some(unhandled) = unaccepted_error(tokens, &edges) {
+        let failed = node.status == NodeStatus::Failed;
+        if let Some(unhandled) = unaccepted_error(tokens, &edges).filter(|_| failed) {
             let message = error_message(unhandled);
             return self.end(GraphStatus::Failed, Some(&node.id), Some(message));
         }
@@ -403,19 +405,26 @@ impl<'t, 'a> Net<'t, 'a> {
         let fires = match target.status {
             NodeStatus::Pending | NodeStatus::Skipped => enabled(&target),
             NodeStatus::Complete | NodeStatus::Failed => {
-                self_loop || (enabled(&target) && self.loops_back(&target, source, &arrival)?)
+                self_loop || (enabled(&target) && self.fires_again(&target, source, &arrival)?)
             }
             NodeStatus::Ready | NodeStatus::Running => false,
         };
         if fires { self.fire(target) } else { self.save(&target) }
     }
 
-    /// Whether a token from `source` reaching the finished `target` closes a loop: the source
-    /// fired after the target last did, and is reachable from it. Only then does the target
-    /// fire again; a late sibling of an `Any` join does not fire it twice. The walk runs only
-    /// for a token that reaches a finished node from a node fired after it.
-    fn loops_back(&self, target: &NodeState, source: &str, arrival: &Arrival) -> Result<bool> {
-        if arrival.source_fired_seq <= target.fired_seq {
+    /// Whether a new token from `source` fires the finished, enabled `target` again.
+    ///
+    /// A token on an edge that already held one is a new round from a source that ran again:
+    /// it fires (the seed's rule, which makes loops work). A first token on an edge fires an
+    /// `All` join only if it was pending (an edge added after it ran brings inputs, not a
+    /// rerun), and an `Any` join only when the token closes a loop: the source fired after
+    /// the target last did and is reachable from it. So a late sibling branch does not run an
+    /// `Any` join twice. The walk runs only for such a first token, never on the common path.
+    fn fires_again(&self, target: &NodeState, source: &str, arrival: &Arrival) -> Result<bool> {
+        if !arrival.was_empty {
+            return Ok(true);
+        }
+        if target.join == JoinType::All || arrival.source_fired_seq <= target.fired_seq {
             return Ok(false);
         }
         let mut seen = std::collections::HashSet::from([target.id.clone()]);
@@ -465,6 +474,12 @@ impl<'t, 'a> Net<'t, 'a> {
         if node.kind == "gather" {
             self.set_status(&mut node, NodeStatus::Running)?;
             let output = self.gather(&node)?;
+            let encoded = serde_json::to_string(&output)?;
+            if let Err(too_large) = self.tx.limits().check_payload("gather output bytes", &encoded)
+            {
+                let error = too_large.to_string();
+                return self.end(GraphStatus::Failed, Some(&node.id), Some(error));
+            }
             self.work.push((node.id, Outcome::Done(Some(output))));
             return Ok(());
         }
@@ -548,7 +563,7 @@ struct Arrival {
     to: String,
     was_empty: bool,
     was_dead: bool,
-    /// When the token's source last fired (see `Net::loops_back`).
+    /// When the token's source last fired (see `Net::fires_again`).
     source_fired_seq: i64,
 }
 
@@ -557,6 +572,12 @@ impl NodeStatus {
     fn is_finished(self) -> bool {
         matches!(self, NodeStatus::Complete | NodeStatus::Failed | NodeStatus::Skipped)
     }
+}
+
+/// Whether a node without inbound edges fires when its graph starts (or when it is added to
+/// a running graph). A Gather waits for an edge: it has nothing to gather yet.
+fn startable(node: &NodeState) -> bool {
+    node.in_edges == 0 && node.kind != "gather"
 }
 
 /// Whether the node's join rule is met.

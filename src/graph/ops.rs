@@ -520,19 +520,30 @@ impl Op for RunningTenants {
     }
 }
 
-/// Finishes a node as its caller says, then settles the graph and its ancestors.
+/// Finishes a node as its caller says, then settles the graph and its ancestors. A SubGraph
+/// node is finished by its child graph, never by a caller.
 fn finish_node(tx: &mut Tx<'_>, graph: &str, node: &str, outcome: Outcome) -> Result<()> {
     let mut net = Net::open(tx, graph)?;
     net.require_running()?;
     let node = net.node(node)?;
+    if node.kind == "sub_graph" {
+        return Err(Error::Conflict(format!(
+            "node {} is a sub-graph: its child graph finishes it",
+            node.id
+        )));
+    }
     net.finish_node(&node, outcome)?;
     let ended = net.settle()?;
     settle_up(tx, ended)
 }
 
-/// Hands a graph's end to the SubGraph node that runs it, and so on up the tree.
+/// Hands a graph's end to the SubGraph node that runs it, and so on up the tree. A graph that
+/// ends without completing cancels its unfinished children first: nothing would finish them.
 fn settle_up(tx: &mut Tx<'_>, mut ended: Option<Ended>) -> Result<()> {
     while let Some(child) = ended.take() {
+        if child.status != GraphStatus::Complete {
+            cancel_children(tx, &child.graph_id)?;
+        }
         let (Some(parent), Some(node)) = (&child.parent_graph_id, &child.parent_node_id) else {
             continue;
         };
@@ -585,19 +596,22 @@ fn start_child(tx: &mut Tx<'_>, child: &str) -> Result<()> {
     settle_up(tx, Some(ended))
 }
 
-/// Cancels a graph and, depth first, its unfinished children.
+/// Cancels a graph; its end cancels its unfinished children (`settle_up`).
 fn cancel_tree(tx: &mut Tx<'_>, graph: &str) -> Result<()> {
-    let mut stack = vec![graph.to_owned()];
-    while let Some(next) = stack.pop() {
-        let mut net = Net::open(tx, &next)?;
-        if net.state().status.is_terminal() {
-            continue;
-        }
-        net.end(GraphStatus::Cancelled, None, None)?;
-        let ended = net.settle()?;
-        let key = Key { tenant: tx.tenant(), graph: &next };
-        stack.extend(sql::select_live_children(tx.sql(), key)?);
-        settle_up(tx, ended)?;
+    let mut net = Net::open(tx, graph)?;
+    if net.state().status.is_terminal() {
+        return Ok(());
+    }
+    net.end(GraphStatus::Cancelled, None, None)?;
+    let ended = net.settle()?;
+    settle_up(tx, ended)
+}
+
+/// Cancels the unfinished children of a graph that ended.
+fn cancel_children(tx: &mut Tx<'_>, graph: &str) -> Result<()> {
+    let key = Key { tenant: tx.tenant(), graph };
+    for child in sql::select_live_children(tx.sql(), key)? {
+        cancel_tree(tx, &child)?;
     }
     Ok(())
 }

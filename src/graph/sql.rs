@@ -1,6 +1,8 @@
 //! The graph engine's SQL: every statement, and the mapping of rows back to values.
 //!
-//! Every statement names the tenant and the graph. The engine reads and writes a node's
+//! Every statement names the tenant and the graph. Where the planner, without statistics,
+//! would walk the tenant's whole primary key instead of a narrower index, the statement names
+//! the index (`INDEXED BY`) or orders by the index's columns. The engine reads and writes a node's
 //! counters as one row (`NodeState`) and the graph's as another (`GraphState`), so a step
 //! costs a few primary-key reads and writes per node it touches.
 
@@ -117,6 +119,7 @@ impl NodeState {
 #[derive(Debug, Clone)]
 pub(super) struct EdgeState {
     pub(super) seq: i64,
+    pub(super) from: String,
     pub(super) to: String,
     pub(super) condition: Option<TokenColor>,
     pub(super) tokens: i64,
@@ -228,7 +231,7 @@ pub(super) fn select_children(conn: &Connection, key: Key<'_>) -> Result<Vec<Gra
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         state_columns!(),
-        ", metadata, created_at_ms, updated_at_ms FROM graphs
+        ", metadata, created_at_ms, updated_at_ms FROM graphs INDEXED BY graphs_by_parent
          WHERE tenant_id = ?1 AND parent_graph_id = ?2 ORDER BY graph_id"
     ))?;
     let rows = stmt.query_map(params![key.tenant, key.graph], raw_graph)?;
@@ -238,7 +241,7 @@ pub(super) fn select_children(conn: &Connection, key: Key<'_>) -> Result<Vec<Gra
 /// The ids of the unfinished children of `parent`.
 pub(super) fn select_live_children(conn: &Connection, key: Key<'_>) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT graph_id FROM graphs
+        "SELECT graph_id FROM graphs INDEXED BY graphs_by_parent
          WHERE tenant_id = ?1 AND parent_graph_id = ?2 AND status IN ('pending', 'running')
          ORDER BY graph_id",
     )?;
@@ -250,7 +253,7 @@ pub(super) fn select_live_children(conn: &Connection, key: Key<'_>) -> Result<Ve
 pub(super) fn select_running(conn: &Connection, tenant: &str) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT graph_id FROM graphs WHERE tenant_id = ?1 AND status = 'running'
-         ORDER BY graph_id",
+         ORDER BY deadline_at_ms, graph_id",
     )?;
     let rows = stmt.query_map(params![tenant], |row| row.get(0))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -461,7 +464,7 @@ pub(super) fn select_out_edges(
     rows.map(|row| {
         let (seq, to, condition, tokens, dead) = row?;
         let condition = condition.as_deref().map(serde_json::from_str).transpose()?;
-        Ok(EdgeState { seq, to, condition, tokens, dead })
+        Ok(EdgeState { seq, from: from.to_owned(), to, condition, tokens, dead })
     })
     .collect()
 }
@@ -469,10 +472,11 @@ pub(super) fn select_out_edges(
 /// Writes back an edge's token count and dead flag.
 pub(super) fn update_edge(conn: &Connection, key: Key<'_>, edge: &EdgeState) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE graph_edges SET tokens = ?4, dead = ?5
-         WHERE tenant_id = ?1 AND graph_id = ?2 AND edge_seq = ?3",
+        "UPDATE graph_edges SET tokens = ?5, dead = ?6
+         WHERE tenant_id = ?1 AND graph_id = ?2 AND from_node_id = ?3 AND edge_seq = ?4",
     )?;
-    let changed = stmt.execute(params![key.tenant, key.graph, edge.seq, edge.tokens, edge.dead])?;
+    let args = params![key.tenant, key.graph, edge.from, edge.seq, edge.tokens, edge.dead];
+    let changed = stmt.execute(args)?;
     expect_one(changed, "edge", &edge.seq.to_string())
 }
 

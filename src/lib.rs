@@ -33,6 +33,9 @@
 //! - [`Store::queue`]: the work queue. Enqueue with priorities, delays and dedupe keys; claim
 //!   under fenced leases (or wait for work with `claim_wait`); complete, fail with retries and
 //!   backoff, dead letters.
+//! - [`Store::graphs`]: the graph engine. Nodes and coloured tokens routed over conditional
+//!   edges, `All`/`Any` joins, gathers, sub-graphs and loops; untaken branches are skipped, so
+//!   every graph finishes; recovered after a crash when the store opens.
 //! - [`Store::transaction`]: any of the above, and the caller's own tables through
 //!   [`Tx::sql`], committed or rolled back together.
 //!

@@ -24,7 +24,7 @@ use crate::core::publish::Filter;
 use crate::core::schema::Location;
 use crate::core::tx::{Scope, Tx};
 use crate::error::{Error, Result};
-use crate::graph::{Graphs, RunningTenants};
+use crate::graph::{ExpireDeadlines, Graphs, RunningTenants};
 use crate::limits::Limits;
 use crate::log::{Events, Stream};
 use crate::options::Options;
@@ -119,7 +119,7 @@ impl Store {
         let clock = Arc::clone(&options.clock);
         let (recover, read_only) = (options.recover_on_open, options.read_only);
         let state = Arc::new(ActorState::default());
-        let spawned = actor::spawn(location, options, Arc::clone(&state))?;
+        let spawned = actor::spawn(location, options, Arc::clone(&state), Some(alarm_job()))?;
         let shared = Shared {
             mailbox: spawned.mailbox,
             closed: AtomicBool::new(false),
@@ -130,8 +130,11 @@ impl Store {
         };
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
         let store = Store { shared: Arc::new(shared), scope };
-        if recover && !read_only {
-            store.recover_graphs()?;
+        if !read_only {
+            if recover {
+                store.recover_graphs()?;
+            }
+            store.exec(ExpireDeadlines)?;
         }
         Ok(store)
     }
@@ -404,6 +407,16 @@ fn reentrant() -> Error {
     Error::InvalidInput(
         "a store call from inside an operation would wait for itself; compose with tx.exec".into(),
     )
+}
+
+/// The job the store's thread runs when an alarm is due: the graphs' deadline sweep, as the
+/// administrator of the default tenant (it visits every tenant). Nobody waits for its reply.
+fn alarm_job() -> actor::AlarmJob {
+    Box::new(|| {
+        let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
+        let (reply, _) = bounded(1);
+        Job::op(ExpireDeadlines, scope, reply)
+    })
 }
 
 /// Waits for a reply, checking now and then that the actor is still alive: a job that reached

@@ -702,7 +702,46 @@ fn a_graph_past_its_deadline_fails_and_refuses_work() {
 }
 
 #[test]
-fn expire_overdue_fails_every_overdue_graph() {
+fn a_deadline_is_kept_without_any_caller_waiting() {
+    let clock = ManualClock::new(T0);
+    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let store = Store::open_in_memory_with(options).expect("open");
+    let g = store.graphs().create(json!({})).expect("create");
+    node(&store, &g, "a");
+    store.graphs().set_timeout(&g, Some(5_000)).expect("timeout");
+    store.graphs().start(&g).expect("start");
+    let mut follower = store.subscribe(Stream::graph(&g), 0).expect("subscribe");
+    clock.advance_ms(5_000);
+    // The store's own alarm fails the graph: a follower sees the terminal event.
+    let terminal = loop {
+        let event = follower.recv_timeout(Duration::from_secs(10)).expect("recv");
+        let event = GraphEvent::from_event(&event.expect("an event")).expect("graph event");
+        if event.is_terminal() {
+            break event;
+        }
+    };
+    assert!(matches!(terminal, GraphEvent::GraphFailed { .. }), "{terminal:?}");
+    assert_eq!(graph_status(&store, &g), GraphStatus::Failed);
+}
+
+#[test]
+fn a_deadline_that_passed_while_closed_is_kept_at_open() {
+    let clock = ManualClock::new(T0);
+    let temp =
+        common::temp_store_with(Options { clock: Arc::new(clock.clone()), ..Options::default() });
+    let g = temp.store.graphs().create(json!({})).expect("create");
+    node(&temp.store, &g, "a");
+    temp.store.graphs().set_timeout(&g, Some(1_000)).expect("timeout");
+    temp.store.graphs().start(&g).expect("start");
+    temp.store.close().expect("close");
+    clock.advance_ms(1_000);
+    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let store = Store::open_with(&temp.path, options).expect("reopen");
+    assert_eq!(graph_status(&store, &g), GraphStatus::Failed);
+}
+
+#[test]
+fn the_deadline_sweep_fails_every_overdue_graph_and_only_those() {
     let clock = ManualClock::new(T0);
     let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
     let store = Store::open_in_memory_with(options).expect("open");
@@ -715,7 +754,8 @@ fn expire_overdue_fails_every_overdue_graph() {
         graphs.push(g);
     }
     clock.advance_ms(2_000);
-    assert_eq!(store.graphs().expire_overdue().expect("sweep"), 2);
+    // The store's alarm runs the same sweep before the next batch: nothing is left to do.
+    assert_eq!(store.graphs().expire_overdue().expect("sweep"), 0);
     let statuses: Vec<GraphStatus> = graphs.iter().map(|g| graph_status(&store, g)).collect();
     assert_eq!(statuses, [GraphStatus::Failed, GraphStatus::Failed, GraphStatus::Running]);
 }

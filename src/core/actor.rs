@@ -89,6 +89,7 @@ pub(crate) fn spawn(
     location: Location,
     options: Options,
     state: Arc<ActorState>,
+    alarm_job: Option<AlarmJob>,
 ) -> Result<Spawned> {
     let (mailbox, inbox) = bounded(options.mailbox_capacity);
     let (opened_tx, opened_rx) = bounded::<Result<()>>(1);
@@ -96,7 +97,7 @@ pub(crate) fn spawn(
         let _ = state.thread.set(std::thread::current().id());
         let exited = ExitFlag(Arc::clone(&state));
         match schema::open(&location, &options) {
-            Ok(conn) => match Actor::new(conn, inbox, &location, options, state) {
+            Ok(conn) => match Actor::new(conn, inbox, &location, options, state, alarm_job) {
                 Ok(actor) => {
                     let _ = opened_tx.send(Ok(()));
                     actor.run();
@@ -149,6 +150,22 @@ struct Actor {
     commit_us: u64,
     /// Keeps jobs from ending or reshaping the batch's transaction.
     guard: Arc<JobGuard>,
+    /// When the alarm job is next due (set by committed jobs through `Tx::set_alarm`).
+    alarm_ms: Option<i64>,
+    /// Builds the job that runs when the alarm is due.
+    alarm_job: Option<AlarmJob>,
+}
+
+/// Builds the job the actor runs when an alarm set through `Tx::set_alarm` is due. The store
+/// supplies it; the engine does not know what it does.
+pub(crate) type AlarmJob = Box<dyn Fn() -> Job + Send>;
+
+/// The earlier of two optional times.
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The jobs of the open transaction, waiting for its `COMMIT`.
@@ -159,6 +176,8 @@ struct Batch {
     events: Vec<Published>,
     /// Whether a kept job asked for the waiters to be woken after commit.
     rang: bool,
+    /// The earliest alarm a kept job set.
+    alarm_ms: Option<i64>,
 }
 
 impl Actor {
@@ -168,6 +187,7 @@ impl Actor {
         location: &Location,
         options: Options,
         state: Arc<ActorState>,
+        alarm_job: Option<AlarmJob>,
     ) -> Result<Self> {
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
         let guard = JobGuard::install(&mut conn)?;
@@ -185,6 +205,8 @@ impl Actor {
             wal,
             commit_us: 0,
             guard,
+            alarm_ms: None,
+            alarm_job,
         })
     }
 
@@ -229,23 +251,48 @@ impl Actor {
         {
             return Some(message);
         }
-        while self.wal.dirty || self.publisher.has_live() {
-            match self.inbox.recv_timeout(IDLE_CHECKPOINT_AFTER) {
+        loop {
+            let idle =
+                (self.wal.dirty || self.publisher.has_live()).then_some(IDLE_CHECKPOINT_AFTER);
+            let Some(wait) = [idle, self.alarm_wait()].into_iter().flatten().min() else {
+                return self.inbox.recv().ok();
+            };
+            match self.inbox.recv_timeout(wait) {
                 Ok(message) => return Some(message),
                 Err(RecvTimeoutError::Disconnected) => return None,
                 Err(RecvTimeoutError::Timeout) => self.idle_turn(),
             }
         }
-        self.inbox.recv().ok()
     }
 
-    /// What an idle moment is used for: a checkpoint, and noticing another process's writes
-    /// (live subscribers cannot have seen them, so they go back to paging).
+    /// How long until the alarm is due by the store's clock (zero if it is), if one is set.
+    fn alarm_wait(&self) -> Option<Duration> {
+        let alarm_ms = self.alarm_ms.filter(|_| self.alarm_job.is_some())?;
+        let wait_ms = alarm_ms.saturating_sub(self.stamp.peek_ms()).max(0);
+        Some(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
+    }
+
+    /// The alarm job, if the alarm is due at `now_ms`; the alarm is then cleared (the job sets
+    /// the next one).
+    fn take_due_alarm(&mut self, now_ms: i64) -> Option<Job> {
+        if self.alarm_ms.is_none_or(|alarm_ms| alarm_ms > now_ms) {
+            return None;
+        }
+        self.alarm_ms = None;
+        self.alarm_job.as_ref().map(|make| make())
+    }
+
+    /// What an idle moment is used for: a checkpoint, noticing another process's writes (live
+    /// subscribers cannot have seen them, so they go back to paging), and a due alarm.
     fn idle_turn(&mut self) {
         if self.wal.dirty && self.wal.may_retry() {
             self.checkpoint(CheckpointMode::PASSIVE);
         }
         self.publisher.notice_foreign_writes(&self.conn);
+        if self.alarm_wait().is_some_and(|wait| wait.is_zero()) {
+            self.run_batch(Vec::new());
+            self.schedule_checkpoint();
+        }
     }
 
     /// Takes up to `batch_max` jobs; a message of another kind ends the batch and is returned.
@@ -284,7 +331,9 @@ impl Actor {
 
     fn run_batch(&mut self, jobs: Vec<Job>) {
         let now_ms = self.stamp.next_ms();
-        let mut jobs: VecDeque<Job> = jobs.into_iter().filter_map(|job| self.admit(job)).collect();
+        let alarm = self.take_due_alarm(now_ms);
+        let jobs = alarm.into_iter().chain(jobs);
+        let mut jobs: VecDeque<Job> = jobs.filter_map(|job| self.admit(job)).collect();
         let writes = jobs.iter().any(|job| job.access != Access::Read);
         let mut batch = Batch::default();
         while let Some(job) = jobs.pop_front() {
@@ -344,7 +393,7 @@ impl Actor {
         self.guard.enter(job.internal);
         let applied = job.run(&mut tx);
         self.guard.leave();
-        let (published, rang) = tx.finish();
+        let finished = tx.finish();
         if self.conn.is_autocommit() {
             let cause = applied.failure.as_ref().map_or_else(
                 || Error::InvalidInput("an operation ended the batch's transaction".into()),
@@ -365,8 +414,9 @@ impl Actor {
         batch.applied.push(applied);
         match ended {
             Ok(()) if keep => {
-                batch.events.extend(published);
-                batch.rang |= rang;
+                batch.events.extend(finished.published);
+                batch.rang |= finished.rang;
+                batch.alarm_ms = earliest(batch.alarm_ms, finished.alarm_ms);
             }
             Ok(()) => {}
             Err(error) => self.abandon(batch, &error),
@@ -393,6 +443,7 @@ impl Actor {
                 if batch.rang {
                     self.state.bell.ring();
                 }
+                self.alarm_ms = earliest(self.alarm_ms, batch.alarm_ms);
             }
             Err(error) => self.abandon(&mut batch, &error),
         }
@@ -412,6 +463,7 @@ impl Actor {
         }
         batch.events.clear();
         batch.rang = false;
+        batch.alarm_ms = None;
         batch.open = false;
     }
 
@@ -506,7 +558,7 @@ mod tests {
         let conn = schema::open(&Location::Memory, &options).expect("open");
         let (_mailbox, inbox) = bounded(1);
         let state = Arc::new(ActorState::default());
-        Actor::new(conn, inbox, &Location::Memory, options, state).expect("actor")
+        Actor::new(conn, inbox, &Location::Memory, options, state, None).expect("actor")
     }
 
     fn scope() -> Scope {

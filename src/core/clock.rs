@@ -89,6 +89,11 @@ impl Stamp {
         self.last_ms = self.last_ms.max(self.clock.now_ms());
         self.last_ms
     }
+
+    /// What the next stamp would be, without taking it.
+    pub(crate) fn peek_ms(&self) -> i64 {
+        self.last_ms.max(self.clock.now_ms())
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub struct Tx<'a> {
     published: Vec<Published>,
     publishing: bool,
     rang: bool,
+    alarm_ms: Option<i64>,
 }
 
 /// Who a job runs as: the tenant whose data it may touch and the role it holds.
@@ -97,7 +98,7 @@ impl<'a> Tx<'a> {
     /// back, and the error is returned.
     pub(crate) fn nested<T>(&mut self, work: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let mark = self.published.len();
-        let rang = self.rang;
+        let (rang, alarm_ms) = (self.rang, self.alarm_ms);
         self.control("SAVEPOINT nested")?;
         let result = work(self);
         let ended = match &result {
@@ -111,10 +112,31 @@ impl<'a> Tx<'a> {
         if result.is_err() || ended.is_err() {
             self.published.truncate(mark);
             self.rang = rang;
+            self.alarm_ms = alarm_ms;
         }
         let output = result?;
         ended?;
         Ok(output)
+    }
+
+    /// Runs `work` as another tenant (for the store's own sweeps across tenants): its events
+    /// go to that tenant's streams. The role stays.
+    pub(crate) fn as_tenant<T>(
+        &mut self,
+        tenant: &str,
+        work: impl FnOnce(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let scope = Scope { tenant: Arc::from(tenant), role: self.scope.role };
+        let mut other = Tx::new(self.conn, self.now_ms, &scope, self.limits, self.ids, self.guard);
+        other.publishing = self.publishing;
+        let result = work(&mut other);
+        let finished = other.finish();
+        self.published.extend(finished.published);
+        self.rang |= finished.rang;
+        if let Some(at_ms) = finished.alarm_ms {
+            self.set_alarm(at_ms);
+        }
+        result
     }
 
     /// Runs one of the crate's own savepoint statements, past the job guard.
@@ -177,7 +199,8 @@ impl<'a> Tx<'a> {
         guard: &'a JobGuard,
     ) -> Self {
         let published = Vec::new();
-        Self { conn, now_ms, scope, limits, ids, guard, published, publishing: true, rang: false }
+        let (publishing, rang, alarm_ms) = (true, false, None);
+        Self { conn, now_ms, scope, limits, ids, guard, published, publishing, rang, alarm_ms }
     }
 
     /// Tells the transaction whether any subscriber is live: if none is, events are not kept
@@ -207,10 +230,24 @@ impl<'a> Tx<'a> {
         self.rang = true;
     }
 
-    /// Hands the recorded events, and whether the bell was rung, to the actor.
-    pub(crate) fn finish(self) -> (Vec<Published>, bool) {
-        (self.published, self.rang)
+    /// Asks the actor to run its alarm job once the clock reaches `at_ms` (a deadline that
+    /// must be acted on without a caller): before the first batch stamped at or after it, or
+    /// as a batch of its own when the store is idle. Kept only if this transaction commits.
+    pub(crate) fn set_alarm(&mut self, at_ms: i64) {
+        self.alarm_ms = Some(self.alarm_ms.map_or(at_ms, |ms| ms.min(at_ms)));
     }
+
+    /// Hands the recorded events, whether the bell was rung, and the alarm, to the actor.
+    pub(crate) fn finish(self) -> Finished {
+        Finished { published: self.published, rang: self.rang, alarm_ms: self.alarm_ms }
+    }
+}
+
+/// What a job left for the actor to do after commit.
+pub(crate) struct Finished {
+    pub(crate) published: Vec<Published>,
+    pub(crate) rang: bool,
+    pub(crate) alarm_ms: Option<i64>,
 }
 
 /// The error for an operation the view's role may not perform.

@@ -45,11 +45,11 @@ use crate::log::Event;
 use crate::page::Page;
 use crate::store::Store;
 
-pub(crate) use ops::RunningTenants;
 pub use ops::{
     AddEdge, AddNode, Cancel, Children, CompleteNode, Create, Edges, ExpireOverdue, FailNode, Get,
     GetNode, Inputs, List, Nodes, Recover, SetJoin, SetTimeout, Start, StartNode,
 };
+pub(crate) use ops::{ExpireDeadlines, RunningTenants};
 
 /// A graph's id (a UUID v7).
 pub type GraphId = String;

@@ -93,6 +93,13 @@ impl<'t, 'a> Net<'t, 'a> {
         Ok(())
     }
 
+    /// Asks the store to sweep when the graph's deadline passes (`ExpireDeadlines`).
+    pub(super) fn arm_deadline(&mut self) {
+        if let Some(at_ms) = self.state.deadline_at_ms {
+            self.tx.set_alarm(at_ms);
+        }
+    }
+
     /// Whether the graph runs past its deadline.
     pub(super) fn overdue(&self) -> bool {
         self.state.status == GraphStatus::Running
@@ -129,6 +136,7 @@ impl<'t, 'a> Net<'t, 'a> {
         self.state.status = GraphStatus::Running;
         self.state.started_at_ms = Some(now_ms);
         self.state.deadline_at_ms = self.state.timeout_ms.map(|ms| now_ms.saturating_add(ms));
+        self.arm_deadline();
         let pending = self.nodes_in(NodeStatus::Pending)?;
         for root in pending.into_iter().filter(startable) {
             self.fire(root)?;

@@ -181,6 +181,12 @@ pub struct ExpireOverdue;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RunningTenants;
 
+/// The store's own deadline sweep, across tenants: fails overdue running graphs (a page at a
+/// time) and sets the store's alarm for the next deadline. The store runs it at open and
+/// whenever that alarm is due, so a deadline is kept without any caller waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExpireDeadlines;
+
 impl Sealed for Create {}
 impl Op for Create {
     type Output = GraphId;
@@ -338,6 +344,7 @@ impl Op for SetTimeout {
             (Some(started_ms), Some(ms)) => Some(started_ms.saturating_add(ms)),
             _ => None,
         };
+        net.arm_deadline();
         net.settle().map(|_| ())
     }
 }
@@ -506,6 +513,24 @@ impl Op for ExpireOverdue {
             expire(tx, graph)?;
         }
         Ok(overdue.len() as u64)
+    }
+}
+
+impl Sealed for ExpireDeadlines {}
+impl Op for ExpireDeadlines {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Admin
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        let mut expired = 0;
+        for tenant in sql::select_tenants_overdue(tx.sql(), tx.now_ms())? {
+            expired += tx.as_tenant(&tenant, |tx| ExpireOverdue.apply(tx))?;
+        }
+        if let Some(next_ms) = sql::select_next_deadline(tx.sql())? {
+            tx.set_alarm(next_ms);
+        }
+        Ok(expired)
     }
 }
 

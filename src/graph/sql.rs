@@ -275,6 +275,25 @@ pub(super) fn select_overdue(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Every tenant with a running graph past its deadline at `now_ms`.
+pub(crate) fn select_tenants_overdue(conn: &Connection, now_ms: i64) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT tenant_id FROM graphs INDEXED BY graphs_running
+         WHERE status = 'running' AND deadline_at_ms <= ?1 ORDER BY tenant_id",
+    )?;
+    let rows = stmt.query_map(params![now_ms], |row| row.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The earliest deadline of any running graph of any tenant.
+pub(super) fn select_next_deadline(conn: &Connection) -> Result<Option<i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT min(deadline_at_ms) FROM graphs INDEXED BY graphs_running
+         WHERE status = 'running'",
+    )?;
+    Ok(stmt.query_row([], |row| row.get(0))?)
+}
+
 /// Every tenant with a running graph (for recovery at open).
 pub(crate) fn select_tenants_running(conn: &Connection) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(

@@ -1,0 +1,340 @@
+//! The inspectors: graphs, one graph, events (followed across processes), the queue, pruning,
+//! and the integrity check. Listings print a table, or JSON with `--json`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use spindle::{Event, Graph, Page, Store, Stream, StreamKind};
+
+use crate::{CliError, Output};
+
+/// Every graph, in creation order.
+pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
+    let graphs = all_graphs(store)?;
+    if out.json {
+        out.print_json(&serde_json::to_value(&graphs).map_err(spindle::Error::from)?);
+        return Ok(());
+    }
+    println!(
+        "{:<36} {:<9} {:<24} {:>6} {:>6} {:>6} {:>6}",
+        "ID", "STATUS", "NAME", "NODES", "DONE", "FAILED", "SKIP"
+    );
+    for graph in &graphs {
+        let name = graph.metadata["pipeline"].as_str().unwrap_or("-");
+        let c = graph.counts;
+        println!(
+            "{:<36} {:<9} {name:<24} {:>6} {:>6} {:>6} {:>6}",
+            graph.id,
+            graph.status.as_str(),
+            graph.node_count,
+            c.complete,
+            c.failed,
+            c.skipped
+        );
+    }
+    Ok(())
+}
+
+fn all_graphs(store: &Store) -> spindle::Result<Vec<Graph>> {
+    let mut all: Vec<Graph> = Vec::new();
+    loop {
+        let page = match all.last() {
+            Some(last) => Page::after(last.id.clone(), 1000),
+            None => Page::first(1000),
+        };
+        let graphs = store.graphs().list(page)?;
+        if graphs.is_empty() {
+            return Ok(all);
+        }
+        all.extend(graphs);
+    }
+}
+
+/// One graph: its nodes with status, runs and errors.
+pub fn graph(store: &Store, id: &str, out: &Output) -> Result<(), CliError> {
+    let graph = store.graphs().get(id)?;
+    let nodes = store.graphs().nodes(id)?;
+    if out.json {
+        let edges = store.graphs().edges(id)?;
+        let value = json!({ "graph": graph, "nodes": nodes, "edges": edges });
+        out.print_json(&value);
+        return Ok(());
+    }
+    println!(
+        "graph {} {} ({} nodes, {} edges)",
+        graph.id,
+        graph.status.as_str(),
+        graph.node_count,
+        graph.edge_count
+    );
+    if let Some(error) = &graph.error {
+        println!("error: {}", first_line(error));
+    }
+    println!("{:<32} {:<9} {:>5}  ERROR", "NODE", "STATUS", "FIRES");
+    for node in &nodes {
+        let error = node.error.as_deref().map(first_line).unwrap_or_default();
+        println!("{:<32} {:<9} {:>5}  {error}", node.id, node.status.as_str(), node.fires);
+    }
+    Ok(())
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().chars().take(100).collect()
+}
+
+/// Events of every stream (by position) or of one (by seq); with `follow`, forever.
+pub fn events(
+    store: &Store,
+    stream: Option<&str>,
+    after: u64,
+    follow: bool,
+    out: &Output,
+) -> Result<(), CliError> {
+    let stream = stream.map(parse_stream).transpose()?;
+    if follow {
+        let mut subscription = match &stream {
+            Some(stream) => store.subscribe(stream, after)?,
+            None => store.subscribe_all(after)?,
+        };
+        loop {
+            if let Some(event) = subscription.recv_timeout(Duration::from_secs(3600))? {
+                print_event(&event, out);
+            }
+        }
+    }
+    let mut cursor = after;
+    loop {
+        let page = match &stream {
+            Some(stream) => store.events().read(stream, cursor, 1000)?,
+            None => store.events().read_all(cursor, 1000)?,
+        };
+        let Some(last) = page.last() else { return Ok(()) };
+        cursor = if stream.is_some() { last.seq } else { last.position };
+        page.iter().for_each(|event| print_event(event, out));
+    }
+}
+
+fn print_event(event: &Event, out: &Output) {
+    if out.json {
+        let value = json!({
+            "position": event.position,
+            "stream": stream_name(&event.stream),
+            "seq": event.seq,
+            "type": event.event_type,
+            "payload": event.payload,
+            "created_at_ms": event.created_at_ms,
+        });
+        out.print_json(&value);
+        return;
+    }
+    let (position, stream, seq) = (event.position, stream_name(&event.stream), event.seq);
+    println!("{position:>8} {stream}#{seq} {} {}", event.event_type, event.payload);
+}
+
+fn stream_name(stream: &Stream) -> String {
+    format!("{}:{}", stream.kind().as_str(), stream.id())
+}
+
+fn parse_stream(text: &str) -> Result<Stream, CliError> {
+    let (kind, id) = text
+        .split_once(':')
+        .ok_or_else(|| CliError::Bad(format!("a stream is KIND:ID, not {text:?}")))?;
+    let kind = match kind {
+        "graph" => StreamKind::Graph,
+        "queue" => StreamKind::Queue,
+        "custom" => StreamKind::Custom,
+        "execution" => StreamKind::Execution,
+        "process" => StreamKind::Process,
+        other => return Err(CliError::Bad(format!("unknown stream kind {other:?}"))),
+    };
+    Ok(Stream::new(kind, id))
+}
+
+/// Counts per queue.
+pub fn queue_stats(store: &Store, out: &Output) -> Result<(), CliError> {
+    let stats = store.queue().stats()?;
+    if out.json {
+        out.print_json(&serde_json::to_value(&stats).map_err(spindle::Error::from)?);
+        return Ok(());
+    }
+    println!(
+        "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}",
+        "QUEUE", "PENDING", "SCHEDULED", "CLAIMED", "DEAD", "COMPLETED"
+    );
+    for s in &stats {
+        println!(
+            "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}",
+            s.queue, s.pending, s.scheduled, s.claimed, s.dead, s.completed
+        );
+    }
+    Ok(())
+}
+
+/// Dead letters of one queue, or of every queue that has some.
+pub fn dead(store: &Store, queue: Option<&str>, out: &Output) -> Result<(), CliError> {
+    let queues: Vec<String> = match queue {
+        Some(queue) => vec![queue.to_owned()],
+        None => {
+            store.queue().stats()?.into_iter().filter(|s| s.dead > 0).map(|s| s.queue).collect()
+        }
+    };
+    let mut items = Vec::new();
+    for queue in &queues {
+        let mut page = Page::first(1000);
+        loop {
+            let dead = store.queue().dead_letters(queue, page.clone())?;
+            let Some(last) = dead.last() else { break };
+            page = Page::after(last.id.clone(), 1000);
+            items.extend(dead);
+        }
+    }
+    if out.json {
+        out.print_json(&serde_json::to_value(&items).map_err(spindle::Error::from)?);
+        return Ok(());
+    }
+    println!("{:<36} {:<30} {:>7}  LAST ERROR", "ID", "QUEUE", "ATTEMPT");
+    for item in &items {
+        let error = item.last_error.as_deref().map(first_line).unwrap_or_default();
+        println!("{:<36} {:<30} {:>7}  {error}", item.id, item.queue, item.attempt);
+    }
+    Ok(())
+}
+
+/// Requeues one dead item, or every dead item of a queue.
+pub fn requeue(
+    store: &Store,
+    id: Option<&str>,
+    all: Option<&str>,
+    out: &Output,
+) -> Result<(), CliError> {
+    let count = match (id, all) {
+        (Some(id), None) => {
+            store.queue().requeue(id)?;
+            1
+        }
+        (None, Some(queue)) => {
+            let mut total = 0;
+            loop {
+                let requeued = store.queue().requeue_all(queue)?;
+                total += requeued;
+                if requeued == 0 {
+                    break total;
+                }
+            }
+        }
+        _ => return Err(CliError::Bad("name an item, or --all QUEUE".into())),
+    };
+    report_count(out, "requeued", count);
+    Ok(())
+}
+
+/// Deletes finished queue items older than a duration.
+pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliError> {
+    let older_than_ms = parse_duration_ms(older_than)?;
+    let mut total = 0;
+    loop {
+        let pruned = store.queue().prune_completed(older_than_ms)?;
+        total += pruned;
+        if pruned == 0 {
+            break;
+        }
+    }
+    report_count(out, "pruned", total);
+    Ok(())
+}
+
+fn report_count(out: &Output, what: &str, count: u64) {
+    if out.json {
+        out.print_json(&json!({ what: count }));
+    } else {
+        println!("{what} {count}");
+    }
+}
+
+/// `500ms`, `45s`, `30m`, `12h`, `7d` in milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<i64, CliError> {
+    let bad = || CliError::Bad(format!("a duration is a number and ms, s, m, h or d: {text:?}"));
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = text.split_at(split);
+    let number: i64 = number.parse().map_err(|_| bad())?;
+    let unit_ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(bad()),
+    };
+    number.checked_mul(unit_ms).ok_or_else(bad)
+}
+
+/// Integrity and foreign-key check, schema version and pragmas, through a read-only
+/// connection of its own (the store need not be idle).
+pub fn check(path: &Path, out: &Output) -> Result<u8, CliError> {
+    if !path.exists() {
+        return Err(CliError::Bad(format!("no store at {}", path.display())));
+    }
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(store_error)?;
+    let integrity: Vec<String> = column(&conn, "PRAGMA integrity_check")?;
+    let foreign_keys: Vec<String> = column(&conn, "PRAGMA foreign_key_check")?;
+    let mut report = json!({
+        "integrity": integrity,
+        "foreign_key_violations": foreign_keys.len(),
+    });
+    for pragma in [
+        "user_version",
+        "application_id",
+        "journal_mode",
+        "page_size",
+        "page_count",
+        "freelist_count",
+    ] {
+        let value: Value = conn
+            .query_row(&format!("PRAGMA {pragma}"), [], |row| {
+                row.get::<_, rusqlite::types::Value>(0)
+            })
+            .map(sql_value)
+            .map_err(store_error)?;
+        report[pragma] = value;
+    }
+    let healthy = integrity == ["ok"] && foreign_keys.is_empty();
+    report["ok"] = json!(healthy);
+    if out.json {
+        out.print_json(&report);
+    } else if let Value::Object(fields) = &report {
+        for (key, value) in fields {
+            println!("{key:<24} {value}");
+        }
+    }
+    Ok(if healthy { 0 } else { 3 })
+}
+
+fn column(conn: &rusqlite::Connection, sql: &str) -> Result<Vec<String>, CliError> {
+    let mut statement = conn.prepare(sql).map_err(store_error)?;
+    let rows = statement
+        .query_map([], |row| Ok(format!("{:?}", row.get::<_, rusqlite::types::Value>(0)?)))
+        .map_err(store_error)?;
+    let mut values: Vec<String> = rows.collect::<Result<_, _>>().map_err(store_error)?;
+    // integrity_check says "ok" as text; keep it readable.
+    for value in &mut values {
+        if value == "Text(\"ok\")" {
+            *value = "ok".into();
+        }
+    }
+    Ok(values)
+}
+
+fn sql_value(value: rusqlite::types::Value) -> Value {
+    match value {
+        rusqlite::types::Value::Integer(n) => json!(n),
+        rusqlite::types::Value::Text(text) => json!(text),
+        rusqlite::types::Value::Real(x) => json!(x),
+        rusqlite::types::Value::Null | rusqlite::types::Value::Blob(_) => Value::Null,
+    }
+}
+
+fn store_error(error: rusqlite::Error) -> CliError {
+    CliError::Store(spindle::Error::from(error))
+}

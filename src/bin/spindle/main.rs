@@ -1,0 +1,214 @@
+//! `spindle`: runs durable pipelines of shell commands and inspects any store file.
+//!
+//! Exit codes: 0 the run completed (or the command succeeded), 1 the run failed, 2 bad input
+//! (a bad pipeline or arguments), 3 a store error, 130 a run stopped by Ctrl-C (resumable).
+//! Errors are one line on stderr.
+#![forbid(unsafe_code)]
+
+mod inspect;
+mod pipeline;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use spindle::{Options, Store};
+
+#[derive(Parser)]
+#[command(name = "spindle", version, about = "Durable pipelines and a store inspector")]
+struct Cli {
+    /// The store file.
+    #[arg(long, env = "SPINDLE_DB", default_value = "spindle.db", global = true)]
+    db: PathBuf,
+    /// Print listings as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    /// The tenant to act for.
+    #[arg(long, default_value = spindle::DEFAULT_TENANT, global = true)]
+    tenant: String,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a pipeline file (or resume its unfinished run).
+    Run {
+        /// The pipeline file (JSON).
+        pipeline: PathBuf,
+        /// Commands run at once.
+        #[arg(short = 'j', long, default_value_t = 4)]
+        jobs: usize,
+        /// Start a new run even if an unfinished one exists (it is cancelled).
+        #[arg(long)]
+        fresh: bool,
+    },
+    /// List the graphs (runs) in the store.
+    Graphs,
+    /// Show one graph.
+    Graph {
+        #[command(subcommand)]
+        action: GraphCmd,
+    },
+    /// Print events: every stream, or one (`graph:ID`, `queue:NAME`, `custom:NAME`, ..).
+    Events {
+        /// The stream, as KIND:ID.
+        #[arg(long)]
+        stream: Option<String>,
+        /// Print events after this position (or seq, with --stream).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Keep printing new events, also those written by other processes.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Inspect and repair the work queue.
+    Queue {
+        #[command(subcommand)]
+        action: QueueCmd,
+    },
+    /// Delete completed and cancelled queue items older than a duration (`7d`, `12h`, `30m`).
+    Prune {
+        #[arg(long)]
+        older_than: String,
+    },
+    /// Check the store: integrity, foreign keys, schema version, pragmas.
+    Check,
+}
+
+#[derive(Subcommand)]
+enum GraphCmd {
+    /// A graph's nodes, their status, attempts and errors.
+    Show { id: String },
+}
+
+#[derive(Subcommand)]
+enum QueueCmd {
+    /// Counts per queue.
+    Stats,
+    /// Dead-lettered items (of one queue, or of every queue).
+    Dead { queue: Option<String> },
+    /// Give a dead item (or every dead item of a queue) fresh attempts.
+    Requeue {
+        /// The item.
+        id: Option<String>,
+        /// Requeue every dead item of this queue.
+        #[arg(long, conflicts_with = "id")]
+        all: Option<String>,
+    },
+}
+
+/// Why a command failed, and so its exit code.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad input: exit 2.
+    Bad(String),
+    /// The store failed: exit 3.
+    Store(spindle::Error),
+}
+
+impl From<spindle::Error> for CliError {
+    fn from(error: spindle::Error) -> Self {
+        match error {
+            spindle::Error::InvalidInput(message) => CliError::Bad(message),
+            spindle::Error::NotFound { kind, id } => CliError::Bad(format!("no {kind} {id}")),
+            other => CliError::Store(other),
+        }
+    }
+}
+
+/// Where results go: JSON or tables on stdout, notes on stderr.
+pub struct Output {
+    pub json: bool,
+}
+
+impl Output {
+    /// A note for the person at the terminal (stderr, so stdout stays clean for `--json`).
+    pub fn note(&self, text: &str) {
+        eprintln!("{text}");
+    }
+
+    /// One JSON document on stdout.
+    pub fn print_json(&self, value: &serde_json::Value) {
+        println!("{value}");
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = Output { json: cli.json };
+    match dispatch(cli, &out) {
+        Ok(code) => ExitCode::from(code),
+        Err(CliError::Bad(message)) => {
+            eprintln!("spindle: {message}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Store(error)) => {
+            eprintln!("spindle: store error: {error}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
+    if let Cmd::Run { pipeline, jobs, fresh } = &cli.command {
+        // The file is checked before the store is even opened: bad input writes nothing.
+        let pipeline = pipeline::load(pipeline).map_err(|bad| CliError::Bad(bad.to_string()))?;
+        let store = open(&cli.db, &cli.tenant, Access::Runner)?;
+        let ending = run::run(&store, pipeline, *jobs, *fresh, out)?;
+        store.close()?;
+        return Ok(match ending {
+            run::Ending::Complete => 0,
+            run::Ending::Failed => 1,
+            run::Ending::Interrupted => 130,
+        });
+    }
+    if let Cmd::Check = cli.command {
+        return inspect::check(&cli.db, out);
+    }
+    let writes =
+        matches!(cli.command, Cmd::Prune { .. } | Cmd::Queue { action: QueueCmd::Requeue { .. } });
+    let store = open(&cli.db, &cli.tenant, if writes { Access::Writer } else { Access::Reader })?;
+    match cli.command {
+        Cmd::Graphs => inspect::graphs(&store, out)?,
+        Cmd::Graph { action: GraphCmd::Show { id } } => inspect::graph(&store, &id, out)?,
+        Cmd::Events { stream, after, follow } => {
+            inspect::events(&store, stream.as_deref(), after, follow, out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Stats } => inspect::queue_stats(&store, out)?,
+        Cmd::Queue { action: QueueCmd::Dead { queue } } => {
+            inspect::dead(&store, queue.as_deref(), out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Requeue { id, all } } => {
+            inspect::requeue(&store, id.as_deref(), all.as_deref(), out)?;
+        }
+        Cmd::Prune { older_than } => inspect::prune(&store, &older_than, out)?,
+        Cmd::Run { .. } | Cmd::Check => {}
+    }
+    store.close()?;
+    Ok(0)
+}
+
+/// How a command uses the store.
+enum Access {
+    /// Runs pipelines: recovers interrupted runs at open.
+    Runner,
+    /// Changes the store, leaving other processes' running nodes alone.
+    Writer,
+    /// Only reads (the file must exist).
+    Reader,
+}
+
+fn open(path: &Path, tenant: &str, access: Access) -> Result<Store, CliError> {
+    if !matches!(access, Access::Runner) && !path.exists() {
+        return Err(CliError::Bad(format!("no store at {}", path.display())));
+    }
+    let options = Options {
+        recover_on_open: matches!(access, Access::Runner),
+        read_only: matches!(access, Access::Reader),
+        ..Options::default()
+    };
+    let store = Store::open_with(path, options)?;
+    Ok(store.tenant(tenant)?)
+}

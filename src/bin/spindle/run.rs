@@ -1,0 +1,560 @@
+//! `spindle run`: a pipeline as a durable graph, its ready nodes dispatched through the queue
+//! to worker threads that run shell commands.
+//!
+//! The graph and the queue hold everything: a node that finished is never run again, and a
+//! run killed at any moment resumes where it stood. A dispatcher follows the graph's stream and
+//! enqueues each ready node (deduplicated by node and firing, and only while it is still
+//! ready); a worker claims an item under a short lease that it renews while the command runs,
+//! and completes the item and the node in one transaction. After a crash the interrupted
+//! node's lease lapses within seconds and the node runs again.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use spindle::queue::{Complete, Fail};
+use spindle::{
+    Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Page, Store,
+    Stream, TxOutcome,
+};
+
+use crate::pipeline::{Pipeline, RUN_KIND, Step};
+use crate::{CliError, Output};
+
+/// How long a worker's claim lasts without a heartbeat: what a resumed run waits at most for
+/// the node a killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short
+/// one); a worker heartbeats five times per lease.
+const LEASE_MS: i64 = 10_000;
+
+fn lease_ms() -> i64 {
+    std::env::var("SPINDLE_LEASE_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .filter(|ms| (500..=3_600_000).contains(ms))
+        .unwrap_or(LEASE_MS)
+}
+/// Attempts a node gets beyond its retries, for runs interrupted while it ran.
+const INTERRUPTIONS_MAX: u32 = 3;
+/// The most output kept from a command.
+const TAIL_BYTES: usize = 64 * 1024;
+
+/// How a run ended.
+pub enum Ending {
+    Complete,
+    Failed,
+    Interrupted,
+}
+
+/// Runs (or resumes) a pipeline with `jobs` workers.
+pub fn run(
+    store: &Store,
+    pipeline: Pipeline,
+    jobs: usize,
+    fresh: bool,
+    out: &Output,
+) -> Result<Ending, CliError> {
+    let graph = find_or_create(store, &pipeline, fresh, out)?;
+    store.graphs().start(&graph)?;
+    let run = Arc::new(Run::new(store.clone(), graph, pipeline));
+    install_interrupts(&run);
+    let dispatcher = {
+        let run = Arc::clone(&run);
+        thread::spawn(move || run.dispatch())
+    };
+    let workers: Vec<_> = (0..jobs.max(1))
+        .map(|index| {
+            let run = Arc::clone(&run);
+            thread::spawn(move || run.work(index))
+        })
+        .collect();
+    let ended = run.watch();
+    run.finished.store(true, Ordering::SeqCst);
+    for handle in workers.into_iter().chain([dispatcher]) {
+        handle.join().map_err(|_| CliError::Bad("a worker thread panicked".into()))??;
+    }
+    let ended = ended?;
+    if !matches!(ended, Ending::Interrupted) {
+        // Ready nodes of a failed run were enqueued but will never run.
+        while store.queue().cancel_execution(&run.graph)? > 0 {}
+    }
+    run.summary(out)?;
+    Ok(ended)
+}
+
+/// The unfinished run of the same pipeline (name and content), or a new one.
+fn find_or_create(
+    store: &Store,
+    pipeline: &Pipeline,
+    fresh: bool,
+    out: &Output,
+) -> Result<String, CliError> {
+    let unfinished = unfinished_runs(store, pipeline)?;
+    if !fresh && let Some(graph) = unfinished.last() {
+        out.note(&format!("resuming run {} of {}", graph.id, pipeline.name));
+        return Ok(graph.id.clone());
+    }
+    for graph in &unfinished {
+        store.graphs().cancel(&graph.id)?;
+    }
+    let graph = pipeline.build(store)?;
+    out.note(&format!("run {graph} of {} ({} nodes)", pipeline.name, pipeline.nodes.len()));
+    Ok(graph)
+}
+
+fn unfinished_runs(store: &Store, pipeline: &Pipeline) -> spindle::Result<Vec<Graph>> {
+    let mut found = Vec::new();
+    let mut page = Page::first(1000);
+    loop {
+        let graphs = store.graphs().list(page.clone())?;
+        let Some(last) = graphs.last() else { return Ok(found) };
+        page = Page::after(last.id.clone(), 1000);
+        found.extend(graphs.into_iter().filter(|graph| {
+            let meta = &graph.metadata;
+            meta["kind"] == RUN_KIND
+                && meta["pipeline"] == pipeline.name.as_str()
+                && meta["hash"] == pipeline.hash.as_str()
+                && !graph.status.is_terminal()
+        }));
+    }
+}
+
+/// What the run's threads share.
+struct Run {
+    store: Store,
+    graph: String,
+    queue: String,
+    pipeline: Pipeline,
+    lease_ms: i64,
+    /// Set by the first Ctrl-C: claim nothing more.
+    stop: AtomicBool,
+    /// Set by the second Ctrl-C: kill the running commands.
+    kill: AtomicBool,
+    interrupts: AtomicUsize,
+    /// Set when the graph has ended (or the run stops): threads leave.
+    finished: AtomicBool,
+    /// The nodes being run, with when they started.
+    running: Mutex<BTreeMap<String, Instant>>,
+    /// The progress bar, when there is a terminal.
+    bar: Option<indicatif::ProgressBar>,
+    began: Instant,
+}
+
+impl Run {
+    fn new(store: Store, graph: String, pipeline: Pipeline) -> Self {
+        let queue = format!("run:{graph}");
+        let bar = std::io::stderr().is_terminal().then(|| new_bar(pipeline.nodes.len()));
+        Self {
+            store,
+            graph,
+            queue,
+            pipeline,
+            lease_ms: lease_ms(),
+            stop: AtomicBool::new(false),
+            kill: AtomicBool::new(false),
+            interrupts: AtomicUsize::new(0),
+            finished: AtomicBool::new(false),
+            running: Mutex::new(BTreeMap::new()),
+            bar,
+            began: Instant::now(),
+        }
+    }
+
+    /// Follows the graph's stream and enqueues every node that is ready.
+    fn dispatch(&self) -> Result<(), CliError> {
+        let mut events = self.store.subscribe(Stream::graph(&self.graph), 0)?;
+        while !self.finished.load(Ordering::SeqCst) {
+            let Some(event) = events.recv_timeout(Duration::from_millis(200))? else { continue };
+            match GraphEvent::from_event(&event)? {
+                GraphEvent::NodeReady { node_id, .. } => self.enqueue(&node_id)?,
+                event if event.is_terminal() => return Ok(()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueues a ready node once per firing (a replayed or repeated announcement is a no-op).
+    fn enqueue(&self, name: &str) -> Result<(), CliError> {
+        let node = self.store.graphs().node(&self.graph, name)?;
+        let Some(step) = self.pipeline.step(name) else { return Ok(()) };
+        if node.status != NodeStatus::Ready {
+            return Ok(());
+        }
+        let item = NewItem::new(self.queue.clone(), json!({ "node": name }))
+            .max_attempts(step.retries + 1 + INTERRUPTIONS_MAX)
+            .backoff(Backoff { base_ms: 1_000, max_ms: 30_000 })
+            .dedupe_key(format!("{name}#{}", node.fires))
+            .execution_id(self.graph.clone())
+            .node_id(name);
+        self.store.queue().enqueue(item)?;
+        Ok(())
+    }
+
+    /// A worker: claims items and runs their nodes until the run ends or stops.
+    fn work(&self, index: usize) -> Result<(), CliError> {
+        let worker = format!("{}-{}-{index}", hostname(), std::process::id());
+        let queues = [self.queue.as_str()];
+        let wait = Duration::from_millis(250);
+        while !self.finished.load(Ordering::SeqCst) && !self.stop.load(Ordering::SeqCst) {
+            if let Some(job) =
+                self.store.queue().claim_wait(&worker, &queues, self.lease_ms, wait)?
+            {
+                self.run_item(&job)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the node of a claimed item and records how it ended.
+    fn run_item(&self, job: &Claimed) -> Result<(), CliError> {
+        let name = job.item.payload["node"].as_str().unwrap_or_default().to_owned();
+        let Some(step) = self.pipeline.step(&name).cloned() else {
+            return self.drop_item(job);
+        };
+        let node = self.store.graphs().node(&self.graph, &name)?;
+        match node.status {
+            NodeStatus::Ready => match self.store.graphs().start_node(&self.graph, &name) {
+                Ok(()) => {}
+                Err(spindle::Error::Conflict(_)) => return self.drop_item(job),
+                Err(error) => return Err(error.into()),
+            },
+            NodeStatus::Running => {}
+            _ => return self.drop_item(job),
+        }
+        self.running.lock().insert(name.clone(), Instant::now());
+        let result = self.execute(&step, job);
+        self.running.lock().remove(&name);
+        match result? {
+            Exit::LeaseLost | Exit::Abandoned => Ok(()),
+            Exit::Success(tail) => self.succeed(job, &step, tail),
+            Exit::Failure(error) => self.failed(job, &step, error),
+        }
+    }
+
+    /// Completes an item whose node no longer needs running (finished, or its run ended).
+    fn drop_item(&self, job: &Claimed) -> Result<(), CliError> {
+        let result = json!({ "skipped": true });
+        match self.store.queue().complete(&job.item.id, job.fence, result) {
+            Ok(()) | Err(spindle::Error::LeaseLost(_)) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Runs the command, renewing the lease, until it exits, times out or is killed.
+    fn execute(&self, step: &Step, job: &Claimed) -> Result<Exit, CliError> {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(&step.run)
+            .env("SPINDLE_RUN", &self.graph)
+            .env("SPINDLE_NODE", &step.name)
+            .env("SPINDLE_ATTEMPT", job.item.attempt.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|error| CliError::Bad(format!("cannot start sh: {error}")))?;
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let readers = collect_output(&mut child, &tail);
+        let exit = self.supervise(&mut child, step, job);
+        for reader in readers {
+            let _ = reader.join();
+        }
+        let tail = tail.lock().text();
+        Ok(match exit? {
+            Supervised::Exited(0) => Exit::Success(tail),
+            Supervised::Exited(code) => Exit::Failure(failure(job, &format!("exit {code}"), &tail)),
+            Supervised::Signalled => Exit::Failure(failure(job, "killed by a signal", &tail)),
+            Supervised::TimedOut(s) => {
+                Exit::Failure(failure(job, &format!("timed out after {s} s"), &tail))
+            }
+            Supervised::LeaseLost => Exit::LeaseLost,
+            Supervised::Killed => Exit::Abandoned,
+        })
+    }
+
+    /// Waits for the command, heartbeating; kills its process group on timeout, lost lease
+    /// or a second Ctrl-C.
+    fn supervise(
+        &self,
+        child: &mut Child,
+        step: &Step,
+        job: &Claimed,
+    ) -> Result<Supervised, CliError> {
+        let started = Instant::now();
+        let mut beat = Instant::now();
+        let heartbeat_every = Duration::from_millis(u64::try_from(self.lease_ms / 5).unwrap_or(1));
+        loop {
+            if let Some(status) = child.try_wait().map_err(|e| CliError::Bad(e.to_string()))? {
+                return Ok(status.code().map_or(Supervised::Signalled, Supervised::Exited));
+            }
+            let verdict = if self.kill.load(Ordering::SeqCst) {
+                Some(Supervised::Killed)
+            } else if step.timeout_s.is_some_and(|s| started.elapsed() >= Duration::from_secs(s)) {
+                Some(Supervised::TimedOut(step.timeout_s.unwrap_or(0)))
+            } else if beat.elapsed() >= heartbeat_every {
+                beat = Instant::now();
+                self.heartbeat(job)?
+            } else {
+                None
+            };
+            if let Some(verdict) = verdict {
+                kill_group(child);
+                return Ok(verdict);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn heartbeat(&self, job: &Claimed) -> Result<Option<Supervised>, CliError> {
+        match self.store.queue().heartbeat(&job.item.id, job.fence, self.lease_ms) {
+            Ok(_) => Ok(None),
+            Err(spindle::Error::LeaseLost(_)) => Ok(Some(Supervised::LeaseLost)),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Completes the item and the node in one transaction.
+    fn succeed(&self, job: &Claimed, step: &Step, tail: String) -> Result<(), CliError> {
+        let output = NodeOutput::ok(json!({ "attempt": job.item.attempt, "output": tail }));
+        let (graph, node) = (self.graph.clone(), step.name.clone());
+        let (id, fence) = (job.item.id.clone(), job.fence);
+        let done = self.store.transaction(move |tx| {
+            tx.exec(Complete { id, fence, result: json!({ "ok": true }) })?;
+            tx.exec(spindle::graph::CompleteNode { graph, node, output: Some(output) })?;
+            Ok(TxOutcome::Commit(()))
+        });
+        self.report(step, "ok", job.item.attempt);
+        self.settled(done, job)
+    }
+
+    /// Retries the item, or fails it and the node in one transaction.
+    fn failed(&self, job: &Claimed, step: &Step, error: String) -> Result<(), CliError> {
+        let (id, fence) = (job.item.id.clone(), job.fence);
+        if job.item.attempt <= step.retries {
+            self.report(step, "retry", job.item.attempt);
+            return match self.store.queue().fail(&id, fence, &error, true) {
+                Ok(_) | Err(spindle::Error::LeaseLost(_)) => Ok(()),
+                Err(error) => Err(error.into()),
+            };
+        }
+        let (graph, node) = (self.graph.clone(), step.name.clone());
+        let done = self.store.transaction(move |tx| {
+            tx.exec(Fail { id, fence, error: error.clone(), retryable: false })?;
+            tx.exec(spindle::graph::FailNode { graph, node, error })?;
+            Ok(TxOutcome::Commit(()))
+        });
+        self.report(step, "FAILED", job.item.attempt);
+        self.settled(done, job)
+    }
+
+    /// A lost lease or an ended graph means someone else decided: only the item is closed.
+    fn settled(&self, done: spindle::Result<()>, job: &Claimed) -> Result<(), CliError> {
+        match done {
+            Ok(()) | Err(spindle::Error::LeaseLost(_)) => Ok(()),
+            Err(spindle::Error::Conflict(_)) => self.drop_item(job),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// One line per finished attempt: above the bar on a terminal, plain otherwise.
+    fn report(&self, step: &Step, what: &str, attempt: u32) {
+        let elapsed = self.began.elapsed().as_secs_f64();
+        let line = format!("[{elapsed:>7.1}s] {what:<6} {} (attempt {attempt})", step.name);
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// Shows progress until the graph ends, or the run stops and nothing runs any more.
+    fn watch(&self) -> Result<Ending, CliError> {
+        loop {
+            let graph = self.store.graphs().get(&self.graph)?;
+            self.show(&graph);
+            match graph.status {
+                GraphStatus::Complete => return Ok(self.end(Ending::Complete)),
+                GraphStatus::Failed | GraphStatus::Cancelled => return Ok(self.end(Ending::Failed)),
+                _ => {}
+            }
+            if self.stop.load(Ordering::SeqCst) && self.running.lock().is_empty() {
+                return Ok(self.end(Ending::Interrupted));
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn end(&self, ending: Ending) -> Ending {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        ending
+    }
+
+    fn show(&self, graph: &Graph) {
+        let Some(bar) = &self.bar else { return };
+        let counts = graph.counts;
+        bar.set_position(counts.complete + counts.failed + counts.skipped);
+        let running: Vec<String> = self.running.lock().keys().take(4).cloned().collect();
+        bar.set_message(format!(
+            "done {} running {} failed {} skipped {}  {}",
+            counts.complete,
+            counts.running,
+            counts.failed,
+            counts.skipped,
+            running.join(" ")
+        ));
+    }
+
+    /// The table of every node: status, attempts, duration.
+    fn summary(&self, out: &Output) -> Result<(), CliError> {
+        let graph = self.store.graphs().get(&self.graph)?;
+        let nodes = self.store.graphs().nodes(&self.graph)?;
+        let rows: Vec<Value> = nodes
+            .iter()
+            .map(|node| {
+                let attempts = node.output.as_ref().and_then(attempt_of).or_else(|| {
+                    node.error
+                        .as_deref()
+                        .and_then(|e| e.strip_prefix("attempt "))
+                        .and_then(|rest| rest.split(':').next())
+                        .and_then(|n| n.parse().ok())
+                });
+                let duration_ms = node.finished_at_ms.zip(node.started_at_ms).map(|(f, s)| f - s);
+                json!({ "node": node.id, "status": node.status, "attempts": attempts,
+                        "duration_ms": duration_ms, "error": node.error })
+            })
+            .collect();
+        if out.json {
+            out.print_json(&json!({ "run": graph.id, "status": graph.status, "nodes": rows }));
+            return Ok(());
+        }
+        println!("{:<32} {:<9} {:>8} {:>10}", "NODE", "STATUS", "ATTEMPTS", "DURATION");
+        for row in &rows {
+            let attempts = row["attempts"].as_u64().map_or("-".into(), |n| n.to_string());
+            let duration = row["duration_ms"]
+                .as_i64()
+                .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1e3));
+            let status = row["status"].as_str().unwrap_or("?");
+            println!(
+                "{:<32} {status:<9} {attempts:>8} {duration:>10}",
+                row["node"].as_str().unwrap_or("?")
+            );
+        }
+        println!("run {} {}", graph.id, graph.status.as_str());
+        Ok(())
+    }
+}
+
+fn attempt_of(output: &NodeOutput) -> Option<u64> {
+    match output {
+        NodeOutput::Single(token) => token.data.as_ref()?.get("attempt")?.as_u64(),
+        NodeOutput::Many { .. } => None,
+    }
+}
+
+/// How a command ended, as the worker sees it.
+enum Exit {
+    Success(String),
+    Failure(String),
+    LeaseLost,
+    Abandoned,
+}
+
+enum Supervised {
+    Exited(i32),
+    Signalled,
+    TimedOut(u64),
+    LeaseLost,
+    Killed,
+}
+
+/// The error a failed attempt records: its number (read back by the summary), what
+/// happened, and the end of the output.
+fn failure(job: &Claimed, what: &str, tail: &str) -> String {
+    let end = tail.len().saturating_sub(2048);
+    let end = (end..tail.len()).find(|&i| tail.is_char_boundary(i)).unwrap_or(tail.len());
+    format!("attempt {}: {what}\n{}", job.item.attempt, &tail[end..])
+}
+
+/// The last `TAIL_BYTES` of a command's output.
+#[derive(Default)]
+struct Tail(Vec<u8>);
+
+impl Tail {
+    fn push(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+        if self.0.len() > TAIL_BYTES {
+            let cut = self.0.len() - TAIL_BYTES;
+            self.0.drain(..cut);
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0).into_owned()
+    }
+}
+
+fn collect_output(child: &mut Child, tail: &Arc<Mutex<Tail>>) -> Vec<thread::JoinHandle<()>> {
+    let mut readers = Vec::new();
+    let streams: [Option<Box<dyn Read + Send>>; 2] = [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ];
+    for mut stream in streams.into_iter().flatten() {
+        let tail = Arc::clone(tail);
+        readers.push(thread::spawn(move || {
+            let mut buffer = [0_u8; 8192];
+            while let Ok(read) = stream.read(&mut buffer) {
+                if read == 0 {
+                    break;
+                }
+                tail.lock().push(&buffer[..read]);
+            }
+        }));
+    }
+    readers
+}
+
+/// Kills the command's whole process group, then reaps it.
+fn kill_group(child: &mut Child) {
+    let group = format!("-{}", child.id());
+    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname").map_or_else(|_| "host".into(), |h| h.trim().to_owned())
+}
+
+fn new_bar(len: usize) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len as u64);
+    let style = indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}")
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
+}
+
+/// Ctrl-C once: claim nothing more and let running commands finish. Twice: kill them. The run
+/// stays resumable either way.
+fn install_interrupts(run: &Arc<Run>) {
+    let run = Arc::clone(run);
+    let _ = ctrlc::set_handler(move || {
+        if run.interrupts.fetch_add(1, Ordering::SeqCst) == 0 {
+            run.stop.store(true, Ordering::SeqCst);
+            eprintln!(
+                "stopping: running nodes finish (Ctrl-C again kills them); run again to resume"
+            );
+        } else {
+            run.kill.store(true, Ordering::SeqCst);
+        }
+    });
+}

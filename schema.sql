@@ -165,10 +165,15 @@ CREATE TABLE graphs (
 
 CREATE INDEX graphs_by_parent ON graphs (tenant_id, parent_graph_id, graph_id);
 
--- What recovery and the deadline sweep read.
+-- What recovery and a tenant's deadline sweep read.
 CREATE INDEX graphs_running
     ON graphs (tenant_id, deadline_at_ms, graph_id)
     WHERE status = 'running';
+
+-- The store's alarm: the earliest deadline of any tenant, and who is overdue.
+CREATE INDEX graphs_deadlines
+    ON graphs (deadline_at_ms, tenant_id)
+    WHERE status = 'running' AND deadline_at_ms IS NOT NULL;
 
 -- Nodes. in_edges counts inbound edges other than self-loops; in_filled those of them that
 -- hold a token; in_dead those that hold none and whose source has finished without sending

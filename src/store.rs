@@ -130,10 +130,9 @@ impl Store {
         };
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
         let store = Store { shared: Arc::new(shared), scope };
-        if !read_only {
-            if recover {
-                store.recover_graphs()?;
-            }
+        // A process that only inspects the store leaves sweeps to the one running it.
+        if recover && !read_only {
+            store.recover_graphs()?;
             store.exec(ExpireDeadlines)?;
         }
         Ok(store)

@@ -725,6 +725,47 @@ fn a_deadline_is_kept_without_any_caller_waiting() {
 }
 
 #[test]
+fn a_deadline_sweep_that_could_not_commit_runs_again() {
+    let clock = ManualClock::new(T0);
+    let temp = common::temp_store_with(Options {
+        clock: Arc::new(clock.clone()),
+        busy_timeout: Duration::from_millis(50),
+        ..Options::default()
+    });
+    let store = &temp.store;
+    let g = store.graphs().create(json!({})).expect("create");
+    node(store, &g, "a");
+    store.graphs().set_timeout(&g, Some(1_000)).expect("timeout");
+    store.graphs().start(&g).expect("start");
+    let other = rusqlite::Connection::open(&temp.path).expect("raw connection");
+    other.execute_batch("BEGIN IMMEDIATE").expect("hold the write lock");
+    clock.advance_ms(1_000);
+    let blocked = store.graphs().create(json!({}));
+    assert!(matches!(blocked, Err(Error::Busy)), "{blocked:?}");
+    assert_eq!(graph_status(store, &g), GraphStatus::Running, "reads still work");
+    other.execute_batch("ROLLBACK").expect("release");
+    clock.advance_ms(1_000);
+    store.graphs().create(json!({})).expect("a write carries the retried sweep");
+    assert_eq!(graph_status(store, &g), GraphStatus::Failed);
+}
+
+#[test]
+fn cancelling_a_deep_chain_of_children_cancels_them_all() {
+    let store = store();
+    let root = store.graphs().create(json!({})).expect("create");
+    let mut parent = root.clone();
+    let mut chain = Vec::new();
+    for _ in 0..300 {
+        parent = store.graphs().create_child(&parent, json!({})).expect("child");
+        chain.push(parent.clone());
+    }
+    store.graphs().cancel(&root).expect("cancel");
+    for child in &chain {
+        assert_eq!(graph_status(&store, child), GraphStatus::Cancelled);
+    }
+}
+
+#[test]
 fn a_deadline_that_passed_while_closed_is_kept_at_open() {
     let clock = ManualClock::new(T0);
     let temp =

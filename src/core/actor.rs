@@ -156,6 +156,9 @@ struct Actor {
     alarm_job: Option<AlarmJob>,
 }
 
+/// How long after a failed alarm job it runs again, in milliseconds.
+const ALARM_RETRY_MS: i64 = 1_000;
+
 /// Builds the job the actor runs when an alarm set through `Tx::set_alarm` is due. The store
 /// supplies it; the engine does not know what it does.
 pub(crate) type AlarmJob = Box<dyn Fn() -> Job + Send>;
@@ -268,7 +271,8 @@ impl Actor {
     /// How long until the alarm is due by the store's clock (zero if it is), if one is set.
     fn alarm_wait(&self) -> Option<Duration> {
         let alarm_ms = self.alarm_ms.filter(|_| self.alarm_job.is_some())?;
-        let wait_ms = alarm_ms.saturating_sub(self.stamp.peek_ms()).max(0);
+        // At most a second: the clock may jump (a test's, or the system's after a suspend).
+        let wait_ms = alarm_ms.saturating_sub(self.stamp.peek_ms()).clamp(0, 1_000);
         Some(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
     }
 
@@ -331,11 +335,16 @@ impl Actor {
 
     fn run_batch(&mut self, jobs: Vec<Job>) {
         let now_ms = self.stamp.next_ms();
-        let alarm = self.take_due_alarm(now_ms);
+        // A due alarm joins a batch that writes anyway (or runs alone when idle): a batch of
+        // reads stays a deferred transaction that another process's writer cannot block.
+        let writing = jobs.iter().any(|job| job.access != Access::Read);
+        let alarm = (writing || jobs.is_empty()).then(|| self.take_due_alarm(now_ms)).flatten();
+        let carried = alarm.is_some();
         let jobs = alarm.into_iter().chain(jobs);
         let mut jobs: VecDeque<Job> = jobs.filter_map(|job| self.admit(job)).collect();
         let writes = jobs.iter().any(|job| job.access != Access::Read);
         let mut batch = Batch::default();
+        let mut alarm_kept = false;
         while let Some(job) = jobs.pop_front() {
             if !batch.open {
                 if let Err(error) = self.begin(writes) {
@@ -343,15 +352,28 @@ impl Actor {
                     for job in std::iter::once(job).chain(jobs.drain(..)) {
                         job.refuse(error.replicate());
                     }
-                    return;
+                    return self.retry_alarm(carried, now_ms);
                 }
                 batch.open = true;
                 self.publisher.notice_foreign_writes(&self.conn);
             }
+            let first = batch.applied.is_empty();
             self.run_job(job, now_ms, &mut batch);
+            if first && carried {
+                alarm_kept = batch.applied.first().is_some_and(|applied| applied.keep);
+            }
         }
-        if batch.open {
-            self.commit(batch, writes);
+        let committed = batch.open && self.commit(batch, writes);
+        if !(committed && alarm_kept) {
+            self.retry_alarm(carried, now_ms);
+        }
+    }
+
+    /// An alarm job whose work did not commit runs again a little later.
+    fn retry_alarm(&mut self, carried: bool, now_ms: i64) {
+        if carried {
+            let retry_ms = now_ms.saturating_add(ALARM_RETRY_MS);
+            self.alarm_ms = earliest(self.alarm_ms, Some(retry_ms));
         }
     }
 
@@ -423,7 +445,8 @@ impl Actor {
         }
     }
 
-    fn commit(&mut self, mut batch: Batch, writes: bool) {
+    /// Commits the batch; returns whether it committed.
+    fn commit(&mut self, mut batch: Batch, writes: bool) -> bool {
         let started = Instant::now();
         let committed = self.statement("COMMIT");
         if writes {
@@ -444,8 +467,12 @@ impl Actor {
                     self.state.bell.ring();
                 }
                 self.alarm_ms = earliest(self.alarm_ms, batch.alarm_ms);
+                true
             }
-            Err(error) => self.abandon(&mut batch, &error),
+            Err(error) => {
+                self.abandon(&mut batch, &error);
+                false
+            }
         }
     }
 

@@ -129,7 +129,7 @@ impl<'a> Tx<'a> {
         let scope = Scope { tenant: Arc::from(tenant), role: self.scope.role };
         let mut other = Tx::new(self.conn, self.now_ms, &scope, self.limits, self.ids, self.guard);
         other.publishing = self.publishing;
-        let result = work(&mut other);
+        let result = other.nested(work);
         let finished = other.finish();
         self.published.extend(finished.published);
         self.rang |= finished.rang;

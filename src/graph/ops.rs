@@ -562,39 +562,55 @@ fn finish_node(tx: &mut Tx<'_>, graph: &str, node: &str, outcome: Outcome) -> Re
     settle_up(tx, ended)
 }
 
-/// Hands a graph's end to the SubGraph node that runs it, and so on up the tree. A graph that
-/// ends without completing cancels its unfinished children first: nothing would finish them.
-fn settle_up(tx: &mut Tx<'_>, mut ended: Option<Ended>) -> Result<()> {
-    while let Some(child) = ended.take() {
-        if child.status != GraphStatus::Complete {
-            cancel_children(tx, &child.graph_id)?;
-        }
-        let (Some(parent), Some(node)) = (&child.parent_graph_id, &child.parent_node_id) else {
-            continue;
-        };
-        let mut net = Net::open(tx, parent)?;
-        if net.state().status != GraphStatus::Running {
-            continue;
-        }
-        let node = net.node(node)?;
-        if !matches!(node.status, NodeStatus::Ready | NodeStatus::Running) {
-            continue;
-        }
-        let outcome = match child.status {
-            GraphStatus::Complete => Outcome::Done(Some(net::child_output(&child.graph_id))),
-            GraphStatus::Cancelled => {
-                Outcome::Failed(format!("child graph {} was cancelled", child.graph_id))
+/// Hands a graph's end to the SubGraph node that runs it, and so on up the tree, and down to
+/// its children: a graph that fails or is cancelled cancels its unfinished children, and one
+/// that completes cancels those bound to a node that will not run them. A work list, not
+/// recursion: nesting depth cannot exhaust the store thread's stack.
+fn settle_up(tx: &mut Tx<'_>, ended: Option<Ended>) -> Result<()> {
+    let mut ends: Vec<Ended> = ended.into_iter().collect();
+    while let Some(end) = ends.pop() {
+        let bound_only = end.status == GraphStatus::Complete;
+        for child in
+            sql::select_live_children(tx.sql(), Key { tenant: tx.tenant(), graph: &end.graph_id })?
+        {
+            if bound_only && child.1.is_none() {
+                continue;
             }
-            _ => Outcome::Failed(format!(
-                "child graph {} failed: {}",
-                child.graph_id,
-                child.error.as_deref().unwrap_or("")
-            )),
-        };
-        net.finish_node(&node, outcome)?;
-        ended = net.settle()?;
+            let mut net = Net::open(tx, &child.0)?;
+            net.end(GraphStatus::Cancelled, None, None)?;
+            ends.extend(net.settle()?);
+        }
+        ends.extend(finish_parent_node(tx, &end)?);
     }
     Ok(())
+}
+
+/// Finishes the SubGraph node that runs the graph that ended, if it still waits for it.
+fn finish_parent_node(tx: &mut Tx<'_>, child: &Ended) -> Result<Option<Ended>> {
+    let (Some(parent), Some(node)) = (&child.parent_graph_id, &child.parent_node_id) else {
+        return Ok(None);
+    };
+    let mut net = Net::open(tx, parent)?;
+    if net.state().status != GraphStatus::Running {
+        return Ok(None);
+    }
+    let node = net.node(node)?;
+    if !matches!(node.status, NodeStatus::Ready | NodeStatus::Running) {
+        return Ok(None);
+    }
+    let outcome = match child.status {
+        GraphStatus::Complete => Outcome::Done(Some(net::child_output(&child.graph_id))),
+        GraphStatus::Cancelled => {
+            Outcome::Failed(format!("child graph {} was cancelled", child.graph_id))
+        }
+        _ => Outcome::Failed(format!(
+            "child graph {} failed: {}",
+            child.graph_id,
+            child.error.as_deref().unwrap_or("")
+        )),
+    };
+    net.finish_node(&node, outcome)?;
+    net.settle()
 }
 
 /// Starts the child graph of a SubGraph node that just started; a child that is already
@@ -630,15 +646,6 @@ fn cancel_tree(tx: &mut Tx<'_>, graph: &str) -> Result<()> {
     net.end(GraphStatus::Cancelled, None, None)?;
     let ended = net.settle()?;
     settle_up(tx, ended)
-}
-
-/// Cancels the unfinished children of a graph that ended.
-fn cancel_children(tx: &mut Tx<'_>, graph: &str) -> Result<()> {
-    let key = Key { tenant: tx.tenant(), graph };
-    for child in sql::select_live_children(tx.sql(), key)? {
-        cancel_tree(tx, &child)?;
-    }
-    Ok(())
 }
 
 /// Fails a running graph whose deadline has passed.

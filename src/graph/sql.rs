@@ -238,14 +238,18 @@ pub(super) fn select_children(conn: &Connection, key: Key<'_>) -> Result<Vec<Gra
     rows.map(|row| row?.decode()).collect()
 }
 
-/// The ids of the unfinished children of `parent`.
-pub(super) fn select_live_children(conn: &Connection, key: Key<'_>) -> Result<Vec<String>> {
+/// The ids of the unfinished children of `parent`, with the node bound to run each.
+pub(super) fn select_live_children(
+    conn: &Connection,
+    key: Key<'_>,
+) -> Result<Vec<(String, Option<String>)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT graph_id FROM graphs INDEXED BY graphs_by_parent
+        "SELECT graph_id, parent_node_id FROM graphs INDEXED BY graphs_by_parent
          WHERE tenant_id = ?1 AND parent_graph_id = ?2 AND status IN ('pending', 'running')
          ORDER BY graph_id",
     )?;
-    let rows = stmt.query_map(params![key.tenant, key.graph], |row| row.get(0))?;
+    let rows =
+        stmt.query_map(params![key.tenant, key.graph], |row| Ok((row.get(0)?, row.get(1)?)))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
@@ -278,8 +282,8 @@ pub(super) fn select_overdue(
 /// Every tenant with a running graph past its deadline at `now_ms`.
 pub(crate) fn select_tenants_overdue(conn: &Connection, now_ms: i64) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT tenant_id FROM graphs INDEXED BY graphs_running
-         WHERE status = 'running' AND deadline_at_ms <= ?1 ORDER BY tenant_id",
+        "SELECT DISTINCT tenant_id FROM graphs INDEXED BY graphs_deadlines
+         WHERE status = 'running' AND deadline_at_ms IS NOT NULL AND deadline_at_ms <= ?1",
     )?;
     let rows = stmt.query_map(params![now_ms], |row| row.get(0))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -288,8 +292,8 @@ pub(crate) fn select_tenants_overdue(conn: &Connection, now_ms: i64) -> Result<V
 /// The earliest deadline of any running graph of any tenant.
 pub(super) fn select_next_deadline(conn: &Connection) -> Result<Option<i64>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT min(deadline_at_ms) FROM graphs INDEXED BY graphs_running
-         WHERE status = 'running'",
+        "SELECT min(deadline_at_ms) FROM graphs INDEXED BY graphs_deadlines
+         WHERE status = 'running' AND deadline_at_ms IS NOT NULL",
     )?;
     Ok(stmt.query_row([], |row| row.get(0))?)
 }

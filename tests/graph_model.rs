@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use common::Dice;
 use serde_json::json;
 use spindle::{
-    GatherStrategy, Graph, GraphStatus, JoinType, Node, NodeOptions, NodeOutput, NodeSpec,
-    NodeStatus, Store, Token, TokenColor,
+    GatherStrategy, Graph, GraphStatus, JoinType, Limits, Node, NodeOptions, NodeOutput, NodeSpec,
+    NodeStatus, Options, Store, Token, TokenColor,
 };
 
 const GRAPHS: u64 = 250;
@@ -33,6 +33,51 @@ fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
     // The generator reaches both endings and skips nodes; otherwise the checks prove little.
     for what in ["complete", "failed", "skipped nodes"] {
         assert!(seen.get(what).is_some_and(|&n| n >= 10), "too few {what}: {seen:?}");
+    }
+}
+
+#[test]
+fn random_graphs_with_loops_always_finish_and_keep_their_counts() {
+    let limits = Limits { loop_refires_max: 5, ..Limits::default() };
+    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let mut refired = 0;
+    for seed in 0..GRAPHS {
+        let mut dice = Dice::new(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5EED);
+        let graph = build(&store, &mut dice, seed);
+        add_loops(&store, &graph, &mut dice);
+        store.graphs().start(&graph).expect("start");
+        drive(&store, &graph, &mut dice, seed);
+        let summary = store.graphs().get(&graph).expect("get");
+        assert!(summary.status.is_terminal(), "seed {seed}: {summary:?}");
+        let all = nodes(&store, &graph);
+        check_counts(&summary, &all, seed);
+        for node in &all {
+            assert!(node.fires <= 6, "seed {seed}: {node:?} past the loop limit");
+            if summary.status == GraphStatus::Complete {
+                let finished = [NodeStatus::Complete, NodeStatus::Failed, NodeStatus::Skipped];
+                assert!(finished.contains(&node.status), "seed {seed}: {node:?} unfinished");
+            }
+        }
+        refired += all.iter().filter(|node| node.fires > 1).count();
+    }
+    assert!(refired >= 20, "the loops were hardly taken: {refired}");
+}
+
+/// Self-loops and back edges into `Any` joins, taken by an `again` token.
+fn add_loops(store: &Store, graph: &str, dice: &mut Dice) {
+    let all = nodes(store, graph);
+    for node in &all {
+        if dice.below(3) == 0 {
+            let again = Some(TokenColor::named("again"));
+            store.graphs().add_edge(graph, &node.id, &node.id, again).expect("self-loop");
+        }
+    }
+    for (later, node) in all.iter().enumerate().skip(1) {
+        let earlier = &all[dice.below(later as u64) as usize];
+        if dice.below(4) == 0 && earlier.join == JoinType::Any {
+            let again = Some(TokenColor::named("again"));
+            store.graphs().add_edge(graph, &node.id, &earlier.id, again).expect("back edge");
+        }
     }
 }
 
@@ -107,7 +152,9 @@ fn grow(store: &Store, graph: &str, dice: &mut Dice, step: usize) {
 }
 
 fn finish_randomly(store: &Store, graph: &str, node: &str, dice: &mut Dice) {
-    let output = match dice.below(6) {
+    let output = match dice.below(8) {
+        6 => Some(NodeOutput::Single(Token::named("again", None))),
+        7 => Some(NodeOutput::Many { tokens: vec![Token::ok(), Token::named("again", None)] }),
         0 => {
             store.graphs().fail_node(graph, node, "random failure").expect("fail");
             return;

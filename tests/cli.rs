@@ -107,6 +107,37 @@ fn an_unhandled_failure_exits_1_after_its_retries() {
 }
 
 #[test]
+fn a_background_child_does_not_outlive_its_node_or_make_it_run_again() {
+    let s = Scratch::new();
+    let nodes = json!({ "a": { "run": format!("{}; sleep 30 &", s.append("a")) } });
+    let began = Instant::now();
+    let output = s.run(&s.pipeline("background.json", nodes));
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(began.elapsed() < Duration::from_secs(15), "waited for the background child");
+    assert_eq!(s.lines(), ["a"]);
+}
+
+#[test]
+fn a_timeout_kills_the_command_and_a_failed_run_stops_its_siblings() {
+    let s = Scratch::new();
+    let nodes = json!({
+        "slow": { "run": "sleep 30", "timeout_s": 1 },
+        "sibling": { "run": format!("sleep 30; {}", s.append("sibling")) },
+    });
+    let began = Instant::now();
+    let output = s.run(&s.pipeline("timeout.json", nodes));
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(began.elapsed() < Duration::from_secs(15), "the timeout and the stop took too long");
+    let graphs = json_of(s.command().args(["graphs", "--json"]));
+    let id = graphs[0]["id"].as_str().expect("an id").to_owned();
+    let shown = json_of(s.command().args(["graph", "show", &id, "--json"]));
+    let nodes = shown["nodes"].as_array().expect("nodes");
+    let slow = nodes.iter().find(|node| node["id"] == "slow").expect("slow");
+    assert!(slow["error"].as_str().is_some_and(|e| e.contains("timed out")), "{slow}");
+    assert!(s.lines().is_empty(), "the sibling was stopped");
+}
+
+#[test]
 fn bad_pipelines_exit_2_naming_the_node_and_write_nothing() {
     let s = Scratch::new();
     let cases = [
@@ -117,6 +148,10 @@ fn bad_pipelines_exit_2_naming_the_node_and_write_nothing() {
             "cycle",
         ),
         (json!({ "a": { "run": "true", "after": [{ "node": "a", "on": "maybe" }] } }), "\"on\""),
+        (
+            json!({ "a": { "run": "true" }, "b": { "run": "true", "after": [{ "node": "a", "when": "error" }] } }),
+            "\"b\"",
+        ),
     ];
     for (nodes, reason) in cases {
         let path = s.pipeline("bad.json", nodes);

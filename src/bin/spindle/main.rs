@@ -37,9 +37,10 @@ enum Cmd {
     Run {
         /// The pipeline file (JSON).
         pipeline: PathBuf,
-        /// Commands run at once.
-        #[arg(short = 'j', long, default_value_t = 4)]
-        jobs: usize,
+        /// Commands run at once (1 to 256).
+        #[arg(short = 'j', long, default_value_t = 4,
+              value_parser = clap::value_parser!(u16).range(1..=256))]
+        jobs: u16,
         /// Start a new run even if an unfinished one exists (it is cancelled).
         #[arg(long)]
         fresh: bool,
@@ -106,6 +107,8 @@ pub enum CliError {
     Bad(String),
     /// The store failed: exit 3.
     Store(spindle::Error),
+    /// Something else went wrong on this machine (a thread, a process): exit 3.
+    Internal(String),
 }
 
 impl From<spindle::Error> for CliError {
@@ -113,6 +116,7 @@ impl From<spindle::Error> for CliError {
         match error {
             spindle::Error::InvalidInput(message) => CliError::Bad(message),
             spindle::Error::NotFound { kind, id } => CliError::Bad(format!("no {kind} {id}")),
+            too_large @ spindle::Error::TooLarge { .. } => CliError::Bad(too_large.to_string()),
             other => CliError::Store(other),
         }
     }
@@ -148,6 +152,10 @@ fn main() -> ExitCode {
             eprintln!("spindle: store error: {error}");
             ExitCode::from(3)
         }
+        Err(CliError::Internal(message)) => {
+            eprintln!("spindle: {message}");
+            ExitCode::from(3)
+        }
     }
 }
 
@@ -156,7 +164,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         // The file is checked before the store is even opened: bad input writes nothing.
         let pipeline = pipeline::load(pipeline).map_err(|bad| CliError::Bad(bad.to_string()))?;
         let store = open(&cli.db, &cli.tenant, Access::Runner)?;
-        let ending = run::run(&store, pipeline, *jobs, *fresh, out)?;
+        let ending = run::run(&store, pipeline, usize::from(*jobs), *fresh, out)?;
         store.close()?;
         return Ok(match ending {
             run::Ending::Complete => 0,

@@ -78,9 +78,13 @@ impl fmt::Display for BadPipeline {
     }
 }
 
-/// The most retries a node may ask for (the queue allows 1,000 attempts, some are kept for
-/// interruptions).
+/// The most retries a node may ask for.
 pub const RETRIES_MAX: u32 = 100;
+/// The most nodes and edges a pipeline may have (the store's default graph limits).
+const NODES_MAX: usize = 10_000;
+const EDGES_MAX: usize = 100_000;
+/// The longest command.
+const RUN_BYTES_MAX: usize = 64 * 1024;
 
 /// Reads and checks a pipeline file.
 pub fn load(path: &Path) -> Result<Pipeline, BadPipeline> {
@@ -105,6 +109,9 @@ fn check(raw: RawPipeline, hash: String) -> Result<Pipeline, (Option<String>, St
     if raw.nodes.0.is_empty() {
         return Err((None, "the pipeline has no nodes".into()));
     }
+    if raw.nodes.0.len() > NODES_MAX {
+        return Err((None, format!("the pipeline has more than {NODES_MAX} nodes")));
+    }
     let mut names = BTreeSet::new();
     for (name, _) in &raw.nodes.0 {
         if !names.insert(name.as_str()) {
@@ -112,8 +119,15 @@ fn check(raw: RawPipeline, hash: String) -> Result<Pipeline, (Option<String>, St
         }
     }
     let mut steps = Vec::new();
-    for (name, node) in &raw.nodes.0 {
-        steps.push(check_node(name, node, &names).map_err(|reason| (Some(name.clone()), reason))?);
+    for (name, value) in &raw.nodes.0 {
+        let named = |reason: String| (Some(name.clone()), reason);
+        let node: RawNode =
+            serde_json::from_value(value.clone()).map_err(|e| named(e.to_string()))?;
+        steps.push(check_node(name, &node, &names).map_err(named)?);
+    }
+    let edges: usize = steps.iter().map(|step| step.after.len()).sum();
+    if edges > EDGES_MAX {
+        return Err((None, format!("the pipeline has more than {EDGES_MAX} edges")));
     }
     if let Some(node) = find_cycle(&steps) {
         return Err((Some(node), "it is part of a cycle (cycles are not supported)".into()));
@@ -127,6 +141,9 @@ fn check_node(name: &str, node: &RawNode, names: &BTreeSet<&str>) -> Result<Step
     }
     if node.run.trim().is_empty() {
         return Err("\"run\" is empty".into());
+    }
+    if node.run.len() > RUN_BYTES_MAX {
+        return Err(format!("\"run\" is longer than {RUN_BYTES_MAX} bytes"));
     }
     if node.retries > RETRIES_MAX {
         return Err(format!("\"retries\" is at most {RETRIES_MAX}"));
@@ -143,7 +160,7 @@ fn check_node(name: &str, node: &RawNode, names: &BTreeSet<&str>) -> Result<Step
     for entry in &node.after {
         let (pred, on) = match entry {
             RawAfter::Name(pred) => (pred.clone(), On::Ok),
-            RawAfter::Edge { node, on } => (node.clone(), parse_on(on.as_deref())?),
+            RawAfter::Edge(edge) => (edge.node.clone(), parse_on(edge.on.as_deref())?),
         };
         if !names.contains(pred.as_str()) {
             return Err(format!("\"after\" names an unknown node {pred:?}"));
@@ -267,11 +284,19 @@ struct RawNode {
 #[serde(untagged)]
 enum RawAfter {
     Name(String),
-    Edge { node: String, on: Option<String> },
+    Edge(RawEdge),
 }
 
-/// The nodes object in file order, duplicates kept (so that they can be reported).
-struct Ordered(Vec<(String, RawNode)>);
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEdge {
+    node: String,
+    on: Option<String>,
+}
+
+/// The nodes object in file order, duplicates kept (so that they can be reported), each
+/// node still JSON (so that an error in it can name it).
+struct Ordered(Vec<(String, Value)>);
 
 impl<'de> Deserialize<'de> for Ordered {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -283,7 +308,7 @@ impl<'de> Deserialize<'de> for Ordered {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ordered, A::Error> {
                 let mut entries = Vec::new();
-                while let Some(entry) = map.next_entry::<String, RawNode>()? {
+                while let Some(entry) = map.next_entry::<String, Value>()? {
                     entries.push(entry);
                 }
                 Ok(Ordered(entries))
@@ -336,6 +361,13 @@ mod tests {
             assert!(node.is_some(), "{text}: no node named");
         }
         assert!(parse(r#"{"name":"p","nodes":{}}"#).is_err());
-        assert!(parse(r#"{"name":"p","nodes":{"a":{"run":"true","typo":1}}}"#).is_err());
+        for typo in [
+            r#"{"name":"p","nodes":{"a":{"run":"true","typo":1}}}"#,
+            r#"{"name":"p","nodes":{"a":{"run":"true"},"b":{"run":"true","after":[{"node":"a","when":"error"}]}}}"#,
+            r#"{"name":"p","nodes":{"a":{"run":"true","retries":-1}}}"#,
+        ] {
+            let (node, _) = parse(typo).expect_err(typo);
+            assert!(node.is_some(), "{typo}: the node is named");
+        }
     }
 }

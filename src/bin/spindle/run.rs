@@ -40,8 +40,10 @@ fn lease_ms() -> i64 {
         .filter(|ms| (500..=3_600_000).contains(ms))
         .unwrap_or(LEASE_MS)
 }
-/// Attempts a node gets beyond its retries, for runs interrupted while it ran.
-const INTERRUPTIONS_MAX: u32 = 3;
+/// Claims an item gets. A claim whose lease lapses (the run was killed) costs one, so this
+/// bounds interruptions, not retries: failures of the command are counted in the item's
+/// payload (`try`), and each retry is a new item.
+const CLAIMS_MAX: u32 = 1_000;
 /// The most output kept from a command.
 const TAIL_BYTES: usize = 64 * 1024;
 
@@ -64,20 +66,14 @@ pub fn run(
     store.graphs().start(&graph)?;
     let run = Arc::new(Run::new(store.clone(), graph, pipeline));
     install_interrupts(&run);
-    let dispatcher = {
-        let run = Arc::clone(&run);
-        thread::spawn(move || run.dispatch())
-    };
-    let workers: Vec<_> = (0..jobs.max(1))
-        .map(|index| {
-            let run = Arc::clone(&run);
-            thread::spawn(move || run.work(index))
-        })
-        .collect();
+    let mut threads = vec![spawn(&run, "dispatcher", |run| run.dispatch())?];
+    for index in 0..jobs.max(1) {
+        threads.push(spawn(&run, "worker", move |run| run.work(index))?);
+    }
     let ended = run.watch();
     run.finished.store(true, Ordering::SeqCst);
-    for handle in workers.into_iter().chain([dispatcher]) {
-        handle.join().map_err(|_| CliError::Bad("a worker thread panicked".into()))??;
+    for handle in threads {
+        handle.join().map_err(|_| CliError::Internal("a worker thread panicked".into()))?;
     }
     let ended = ended?;
     if !matches!(ended, Ending::Interrupted) {
@@ -102,6 +98,7 @@ fn find_or_create(
     }
     for graph in &unfinished {
         store.graphs().cancel(&graph.id)?;
+        while store.queue().cancel_execution(&graph.id)? > 0 {}
     }
     let graph = pipeline.build(store)?;
     out.note(&format!("run {graph} of {} ({} nodes)", pipeline.name, pipeline.nodes.len()));
@@ -125,6 +122,23 @@ fn unfinished_runs(store: &Store, pipeline: &Pipeline) -> spindle::Result<Vec<Gr
     }
 }
 
+/// Starts one of the run's threads; its first error ends the run (`Run::watch` returns it).
+fn spawn(
+    run: &Arc<Run>,
+    name: &str,
+    body: impl FnOnce(&Run) -> Result<(), CliError> + Send + 'static,
+) -> Result<thread::JoinHandle<()>, CliError> {
+    let run = Arc::clone(run);
+    thread::Builder::new()
+        .name(format!("spindle-{name}"))
+        .spawn(move || {
+            if let Err(error) = body(&run) {
+                run.fail(error);
+            }
+        })
+        .map_err(|error| CliError::Internal(format!("cannot start a thread: {error}")))
+}
+
 /// What the run's threads share.
 struct Run {
     store: Store,
@@ -134,7 +148,7 @@ struct Run {
     lease_ms: i64,
     /// Set by the first Ctrl-C: claim nothing more.
     stop: AtomicBool,
-    /// Set by the second Ctrl-C: kill the running commands.
+    /// Set by the second Ctrl-C, or when the run ends: kill the running commands.
     kill: AtomicBool,
     interrupts: AtomicUsize,
     /// Set when the graph has ended (or the run stops): threads leave.
@@ -144,6 +158,8 @@ struct Run {
     /// The progress bar, when there is a terminal.
     bar: Option<indicatif::ProgressBar>,
     began: Instant,
+    /// The first error of any thread.
+    failure: Mutex<Option<CliError>>,
 }
 
 impl Run {
@@ -163,7 +179,15 @@ impl Run {
             running: Mutex::new(BTreeMap::new()),
             bar,
             began: Instant::now(),
+            failure: Mutex::new(None),
         }
+    }
+
+    /// Records a thread's error and stops the run.
+    fn fail(&self, error: CliError) {
+        self.failure.lock().get_or_insert(error);
+        self.finished.store(true, Ordering::SeqCst);
+        self.kill.store(true, Ordering::SeqCst);
     }
 
     /// Follows the graph's stream and enqueues every node that is ready.
@@ -183,18 +207,24 @@ impl Run {
     /// Enqueues a ready node once per firing (a replayed or repeated announcement is a no-op).
     fn enqueue(&self, name: &str) -> Result<(), CliError> {
         let node = self.store.graphs().node(&self.graph, name)?;
-        let Some(step) = self.pipeline.step(name) else { return Ok(()) };
-        if node.status != NodeStatus::Ready {
+        if node.status != NodeStatus::Ready || self.pipeline.step(name).is_none() {
             return Ok(());
         }
-        let item = NewItem::new(self.queue.clone(), json!({ "node": name }))
-            .max_attempts(step.retries + 1 + INTERRUPTIONS_MAX)
-            .backoff(Backoff { base_ms: 1_000, max_ms: 30_000 })
-            .dedupe_key(format!("{name}#{}", node.fires))
+        match self.store.queue().enqueue(self.item(name, node.fires, 1)) {
+            // A retry of this firing is queued already (it carries another try number).
+            Ok(_) | Err(spindle::Error::Conflict(_)) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The item that runs try `attempt` of a node's firing `fires`: one live item per firing
+    /// (the dedupe key), whichever try it carries.
+    fn item(&self, name: &str, fires: u32, attempt: u32) -> NewItem {
+        NewItem::new(self.queue.clone(), json!({ "node": name, "try": attempt }))
+            .max_attempts(CLAIMS_MAX)
+            .dedupe_key(format!("{name}#{fires}"))
             .execution_id(self.graph.clone())
-            .node_id(name);
-        self.store.queue().enqueue(item)?;
-        Ok(())
+            .node_id(name)
     }
 
     /// A worker: claims items and runs their nodes until the run ends or stops.
@@ -203,11 +233,12 @@ impl Run {
         let queues = [self.queue.as_str()];
         let wait = Duration::from_millis(250);
         while !self.finished.load(Ordering::SeqCst) && !self.stop.load(Ordering::SeqCst) {
-            if let Some(job) =
-                self.store.queue().claim_wait(&worker, &queues, self.lease_ms, wait)?
-            {
-                self.run_item(&job)?;
+            let claimed = self.store.queue().claim_wait(&worker, &queues, self.lease_ms, wait)?;
+            let Some(job) = claimed else { continue };
+            if self.stop.load(Ordering::SeqCst) {
+                return self.release(&job);
             }
+            self.run_item(&job)?;
         }
         Ok(())
     }
@@ -229,13 +260,15 @@ impl Run {
             _ => return self.drop_item(job),
         }
         self.running.lock().insert(name.clone(), Instant::now());
-        let result = self.execute(&step, job);
+        let attempt = attempt_of_item(job);
+        let result = self.execute(&step, job, attempt).and_then(|exit| match exit {
+            Exit::LeaseLost => Ok(()),
+            Exit::Abandoned => self.release(job),
+            Exit::Success(tail) => self.succeed(job, &step, attempt, tail),
+            Exit::Failure(error) => self.failed(job, &step, attempt, error),
+        });
         self.running.lock().remove(&name);
-        match result? {
-            Exit::LeaseLost | Exit::Abandoned => Ok(()),
-            Exit::Success(tail) => self.succeed(job, &step, tail),
-            Exit::Failure(error) => self.failed(job, &step, error),
-        }
+        result
     }
 
     /// Completes an item whose node no longer needs running (finished, or its run ended).
@@ -247,41 +280,51 @@ impl Run {
         }
     }
 
+    /// Gives an item back untouched, its claim refunded: the run stopped before it ran.
+    fn release(&self, job: &Claimed) -> Result<(), CliError> {
+        match self.store.queue().release(&job.item.id, job.fence) {
+            Ok(()) | Err(spindle::Error::LeaseLost(_)) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
     /// Runs the command, renewing the lease, until it exits, times out or is killed.
-    fn execute(&self, step: &Step, job: &Claimed) -> Result<Exit, CliError> {
+    fn execute(&self, step: &Step, job: &Claimed, attempt: u32) -> Result<Exit, CliError> {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(&step.run)
             .env("SPINDLE_RUN", &self.graph)
             .env("SPINDLE_NODE", &step.name)
-            .env("SPINDLE_ATTEMPT", job.item.attempt.to_string())
+            .env("SPINDLE_ATTEMPT", attempt.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()
-            .map_err(|error| CliError::Bad(format!("cannot start sh: {error}")))?;
+            .map_err(|error| CliError::Internal(format!("cannot start sh: {error}")))?;
         let tail = Arc::new(Mutex::new(Tail::default()));
         let readers = collect_output(&mut child, &tail);
-        let exit = self.supervise(&mut child, step, job);
+        let supervised = self.supervise(&mut child, step, job);
+        // Whatever happened, nothing of the command outlives it: a background child would
+        // hold its output open and run on unsupervised.
+        kill_group(&mut child);
         for reader in readers {
             let _ = reader.join();
         }
         let tail = tail.lock().text();
-        Ok(match exit? {
-            Supervised::Exited(0) => Exit::Success(tail),
-            Supervised::Exited(code) => Exit::Failure(failure(job, &format!("exit {code}"), &tail)),
-            Supervised::Signalled => Exit::Failure(failure(job, "killed by a signal", &tail)),
-            Supervised::TimedOut(s) => {
-                Exit::Failure(failure(job, &format!("timed out after {s} s"), &tail))
-            }
+        let fail = |what: &str| Exit::Failure(failure(attempt, what, &tail));
+        Ok(match supervised? {
+            Supervised::Exited(0) => Exit::Success(tail.clone()),
+            Supervised::Exited(code) => fail(&format!("exit {code}")),
+            Supervised::Signalled => fail("killed by a signal"),
+            Supervised::TimedOut(seconds) => fail(&format!("timed out after {seconds} s")),
             Supervised::LeaseLost => Exit::LeaseLost,
             Supervised::Killed => Exit::Abandoned,
         })
     }
 
-    /// Waits for the command, heartbeating; kills its process group on timeout, lost lease
-    /// or a second Ctrl-C.
+    /// Waits for the command, heartbeating, until it exits, times out, loses its lease or is
+    /// killed (the caller then kills its process group).
     fn supervise(
         &self,
         child: &mut Child,
@@ -291,23 +334,23 @@ impl Run {
         let started = Instant::now();
         let mut beat = Instant::now();
         let heartbeat_every = Duration::from_millis(u64::try_from(self.lease_ms / 5).unwrap_or(1));
+        let timeout = step.timeout_s.map(Duration::from_secs);
         loop {
-            if let Some(status) = child.try_wait().map_err(|e| CliError::Bad(e.to_string()))? {
+            let status = child.try_wait().map_err(|e| CliError::Internal(e.to_string()))?;
+            if let Some(status) = status {
                 return Ok(status.code().map_or(Supervised::Signalled, Supervised::Exited));
             }
-            let verdict = if self.kill.load(Ordering::SeqCst) {
-                Some(Supervised::Killed)
-            } else if step.timeout_s.is_some_and(|s| started.elapsed() >= Duration::from_secs(s)) {
-                Some(Supervised::TimedOut(step.timeout_s.unwrap_or(0)))
-            } else if beat.elapsed() >= heartbeat_every {
+            if self.kill.load(Ordering::SeqCst) {
+                return Ok(Supervised::Killed);
+            }
+            if timeout.is_some_and(|timeout| started.elapsed() >= timeout) {
+                return Ok(Supervised::TimedOut(step.timeout_s.unwrap_or(0)));
+            }
+            if beat.elapsed() >= heartbeat_every {
                 beat = Instant::now();
-                self.heartbeat(job)?
-            } else {
-                None
-            };
-            if let Some(verdict) = verdict {
-                kill_group(child);
-                return Ok(verdict);
+                if let Some(lost) = self.heartbeat(job)? {
+                    return Ok(lost);
+                }
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -322,8 +365,8 @@ impl Run {
     }
 
     /// Completes the item and the node in one transaction.
-    fn succeed(&self, job: &Claimed, step: &Step, tail: String) -> Result<(), CliError> {
-        let output = NodeOutput::ok(json!({ "attempt": job.item.attempt, "output": tail }));
+    fn succeed(&self, job: &Claimed, step: &Step, attempt: u32, tail: String) -> Outcome {
+        let output = NodeOutput::ok(json!({ "attempt": attempt, "output": tail }));
         let (graph, node) = (self.graph.clone(), step.name.clone());
         let (id, fence) = (job.item.id.clone(), job.fence);
         let done = self.store.transaction(move |tx| {
@@ -331,19 +374,24 @@ impl Run {
             tx.exec(spindle::graph::CompleteNode { graph, node, output: Some(output) })?;
             Ok(TxOutcome::Commit(()))
         });
-        self.report(step, "ok", job.item.attempt);
-        self.settled(done, job)
+        self.settled(done, job, &format!("ok     {} (attempt {attempt})", step.name))
     }
 
-    /// Retries the item, or fails it and the node in one transaction.
-    fn failed(&self, job: &Claimed, step: &Step, error: String) -> Result<(), CliError> {
+    /// Queues the next try after a backoff, closing this item in the same transaction; or,
+    /// with the retries spent, fails the item and the node in one transaction.
+    fn failed(&self, job: &Claimed, step: &Step, attempt: u32, error: String) -> Outcome {
         let (id, fence) = (job.item.id.clone(), job.fence);
-        if job.item.attempt <= step.retries {
-            self.report(step, "retry", job.item.attempt);
-            return match self.store.queue().fail(&id, fence, &error, true) {
-                Ok(_) | Err(spindle::Error::LeaseLost(_)) => Ok(()),
-                Err(error) => Err(error.into()),
-            };
+        if attempt <= step.retries {
+            let fires = self.store.graphs().node(&self.graph, &step.name)?.fires;
+            let next = self.item(&step.name, fires, attempt + 1);
+            let delay_ms = Backoff { base_ms: 1_000, max_ms: 30_000 }.delay_ms(attempt);
+            let done = self.store.transaction(move |tx| {
+                tx.exec(Complete { id, fence, result: json!({ "failed": error }) })?;
+                let item = next.run_at_ms(tx.now_ms().saturating_add(delay_ms));
+                tx.exec(spindle::queue::Enqueue { item })?;
+                Ok(TxOutcome::Commit(()))
+            });
+            return self.settled(done, job, &format!("retry  {} (attempt {attempt})", step.name));
         }
         let (graph, node) = (self.graph.clone(), step.name.clone());
         let done = self.store.transaction(move |tx| {
@@ -351,23 +399,26 @@ impl Run {
             tx.exec(spindle::graph::FailNode { graph, node, error })?;
             Ok(TxOutcome::Commit(()))
         });
-        self.report(step, "FAILED", job.item.attempt);
-        self.settled(done, job)
+        self.settled(done, job, &format!("FAILED {} (attempt {attempt})", step.name))
     }
 
-    /// A lost lease or an ended graph means someone else decided: only the item is closed.
-    fn settled(&self, done: spindle::Result<()>, job: &Claimed) -> Result<(), CliError> {
+    /// Reports a committed outcome. A lost lease or an ended graph means someone else
+    /// decided: only the item is closed.
+    fn settled(&self, done: spindle::Result<()>, job: &Claimed, line: &str) -> Outcome {
         match done {
-            Ok(()) | Err(spindle::Error::LeaseLost(_)) => Ok(()),
+            Ok(()) => {
+                self.report(line);
+                Ok(())
+            }
+            Err(spindle::Error::LeaseLost(_)) => Ok(()),
             Err(spindle::Error::Conflict(_)) => self.drop_item(job),
             Err(error) => Err(error.into()),
         }
     }
 
     /// One line per finished attempt: above the bar on a terminal, plain otherwise.
-    fn report(&self, step: &Step, what: &str, attempt: u32) {
-        let elapsed = self.began.elapsed().as_secs_f64();
-        let line = format!("[{elapsed:>7.1}s] {what:<6} {} (attempt {attempt})", step.name);
+    fn report(&self, what: &str) {
+        let line = format!("[{:>7.1}s] {what}", self.began.elapsed().as_secs_f64());
         match &self.bar {
             Some(bar) => bar.println(line),
             None => eprintln!("{line}"),
@@ -377,12 +428,20 @@ impl Run {
     /// Shows progress until the graph ends, or the run stops and nothing runs any more.
     fn watch(&self) -> Result<Ending, CliError> {
         loop {
+            if let Some(error) = self.failure.lock().take() {
+                self.end(Ending::Failed);
+                return Err(error);
+            }
             let graph = self.store.graphs().get(&self.graph)?;
             self.show(&graph);
             match graph.status {
                 GraphStatus::Complete => return Ok(self.end(Ending::Complete)),
-                GraphStatus::Failed | GraphStatus::Cancelled => return Ok(self.end(Ending::Failed)),
-                _ => {}
+                GraphStatus::Failed | GraphStatus::Cancelled => {
+                    // Nothing a sibling still runs can change the outcome.
+                    self.kill.store(true, Ordering::SeqCst);
+                    return Ok(self.end(Ending::Failed));
+                }
+                GraphStatus::Pending | GraphStatus::Running => {}
             }
             if self.stop.load(Ordering::SeqCst) && self.running.lock().is_empty() {
                 return Ok(self.end(Ending::Interrupted));
@@ -417,21 +476,7 @@ impl Run {
     fn summary(&self, out: &Output) -> Result<(), CliError> {
         let graph = self.store.graphs().get(&self.graph)?;
         let nodes = self.store.graphs().nodes(&self.graph)?;
-        let rows: Vec<Value> = nodes
-            .iter()
-            .map(|node| {
-                let attempts = node.output.as_ref().and_then(attempt_of).or_else(|| {
-                    node.error
-                        .as_deref()
-                        .and_then(|e| e.strip_prefix("attempt "))
-                        .and_then(|rest| rest.split(':').next())
-                        .and_then(|n| n.parse().ok())
-                });
-                let duration_ms = node.finished_at_ms.zip(node.started_at_ms).map(|(f, s)| f - s);
-                json!({ "node": node.id, "status": node.status, "attempts": attempts,
-                        "duration_ms": duration_ms, "error": node.error })
-            })
-            .collect();
+        let rows: Vec<Value> = nodes.iter().map(summary_row).collect();
         if out.json {
             out.print_json(&json!({ "run": graph.id, "status": graph.status, "nodes": rows }));
             return Ok(());
@@ -443,21 +488,31 @@ impl Run {
                 .as_i64()
                 .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1e3));
             let status = row["status"].as_str().unwrap_or("?");
-            println!(
-                "{:<32} {status:<9} {attempts:>8} {duration:>10}",
-                row["node"].as_str().unwrap_or("?")
-            );
+            let node = row["node"].as_str().unwrap_or("?");
+            println!("{node:<32} {status:<9} {attempts:>8} {duration:>10}");
         }
         println!("run {} {}", graph.id, graph.status.as_str());
         Ok(())
     }
 }
 
-fn attempt_of(output: &NodeOutput) -> Option<u64> {
-    match output {
+/// What a worker's step returns.
+type Outcome = Result<(), CliError>;
+
+/// A node's row in the summary; its attempts are read back from its output or error.
+fn summary_row(node: &spindle::Node) -> Value {
+    let from_output = node.output.as_ref().and_then(|output| match output {
         NodeOutput::Single(token) => token.data.as_ref()?.get("attempt")?.as_u64(),
         NodeOutput::Many { .. } => None,
-    }
+    });
+    let from_error = || {
+        let rest = node.error.as_deref()?.strip_prefix("attempt ")?;
+        rest.split(':').next()?.parse::<u64>().ok()
+    };
+    let attempts = from_output.or_else(from_error);
+    let duration_ms = node.finished_at_ms.zip(node.started_at_ms).map(|(f, s)| f - s);
+    json!({ "node": node.id, "status": node.status, "attempts": attempts,
+            "duration_ms": duration_ms, "error": node.error })
 }
 
 /// How a command ended, as the worker sees it.
@@ -478,10 +533,16 @@ enum Supervised {
 
 /// The error a failed attempt records: its number (read back by the summary), what
 /// happened, and the end of the output.
-fn failure(job: &Claimed, what: &str, tail: &str) -> String {
+fn failure(attempt: u32, what: &str, tail: &str) -> String {
     let end = tail.len().saturating_sub(2048);
     let end = (end..tail.len()).find(|&i| tail.is_char_boundary(i)).unwrap_or(tail.len());
-    format!("attempt {}: {what}\n{}", job.item.attempt, &tail[end..])
+    format!("attempt {attempt}: {what}\n{}", &tail[end..])
+}
+
+/// Which try of its node an item runs (1 for the first).
+fn attempt_of_item(job: &Claimed) -> u32 {
+    let attempt = job.item.payload["try"].as_u64().unwrap_or(1);
+    u32::try_from(attempt).unwrap_or(u32::MAX).max(1)
 }
 
 /// The last `TAIL_BYTES` of a command's output.

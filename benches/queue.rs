@@ -7,6 +7,8 @@
 //! cargo bench --bench queue -- --smoke       # a moment each: does it still run?
 //! cargo bench --bench queue -- --depth-only  # claim latency at 10,000 and 1,000,000 pending
 //! cargo bench --bench queue -- --batched-only  # the batched cycle alone (for a profiler)
+//! cargo bench --bench queue -- --batched-ratio # the raw baseline, then the batched cycle
+//! cargo bench --bench queue -- --batched-ratio --normal  # the same without fsyncs (CPU only)
 //! cargo bench --bench queue -- --single-only   # the single-item cycle alone
 //! cargo bench --bench queue -- --one-caller    # per-call cost with one caller (Normal)
 //! ```
@@ -104,6 +106,26 @@ fn main() {
         print("store, single-item calls", &samples, elapsed, None);
         return;
     }
+    if args.iter().any(|a| a == "--batched-ratio") {
+        // With --normal: both sides under Normal (no fsync per commit), a CPU-bound comparison.
+        let normal = args.iter().any(|a| a == "--normal");
+        let durability = if normal { Durability::Normal } else { Durability::Full };
+        let cpu = cpu_ms();
+        let (raw_jobs, raw_elapsed) = raw_batched(durability, run);
+        let raw_cpu_us = (cpu_ms() - cpu) * 1000.0 / raw_jobs as f64;
+        let raw_rate = raw_jobs as f64 / raw_elapsed.as_secs_f64();
+        println!("{:<46} {raw_rate:>9.0} jobs/s", "raw rusqlite, 1 thread, 100 jobs per tx");
+        let cpu = cpu_ms();
+        let (samples, elapsed) = store_cycles(durability, 64, run, true);
+        let store_cpu_us = (cpu_ms() - cpu) * 1000.0 / samples.jobs as f64;
+        let label = "store, batches of 100 (enqueue/claim/complete)";
+        print(label, &samples, elapsed, Some(raw_rate));
+        println!(
+            "    cpu per job: raw {raw_cpu_us:.1} us, store {store_cpu_us:.1} us ({:.2}x raw)",
+            raw_cpu_us / store_cpu_us
+        );
+        return;
+    }
     if args.iter().any(|a| a == "--batched-only") {
         let (samples, elapsed) = store_cycles(Durability::Full, 64, run, true);
         print("store, batches of 100 (enqueue/claim/complete)", &samples, elapsed, None);
@@ -113,6 +135,16 @@ fn main() {
         cycles(Durability::Full, run);
     }
     depth(if smoke { [1_000, 10_000] } else { [10_000, 1_000_000] });
+}
+
+/// CPU time this process has used (user and system), in ms; 0 where `/proc` is missing.
+fn cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |at: usize| fields.get(at).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the line, in clock ticks (100 per second).
+    (ticks(11) + ticks(12)) * 10.0
 }
 
 fn cores() -> usize {

@@ -95,6 +95,17 @@ pub enum Error {
 
 impl Error {
     /// Builds a `TooLarge` from sizes of any integer type.
+    /// `Ok` if a statement changed exactly one row; otherwise `Conflict`: the row named
+    /// `what id` changed under the operation (its checks had passed a moment before).
+    pub(crate) fn expect_one(changed: usize, what: &str, id: &str) -> Result<()> {
+        if changed != 1 {
+            return Err(Self::Conflict(format!(
+                "{what} {id} changed under the operation ({changed} rows updated)"
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn too_large(what: &'static str, limit: usize, actual: usize) -> Self {
         Self::TooLarge { what, limit: limit as u64, actual: actual as u64 }
     }

@@ -194,7 +194,7 @@ pub(super) fn update_state(
         state.finished_at_ms,
         now_ms,
     ])?;
-    expect_one(changed, "graph", &state.id)
+    Error::expect_one(changed, "graph", &state.id)
 }
 
 /// One graph with its metadata.
@@ -394,7 +394,7 @@ pub(super) fn update_node_state(
         node.fired_seq,
         now_ms,
     ])?;
-    expect_one(changed, "node", &node.id)
+    Error::expect_one(changed, "node", &node.id)
 }
 
 /// Records that a node was started.
@@ -403,7 +403,7 @@ pub(super) fn set_started(conn: &Connection, key: Key<'_>, node: &str, now_ms: i
         "UPDATE graph_nodes SET started_at_ms = ?4
          WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
     )?;
-    expect_one(stmt.execute(params![key.tenant, key.graph, node, now_ms])?, "node", node)
+    Error::expect_one(stmt.execute(params![key.tenant, key.graph, node, now_ms])?, "node", node)
 }
 
 /// Records how a node finished: its output or its error (the other is cleared).
@@ -420,7 +420,7 @@ pub(super) fn set_result(
          WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
     )?;
     let changed = stmt.execute(params![key.tenant, key.graph, node, output, error, now_ms])?;
-    expect_one(changed, "node", node)
+    Error::expect_one(changed, "node", node)
 }
 
 /// The columns `raw_node` reads, in order.
@@ -500,7 +500,7 @@ pub(super) fn update_edge(conn: &Connection, key: Key<'_>, edge: &EdgeState) -> 
     )?;
     let args = params![key.tenant, key.graph, edge.from, edge.seq, edge.tokens, edge.dead];
     let changed = stmt.execute(args)?;
-    expect_one(changed, "edge", &edge.seq.to_string())
+    Error::expect_one(changed, "edge", &edge.seq.to_string())
 }
 
 /// Every edge of a graph, in the order they were added.
@@ -725,15 +725,6 @@ fn raw_node(row: &Row<'_>) -> rusqlite::Result<RawNode> {
         fires: row.get(7)?,
         times: [row.get(8)?, row.get(9)?, row.get(10)?, row.get(11)?],
     })
-}
-
-fn expect_one(changed: usize, what: &str, id: &str) -> Result<()> {
-    if changed != 1 {
-        return Err(Error::Conflict(format!(
-            "{what} {id} changed under the operation ({changed} rows updated)"
-        )));
-    }
-    Ok(())
 }
 
 fn to_limit(limit: usize) -> i64 {

@@ -6,7 +6,7 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{Backoff, ItemStatus, NewItem, QueueItem, QueueStats};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The columns `item_from_row` reads, in order.
 macro_rules! item_columns {
@@ -248,7 +248,7 @@ pub(super) fn claim(
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
     )?
     .execute(params![tenant, row.id, worker_id, now_ms, expires_at_ms])
-    .map(|changed| expect_one(changed, &row.id))??;
+    .map(|changed| Error::expect_one(changed, "item", &row.id))??;
     row.status = ItemStatus::Claimed;
     row.attempt += 1;
     row.fence += 1;
@@ -329,7 +329,7 @@ pub(super) fn release(
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
     )?
     .execute(params![tenant, id, fence as i64, now_ms])
-    .map(|changed| expect_one(changed, id))?
+    .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Up to `limit` claimed items of `queue` whose lease has expired, oldest expiry first.
@@ -385,7 +385,7 @@ pub(super) fn schedule_retry(
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
     )?
     .execute(params![tenant, id, fence as i64, now_ms, run_at_ms, error])
-    .map(|changed| expect_one(changed, id))?
+    .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Ends a claimed attempt in the dead-letter state.
@@ -404,7 +404,7 @@ pub(super) fn dead_letter(
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
     )?
     .execute(params![tenant, id, fence as i64, now_ms, error])
-    .map(|changed| expect_one(changed, id))?
+    .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Up to `limit` dead items of `queue` with ids after `after`, in id (enqueue) order.
@@ -434,7 +434,7 @@ pub(super) fn requeue(conn: &Connection, tenant: &str, id: &str, now_ms: i64) ->
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'dead'",
     )?
     .execute(params![tenant, id, now_ms])
-    .map(|changed| expect_one(changed, id))?
+    .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Deletes up to `limit` dead items of `queue`; returns how many.
@@ -465,7 +465,7 @@ pub(super) fn cancel(conn: &Connection, tenant: &str, id: &str, now_ms: i64) -> 
          WHERE tenant_id = ?1 AND item_id = ?2 AND status IN ('pending', 'claimed')",
     )?
     .execute(params![tenant, id, now_ms])
-    .map(|changed| expect_one(changed, id))?
+    .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Up to `limit` live items of a workflow execution.
@@ -564,14 +564,6 @@ pub(super) fn select_next_due(conn: &Connection, tenant: &str, queue: &str) -> R
 }
 
 /// An update that must have changed exactly the one row the op checked a moment before.
-fn expect_one(changed: usize, id: &str) -> Result<()> {
-    if changed != 1 {
-        return Err(crate::error::Error::Conflict(format!(
-            "item {id} changed under the operation ({changed} rows updated)"
-        )));
-    }
-    Ok(())
-}
 
 /// Every row a statement over `item_columns!()` returns.
 fn items(

@@ -563,8 +563,6 @@ pub(super) fn select_next_due(conn: &Connection, tenant: &str, queue: &str) -> R
     })
 }
 
-/// An update that must have changed exactly the one row the op checked a moment before.
-
 /// Every row a statement over `item_columns!()` returns.
 fn items(
     stmt: &mut rusqlite::CachedStatement<'_>,

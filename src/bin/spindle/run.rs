@@ -17,9 +17,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use spindle::queue::{Complete, Fail};
+use spindle::graph::GetNode;
+use spindle::queue::{Complete, Enqueue, Fail};
 use spindle::{
     Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Page, Store,
     Stream, TxOutcome,
@@ -190,41 +193,54 @@ impl Run {
         self.kill.store(true, Ordering::SeqCst);
     }
 
-    /// Follows the graph's stream and enqueues every node that is ready.
+    /// Follows the graph's stream and enqueues every node that is ready, the announcements
+    /// that arrived together in one transaction.
     fn dispatch(&self) -> Result<(), CliError> {
         let mut events = self.store.subscribe(Stream::graph(&self.graph), 0)?;
         while !self.finished.load(Ordering::SeqCst) {
-            let Some(event) = events.recv_timeout(Duration::from_millis(200))? else { continue };
-            match GraphEvent::from_event(&event)? {
-                GraphEvent::NodeReady { node_id, .. } => self.enqueue(&node_id)?,
-                event if event.is_terminal() => return Ok(()),
-                _ => {}
+            let Some(first) = events.recv_timeout(Duration::from_millis(200))? else { continue };
+            let mut ready = Vec::new();
+            let mut next = Some(first);
+            while let Some(event) = next {
+                match GraphEvent::from_event(&event)? {
+                    GraphEvent::NodeReady { node_id, .. } => ready.push(node_id),
+                    event if event.is_terminal() => return Ok(()),
+                    _ => {}
+                }
+                next = if ready.len() < 256 { events.try_recv()? } else { None };
             }
+            self.enqueue(ready)?;
         }
         Ok(())
     }
 
-    /// Enqueues a ready node once per firing (a replayed or repeated announcement is a no-op).
-    fn enqueue(&self, name: &str) -> Result<(), CliError> {
-        let node = self.store.graphs().node(&self.graph, name)?;
-        if node.status != NodeStatus::Ready || self.pipeline.step(name).is_none() {
-            return Ok(());
-        }
-        match self.store.queue().enqueue(self.item(name, node.fires, 1)) {
-            // A retry of this firing is queued already (it carries another try number).
-            Ok(_) | Err(spindle::Error::Conflict(_)) => Ok(()),
-            Err(error) => Err(error.into()),
-        }
+    /// Enqueues the nodes that are still ready, once per firing (a replayed or repeated
+    /// announcement is a no-op), in one transaction.
+    fn enqueue(&self, names: Vec<String>) -> Result<(), CliError> {
+        let names: Vec<String> =
+            names.into_iter().filter(|name| self.pipeline.step(name).is_some()).collect();
+        let (graph, queue) = (self.graph.clone(), self.queue.clone());
+        self.store.transaction(move |tx| {
+            for name in names {
+                let node = tx.exec(GetNode { graph: graph.clone(), node: name.clone() })?;
+                if node.status != NodeStatus::Ready {
+                    continue;
+                }
+                let item = new_item(&queue, &graph, &name, node.fires, 1);
+                match tx.exec(Enqueue { item }) {
+                    // A retry of this firing is queued already (it carries another try).
+                    Ok(_) | Err(spindle::Error::Conflict(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(TxOutcome::Commit(()))
+        })?;
+        Ok(())
     }
 
-    /// The item that runs try `attempt` of a node's firing `fires`: one live item per firing
-    /// (the dedupe key), whichever try it carries.
+    /// The item that runs try `attempt` of a node's firing `fires`.
     fn item(&self, name: &str, fires: u32, attempt: u32) -> NewItem {
-        NewItem::new(self.queue.clone(), json!({ "node": name, "try": attempt }))
-            .max_attempts(CLAIMS_MAX)
-            .dedupe_key(format!("{name}#{fires}"))
-            .execution_id(self.graph.clone())
-            .node_id(name)
+        new_item(&self.queue, &self.graph, name, fires, attempt)
     }
 
     /// A worker: claims items and runs their nodes until the run ends or stops.
@@ -249,15 +265,8 @@ impl Run {
         let Some(step) = self.pipeline.step(&name).cloned() else {
             return self.drop_item(job);
         };
-        let node = self.store.graphs().node(&self.graph, &name)?;
-        match node.status {
-            NodeStatus::Ready => match self.store.graphs().start_node(&self.graph, &name) {
-                Ok(()) => {}
-                Err(spindle::Error::Conflict(_)) => return self.drop_item(job),
-                Err(error) => return Err(error.into()),
-            },
-            NodeStatus::Running => {}
-            _ => return self.drop_item(job),
+        if !self.start(&name)? {
+            return self.drop_item(job);
         }
         self.running.lock().insert(name.clone(), Instant::now());
         let attempt = attempt_of_item(job);
@@ -269,6 +278,20 @@ impl Run {
         });
         self.running.lock().remove(&name);
         result
+    }
+
+    /// Starts a ready node; true if it is now running (also when a retry finds it running
+    /// already), false if it needs no run (finished, or its graph ended).
+    fn start(&self, name: &str) -> Result<bool, CliError> {
+        match self.store.graphs().start_node(&self.graph, name) {
+            Ok(()) => Ok(true),
+            Err(spindle::Error::Conflict(_)) => {
+                let node = self.store.graphs().node(&self.graph, name)?;
+                let graph = self.store.graphs().get(&self.graph)?;
+                Ok(node.status == NodeStatus::Running && graph.status == GraphStatus::Running)
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// Completes an item whose node no longer needs running (finished, or its run ended).
@@ -304,10 +327,17 @@ impl Run {
             .map_err(|error| CliError::Internal(format!("cannot start sh: {error}")))?;
         let tail = Arc::new(Mutex::new(Tail::default()));
         let readers = collect_output(&mut child, &tail);
-        let supervised = self.supervise(&mut child, step, job);
+        let group = child.id();
+        // A thread waits for the shell, so its exit is seen at once.
+        let (exited_tx, exited) = crossbeam_channel::bounded(1);
+        let waiter = thread::spawn(move || {
+            let _ = exited_tx.send(child.wait());
+        });
+        let supervised = self.supervise(&exited, step, job);
         // Whatever happened, nothing of the command outlives it: a background child would
         // hold its output open and run on unsupervised.
-        kill_group(&mut child);
+        kill_group(group);
+        let _ = waiter.join();
         for reader in readers {
             let _ = reader.join();
         }
@@ -327,7 +357,7 @@ impl Run {
     /// killed (the caller then kills its process group).
     fn supervise(
         &self,
-        child: &mut Child,
+        exited: &crossbeam_channel::Receiver<std::io::Result<std::process::ExitStatus>>,
         step: &Step,
         job: &Claimed,
     ) -> Result<Supervised, CliError> {
@@ -336,9 +366,15 @@ impl Run {
         let heartbeat_every = Duration::from_millis(u64::try_from(self.lease_ms / 5).unwrap_or(1));
         let timeout = step.timeout_s.map(Duration::from_secs);
         loop {
-            let status = child.try_wait().map_err(|e| CliError::Internal(e.to_string()))?;
-            if let Some(status) = status {
-                return Ok(status.code().map_or(Supervised::Signalled, Supervised::Exited));
+            match exited.recv_timeout(Duration::from_millis(50)) {
+                Ok(status) => {
+                    let status = status.map_err(|e| CliError::Internal(e.to_string()))?;
+                    return Ok(status.code().map_or(Supervised::Signalled, Supervised::Exited));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(CliError::Internal("lost the command's exit status".into()));
+                }
             }
             if self.kill.load(Ordering::SeqCst) {
                 return Ok(Supervised::Killed);
@@ -352,7 +388,6 @@ impl Run {
                     return Ok(lost);
                 }
             }
-            thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -388,7 +423,7 @@ impl Run {
             let done = self.store.transaction(move |tx| {
                 tx.exec(Complete { id, fence, result: json!({ "failed": error }) })?;
                 let item = next.run_at_ms(tx.now_ms().saturating_add(delay_ms));
-                tx.exec(spindle::queue::Enqueue { item })?;
+                tx.exec(Enqueue { item })?;
                 Ok(TxOutcome::Commit(()))
             });
             return self.settled(done, job, &format!("retry  {} (attempt {attempt})", step.name));
@@ -496,6 +531,16 @@ impl Run {
     }
 }
 
+/// The item that runs try `attempt` of a node's firing `fires`: one live item per firing
+/// (the dedupe key), whichever try it carries.
+fn new_item(queue: &str, graph: &str, name: &str, fires: u32, attempt: u32) -> NewItem {
+    NewItem::new(queue, json!({ "node": name, "try": attempt }))
+        .max_attempts(CLAIMS_MAX)
+        .dedupe_key(format!("{name}#{fires}"))
+        .execution_id(graph)
+        .node_id(name)
+}
+
 /// What a worker's step returns.
 type Outcome = Result<(), CliError>;
 
@@ -584,12 +629,12 @@ fn collect_output(child: &mut Child, tail: &Arc<Mutex<Tail>>) -> Vec<thread::Joi
     readers
 }
 
-/// Kills the command's whole process group, then reaps it.
-fn kill_group(child: &mut Child) {
-    let group = format!("-{}", child.id());
-    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-    let _ = child.kill();
-    let _ = child.wait();
+/// Kills what is left of the command's process group (the waiter reaps the shell).
+fn kill_group(group: u32) {
+    if let Ok(group) = i32::try_from(group) {
+        // The group is gone already when nothing of the command is left: nothing to do.
+        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+    }
 }
 
 fn hostname() -> String {

@@ -165,9 +165,14 @@ CREATE TABLE graphs (
 
 CREATE INDEX graphs_by_parent ON graphs (tenant_id, parent_graph_id, graph_id);
 
--- What recovery and a tenant's deadline sweep read.
+-- What a tenant's deadline sweep reads.
 CREATE INDEX graphs_running
     ON graphs (tenant_id, deadline_at_ms, graph_id)
+    WHERE status = 'running';
+
+-- What recovery reads, a page at a time.
+CREATE INDEX graphs_running_ids
+    ON graphs (tenant_id, graph_id)
     WHERE status = 'running';
 
 -- The store's alarm: the earliest deadline of any tenant, and who is overdue.

@@ -889,6 +889,33 @@ fn recovery_after_reopen_resets_running_nodes_and_announces_each_ready_node_once
 }
 
 #[test]
+fn recovery_goes_page_by_page_and_announces_each_ready_node_once() {
+    let limits = Limits { page_size_max: 2, ..Limits::default() };
+    let temp = common::temp_store_with(Options { limits: limits.clone(), ..Options::default() });
+    let mut graphs = Vec::new();
+    for _ in 0..5 {
+        let g = temp.store.graphs().create(json!({})).expect("create");
+        node(&temp.store, &g, "a");
+        temp.store.graphs().start(&g).expect("start");
+        temp.store.graphs().start_node(&g, "a").expect("start a");
+        graphs.push(g);
+    }
+    temp.store.close().expect("close");
+    let store =
+        Store::open_with(&temp.path, Options { limits, ..Options::default() }).expect("open");
+    for g in &graphs {
+        assert_eq!(status_of(&store, g, "a"), NodeStatus::Ready);
+        let stream = Stream::graph(g);
+        let page = store.events().read(&stream, 0, 2).expect("read");
+        let later = store.events().read(&stream, 2, 2).expect("read");
+        let types: Vec<&str> = page.iter().chain(&later).map(|e| e.event_type.as_str()).collect();
+        assert_eq!(types, ["node_ready", "node_started", "node_ready"], "announced once more");
+    }
+    let again = store.graphs().recover().expect("recover");
+    assert_eq!((again.graphs, again.reset, again.announced), (5, 0, 5));
+}
+
+#[test]
 fn an_inspector_that_opens_without_recovery_leaves_running_nodes_alone() {
     let temp = common::temp_store();
     let g = temp.store.graphs().create(json!({})).expect("create");

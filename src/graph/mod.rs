@@ -445,7 +445,7 @@ impl NodeOptions {
 }
 
 /// What a recovery pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recovered {
     /// Running graphs visited.
     pub graphs: u64,
@@ -455,6 +455,8 @@ pub struct Recovered {
     pub announced: u64,
     /// Graphs failed because their deadline had passed.
     pub expired: u64,
+    /// The last graph visited (where the next page starts).
+    pub last: Option<GraphId>,
 }
 
 /// An event of a graph's stream (`Stream::graph(id)`): the event's type is the tag, the
@@ -764,12 +766,24 @@ impl<'a> Graphs<'a> {
 
     /// Recovers the tenant's running graphs after a crash: fails those past their deadline,
     /// resets every running node to ready, and writes one `node_ready` event for every ready
-    /// node so a dispatcher following the stream runs it again. The store runs it for every
-    /// tenant when it opens (unless `Options::recover_on_open` is false).
+    /// node so a dispatcher following the stream runs it again. One transaction per page of
+    /// `Limits::page_size_max` graphs. The store runs it for every tenant when it opens
+    /// (unless `Options::recover_on_open` is false).
     ///
     /// # Errors
     /// Storage errors only.
     pub fn recover(&self) -> Result<Recovered> {
-        self.store.exec(Recover)
+        let mut total = Recovered::default();
+        loop {
+            let page = self.store.exec(Recover { after: total.last.clone() })?;
+            if page.last.is_none() {
+                return Ok(total);
+            }
+            total.graphs += page.graphs;
+            total.reset += page.reset;
+            total.announced += page.announced;
+            total.expired += page.expired;
+            total.last = page.last;
+        }
     }
 }

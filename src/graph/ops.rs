@@ -169,9 +169,13 @@ pub struct Inputs {
     pub node: NodeId,
 }
 
-/// Recovers the tenant's running graphs after a crash; see `Graphs::recover`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recover;
+/// Recovers up to `Limits::page_size_max` of the tenant's running graphs after a crash, in
+/// id order after `after`; see `Graphs::recover`, which runs it page by page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recover {
+    /// Recover the graphs after this one (`None`: from the first).
+    pub after: Option<GraphId>,
+}
 
 /// Fails up to `Limits::page_size_max` running graphs past their deadline; output how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -492,9 +496,12 @@ impl Op for Recover {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Recovered> {
         let mut recovered = Recovered::default();
-        for graph in sql::select_running(tx.sql(), tx.tenant())? {
+        let after = self.after.as_deref().unwrap_or("");
+        let limit = tx.limits().page_size_max;
+        for graph in sql::select_running(tx.sql(), tx.tenant(), after, limit)? {
             recovered.graphs += 1;
             recover_graph(tx, &graph, &mut recovered)?;
+            recovered.last = Some(graph);
         }
         Ok(recovered)
     }

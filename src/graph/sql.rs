@@ -253,13 +253,19 @@ pub(super) fn select_live_children(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// The ids of the tenant's running graphs, by id.
-pub(super) fn select_running(conn: &Connection, tenant: &str) -> Result<Vec<String>> {
+/// The ids of up to `limit` of the tenant's running graphs after `after`, by id.
+pub(super) fn select_running(
+    conn: &Connection,
+    tenant: &str,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT graph_id FROM graphs WHERE tenant_id = ?1 AND status = 'running'
-         ORDER BY deadline_at_ms, graph_id",
+        "SELECT graph_id FROM graphs INDEXED BY graphs_running_ids
+         WHERE tenant_id = ?1 AND status = 'running' AND graph_id > ?2
+         ORDER BY graph_id LIMIT ?3",
     )?;
-    let rows = stmt.query_map(params![tenant], |row| row.get(0))?;
+    let rows = stmt.query_map(params![tenant, after, to_limit(limit)], |row| row.get(0))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 

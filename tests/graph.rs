@@ -97,7 +97,7 @@ fn a_diamond_runs_in_order_and_completes() {
     assert_eq!(status_of(&store, &g, "d"), NodeStatus::Pending);
     let output = NodeOutput::ok(json!({ "from": "b" }));
     store.graphs().start_node(&g, "b").expect("start b");
-    store.graphs().complete_node(&g, "b", Some(output)).expect("complete b");
+    store.graphs().complete_node(&g, "b", output).expect("an output, or Some(output)");
     assert_eq!(ready(&store, &g), ["d"]);
     let inputs = store.graphs().inputs(&g, "d").expect("inputs");
     assert_eq!(inputs, [Token::ok(), Token::ok_data(json!({ "from": "b" }))], "arrival order");
@@ -164,7 +164,7 @@ fn success_skips_the_error_handler_and_completes() {
     for id in ["work", "next", "handler", "after_handler"] {
         node(&store, &g, id);
     }
-    edge(&store, &g, "work", "next", Some(TokenColor::Ok));
+    store.graphs().add_edge(&g, "work", "next", TokenColor::Ok).expect("a colour, or Some");
     edge(&store, &g, "work", "handler", Some(TokenColor::Error));
     edge(&store, &g, "handler", "after_handler", None);
     store.graphs().start(&g).expect("start");

@@ -621,8 +621,9 @@ impl<'a> Graphs<'a> {
         graph: &str,
         from: &str,
         to: &str,
-        condition: Option<TokenColor>,
+        condition: impl Into<Option<TokenColor>>,
     ) -> Result<u64> {
+        let condition = condition.into();
         let op = AddEdge { graph: graph.into(), from: from.into(), to: to.into(), condition };
         self.store.exec(op)
     }
@@ -669,7 +670,13 @@ impl<'a> Graphs<'a> {
     /// # Errors
     /// `NotFound` for an unknown node; `Conflict` if it is not ready or running or the graph
     /// is not running; `TooLarge` for an output past the payload limit.
-    pub fn complete_node(&self, graph: &str, node: &str, output: Option<NodeOutput>) -> Result<()> {
+    pub fn complete_node(
+        &self,
+        graph: &str,
+        node: &str,
+        output: impl Into<Option<NodeOutput>>,
+    ) -> Result<()> {
+        let output = output.into();
         self.store.exec(CompleteNode { graph: graph.into(), node: node.into(), output })
     }
 

@@ -26,6 +26,8 @@ fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
         store.graphs().start(&graph).expect("start");
         drive(&store, &graph, &mut dice, seed);
         check_end_state(&store, &graph, seed);
+        let problems = store.graphs().audit(&graph).expect("audit");
+        assert!(problems.is_empty(), "seed {seed}: {problems:?}");
         let summary = store.graphs().get(&graph).expect("get");
         *seen.entry(summary.status.as_str()).or_default() += 1;
         *seen.entry("skipped nodes").or_default() += summary.counts.skipped;
@@ -49,6 +51,8 @@ fn random_graphs_with_loops_always_finish_and_keep_their_counts() {
         drive(&store, &graph, &mut dice, seed);
         let summary = store.graphs().get(&graph).expect("get");
         assert!(summary.status.is_terminal(), "seed {seed}: {summary:?}");
+        let problems = store.graphs().audit(&graph).expect("audit");
+        assert!(problems.is_empty(), "seed {seed}: {problems:?}");
         let all = nodes(&store, &graph);
         check_counts(&summary, &all, seed);
         for node in &all {

@@ -46,8 +46,8 @@ use crate::page::Page;
 use crate::store::Store;
 
 pub use ops::{
-    AddEdge, AddNode, Cancel, Children, CompleteNode, Create, Edges, ExpireOverdue, FailNode, Get,
-    GetNode, Inputs, List, Nodes, Recover, SetJoin, SetTimeout, Start, StartNode,
+    AddEdge, AddNode, Audit, Cancel, Children, CompleteNode, Create, Edges, ExpireOverdue,
+    FailNode, Get, GetNode, Inputs, List, Nodes, Recover, SetJoin, SetTimeout, Start, StartNode,
 };
 pub(crate) use ops::{ExpireDeadlines, RunningTenants};
 
@@ -761,6 +761,16 @@ impl<'a> Graphs<'a> {
             };
             bell.wait(seen, wake_at);
         }
+    }
+
+    /// Checks the graph's stored counters (per-status counts, each node's inbound edge
+    /// counters) against its nodes and edges; returns what disagrees, nothing when the graph is
+    /// sound. It reads the whole graph: for tests and integrity checks.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown graph.
+    pub fn audit(&self, graph: &str) -> Result<Vec<String>> {
+        self.store.exec(Audit { graph: graph.into() })
     }
 
     /// Fails every running graph of the tenant whose deadline has passed; returns how many.

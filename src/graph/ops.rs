@@ -177,6 +177,14 @@ pub struct Recover {
     pub after: Option<GraphId>,
 }
 
+/// Checks a graph's stored counters against its nodes and edges; output what disagrees
+/// (nothing when the graph is sound). Reads every node and edge: for tests and `check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audit {
+    /// The graph.
+    pub graph: GraphId,
+}
+
 /// Fails up to `Limits::page_size_max` running graphs past their deadline; output how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExpireOverdue;
@@ -507,6 +515,22 @@ impl Op for Recover {
     }
 }
 
+impl Sealed for Audit {}
+impl Op for Audit {
+    type Output = Vec<String>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
+        let key = existing(tx, &self.graph)?;
+        let state =
+            sql::select_state(tx.sql(), key)?.ok_or_else(|| not_found("graph", &self.graph))?;
+        let nodes = sql::select_node_states(tx.sql(), key)?;
+        let edges = sql::select_edge_states(tx.sql(), key)?;
+        Ok(audit(&state, &nodes, &edges))
+    }
+}
+
 impl Sealed for ExpireOverdue {}
 impl Op for ExpireOverdue {
     type Output = u64;
@@ -709,6 +733,55 @@ fn bind_child(tx: &mut Tx<'_>, graph: &str, child: &str, node: &str) -> Result<(
     }
     net.state_mut().parent_node_id = Some(node.to_owned());
     net.settle().map(|_| ())
+}
+
+/// What disagrees between a graph's counters and its nodes and edges.
+fn audit(state: &sql::GraphState, nodes: &[NodeState], edges: &[sql::EdgeState]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let statuses = [
+        NodeStatus::Pending,
+        NodeStatus::Ready,
+        NodeStatus::Running,
+        NodeStatus::Complete,
+        NodeStatus::Failed,
+        NodeStatus::Skipped,
+    ];
+    for status in statuses {
+        let counted = nodes.iter().filter(|node| node.status == status).count() as i64;
+        if state.count(status) != counted {
+            let stored = state.count(status);
+            problems.push(format!("{} nodes: stored {stored}, found {counted}", status.as_str()));
+        }
+    }
+    if state.node_count != nodes.len() as i64 || state.edge_count != edges.len() as i64 {
+        problems.push(format!(
+            "sizes: stored {} nodes and {} edges, found {} and {}",
+            state.node_count,
+            state.edge_count,
+            nodes.len(),
+            edges.len()
+        ));
+    }
+    for edge in edges.iter().filter(|edge| edge.dead && edge.tokens > 0) {
+        problems.push(format!("edge {} is dead but carried {} tokens", edge.seq, edge.tokens));
+    }
+    for node in nodes {
+        let inbound: Vec<&sql::EdgeState> =
+            edges.iter().filter(|e| e.to == node.id && e.from != node.id).collect();
+        let found = [
+            inbound.len() as i64,
+            inbound.iter().filter(|e| e.tokens > 0).count() as i64,
+            inbound.iter().filter(|e| e.dead).count() as i64,
+        ];
+        let stored = [node.in_edges, node.in_filled, node.in_dead];
+        if found != stored {
+            problems.push(format!(
+                "node {}: stored in_edges/in_filled/in_dead {stored:?}, found {found:?}",
+                node.id
+            ));
+        }
+    }
+    problems
 }
 
 /// Checks a node's spec; returns it encoded.

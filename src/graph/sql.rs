@@ -526,6 +526,31 @@ pub(super) fn select_edges(conn: &Connection, key: Key<'_>) -> Result<Vec<Edge>>
     .collect()
 }
 
+/// Every edge's endpoints, token count and dead flag (for `Audit`).
+pub(super) fn select_edge_states(conn: &Connection, key: Key<'_>) -> Result<Vec<EdgeState>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT edge_seq, from_node_id, to_node_id, tokens, dead FROM graph_edges
+         WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY edge_seq",
+    )?;
+    let rows = stmt.query_map(params![key.tenant, key.graph], |row| {
+        let (seq, from, to, tokens, dead) =
+            (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
+        Ok(EdgeState { seq, from, to, condition: None, tokens, dead })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Every node's state, in the order they were added (for `Audit`).
+pub(super) fn select_node_states(conn: &Connection, key: Key<'_>) -> Result<Vec<NodeState>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
+                fired_seq FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2
+         ORDER BY created_seq",
+    )?;
+    let rows = stmt.query_map(params![key.tenant, key.graph], raw_node_state)?;
+    rows.map(|row| row?.decode()).collect()
+}
+
 /// A token delivered on an edge, numbered in arrival order.
 pub(super) fn insert_token(
     conn: &Connection,

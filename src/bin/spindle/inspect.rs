@@ -269,9 +269,21 @@ pub fn parse_duration_ms(text: &str) -> Result<i64, CliError> {
     number.checked_mul(unit_ms).ok_or_else(bad)
 }
 
+/// What `Graphs::audit` finds in every graph of the tenant.
+fn audit_graphs(store: &Store) -> Result<Vec<String>, CliError> {
+    let mut problems = Vec::new();
+    for graph in all_graphs(store)? {
+        for problem in store.graphs().audit(&graph.id)? {
+            problems.push(format!("graph {}: {problem}", graph.id));
+        }
+    }
+    Ok(problems)
+}
+
 /// Integrity and foreign-key check, schema version and pragmas, through a read-only
-/// connection of its own (the store need not be idle).
-pub fn check(path: &Path, out: &Output) -> Result<u8, CliError> {
+/// connection of its own (the store need not be idle); then the tenant's graphs' counters,
+/// through a read-only store.
+pub fn check(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
     if !path.exists() {
         return Err(CliError::Bad(format!("no store at {}", path.display())));
     }
@@ -299,7 +311,12 @@ pub fn check(path: &Path, out: &Output) -> Result<u8, CliError> {
             .map_err(store_error)?;
         report[pragma] = value;
     }
-    let healthy = integrity == ["ok"] && foreign_keys.is_empty();
+    drop(conn);
+    let store = crate::open(path, tenant, crate::Access::Reader)?;
+    let graph_problems = audit_graphs(&store)?;
+    store.close()?;
+    report["graph_problems"] = json!(graph_problems);
+    let healthy = integrity == ["ok"] && foreign_keys.is_empty() && graph_problems.is_empty();
     report["ok"] = json!(healthy);
     if out.json {
         out.print_json(&report);

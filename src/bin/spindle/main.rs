@@ -173,7 +173,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         });
     }
     if let Cmd::Check = cli.command {
-        return inspect::check(&cli.db, out);
+        return inspect::check(&cli.db, &cli.tenant, out);
     }
     let writes =
         matches!(cli.command, Cmd::Prune { .. } | Cmd::Queue { action: QueueCmd::Requeue { .. } });

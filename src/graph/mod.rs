@@ -168,7 +168,9 @@ pub enum NodeSpec {
         /// What the caller needs to do it.
         data: Value,
     },
-    /// Run by the engine when enabled: its output is its inputs (`Many`), as the strategy says.
+    /// Run by the engine when enabled through its edges: its output is its inputs (`Many`),
+    /// as the strategy says, at most `Limits::payload_bytes_max` encoded (past it the graph
+    /// fails). A Gather without inbound edges never runs (it is skipped).
     Gather {
         /// Which inputs.
         strategy: GatherStrategy,
@@ -601,7 +603,8 @@ impl<'a> Graphs<'a> {
         self.store.exec(List { page })
     }
 
-    /// Adds a node. On a running graph, a node without inbound edges is ready at once.
+    /// Adds a node. On a running graph, a node without inbound edges is ready at once (a
+    /// Gather waits for an edge: it has nothing to gather yet).
     ///
     /// # Errors
     /// `NotFound` for an unknown graph; `Conflict` for a finished graph or a taken id;

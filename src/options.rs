@@ -46,6 +46,7 @@ pub struct Options {
     /// Recover the running graphs of every tenant when the store opens (`Graphs::recover`).
     /// Default true. A second process that only inspects a store another one is running
     /// (the command-line tool's inspectors) turns it off, so it leaves running nodes alone.
+    /// Graph deadlines are kept either way (unless the store is read-only).
     pub recover_on_open: bool,
 }
 

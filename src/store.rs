@@ -130,10 +130,16 @@ impl Store {
         };
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
         let store = Store { shared: Arc::new(shared), scope };
-        // A process that only inspects the store leaves sweeps to the one running it.
-        if recover && !read_only {
-            store.recover_graphs()?;
-            store.exec(ExpireDeadlines)?;
+        if !read_only {
+            if recover {
+                store.recover_graphs()?;
+            }
+            // Deadlines that passed while no store was open, and the alarm for the next one.
+            // Another process holding the write lock runs its own sweeps: `Busy` is no failure.
+            match store.exec(ExpireDeadlines) {
+                Ok(_) | Err(Error::Busy) => {}
+                Err(error) => return Err(error),
+            }
         }
         Ok(store)
     }

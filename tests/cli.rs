@@ -118,6 +118,17 @@ fn a_background_child_does_not_outlive_its_node_or_make_it_run_again() {
 }
 
 #[test]
+fn a_process_that_leaves_the_group_does_not_hold_the_node() {
+    let s = Scratch::new();
+    let nodes = json!({ "a": { "run": format!("setsid sleep 30 & {}", s.append("a")) } });
+    let began = Instant::now();
+    let output = s.run(&s.pipeline("escaped.json", nodes));
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(began.elapsed() < Duration::from_secs(15), "waited for the escaped process");
+    assert_eq!(s.lines(), ["a"], "ran once");
+}
+
+#[test]
 fn a_timeout_kills_the_command_and_a_failed_run_stops_its_siblings() {
     let s = Scratch::new();
     let nodes = json!({

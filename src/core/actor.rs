@@ -344,7 +344,9 @@ impl Actor {
         let mut jobs: VecDeque<Job> = jobs.filter_map(|job| self.admit(job)).collect();
         let writes = jobs.iter().any(|job| job.access != Access::Read);
         let mut batch = Batch::default();
+        // Whether the alarm job's work is in the transaction about to commit.
         let mut alarm_kept = false;
+        let mut index = 0;
         while let Some(job) = jobs.pop_front() {
             if !batch.open {
                 if let Err(error) = self.begin(writes) {
@@ -357,11 +359,14 @@ impl Actor {
                 batch.open = true;
                 self.publisher.notice_foreign_writes(&self.conn);
             }
-            let first = batch.applied.is_empty();
+            let is_alarm = carried && index == 0;
+            index += 1;
             self.run_job(job, now_ms, &mut batch);
-            if first && carried {
-                alarm_kept = batch.applied.first().is_some_and(|applied| applied.keep);
+            if is_alarm {
+                alarm_kept = batch.applied.last().is_some_and(|applied| applied.keep);
             }
+            // An abandoned transaction took the alarm job's work with it.
+            alarm_kept &= batch.open;
         }
         let committed = batch.open && self.commit(batch, writes);
         if !(committed && alarm_kept) {

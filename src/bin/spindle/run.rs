@@ -18,6 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -75,10 +76,16 @@ pub fn run(
     }
     let ended = run.watch();
     run.finished.store(true, Ordering::SeqCst);
+    if ended.is_err() {
+        run.kill.store(true, Ordering::SeqCst);
+    }
     for handle in threads {
         handle.join().map_err(|_| CliError::Internal("a worker thread panicked".into()))?;
     }
     let ended = ended?;
+    if let Some(error) = run.failure.lock().take() {
+        return Err(error);
+    }
     if !matches!(ended, Ending::Interrupted) {
         // Ready nodes of a failed run were enqueued but will never run.
         while store.queue().cancel_execution(&run.graph)? > 0 {}
@@ -135,8 +142,11 @@ fn spawn(
     thread::Builder::new()
         .name(format!("spindle-{name}"))
         .spawn(move || {
-            if let Err(error) = body(&run) {
-                run.fail(error);
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&run)));
+            match outcome {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => run.fail(error),
+                Err(_) => run.fail(CliError::Internal("a worker thread panicked".into())),
             }
         })
         .map_err(|error| CliError::Internal(format!("cannot start a thread: {error}")))
@@ -186,8 +196,13 @@ impl Run {
         }
     }
 
-    /// Records a thread's error and stops the run.
+    /// Records a thread's error and stops the run. Input was checked before the run began,
+    /// so nothing a thread meets is bad input: it is an internal error (exit 3).
     fn fail(&self, error: CliError) {
+        let error = match error {
+            CliError::Bad(message) => CliError::Internal(message),
+            other => other,
+        };
         self.failure.lock().get_or_insert(error);
         self.finished.store(true, Ordering::SeqCst);
         self.kill.store(true, Ordering::SeqCst);
@@ -325,21 +340,37 @@ impl Run {
             .process_group(0)
             .spawn()
             .map_err(|error| CliError::Internal(format!("cannot start sh: {error}")))?;
+        let pid = child.id();
         let tail = Arc::new(Mutex::new(Tail::default()));
-        let readers = collect_output(&mut child, &tail);
-        let group = child.id();
-        // A thread waits for the shell, so its exit is seen at once.
-        let (exited_tx, exited) = crossbeam_channel::bounded(1);
-        let waiter = thread::spawn(move || {
-            let _ = exited_tx.send(child.wait());
+        let (drained_tx, drained) = crossbeam_channel::unbounded::<()>();
+        let watched = collect_output(&mut child, &tail, &drained_tx).and_then(|readers| {
+            // A thread waits for the shell without reaping it, so its exit is seen at once and
+            // its pid (the group's id) cannot be reused before the group is killed.
+            let (exited_tx, exited) = crossbeam_channel::bounded(1);
+            thread::Builder::new()
+                .spawn(move || {
+                    let _ = exited_tx.send(wait_unreaped(pid));
+                })
+                .map(|_| (readers, exited))
+                .map_err(|e| CliError::Internal(format!("cannot start a thread: {e}")))
         });
-        let supervised = self.supervise(&exited, step, job);
+        drop(drained_tx);
+        let supervised = match &watched {
+            Ok((_, exited)) => self.supervise(exited, step, job),
+            Err(_) => Ok(Supervised::Killed),
+        };
         // Whatever happened, nothing of the command outlives it: a background child would
-        // hold its output open and run on unsupervised.
-        kill_group(group);
-        let _ = waiter.join();
-        for reader in readers {
-            let _ = reader.join();
+        // hold its output open and run on unsupervised. Then the shell is reaped.
+        kill_group(pid);
+        let _ = child.wait();
+        let (readers, _) = watched?;
+        // The output ends when the pipes close; a process that left the group may hold them:
+        // wait at most a fifth of the lease for it.
+        let drain_until = Instant::now() + Duration::from_millis(self.heartbeat_ms());
+        for _ in 0..readers {
+            if drained.recv_deadline(drain_until).is_err() {
+                break;
+            }
         }
         let tail = tail.lock().text();
         let fail = |what: &str| Exit::Failure(failure(attempt, what, &tail));
@@ -357,20 +388,17 @@ impl Run {
     /// killed (the caller then kills its process group).
     fn supervise(
         &self,
-        exited: &crossbeam_channel::Receiver<std::io::Result<std::process::ExitStatus>>,
+        exited: &crossbeam_channel::Receiver<Result<Supervised, String>>,
         step: &Step,
         job: &Claimed,
     ) -> Result<Supervised, CliError> {
         let started = Instant::now();
         let mut beat = Instant::now();
-        let heartbeat_every = Duration::from_millis(u64::try_from(self.lease_ms / 5).unwrap_or(1));
+        let heartbeat_every = Duration::from_millis(self.heartbeat_ms());
         let timeout = step.timeout_s.map(Duration::from_secs);
         loop {
             match exited.recv_timeout(Duration::from_millis(50)) {
-                Ok(status) => {
-                    let status = status.map_err(|e| CliError::Internal(e.to_string()))?;
-                    return Ok(status.code().map_or(Supervised::Signalled, Supervised::Exited));
-                }
+                Ok(status) => return status.map_err(CliError::Internal),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                     return Err(CliError::Internal("lost the command's exit status".into()));
@@ -389,6 +417,11 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// How often a worker renews its lease: five times per lease.
+    fn heartbeat_ms(&self) -> u64 {
+        u64::try_from(self.lease_ms / 5).unwrap_or(1).max(1)
     }
 
     fn heartbeat(&self, job: &Claimed) -> Result<Option<Supervised>, CliError> {
@@ -445,7 +478,11 @@ impl Run {
                 self.report(line);
                 Ok(())
             }
-            Err(spindle::Error::LeaseLost(_)) => Ok(()),
+            Err(spindle::Error::LeaseLost(_)) => {
+                let node = job.item.payload["node"].as_str().unwrap_or("?");
+                self.report(&format!("lost   {node} (its lease lapsed: it runs again)"));
+                Ok(())
+            }
             Err(spindle::Error::Conflict(_)) => self.drop_item(job),
             Err(error) => Err(error.into()),
         }
@@ -608,15 +645,21 @@ impl Tail {
     }
 }
 
-fn collect_output(child: &mut Child, tail: &Arc<Mutex<Tail>>) -> Vec<thread::JoinHandle<()>> {
-    let mut readers = Vec::new();
+/// Starts a thread per output pipe that keeps its tail and says on `drained` when the pipe
+/// closed; returns how many were started.
+fn collect_output(
+    child: &mut Child,
+    tail: &Arc<Mutex<Tail>>,
+    drained: &crossbeam_channel::Sender<()>,
+) -> Result<usize, CliError> {
     let streams: [Option<Box<dyn Read + Send>>; 2] = [
         child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
         child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
     ];
+    let mut readers = 0;
     for mut stream in streams.into_iter().flatten() {
-        let tail = Arc::clone(tail);
-        readers.push(thread::spawn(move || {
+        let (tail, drained) = (Arc::clone(tail), drained.clone());
+        let reader = move || {
             let mut buffer = [0_u8; 8192];
             while let Ok(read) = stream.read(&mut buffer) {
                 if read == 0 {
@@ -624,12 +667,28 @@ fn collect_output(child: &mut Child, tail: &Arc<Mutex<Tail>>) -> Vec<thread::Joi
                 }
                 tail.lock().push(&buffer[..read]);
             }
-        }));
+            let _ = drained.send(());
+        };
+        thread::Builder::new()
+            .spawn(reader)
+            .map_err(|e| CliError::Internal(format!("cannot start a thread: {e}")))?;
+        readers += 1;
     }
-    readers
+    Ok(readers)
 }
 
-/// Kills what is left of the command's process group (the waiter reaps the shell).
+/// Waits until the process `pid` exits, leaving it to be reaped (its pid stays taken).
+fn wait_unreaped(pid: u32) -> Result<Supervised, String> {
+    let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    match waitid(Id::Pid(Pid::from_raw(pid)), flags).map_err(|e| e.to_string())? {
+        WaitStatus::Exited(_, code) => Ok(Supervised::Exited(code)),
+        _ => Ok(Supervised::Signalled),
+    }
+}
+
+/// Kills what is left of the command's process group (its leader, alive or not yet reaped,
+/// keeps the group's id from being reused).
 fn kill_group(group: u32) {
     if let Ok(group) = i32::try_from(group) {
         // The group is gone already when nothing of the command is left: nothing to do.

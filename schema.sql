@@ -245,5 +245,22 @@ CREATE TABLE graph_tokens (
     PRIMARY KEY (tenant_id, graph_id, to_node_id, token_seq)
 ) WITHOUT ROWID;
 
+-- API tokens. Only the SHA-256 of a secret is stored; a secret is looked up by its hash (one
+-- index seek), which also checks revocation and expiry. last_used_at_ms is refreshed at most
+-- once a minute.
+CREATE TABLE api_tokens (
+    token_id        TEXT    NOT NULL PRIMARY KEY,
+    tenant_id       TEXT    NOT NULL,
+    name            TEXT    NOT NULL,
+    role            TEXT    NOT NULL CHECK (role IN ('admin', 'writer', 'reader')),
+    secret_hash     TEXT    NOT NULL UNIQUE,
+    created_at_ms   INTEGER NOT NULL,
+    expires_at_ms   INTEGER,
+    revoked_at_ms   INTEGER,
+    last_used_at_ms INTEGER
+) WITHOUT ROWID;
+
+CREATE INDEX api_tokens_by_tenant ON api_tokens (tenant_id, token_id);
+
 PRAGMA application_id = 1397771844; -- 'SPND'
 PRAGMA user_version = 2;

@@ -1,4 +1,4 @@
--- Version 1 -> 2: the graph engine's tables. The same DDL is in schema.sql; a unit test in
+-- Version 1 -> 2: the graph engine's tables and API tokens. The same DDL is in schema.sql; a unit test in
 -- src/core/schema.rs checks that a migrated store and a fresh one have the same schema.
 
 -- Graphs. The per-status node counts are kept up to date by every transition, so the engine
@@ -117,3 +117,20 @@ CREATE TABLE graph_tokens (
     token      TEXT    NOT NULL,
     PRIMARY KEY (tenant_id, graph_id, to_node_id, token_seq)
 ) WITHOUT ROWID;
+
+-- API tokens. Only the SHA-256 of a secret is stored; a secret is looked up by its hash (one
+-- index seek), which also checks revocation and expiry. last_used_at_ms is refreshed at most
+-- once a minute.
+CREATE TABLE api_tokens (
+    token_id        TEXT    NOT NULL PRIMARY KEY,
+    tenant_id       TEXT    NOT NULL,
+    name            TEXT    NOT NULL,
+    role            TEXT    NOT NULL CHECK (role IN ('admin', 'writer', 'reader')),
+    secret_hash     TEXT    NOT NULL UNIQUE,
+    created_at_ms   INTEGER NOT NULL,
+    expires_at_ms   INTEGER,
+    revoked_at_ms   INTEGER,
+    last_used_at_ms INTEGER
+) WITHOUT ROWID;
+
+CREATE INDEX api_tokens_by_tenant ON api_tokens (tenant_id, token_id);

@@ -78,10 +78,12 @@ mod page;
 mod store;
 mod subscription;
 
+pub mod auth;
 pub mod graph;
 pub mod log;
 pub mod queue;
 
+pub use crate::auth::{Auth, Tenant, TenantStatus, TenantUpdate, TokenInfo, TokenSecret};
 pub use crate::core::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::op::{Access, Op, Role, TxOutcome};
 pub use crate::core::tx::Tx;

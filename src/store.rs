@@ -15,6 +15,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
+use crate::auth::Auth;
 use crate::core::actor::{self, ActorState, spin_recv};
 use crate::core::bell::Bell;
 use crate::core::clock::Clock;
@@ -306,6 +307,27 @@ impl Store {
     /// letters.
     pub fn queue(&self) -> Queue<'_> {
         Queue::new(self)
+    }
+
+    /// Tenants and API tokens: administration needs the `admin` role.
+    pub fn auth(&self) -> Auth<'_> {
+        Auth::new(self)
+    }
+
+    /// A view bound to the tenant and role of the API token `secret`.
+    ///
+    /// # Errors
+    /// `Unauthorized` for a malformed, unknown, revoked or expired token (nothing is said of
+    /// which).
+    pub fn authenticate(&self, secret: &str) -> Result<Store> {
+        let token = crate::auth::authenticate(self, secret)?;
+        let scope = Scope { tenant: Arc::from(token.tenant_id.as_str()), role: token.role };
+        Ok(Store { shared: Arc::clone(&self.shared), scope })
+    }
+
+    /// The store clock's time, in epoch milliseconds.
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.shared.clock.now_ms()
     }
 
     /// The graph engine: graphs of nodes and coloured tokens, run by callers and finished by

@@ -18,15 +18,15 @@
 //! The actor also schedules WAL checkpoints (auto-checkpoint is off): a passive one when the
 //! mailbox is idle or the WAL passes a quarter of its limit, a truncating one past the limit.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounded};
-use rusqlite::Connection;
 use rusqlite::wal::CheckpointMode;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::core::bell::Bell;
 use crate::core::checkpoint::WalSchedule;
@@ -154,6 +154,8 @@ struct Actor {
     alarm_ms: Option<i64>,
     /// Builds the job that runs when the alarm is due.
     alarm_job: Option<AlarmJob>,
+    /// Which tenants may write, as read in this batch (a suspended or archived one may not).
+    writable: HashMap<Arc<str>, bool>,
 }
 
 /// How long after a failed alarm job it runs again, in milliseconds.
@@ -210,6 +212,7 @@ impl Actor {
             guard,
             alarm_ms: None,
             alarm_job,
+            writable: HashMap::new(),
         })
     }
 
@@ -344,6 +347,8 @@ impl Actor {
         let mut jobs: VecDeque<Job> = jobs.filter_map(|job| self.admit(job)).collect();
         let writes = jobs.iter().any(|job| job.access != Access::Read);
         let mut batch = Batch::default();
+        // Another process may have changed a tenant since the last batch.
+        self.writable.clear();
         // Whether the alarm job's work is in the transaction about to commit.
         let mut alarm_kept = false;
         let mut index = 0;
@@ -372,6 +377,22 @@ impl Actor {
         if !(committed && alarm_kept) {
             self.retry_alarm(carried, now_ms);
         }
+    }
+
+    /// Whether `tenant` may write: not suspended or archived. A tenant without a row (a view
+    /// made with `Store::tenant` before any administration) may. Read once per batch.
+    fn tenant_writable(&mut self, tenant: &Arc<str>) -> Result<bool> {
+        if let Some(writable) = self.writable.get(tenant) {
+            return Ok(*writable);
+        }
+        let status: Option<String> = self
+            .conn
+            .prepare_cached("SELECT status FROM tenants WHERE tenant_id = ?1")?
+            .query_row([tenant.as_ref()], |row| row.get(0))
+            .optional()?;
+        let writable = status.is_none_or(|status| status == "active");
+        self.writable.insert(Arc::clone(tenant), writable);
+        Ok(writable)
     }
 
     /// An alarm job whose work did not commit runs again a little later.
@@ -409,6 +430,16 @@ impl Actor {
     /// Runs one job (under its own savepoint unless it needs none) and keeps or rolls back its
     /// work.
     fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch) {
+        if job.access == Access::Write {
+            match self.tenant_writable(&job.scope.tenant) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let tenant = job.scope.tenant.to_string();
+                    return job.refuse(Error::TenantSuspended(tenant));
+                }
+                Err(error) => return job.refuse(error),
+            }
+        }
         let savepoint = job.savepoint;
         if savepoint && let Err(error) = self.statement("SAVEPOINT op") {
             job.refuse(error.replicate());
@@ -444,6 +475,9 @@ impl Actor {
                 batch.events.extend(finished.published);
                 batch.rang |= finished.rang;
                 batch.alarm_ms = earliest(batch.alarm_ms, finished.alarm_ms);
+                if finished.tenants_changed {
+                    self.writable.clear();
+                }
             }
             Ok(()) => {}
             Err(error) => self.abandon(batch, &error),

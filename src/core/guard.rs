@@ -29,6 +29,7 @@ pub(crate) const OWN_TABLES: &[&str] = &[
     "graph_nodes",
     "graph_edges",
     "graph_tokens",
+    "api_tokens",
 ];
 
 /// The flags the hooks read.

@@ -33,6 +33,7 @@ pub struct Tx<'a> {
     publishing: bool,
     rang: bool,
     alarm_ms: Option<i64>,
+    tenants_changed: bool,
 }
 
 /// Who a job runs as: the tenant whose data it may touch and the role it holds.
@@ -133,6 +134,7 @@ impl<'a> Tx<'a> {
         let finished = other.finish();
         self.published.extend(finished.published);
         self.rang |= finished.rang;
+        self.tenants_changed |= finished.tenants_changed;
         if let Some(at_ms) = finished.alarm_ms {
             self.set_alarm(at_ms);
         }
@@ -199,8 +201,20 @@ impl<'a> Tx<'a> {
         guard: &'a JobGuard,
     ) -> Self {
         let published = Vec::new();
-        let (publishing, rang, alarm_ms) = (true, false, None);
-        Self { conn, now_ms, scope, limits, ids, guard, published, publishing, rang, alarm_ms }
+        let (publishing, rang, alarm_ms, tenants_changed) = (true, false, None, false);
+        Self {
+            conn,
+            now_ms,
+            scope,
+            limits,
+            ids,
+            guard,
+            published,
+            publishing,
+            rang,
+            alarm_ms,
+            tenants_changed,
+        }
     }
 
     /// Tells the transaction whether any subscriber is live: if none is, events are not kept
@@ -237,9 +251,21 @@ impl<'a> Tx<'a> {
         self.alarm_ms = Some(self.alarm_ms.map_or(at_ms, |ms| ms.min(at_ms)));
     }
 
-    /// Hands the recorded events, whether the bell was rung, and the alarm, to the actor.
+    /// Tells the actor that a tenant's status may have changed: it forgets what it knew of
+    /// which tenants may write.
+    pub(crate) fn tenants_changed(&mut self) {
+        self.tenants_changed = true;
+    }
+
+    /// Hands the recorded events, whether the bell was rung, the alarm, and whether tenants
+    /// changed, to the actor.
     pub(crate) fn finish(self) -> Finished {
-        Finished { published: self.published, rang: self.rang, alarm_ms: self.alarm_ms }
+        Finished {
+            published: self.published,
+            rang: self.rang,
+            alarm_ms: self.alarm_ms,
+            tenants_changed: self.tenants_changed,
+        }
     }
 }
 
@@ -248,6 +274,7 @@ pub(crate) struct Finished {
     pub(crate) published: Vec<Published>,
     pub(crate) rang: bool,
     pub(crate) alarm_ms: Option<i64>,
+    pub(crate) tenants_changed: bool,
 }
 
 /// The error for an operation the view's role may not perform.

@@ -36,6 +36,8 @@
 //! - [`Store::graphs`]: the graph engine. Nodes and coloured tokens routed over conditional
 //!   edges, `All`/`Any` joins, gathers, sub-graphs and loops; untaken branches are skipped, so
 //!   every graph finishes; recovered after a crash when the store opens.
+//! - [`Store::auth`] and [`Store::authenticate`]: tenants (a suspended one reads but cannot
+//!   write) and hashed API tokens that open views bound to a tenant and a role.
 //! - [`Store::transaction`]: any of the above, and the caller's own tables through
 //!   [`Tx::sql`], committed or rolled back together.
 //!

@@ -239,6 +239,44 @@ fn listings_print_json_that_parses() {
     assert_eq!(missing.status.code(), Some(2));
 }
 
+#[test]
+fn tenants_and_tokens_are_administered_from_the_command_line() {
+    let s = Scratch::new();
+    let created =
+        json_of(s.command().args(["tenants", "create", "acme", "--name", "Acme", "--json"]));
+    assert_eq!(created["status"], "active");
+    let suspended = json_of(s.command().args(["tenants", "suspend", "acme", "--json"]));
+    assert_eq!(suspended["status"], "suspended");
+    let tenants = json_of(s.command().args(["tenants", "--json"]));
+    let ids: Vec<&str> =
+        tenants.as_array().expect("array").iter().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(ids, ["acme", "default"]);
+    let token = json_of(s.command().args([
+        "--tenant",
+        "acme",
+        "tokens",
+        "create",
+        "ci",
+        "--role",
+        "writer",
+        "--expires-in",
+        "30d",
+        "--json",
+    ]));
+    let secret = token["secret"].as_str().expect("a secret");
+    assert!(secret.starts_with("spn_"));
+    let id = token["token"]["id"].as_str().expect("an id").to_owned();
+    let listed = json_of(s.command().args(["--tenant", "acme", "tokens", "list", "--json"]));
+    assert_eq!(listed[0]["role"], "writer");
+    assert!(!listed.to_string().contains(&secret[4..]), "a listing never shows a secret");
+    let revoked =
+        s.command().args(["--tenant", "acme", "tokens", "revoke", &id]).output().expect("run");
+    assert_eq!(revoked.status.code(), Some(0));
+    let bad_role =
+        s.command().args(["tokens", "create", "x", "--role", "root"]).output().expect("run");
+    assert_eq!(bad_role.status.code(), Some(2));
+}
+
 fn json_of(command: &mut Command) -> Value {
     let output = command.output().expect("run spindle");
     assert!(output.status.success(), "{output:?}");

@@ -5,6 +5,7 @@
 //! Errors are one line on stderr.
 #![forbid(unsafe_code)]
 
+mod admin;
 mod inspect;
 mod pipeline;
 mod run;
@@ -74,8 +75,53 @@ enum Cmd {
         #[arg(long)]
         older_than: String,
     },
-    /// Check the store: integrity, foreign keys, schema version, pragmas.
+    /// Check the store: integrity, foreign keys, schema version, pragmas, graph counters.
     Check,
+    /// List tenants (or create, suspend, activate one).
+    Tenants {
+        #[command(subcommand)]
+        action: Option<TenantCmd>,
+    },
+    /// Create, list or revoke API tokens of the tenant.
+    Tokens {
+        #[command(subcommand)]
+        action: TokenCmd,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TenantCmd {
+    /// Every tenant (the default).
+    List,
+    /// A new active tenant.
+    Create {
+        id: String,
+        /// Its display name (the id when absent).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Refuse the tenant's writes (it can still read).
+    Suspend { id: String },
+    /// Let a suspended or archived tenant write again.
+    Activate { id: String },
+}
+
+#[derive(Subcommand)]
+pub enum TokenCmd {
+    /// A new token; its secret is printed once.
+    Create {
+        name: String,
+        /// `admin`, `writer` or `reader`.
+        #[arg(long, default_value = "reader")]
+        role: String,
+        /// How long it works (`30d`, `12h`); forever when absent.
+        #[arg(long)]
+        expires_in: Option<String>,
+    },
+    /// The tenant's tokens (never their secrets).
+    List,
+    /// Stop a token from working.
+    Revoke { id: String },
 }
 
 #[derive(Subcommand)]
@@ -175,9 +221,12 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     if let Cmd::Check = cli.command {
         return inspect::check(&cli.db, &cli.tenant, out);
     }
-    let writes =
-        matches!(cli.command, Cmd::Prune { .. } | Cmd::Queue { action: QueueCmd::Requeue { .. } });
-    let store = open(&cli.db, &cli.tenant, if writes { Access::Writer } else { Access::Reader })?;
+    let access = match cli.command {
+        Cmd::Tenants { .. } | Cmd::Tokens { .. } => Access::Administrator,
+        Cmd::Prune { .. } | Cmd::Queue { action: QueueCmd::Requeue { .. } } => Access::Writer,
+        _ => Access::Reader,
+    };
+    let store = open(&cli.db, &cli.tenant, access)?;
     match cli.command {
         Cmd::Graphs => inspect::graphs(&store, out)?,
         Cmd::Graph { action: GraphCmd::Show { id } } => inspect::graph(&store, &id, out)?,
@@ -192,6 +241,8 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             inspect::requeue(&store, id.as_deref(), all.as_deref(), out)?;
         }
         Cmd::Prune { older_than } => inspect::prune(&store, &older_than, out)?,
+        Cmd::Tenants { action } => admin::tenants(&store, action.unwrap_or(TenantCmd::List), out)?,
+        Cmd::Tokens { action } => admin::tokens(&store, action, out)?,
         Cmd::Run { .. } | Cmd::Check => {}
     }
     store.close()?;
@@ -204,12 +255,15 @@ enum Access {
     Runner,
     /// Changes the store, leaving other processes' running nodes alone.
     Writer,
+    /// Administers tenants and tokens: like `Writer`, and may create the store.
+    Administrator,
     /// Only reads (the file must exist).
     Reader,
 }
 
 fn open(path: &Path, tenant: &str, access: Access) -> Result<Store, CliError> {
-    if !matches!(access, Access::Runner) && !path.exists() {
+    let creates = matches!(access, Access::Runner | Access::Administrator);
+    if !creates && !path.exists() {
         return Err(CliError::Bad(format!("no store at {}", path.display())));
     }
     let options = Options {

@@ -78,8 +78,9 @@ pub struct TenantUpdate {
     pub status: Option<TenantStatus>,
 }
 
-/// An API token's secret, as handed out once. `Debug` does not print it; `expose` does.
-#[derive(Clone, PartialEq, Eq)]
+/// An API token's secret, as handed out once. `Debug` does not print it; `expose` does. It
+/// has no `PartialEq`: secrets are compared by their hash, never directly.
+#[derive(Clone)]
 pub struct TokenSecret(String);
 
 impl TokenSecret {
@@ -121,7 +122,7 @@ pub struct TokenInfo {
     pub last_used_at_ms: Option<i64>,
 }
 
-/// Creates a tenant. Needs the `admin` role.
+/// Creates a tenant. Needs the store owner's administrator (not a token's view).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateTenant {
     /// Its id.
@@ -130,18 +131,18 @@ pub struct CreateTenant {
     pub name: String,
 }
 
-/// Reads a tenant. Needs the `admin` role.
+/// Reads a tenant. Needs the `admin` role; a token's view reads only its own tenant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetTenant {
     /// Its id.
     pub id: String,
 }
 
-/// Reads up to `Limits::page_size_max` tenants, by id. Needs the `admin` role.
+/// Reads up to `Limits::page_size_max` tenants, by id. Needs the store owner's administrator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListTenants;
 
-/// Changes a tenant's name or status. Needs the `admin` role.
+/// Changes a tenant's name or status. Needs the store owner's administrator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateTenant {
     /// Its id.
@@ -173,7 +174,7 @@ pub struct RevokeToken {
 pub struct ListTokens;
 
 /// Checks a secret: the token it belongs to, if valid (not revoked, not expired).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Authenticate {
     /// The secret presented.
     pub secret: TokenSecret,
@@ -207,6 +208,7 @@ impl Op for CreateTenant {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Tenant> {
+        require_system(tx)?;
         tx.limits().check_id("tenant id", &self.id)?;
         tx.limits().check_id("tenant name", &self.name)?;
         if select_tenant(tx, &self.id)?.is_some() {
@@ -230,7 +232,10 @@ impl Op for GetTenant {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Tenant> {
-        select_tenant(tx, &self.id)?.ok_or_else(|| not_found("tenant", &self.id))
+        tx.limits().check_id("tenant id", &self.id)?;
+        let visible = tx.is_system() || self.id == tx.tenant();
+        let tenant = if visible { select_tenant(tx, &self.id)? } else { None };
+        tenant.ok_or_else(|| not_found("tenant", &self.id))
     }
 }
 
@@ -241,6 +246,7 @@ impl Op for ListTenants {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Tenant>> {
+        require_system(tx)?;
         let limit = i64::try_from(tx.limits().page_size_max).unwrap_or(i64::MAX);
         let mut stmt = tx.sql().prepare_cached(
             "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM tenants
@@ -258,6 +264,8 @@ impl Op for UpdateTenant {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Tenant> {
+        require_system(tx)?;
+        tx.limits().check_id("tenant id", &self.id)?;
         let current = select_tenant(tx, &self.id)?.ok_or_else(|| not_found("tenant", &self.id))?;
         let name = self.update.name.unwrap_or(current.name);
         tx.limits().check_id("tenant name", &name)?;
@@ -281,6 +289,10 @@ impl Op for CreateToken {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<(TokenSecret, TokenInfo)> {
         tx.limits().check_id("token name", &self.name)?;
+        if select_tenant(tx, tx.tenant())?.is_none() {
+            // A tenant without a row could never be suspended: its tokens need one.
+            return Err(not_found("tenant", tx.tenant()));
+        }
         if self.expires_at_ms.is_some_and(|at_ms| at_ms <= tx.now_ms()) {
             return Err(Error::InvalidInput("a token must expire in the future".into()));
         }
@@ -313,6 +325,7 @@ impl Op for RevokeToken {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_id("token id", &self.id)?;
         let token = select_token(tx, &self.id)?.filter(|token| token.tenant_id == tx.tenant());
         if token.is_none() {
             return Err(not_found("token", &self.id));
@@ -524,6 +537,16 @@ fn base62(bytes: &[u8], width: usize) -> String {
 
 fn secret_hash(secret: &str) -> String {
     Sha256::digest(secret.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Refuses tenant administration to any view but the store owner's administrator.
+fn require_system(tx: &Tx<'_>) -> Result<()> {
+    if !tx.is_system() {
+        return Err(Error::Forbidden(
+            "tenant administration needs the store's own administrator, not a token".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn not_found(kind: &'static str, id: &str) -> Error {

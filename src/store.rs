@@ -129,7 +129,7 @@ impl Store {
             limits,
             clock,
         };
-        let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
+        let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
         let store = Store { shared: Arc::new(shared), scope };
         if !read_only {
             if recover {
@@ -276,10 +276,17 @@ impl Store {
     /// tenant's, and other tenants' objects behave as missing.
     ///
     /// # Errors
-    /// `InvalidInput`/`TooLarge` for a bad tenant id.
+    /// `InvalidInput`/`TooLarge` for a bad tenant id; `Forbidden` from a view a token bound to
+    /// another tenant.
     pub fn tenant(&self, id: &str) -> Result<Store> {
         self.shared.limits.check_id("tenant id", id)?;
-        let scope = Scope { tenant: Arc::from(id), role: self.scope.role };
+        if self.scope.bound && id != &*self.scope.tenant {
+            return Err(Error::Forbidden(format!(
+                "a view bound to tenant {} by a token cannot move to another tenant",
+                self.scope.tenant
+            )));
+        }
+        let scope = Scope { tenant: Arc::from(id), role: self.scope.role, bound: self.scope.bound };
         Ok(Store { shared: Arc::clone(&self.shared), scope })
     }
 
@@ -321,7 +328,8 @@ impl Store {
     /// which).
     pub fn authenticate(&self, secret: &str) -> Result<Store> {
         let token = crate::auth::authenticate(self, secret)?;
-        let scope = Scope { tenant: Arc::from(token.tenant_id.as_str()), role: token.role };
+        let scope =
+            Scope { tenant: Arc::from(token.tenant_id.as_str()), role: token.role, bound: true };
         Ok(Store { shared: Arc::clone(&self.shared), scope })
     }
 
@@ -440,7 +448,7 @@ fn reentrant() -> Error {
 /// administrator of the default tenant (it visits every tenant). Nobody waits for its reply.
 fn alarm_job() -> actor::AlarmJob {
     Box::new(|| {
-        let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin };
+        let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
         let (reply, _) = bounded(1);
         Job::op(ExpireDeadlines, scope, reply)
     })

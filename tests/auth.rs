@@ -143,3 +143,69 @@ fn last_used_is_refreshed_at_most_once_a_minute() {
     store.authenticate(secret.expose()).expect("use");
     assert_eq!(last_used(&store), Some(T0 + 60_000));
 }
+
+#[test]
+fn a_token_view_stays_in_its_tenant_and_cannot_administer_tenants() {
+    let store = Store::open_in_memory().expect("open");
+    store.auth().create_tenant("acme", "Acme").expect("create");
+    store.auth().create_tenant("globex", "Globex").expect("create");
+    let acme_root = store.tenant("acme").expect("view");
+    let (secret, _) = acme_root.auth().create_token("ops", Role::Admin, None).expect("token");
+    let acme = store.authenticate(secret.expose()).expect("authenticate");
+    assert!(acme.tenant("acme").is_ok(), "its own tenant");
+    assert!(matches!(acme.tenant("default"), Err(Error::Forbidden(_))));
+    assert!(matches!(acme.tenant("globex"), Err(Error::Forbidden(_))));
+    assert!(matches!(acme.auth().tenants(), Err(Error::Forbidden(_))));
+    assert!(matches!(acme.auth().create_tenant("evil", "Evil"), Err(Error::Forbidden(_))));
+    let update = TenantUpdate { status: Some(TenantStatus::Suspended), ..TenantUpdate::default() };
+    assert!(matches!(acme.auth().update_tenant("default", update), Err(Error::Forbidden(_))));
+    assert_eq!(acme.auth().tenant("acme").expect("own").id, "acme");
+    assert!(matches!(acme.auth().tenant("globex"), Err(Error::NotFound { .. })));
+    let ids: Vec<String> =
+        store.auth().tenants().expect("list").into_iter().map(|t| t.id).collect();
+    assert_eq!(ids, ["acme", "default", "globex"], "nothing written");
+}
+
+#[test]
+fn a_suspended_tenants_token_cannot_administer_and_only_the_owner_reactivates() {
+    let store = Store::open_in_memory().expect("open");
+    store.auth().create_tenant("acme", "Acme").expect("create");
+    let (secret, _) = store
+        .tenant("acme")
+        .expect("view")
+        .auth()
+        .create_token("ops", Role::Admin, None)
+        .expect("token");
+    let acme = store.authenticate(secret.expose()).expect("authenticate");
+    suspend(&store, "acme", TenantStatus::Suspended);
+    let minted = acme.auth().create_token("more", Role::Admin, None);
+    assert!(matches!(minted, Err(Error::TenantSuspended(_))), "{minted:?}");
+    suspend(&store, "acme", TenantStatus::Active);
+    acme.auth().create_token("more", Role::Writer, None).expect("active again");
+}
+
+#[test]
+fn a_token_views_raw_sql_cannot_read_the_stores_tables() {
+    let store = Store::open_in_memory().expect("open");
+    store.auth().create_tenant("acme", "Acme").expect("create");
+    store.graphs().create(json!({ "secret": "default's" })).expect("default graph");
+    let (secret, _) = store
+        .tenant("acme")
+        .expect("view")
+        .auth()
+        .create_token("bot", Role::Writer, None)
+        .expect("token");
+    let acme = store.authenticate(secret.expose()).expect("authenticate");
+    let peek = acme.transaction(|tx| {
+        let count: i64 = tx.sql().query_row("SELECT count(*) FROM graphs", [], |row| row.get(0))?;
+        Ok(TxOutcome::Commit(count))
+    });
+    assert!(peek.is_err(), "{peek:?}");
+    let own = store.transaction(|tx| {
+        let count: i64 = tx.sql().query_row("SELECT count(*) FROM graphs", [], |row| row.get(0))?;
+        Ok(TxOutcome::Commit(count))
+    });
+    assert_eq!(own.expect("the owner reads"), 1);
+    let ghost = store.tenant("ghost").expect("view").auth().create_token("t", Role::Reader, None);
+    assert!(matches!(ghost, Err(Error::NotFound { .. })), "a token needs its tenant's row");
+}

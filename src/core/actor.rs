@@ -430,7 +430,9 @@ impl Actor {
     /// Runs one job (under its own savepoint unless it needs none) and keeps or rolls back its
     /// work.
     fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch) {
-        if job.access == Access::Write {
+        // Every write of a suspended tenant is refused, and so is the administration of a view
+        // bound to it by a token (the store owner's administration is not: it reactivates).
+        if job.access == Access::Write || (job.access == Access::Admin && job.scope.bound) {
             match self.tenant_writable(&job.scope.tenant) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -448,7 +450,7 @@ impl Actor {
         let scope = job.scope.clone();
         let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids, &self.guard);
         tx.set_publishing(self.publisher.has_live());
-        self.guard.enter(job.internal);
+        self.guard.enter(job.internal, job.scope.bound);
         let applied = job.run(&mut tx);
         self.guard.leave();
         let finished = tx.finish();
@@ -531,6 +533,8 @@ impl Actor {
         batch.rang = false;
         batch.alarm_ms = None;
         batch.open = false;
+        // What this transaction read of tenants may have been rolled back with it.
+        self.writable.clear();
     }
 
     fn statement(&self, sql: &str) -> Result<()> {
@@ -628,7 +632,7 @@ mod tests {
     }
 
     fn scope() -> Scope {
-        Scope { tenant: Arc::from("default"), role: Role::Admin }
+        Scope { tenant: Arc::from("default"), role: Role::Admin, bound: false }
     }
 
     fn append(i: i64) -> (Job, Receiver<Result<Appended>>) {
@@ -761,7 +765,7 @@ mod tests {
         let actor = actor();
         actor.conn.execute_batch("CREATE TABLE t (x INTEGER)").expect("table");
         // Simulate a job whose transaction SQLite already ended: a statement now autocommits.
-        actor.guard.enter(true);
+        actor.guard.enter(true, false);
         let vetoed = actor.conn.execute("INSERT INTO t VALUES (1)", []);
         actor.guard.leave();
         assert!(vetoed.is_err(), "the commit hook turned the autocommit into a rollback");

@@ -37,6 +37,9 @@ pub(crate) const OWN_TABLES: &[&str] = &[
 pub(crate) struct JobGuard {
     in_job: AtomicBool,
     internal: AtomicBool,
+    /// The job's view is bound to a tenant by a token: its raw SQL may not even read the
+    /// store's tables (they hold every tenant's rows).
+    confined: AtomicBool,
 }
 
 impl JobGuard {
@@ -50,9 +53,11 @@ impl JobGuard {
         Ok(guard)
     }
 
-    /// A job starts running: an op's (`internal`) or a transaction closure's.
-    pub(crate) fn enter(&self, internal: bool) {
+    /// A job starts running: an op's (`internal`) or a transaction closure's, for a view
+    /// that is `confined` to its tenant or not.
+    pub(crate) fn enter(&self, internal: bool, confined: bool) {
         self.internal.store(internal, Ordering::Relaxed);
+        self.confined.store(confined, Ordering::Relaxed);
         self.in_job.store(true, Ordering::Relaxed);
     }
 
@@ -73,7 +78,10 @@ impl JobGuard {
     fn authorize(&self, context: &AuthContext<'_>) -> Authorization {
         let from_caller =
             self.in_job.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
-        if from_caller && refused_to_callers(&context.action) {
+        let confined = self.confined.load(Ordering::Relaxed);
+        if from_caller
+            && (refused_to_callers(&context.action) || confined && reads_own(&context.action))
+        {
             Authorization::Deny
         } else {
             Authorization::Allow
@@ -96,6 +104,11 @@ fn refused_to_callers(action: &AuthAction<'_>) -> bool {
         | AuthAction::DropIndex { table_name, .. } => is_own_table(table_name),
         _ => false,
     }
+}
+
+/// Whether a statement reads one of the store's tables.
+fn reads_own(action: &AuthAction<'_>) -> bool {
+    matches!(action, AuthAction::Read { table_name, .. } if is_own_table(table_name))
 }
 
 fn is_own_table(name: &str) -> bool {

@@ -23,7 +23,7 @@ const APPLICATION_ID: i64 = 0x5350_4E44;
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
 /// Forward migrations: `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0002_graphs.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0002_graphs_and_tokens.sql")];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
 

@@ -41,6 +41,9 @@ pub struct Tx<'a> {
 pub(crate) struct Scope {
     pub(crate) tenant: Arc<str>,
     pub(crate) role: Role,
+    /// Bound to its tenant by an API token: it cannot move to another tenant, administer
+    /// tenants, or read the store's tables through raw SQL. A view opened from a file is not.
+    pub(crate) bound: bool,
 }
 
 impl std::fmt::Debug for Tx<'_> {
@@ -69,6 +72,12 @@ impl<'a> Tx<'a> {
     /// The role of the view that submitted this transaction.
     pub fn role(&self) -> Role {
         self.scope.role
+    }
+
+    /// Whether this is the store owner's administrator (a view opened from the file, not one
+    /// bound to a tenant by a token): only it administers tenants.
+    pub(crate) fn is_system(&self) -> bool {
+        !self.scope.bound && self.scope.role == Role::Admin
     }
 
     /// The limits in force.
@@ -127,7 +136,8 @@ impl<'a> Tx<'a> {
         tenant: &str,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T>,
     ) -> Result<T> {
-        let scope = Scope { tenant: Arc::from(tenant), role: self.scope.role };
+        let scope =
+            Scope { tenant: Arc::from(tenant), role: self.scope.role, bound: self.scope.bound };
         let mut other = Tx::new(self.conn, self.now_ms, &scope, self.limits, self.ids, self.guard);
         other.publishing = self.publishing;
         let result = other.nested(work);

@@ -162,6 +162,7 @@ impl From<spindle::Error> for CliError {
         match error {
             spindle::Error::InvalidInput(message) => CliError::Bad(message),
             spindle::Error::NotFound { kind, id } => CliError::Bad(format!("no {kind} {id}")),
+            spindle::Error::Conflict(message) => CliError::Bad(message),
             too_large @ spindle::Error::TooLarge { .. } => CliError::Bad(too_large.to_string()),
             other => CliError::Store(other),
         }
@@ -222,7 +223,9 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         return inspect::check(&cli.db, &cli.tenant, out);
     }
     let access = match cli.command {
-        Cmd::Tenants { .. } | Cmd::Tokens { .. } => Access::Administrator,
+        Cmd::Tenants { action: Some(TenantCmd::Create { .. }) }
+        | Cmd::Tokens { action: TokenCmd::Create { .. } } => Access::Administrator,
+        Cmd::Tenants { .. } | Cmd::Tokens { .. } => Access::Writer,
         Cmd::Prune { .. } | Cmd::Queue { action: QueueCmd::Requeue { .. } } => Access::Writer,
         _ => Access::Reader,
     };

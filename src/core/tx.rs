@@ -194,8 +194,8 @@ impl<'a> Tx<'a> {
     /// The batch's transaction belongs to the actor: transaction and savepoint statements
     /// (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE`) are refused here with an
     /// authorization error; compose with [`Tx::exec`] and `TxOutcome` instead. The store's own
-    /// tables may be read, but not written, altered or given triggers: ops keep their
-    /// invariants.
+    /// tables may be read (except from a view a token bound to its tenant: they hold every
+    /// tenant's rows), but not written, altered or given triggers: ops keep their invariants.
     pub fn sql(&self) -> &Connection {
         self.conn
     }

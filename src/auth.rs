@@ -221,7 +221,7 @@ impl Op for CreateTenant {
             )?
             .execute(params![self.id, self.name, tx.now_ms()])?;
         tx.tenants_changed();
-        select_tenant(tx, &self.id)?.ok_or_else(|| not_found("tenant", &self.id))
+        select_tenant(tx, &self.id)?.ok_or_else(|| Error::not_found("tenant", &self.id))
     }
 }
 
@@ -235,7 +235,7 @@ impl Op for GetTenant {
         tx.limits().check_id("tenant id", &self.id)?;
         let visible = tx.is_system() || self.id == tx.tenant();
         let tenant = if visible { select_tenant(tx, &self.id)? } else { None };
-        tenant.ok_or_else(|| not_found("tenant", &self.id))
+        tenant.ok_or_else(|| Error::not_found("tenant", &self.id))
     }
 }
 
@@ -266,7 +266,8 @@ impl Op for UpdateTenant {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Tenant> {
         require_system(tx)?;
         tx.limits().check_id("tenant id", &self.id)?;
-        let current = select_tenant(tx, &self.id)?.ok_or_else(|| not_found("tenant", &self.id))?;
+        let current =
+            select_tenant(tx, &self.id)?.ok_or_else(|| Error::not_found("tenant", &self.id))?;
         let name = self.update.name.unwrap_or(current.name);
         tx.limits().check_id("tenant name", &name)?;
         let status = self.update.status.unwrap_or(current.status);
@@ -277,7 +278,7 @@ impl Op for UpdateTenant {
             )?
             .execute(params![self.id, name, status.as_str(), tx.now_ms()])?;
         tx.tenants_changed();
-        select_tenant(tx, &self.id)?.ok_or_else(|| not_found("tenant", &self.id))
+        select_tenant(tx, &self.id)?.ok_or_else(|| Error::not_found("tenant", &self.id))
     }
 }
 
@@ -291,7 +292,7 @@ impl Op for CreateToken {
         tx.limits().check_id("token name", &self.name)?;
         if select_tenant(tx, tx.tenant())?.is_none() {
             // A tenant without a row could never be suspended: its tokens need one.
-            return Err(not_found("tenant", tx.tenant()));
+            return Err(Error::not_found("tenant", tx.tenant()));
         }
         if self.expires_at_ms.is_some_and(|at_ms| at_ms <= tx.now_ms()) {
             return Err(Error::InvalidInput("a token must expire in the future".into()));
@@ -313,7 +314,7 @@ impl Op for CreateToken {
                 tx.now_ms(),
                 self.expires_at_ms,
             ])?;
-        let info = select_token(tx, &id)?.ok_or_else(|| not_found("token", &id))?;
+        let info = select_token(tx, &id)?.ok_or_else(|| Error::not_found("token", &id))?;
         Ok((secret, info))
     }
 }
@@ -328,7 +329,7 @@ impl Op for RevokeToken {
         tx.limits().check_id("token id", &self.id)?;
         let token = select_token(tx, &self.id)?.filter(|token| token.tenant_id == tx.tenant());
         if token.is_none() {
-            return Err(not_found("token", &self.id));
+            return Err(Error::not_found("token", &self.id));
         }
         tx.sql()
             .prepare_cached(
@@ -547,10 +548,6 @@ fn require_system(tx: &Tx<'_>) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-fn not_found(kind: &'static str, id: &str) -> Error {
-    Error::NotFound { kind, id: id.to_owned() }
 }
 
 fn select_tenant(tx: &Tx<'_>, id: &str) -> Result<Option<Tenant>> {

@@ -95,6 +95,11 @@ pub enum Error {
 
 impl Error {
     /// Builds a `TooLarge` from sizes of any integer type.
+    /// `NotFound` for the `kind` of object with `id`.
+    pub(crate) fn not_found(kind: &'static str, id: &str) -> Self {
+        Self::NotFound { kind, id: id.to_owned() }
+    }
+
     /// `Ok` if a statement changed exactly one row; otherwise `Conflict`: the row named
     /// `what id` changed under the operation (its checks had passed a moment before).
     pub(crate) fn expect_one(changed: usize, what: &str, id: &str) -> Result<()> {

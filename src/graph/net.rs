@@ -54,7 +54,8 @@ impl<'t, 'a> Net<'t, 'a> {
     /// Opens a graph of the transaction's tenant.
     pub(super) fn open(tx: &'t mut Tx<'a>, graph: &str) -> Result<Self> {
         let key = Key { tenant: tx.tenant(), graph };
-        let state = sql::select_state(tx.sql(), key)?.ok_or_else(|| not_found("graph", graph))?;
+        let state =
+            sql::select_state(tx.sql(), key)?.ok_or_else(|| Error::not_found("graph", graph))?;
         let stream = Stream::graph(graph);
         Ok(Self { tx, state, stream, work: Vec::new(), ended: None })
     }
@@ -109,7 +110,7 @@ impl<'t, 'a> Net<'t, 'a> {
     /// A node's state, or `NotFound`.
     pub(super) fn node(&self, node: &str) -> Result<NodeState> {
         sql::select_node_state(self.tx.sql(), self.key(), node)?
-            .ok_or_else(|| not_found("node", node))
+            .ok_or_else(|| Error::not_found("node", node))
     }
 
     /// Whether the graph has a node `node`.
@@ -540,7 +541,7 @@ impl<'t, 'a> Net<'t, 'a> {
     /// The tokens a finished node produced last.
     fn produced(&self, node: &NodeState) -> Result<Vec<Token>> {
         let whole = sql::select_node(self.tx.sql(), self.key(), &node.id)?
-            .ok_or_else(|| not_found("node", &node.id))?;
+            .ok_or_else(|| Error::not_found("node", &node.id))?;
         Ok(match (node.status, whole.output, whole.error) {
             (NodeStatus::Failed, _, error) => vec![Token::error(error.as_deref().unwrap_or(""))],
             (_, Some(output), _) => output.tokens().into_iter().cloned().collect(),
@@ -632,10 +633,6 @@ pub(super) fn excerpt(text: &str) -> String {
         end -= 1;
     }
     text[..end].to_owned()
-}
-
-pub(super) fn not_found(kind: &'static str, id: &str) -> Error {
-    Error::NotFound { kind, id: id.to_owned() }
 }
 
 /// The output a SubGraph node completes with.

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::net::{self, Ended, Net, Outcome, not_found};
+use super::net::{self, Ended, Net, Outcome};
 use super::sql::{self, Key, NodeState};
 use super::{
     Edge, GatherStrategy, Graph, GraphId, GraphStatus, JoinType, Node, NodeId, NodeOptions,
@@ -226,7 +226,7 @@ impl Op for Get {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Graph> {
         let key = Key { tenant: tx.tenant(), graph: &self.graph };
-        sql::select_graph(tx.sql(), key)?.ok_or_else(|| not_found("graph", &self.graph))
+        sql::select_graph(tx.sql(), key)?.ok_or_else(|| Error::not_found("graph", &self.graph))
     }
 }
 
@@ -465,7 +465,8 @@ impl Op for GetNode {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Node> {
         let key = existing(tx, &self.graph)?;
-        sql::select_node(tx.sql(), key, &self.node)?.ok_or_else(|| not_found("node", &self.node))
+        sql::select_node(tx.sql(), key, &self.node)?
+            .ok_or_else(|| Error::not_found("node", &self.node))
     }
 }
 
@@ -490,7 +491,7 @@ impl Op for Inputs {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Token>> {
         let key = existing(tx, &self.graph)?;
         if sql::select_node_state(tx.sql(), key, &self.node)?.is_none() {
-            return Err(not_found("node", &self.node));
+            return Err(Error::not_found("node", &self.node));
         }
         sql::select_inputs(tx.sql(), key, &self.node)
     }
@@ -523,8 +524,8 @@ impl Op for Audit {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
         let key = existing(tx, &self.graph)?;
-        let state =
-            sql::select_state(tx.sql(), key)?.ok_or_else(|| not_found("graph", &self.graph))?;
+        let state = sql::select_state(tx.sql(), key)?
+            .ok_or_else(|| Error::not_found("graph", &self.graph))?;
         let nodes = sql::select_node_states(tx.sql(), key)?;
         let edges = sql::select_edge_states(tx.sql(), key)?;
         Ok(audit(&state, &nodes, &edges))
@@ -810,7 +811,7 @@ fn check_room(count: i64, max: usize, what: &'static str) -> Result<()> {
 fn existing<'k>(tx: &'k Tx<'_>, graph: &'k str) -> Result<Key<'k>> {
     let key = Key { tenant: tx.tenant(), graph };
     if sql::select_state(tx.sql(), key)?.is_none() {
-        return Err(not_found("graph", graph));
+        return Err(Error::not_found("graph", graph));
     }
     Ok(key)
 }

@@ -759,7 +759,7 @@ fn item_in(tx: &Tx<'_>, id: &str, status: ItemStatus) -> Result<ItemRow> {
 fn item(tx: &Tx<'_>, id: &str) -> Result<ItemRow> {
     tx.limits().check_id("item id", id)?;
     let row = sql::select_item(tx.sql(), tx.tenant(), id)?;
-    row.ok_or_else(|| Error::NotFound { kind: "queue item", id: id.to_owned() })
+    row.ok_or_else(|| Error::not_found("queue item", id))
 }
 
 /// Appends an event about one item to its queue's stream (`{"items": [entry]}`).

@@ -1071,3 +1071,24 @@ fn a_rolled_back_transaction_leaves_the_graph_as_it_was() {
 fn value_of(store: &Store, graph: &str) -> Value {
     json!(store.graphs().get(graph).expect("get").counts.running)
 }
+
+#[test]
+fn edges_and_children_stop_at_their_limits_and_write_nothing_past_them() {
+    let limits = Limits { graph_edges_max: 2, graph_nodes_max: 3, ..Limits::default() };
+    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let g = store.graphs().create(json!({})).expect("create");
+    for id in ["a", "b", "c"] {
+        node(&store, &g, id);
+    }
+    edge(&store, &g, "a", "b", None);
+    edge(&store, &g, "b", "c", None);
+    let third = store.graphs().add_edge(&g, "a", "c", None);
+    assert!(matches!(third, Err(Error::TooLarge { limit: 2, actual: 3, .. })), "{third:?}");
+    assert_eq!(store.graphs().edges(&g).expect("edges").len(), 2);
+    for _ in 0..3 {
+        store.graphs().create_child(&g, json!({})).expect("child");
+    }
+    let fourth = store.graphs().create_child(&g, json!({}));
+    assert!(matches!(fourth, Err(Error::TooLarge { .. })), "{fourth:?}");
+    assert_eq!(store.graphs().children(&g).expect("children").len(), 3);
+}

@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::core::op::{Access, Op, Role, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
+use crate::page::sql_limit;
 use crate::store::Store;
 
 /// Where a tenant is in its life.
@@ -247,7 +248,7 @@ impl Op for ListTenants {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Tenant>> {
         require_system(tx)?;
-        let limit = i64::try_from(tx.limits().page_size_max).unwrap_or(i64::MAX);
+        let limit = sql_limit(tx.limits().page_size_max);
         let mut stmt = tx.sql().prepare_cached(
             "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM tenants
              ORDER BY tenant_id LIMIT ?1",
@@ -348,7 +349,7 @@ impl Op for ListTokens {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<TokenInfo>> {
-        let limit = i64::try_from(tx.limits().page_size_max).unwrap_or(i64::MAX);
+        let limit = sql_limit(tx.limits().page_size_max);
         let mut stmt = tx.sql().prepare_cached(concat!(
             "SELECT ",
             token_columns!(),

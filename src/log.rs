@@ -411,7 +411,7 @@ pub(crate) fn read_filtered(
     limit: usize,
 ) -> Result<Vec<Event>> {
     let after = to_sql_int(after);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit = crate::page::sql_limit(limit);
     let mut events = Vec::new();
     match filter {
         Filter::Stream(stream) => {

@@ -25,6 +25,11 @@ impl Page {
     }
 }
 
+/// A row count as SQL takes it (an `i64`; counts past it are read as "no limit").
+pub(crate) fn sql_limit(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
 impl Default for Page {
     /// The first 100 rows.
     fn default() -> Self {

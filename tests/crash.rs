@@ -4,8 +4,9 @@
 //! is dense from 1, and SQLite's integrity check passes. Under `Full` and under `Normal`
 //! (both promise survival of a process crash; only `Full` promises it across power loss).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::thread;
 
 use serde_json::json;
@@ -40,19 +41,8 @@ fn run_and_kill(
         if durability == Durability::Full { "full" } else { "normal" },
         path.display()
     );
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "acknowledged_appends_survive_sigkill",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD_ENV, spec)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the child");
+    let mut child =
+        common::spawn_child_test("acknowledged_appends_survive_sigkill", CHILD_ENV, spec);
     let stdout = child.stdout.take().expect("child stdout");
     let mut acked = Vec::new();
     for line in BufReader::new(stdout).lines() {

@@ -4,8 +4,9 @@
 //! running graphs), and checks that every acknowledged completion is there, that every graph's
 //! counters agree with its nodes and edges, and that every graph can then be driven to its end.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::thread;
 
 use serde_json::json;
@@ -32,13 +33,8 @@ fn acknowledged_node_completions_survive_sigkill() {
 
 /// Starts the child, reads acknowledgements until `kill_after` of them, then kills it.
 fn run_and_kill(path: &std::path::Path, kill_after: usize) -> Vec<(String, String)> {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "acknowledged_node_completions_survive_sigkill", "--nocapture"])
-        .env(CHILD_ENV, path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the child");
+    let mut child =
+        common::spawn_child_test("acknowledged_node_completions_survive_sigkill", CHILD_ENV, path);
     let stdout = child.stdout.take().expect("child stdout");
     let mut acked = Vec::new();
     for line in BufReader::new(stdout).lines() {

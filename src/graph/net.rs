@@ -162,21 +162,20 @@ impl<'t, 'a> Net<'t, 'a> {
     pub(super) fn add_edge(
         &mut self,
         from: &NodeState,
-        to: &str,
+        mut target: NodeState,
         condition: Option<TokenColor>,
     ) -> Result<u64> {
         let seq = self.state.edge_count + 1;
         let encoded = condition.as_ref().map(serde_json::to_string).transpose()?;
-        sql::insert_edge(self.tx.sql(), self.key(), seq, &from.id, to, encoded.as_deref())?;
+        let to = target.id.clone();
+        sql::insert_edge(self.tx.sql(), self.key(), seq, &from.id, &to, encoded.as_deref())?;
         self.state.edge_count = seq;
-        let self_loop = from.id == to;
-        if !self_loop {
-            let mut target = self.node(to)?;
+        if from.id != to {
             target.in_edges += 1;
             self.save(&target)?;
         }
         if self.state.status == GraphStatus::Running {
-            let (from_id, to) = (from.id.clone(), to.to_owned());
+            let from_id = from.id.clone();
             let edge = EdgeState { seq, from: from_id, to, condition, tokens: 0, dead: false };
             self.feed_new_edge(from, edge)?;
         }
@@ -367,13 +366,17 @@ impl<'t, 'a> Net<'t, 'a> {
                 arrivals.push(self.deliver(node, edge, &matched)?);
             }
         }
+        // Only a token on its own self-loop fires the node again here (other targets fire
+        // themselves; a Gather's completion waits on the work list).
+        let self_loop = arrivals.iter().any(|arrival| arrival.to == node.id);
         for arrival in arrivals {
             if self.state.status != GraphStatus::Running {
                 return Ok(());
             }
             self.arrive(&node.id, arrival)?;
         }
-        if self.node(&node.id)?.status.is_finished() {
+        let fired_again = self_loop && self.state.status == GraphStatus::Running;
+        if !fired_again {
             self.mark_dead(&node.id, &mut edges)?;
         }
         Ok(())

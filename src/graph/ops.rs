@@ -314,8 +314,8 @@ impl Op for AddEdge {
         net.require_open()?;
         check_room(net.state().edge_count, net.limits().graph_edges_max, "graph edges")?;
         let from = net.node(&self.from)?;
-        net.node(&self.to)?;
-        let seq = net.add_edge(&from, &self.to, self.condition)?;
+        let target = net.node(&self.to)?;
+        let seq = net.add_edge(&from, target, self.condition)?;
         let ended = net.settle()?;
         settle_up(tx, ended)?;
         Ok(seq)
@@ -523,7 +523,7 @@ impl Op for Audit {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
-        let key = existing(tx, &self.graph)?;
+        let key = Key { tenant: tx.tenant(), graph: &self.graph };
         let state = sql::select_state(tx.sql(), key)?
             .ok_or_else(|| Error::not_found("graph", &self.graph))?;
         let nodes = sql::select_node_states(tx.sql(), key)?;

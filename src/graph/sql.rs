@@ -12,6 +12,7 @@ use super::{
     Edge, Graph, GraphStatus, JoinType, Node, NodeCounts, NodeSpec, NodeStatus, Token, TokenColor,
 };
 use crate::error::{Error, Result};
+use crate::page::sql_limit;
 
 /// Which graph of which tenant a statement is about.
 #[derive(Debug, Clone, Copy)]
@@ -222,7 +223,7 @@ pub(super) fn select_graphs(
         ", metadata, created_at_ms, updated_at_ms FROM graphs
          WHERE tenant_id = ?1 AND graph_id > ?2 ORDER BY graph_id LIMIT ?3"
     ))?;
-    let rows = stmt.query_map(params![tenant, after, to_limit(limit)], raw_graph)?;
+    let rows = stmt.query_map(params![tenant, after, sql_limit(limit)], raw_graph)?;
     rows.map(|row| row?.decode()).collect()
 }
 
@@ -265,7 +266,7 @@ pub(super) fn select_running(
          WHERE tenant_id = ?1 AND status = 'running' AND graph_id > ?2
          ORDER BY graph_id LIMIT ?3",
     )?;
-    let rows = stmt.query_map(params![tenant, after, to_limit(limit)], |row| row.get(0))?;
+    let rows = stmt.query_map(params![tenant, after, sql_limit(limit)], |row| row.get(0))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
@@ -281,7 +282,7 @@ pub(super) fn select_overdue(
          WHERE tenant_id = ?1 AND status = 'running' AND deadline_at_ms <= ?2
          ORDER BY deadline_at_ms, graph_id LIMIT ?3",
     )?;
-    let rows = stmt.query_map(params![tenant, now_ms, to_limit(limit)], |row| row.get(0))?;
+    let rows = stmt.query_map(params![tenant, now_ms, sql_limit(limit)], |row| row.get(0))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
@@ -756,10 +757,6 @@ fn raw_node(row: &Row<'_>) -> rusqlite::Result<RawNode> {
         fires: row.get(7)?,
         times: [row.get(8)?, row.get(9)?, row.get(10)?, row.get(11)?],
     })
-}
-
-fn to_limit(limit: usize) -> i64 {
-    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
 fn to_u64(value: i64) -> u64 {

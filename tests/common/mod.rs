@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
 use spindle::{Event, Options, Store, Stream};
@@ -82,4 +83,17 @@ impl Dice {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+}
+
+/// Runs test `name` of this same test binary as a child process with `key=value` in its
+/// environment (the test sees the variable and plays the child), its stdout piped to the
+/// caller: for tests that kill a process at an awkward moment.
+pub fn spawn_child_test(name: &str, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env(key, value)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the child")
 }

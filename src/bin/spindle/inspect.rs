@@ -36,7 +36,8 @@ pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
     Ok(())
 }
 
-fn all_graphs(store: &Store) -> spindle::Result<Vec<Graph>> {
+/// Every graph of the view's tenant, read a page at a time.
+pub fn all_graphs(store: &Store) -> spindle::Result<Vec<Graph>> {
     let mut all: Vec<Graph> = Vec::new();
     loop {
         let page = match all.last() {

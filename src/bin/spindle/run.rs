@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use spindle::graph::GetNode;
 use spindle::queue::{Complete, Enqueue, Fail};
 use spindle::{
-    Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Page, Store,
+    Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Store,
     Stream, TxOutcome,
 };
 
@@ -116,20 +116,17 @@ fn find_or_create(
 }
 
 fn unfinished_runs(store: &Store, pipeline: &Pipeline) -> spindle::Result<Vec<Graph>> {
-    let mut found = Vec::new();
-    let mut page = Page::first(1000);
-    loop {
-        let graphs = store.graphs().list(page.clone())?;
-        let Some(last) = graphs.last() else { return Ok(found) };
-        page = Page::after(last.id.clone(), 1000);
-        found.extend(graphs.into_iter().filter(|graph| {
+    let graphs = crate::inspect::all_graphs(store)?;
+    Ok(graphs
+        .into_iter()
+        .filter(|graph| {
             let meta = &graph.metadata;
             meta["kind"] == RUN_KIND
                 && meta["pipeline"] == pipeline.name.as_str()
                 && meta["hash"] == pipeline.hash.as_str()
                 && !graph.status.is_terminal()
-        }));
-    }
+        })
+        .collect())
 }
 
 /// Starts one of the run's threads; its first error ends the run (`Run::watch` returns it).

@@ -262,5 +262,93 @@ CREATE TABLE api_tokens (
 
 CREATE INDEX api_tokens_by_tenant ON api_tokens (tenant_id, token_id);
 
+-- The process registry: records, what each event meant, acknowledged wakes, session handle
+-- grants and leases. Its events live in the event log (stream kind 'process').
+
+-- A registered process. registration is the prepared registration's JSON (its hash is
+-- registration_hash); the other columns are what changes after registration.
+CREATE TABLE processes (
+    tenant_id           TEXT    NOT NULL,
+    process_id          TEXT    NOT NULL,
+    registration_hash   TEXT    NOT NULL,
+    registration        TEXT    NOT NULL,
+    definition_hash     TEXT,
+    status              TEXT    NOT NULL
+                                CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
+    await_output        TEXT,
+    external_ref        TEXT,
+    wait_state          TEXT,
+    wake_target         TEXT,
+    wake_target_session TEXT,
+    created_at_ms       INTEGER NOT NULL,
+    updated_at_ms       INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, process_id),
+    CHECK ((status = 'running') = (await_output IS NULL)),
+    CHECK (status = 'running' OR wait_state IS NULL)
+);
+
+CREATE INDEX processes_by_status ON processes (tenant_id, status, process_id);
+CREATE INDEX processes_by_wake_session ON processes (tenant_id, wake_target_session)
+    WHERE wake_target_session IS NOT NULL;
+CREATE INDEX processes_finished ON processes (tenant_id, updated_at_ms)
+    WHERE status <> 'running';
+
+-- What an event meant (its terminal output, its wake), for the events that meant something.
+CREATE TABLE process_event_semantics (
+    tenant_id  TEXT    NOT NULL,
+    process_id TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    semantics  TEXT    NOT NULL,
+    has_wake   INTEGER NOT NULL CHECK (has_wake IN (0, 1)),
+    PRIMARY KEY (tenant_id, process_id, seq),
+    FOREIGN KEY (tenant_id, process_id) REFERENCES processes (tenant_id, process_id)
+        ON DELETE CASCADE
+) WITHOUT ROWID;
+
+-- Wakes a session has acted on: wake_events_after leaves them out.
+CREATE TABLE process_wake_acks (
+    tenant_id   TEXT    NOT NULL,
+    process_id  TEXT    NOT NULL,
+    seq         INTEGER NOT NULL,
+    acked_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, process_id, seq),
+    FOREIGN KEY (tenant_id, process_id) REFERENCES processes (tenant_id, process_id)
+        ON DELETE CASCADE
+) WITHOUT ROWID;
+
+-- Which session scopes may address which processes.
+CREATE TABLE process_handle_grants (
+    tenant_id     TEXT    NOT NULL,
+    scope_id      TEXT    NOT NULL,
+    process_id    TEXT    NOT NULL,
+    session_id    TEXT    NOT NULL,
+    descriptor    TEXT    NOT NULL,
+    granted_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, scope_id, process_id),
+    FOREIGN KEY (tenant_id, process_id) REFERENCES processes (tenant_id, process_id)
+        ON DELETE CASCADE
+) WITHOUT ROWID;
+
+CREATE INDEX process_grants_by_session ON process_handle_grants (tenant_id, session_id);
+CREATE INDEX process_grants_by_process ON process_handle_grants (tenant_id, process_id);
+
+-- A process's lease. fencing_token grows by one at every grant and is kept when the lease is
+-- released (owner and token set to NULL), so it is never handed out twice.
+CREATE TABLE process_leases (
+    tenant_id      TEXT    NOT NULL,
+    process_id     TEXT    NOT NULL,
+    owner_id       TEXT,
+    incarnation_id TEXT,
+    liveness       TEXT,
+    lease_token    TEXT,
+    fencing_token  INTEGER NOT NULL CHECK (fencing_token >= 1),
+    claimed_at_ms  INTEGER NOT NULL,
+    expires_at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, process_id),
+    FOREIGN KEY (tenant_id, process_id) REFERENCES processes (tenant_id, process_id)
+        ON DELETE CASCADE,
+    CHECK ((owner_id IS NULL) = (lease_token IS NULL))
+) WITHOUT ROWID;
+
 PRAGMA application_id = 1397771844; -- 'SPND'
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;

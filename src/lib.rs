@@ -83,6 +83,7 @@ mod subscription;
 pub mod auth;
 pub mod graph;
 pub mod log;
+pub mod process;
 pub mod queue;
 
 pub use crate::auth::{Auth, Tenant, TenantStatus, TenantUpdate, TokenInfo, TokenSecret};
@@ -99,6 +100,11 @@ pub use crate::limits::Limits;
 pub use crate::log::{Appended, Event, Events, Stream, StreamKind};
 pub use crate::options::{Durability, Options};
 pub use crate::page::Page;
+pub use crate::process::{
+    AppendRequest, AwaitOutput, EventAppended, EventType, LeaseClaim, LeaseOwner, ListFilter,
+    Liveness, ProcessEvent, ProcessLease, ProcessRecord, ProcessStatus, Processes, Registration,
+    SessionScope,
+};
 pub use crate::queue::{
     Backoff, Claimed, Enqueued, FailOutcome, ItemStatus, NewItem, Queue, QueueItem, QueueStats,
     Reclaimed,

@@ -76,6 +76,20 @@ impl Limits {
         Ok(())
     }
 
+    /// `Ok` if a lease of `lease_ms` is within `lease_ms_min..=lease_ms_max`.
+    ///
+    /// # Errors
+    /// `InvalidInput` otherwise.
+    pub fn check_lease(&self, lease_ms: i64) -> Result<()> {
+        if lease_ms < self.lease_ms_min || lease_ms > self.lease_ms_max {
+            return Err(Error::InvalidInput(format!(
+                "lease_ms must be {}..={}, not {lease_ms}",
+                self.lease_ms_min, self.lease_ms_max
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks a requested page size against `page_size_max`.
     pub fn check_page(&self, limit: usize) -> Result<()> {
         if limit > self.page_size_max {

@@ -375,7 +375,7 @@ pub(crate) fn append(
             tx.limits().check_id("idempotency key", key)?;
             let hash = content_hash(&json!({ "type": event_type, "payload": &payload }));
             if let Some(existing) = select_by_key(tx.sql(), tx.tenant(), stream, key)? {
-                return replay(existing, &hash, key);
+                return replay(&existing, &hash, key);
             }
             Some(hash)
         }
@@ -445,6 +445,107 @@ pub(crate) fn read_filtered(
     Ok(events)
 }
 
+/// The event appended under idempotency key `key`, when its type and payload are these
+/// (`None` when the key is unused; `Conflict` when it appended something else, or when the
+/// event it appended has been truncated away).
+pub(crate) fn keyed_event(
+    conn: &Connection,
+    tenant: &str,
+    stream: &Stream,
+    key: &str,
+    event_type: &str,
+    payload: &Value,
+) -> Result<Option<Event>> {
+    let Some(existing) = select_by_key(conn, tenant, stream, key)? else {
+        return Ok(None);
+    };
+    let hash = content_hash(&json!({ "type": event_type, "payload": payload }));
+    replay(&existing, &hash, key)?;
+    let found = read_stream(conn, tenant, stream, existing.seq.saturating_sub(1), 1)?;
+    match found.into_iter().next() {
+        Some(event) if event.seq == existing.seq => Ok(Some(event)),
+        _ => Err(Error::Conflict(format!(
+            "the event appended under idempotency key {key:?} has been truncated"
+        ))),
+    }
+}
+
+/// A stream's events after `after_seq`, oldest first, at most `limit`.
+pub(crate) fn read_stream(
+    conn: &Connection,
+    tenant: &str,
+    stream: &Stream,
+    after_seq: u64,
+    limit: usize,
+) -> Result<Vec<Event>> {
+    read_filtered(conn, tenant, &Filter::Stream(stream.clone()), after_seq, limit)
+}
+
+/// The last `limit` events of a stream, oldest first.
+pub(crate) fn read_recent(
+    conn: &Connection,
+    tenant: &str,
+    stream: &Stream,
+    limit: usize,
+) -> Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
+                created_at_ms
+         FROM events
+         WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3
+         ORDER BY seq DESC LIMIT ?4",
+    )?;
+    let args = params![tenant, stream.kind.as_str(), stream.id, crate::page::sql_limit(limit)];
+    let mut rows = stmt.query(args)?;
+    let mut events = Vec::new();
+    while let Some(row) = rows.next()? {
+        events.push(event_from_row(row)?);
+    }
+    events.reverse();
+    Ok(events)
+}
+
+/// How many events of `event_type` the stream holds up to and including `upto_seq`.
+pub(crate) fn count_through(
+    conn: &Connection,
+    tenant: &str,
+    stream: &Stream,
+    event_type: &str,
+    upto_seq: u64,
+) -> Result<u64> {
+    let count: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM events
+             WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq <= ?4
+               AND event_type = ?5",
+        )?
+        .query_row(
+            params![tenant, stream.kind.as_str(), stream.id, to_sql_int(upto_seq), event_type],
+            |row| row.get(0),
+        )?;
+    Ok(from_sql_int(count))
+}
+
+/// Deletes a stream whole, with its keys and its recorded head, when its owner is deleted;
+/// returns how many events went.
+pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
+    let args = params![tenant, stream.kind.as_str(), stream.id];
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM events WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+        )?
+        .execute(args)?;
+    conn.prepare_cached(
+        "DELETE FROM event_keys WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+    )?
+    .execute(args)?;
+    conn.prepare_cached(
+        "DELETE FROM stream_heads WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+    )?
+    .execute(args)?;
+    Ok(deleted as u64)
+}
+
 fn check_stream(tx: &Tx<'_>, stream: &Stream) -> Result<()> {
     tx.limits().check_id("stream id", &stream.id)
 }
@@ -457,7 +558,7 @@ struct Existing {
 }
 
 /// The outcome of appending again with a key already used.
-fn replay(existing: Existing, hash: &str, key: &str) -> Result<Appended> {
+fn replay(existing: &Existing, hash: &str, key: &str) -> Result<Appended> {
     if existing.hash != hash {
         return Err(Error::Conflict(format!(
             "idempotency key {key:?} was used for a different event"
@@ -553,7 +654,7 @@ fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Res
 
 /// The stream's last sequence: its newest event's, or (for a stream truncated to nothing) the
 /// head the truncation recorded. Both are index seeks.
-fn select_head(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
+pub(crate) fn select_head(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
     let head: i64 = conn
         .prepare_cached(
             "SELECT COALESCE(

@@ -29,6 +29,7 @@ use crate::graph::{ExpireDeadlines, Graphs, RunningTenants};
 use crate::limits::Limits;
 use crate::log::{Events, Stream};
 use crate::options::Options;
+use crate::process::Processes;
 use crate::queue::Queue;
 use crate::subscription::Subscription;
 
@@ -314,6 +315,12 @@ impl Store {
     /// letters.
     pub fn queue(&self) -> Queue<'_> {
         Queue::new(self)
+    }
+
+    /// The process registry: processes with idempotent event logs, wake-ups, handle grants
+    /// and fenced leases.
+    pub fn processes(&self) -> Processes<'_> {
+        Processes::new(self)
     }
 
     /// Tenants and API tokens: administration needs the `admin` role.

@@ -30,6 +30,11 @@ pub(crate) const OWN_TABLES: &[&str] = &[
     "graph_edges",
     "graph_tokens",
     "api_tokens",
+    "processes",
+    "process_event_semantics",
+    "process_wake_acks",
+    "process_handle_grants",
+    "process_leases",
 ];
 
 /// The flags the hooks read.

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
 /// The schema version `schema.sql` creates; stored in `PRAGMA user_version`.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// Identifies a Spindle file (`PRAGMA application_id`, the bytes 'SPND').
 const APPLICATION_ID: i64 = 0x5350_4E44;
@@ -23,7 +23,10 @@ const APPLICATION_ID: i64 = 0x5350_4E44;
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
 /// Forward migrations: `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
-const MIGRATIONS: &[&str] = &[include_str!("../../migrations/0002_graphs_and_tokens.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../migrations/0002_graphs_and_tokens.sql"),
+    include_str!("../../migrations/0003_processes.sql"),
+];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
 
@@ -272,8 +275,18 @@ mod tests {
 
     #[test]
     fn a_migrated_version_one_store_has_the_fresh_schema() -> Result<()> {
+        assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v1.sql"))
+    }
+
+    #[test]
+    fn a_migrated_version_two_store_has_the_fresh_schema() -> Result<()> {
+        assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v2.sql"))
+    }
+
+    /// Migrates a store made by an older `schema.sql` and compares it with a fresh one.
+    fn assert_migrates_to_fresh(old_schema: &str) -> Result<()> {
         let mut migrated = memory();
-        migrated.execute_batch(include_str!("../../tests/fixtures/schema_v1.sql"))?;
+        migrated.execute_batch(old_schema)?;
         migrated.execute("INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type,
                           payload, created_at_ms) VALUES ('default', 'custom', 's', 1, 't', '{}', 0)", [])?;
         upgrade(&mut migrated, MIGRATIONS)?;

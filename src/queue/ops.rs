@@ -261,7 +261,7 @@ impl Op for Heartbeat {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<i64> {
-        check_lease(tx, self.lease_ms)?;
+        tx.limits().check_lease(self.lease_ms)?;
         let expires_at_ms = tx.now_ms().saturating_add(self.lease_ms);
         let renewed = sql::renew_lease(
             tx.sql(),
@@ -579,7 +579,7 @@ fn claim(
 ) -> Result<Vec<Claimed>> {
     tx.limits().check_id("worker id", worker_id)?;
     check_queues(tx, queues)?;
-    check_lease(tx, lease_ms)?;
+    tx.limits().check_lease(lease_ms)?;
     reclaim(tx, Some(queues))?;
     let now_ms = tx.now_ms();
     let expires_at_ms = now_ms.saturating_add(lease_ms);
@@ -826,17 +826,6 @@ fn check_queues(tx: &Tx<'_>, queues: &[String]) -> Result<()> {
     }
     check_count(tx, "queues", queues.len())?;
     queues.iter().try_for_each(|queue| tx.limits().check_id("queue", queue))
-}
-
-fn check_lease(tx: &Tx<'_>, lease_ms: i64) -> Result<()> {
-    let limits = tx.limits();
-    if lease_ms < limits.lease_ms_min || lease_ms > limits.lease_ms_max {
-        return Err(Error::InvalidInput(format!(
-            "lease_ms must be {}..={}, not {lease_ms}",
-            limits.lease_ms_min, limits.lease_ms_max
-        )));
-    }
-    Ok(())
 }
 
 fn check_count(tx: &Tx<'_>, what: &'static str, count: usize) -> Result<()> {

@@ -1,0 +1,830 @@
+//! The registry's operations: one struct each, run with `store.exec` or composed with
+//! `tx.exec`. Leases are in `lease.rs`.
+//!
+//! Branching lives here; statements live in `sql.rs`. Every op checks its input before it
+//! writes, so bad input writes nothing.
+
+use serde_json::json;
+
+use super::semantics::{self, CANCEL_REQUESTED};
+use super::sql;
+use super::types::{
+    AppendRequest, AwaitOutput, EventAppended, EventSemantics, ExternalRef, HandleDescriptor,
+    HandleGrant, ListFilter, ProcessEvent, ProcessRecord, ProcessStatus, PruneReport, Registration,
+    SessionDeleteReport, SessionScope, WaitKind, WaitState, WakeDelivery,
+};
+use crate::core::op::{Access, Op, sealed::Sealed};
+use crate::core::tx::Tx;
+use crate::error::{Error, Result};
+use crate::log::{self, Event, Stream};
+
+/// Registers a process. The same content again returns the first record and writes
+/// nothing; different content under the same id is `Conflict`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Register {
+    /// The registration.
+    pub registration: Registration,
+}
+
+/// One process, or `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Get {
+    /// The process.
+    pub id: String,
+}
+
+/// A page of processes matching a filter, in id order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct List {
+    /// Which processes, and which page.
+    pub filter: ListFilter,
+}
+
+/// Sets a process's external reference once (the same again is a no-op that writes nothing;
+/// another is `Conflict`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetExternalRef {
+    /// The process.
+    pub id: String,
+    /// Where it lives elsewhere.
+    pub external_ref: ExternalRef,
+}
+
+/// Grants a session scope a handle on a process (replacing the descriptor of an existing
+/// grant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantHandle {
+    /// Who may address it.
+    pub scope: SessionScope,
+    /// The process.
+    pub id: String,
+    /// How the scope refers to it.
+    pub descriptor: HandleDescriptor,
+}
+
+/// Removes a scope's grant; output whether there was one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevokeHandle {
+    /// The scope.
+    pub scope: SessionScope,
+    /// The process.
+    pub id: String,
+}
+
+/// Moves grants from one scope to another, all or none: each must be held by `from`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferHandles {
+    /// The scope that holds them.
+    pub from: SessionScope,
+    /// The scope that will.
+    pub to: SessionScope,
+    /// The processes, at most `Limits::page_size_max`.
+    pub ids: Vec<String>,
+}
+
+/// A scope's grants with their processes, in process id order (at most
+/// `Limits::page_size_max`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleGrants {
+    /// The scope.
+    pub scope: SessionScope,
+    /// Only grants of running processes.
+    pub live_only: bool,
+}
+
+/// Whether a scope holds a grant on an existing process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HasHandleGrant {
+    /// The scope.
+    pub scope: SessionScope,
+    /// The process.
+    pub id: String,
+}
+
+/// Every grant on a process, by session and scope (at most `Limits::page_size_max`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantsForProcess {
+    /// The process.
+    pub id: String,
+}
+
+/// Removes every grant of a session (all its scopes and frames) and clears it as a wake
+/// target; reports which running processes lost their last grant. Wake acknowledgements
+/// stay, so consumed wakes do not come back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteSessionState {
+    /// The session.
+    pub session_id: String,
+}
+
+/// Appends an event of a declared type to a process's stream (see
+/// [`Processes::append_event`](super::Processes::append_event)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendEvent {
+    /// The process.
+    pub id: String,
+    /// The event.
+    pub request: AppendRequest,
+}
+
+/// A process's events after a sequence, oldest first, at most `Limits::page_size_max`
+/// (read on from the last one's `seq`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsAfter {
+    /// The process.
+    pub id: String,
+    /// Events after this sequence.
+    pub after_seq: u64,
+}
+
+/// How many events of a type a process had up to a sequence, inclusive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountEventsThrough {
+    /// The process.
+    pub id: String,
+    /// The event type.
+    pub event_type: String,
+    /// Up to and including this sequence.
+    pub upto_seq: u64,
+}
+
+/// A process's last events, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentEvents {
+    /// The process.
+    pub id: String,
+    /// How many, at most `Limits::page_size_max`.
+    pub limit: usize,
+}
+
+/// A process's unacknowledged wake events after a sequence, oldest first, at most
+/// `Limits::page_size_max`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WakeEventsAfter {
+    /// The process.
+    pub id: String,
+    /// Events after this sequence.
+    pub after_seq: u64,
+}
+
+/// Acknowledges the wake of one event (again: no change).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckWake {
+    /// The process.
+    pub id: String,
+    /// The wake event's sequence.
+    pub seq: u64,
+}
+
+/// Ends a process with an output: appends `process.completed`, `.failed` or `.cancelled`
+/// (by the output's state) keyed `process:<id>:terminal:<type>`, so the same output again is
+/// a no-op; returns the record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Complete {
+    /// The process.
+    pub id: String,
+    /// What it leaves.
+    pub output: AwaitOutput,
+}
+
+/// Puts a running process in a wait state (a terminal one is `Conflict`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetWait {
+    /// The process.
+    pub id: String,
+    /// What it waits for.
+    pub wait: WaitKind,
+}
+
+/// Clears a process's wait state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClearWait {
+    /// The process.
+    pub id: String,
+}
+
+/// Deletes up to `Limits::page_size_max` finished processes last changed before a cutoff
+/// (strictly), with their events, grants, wakes and leases; call again while it prunes some.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneTerminal {
+    /// Epoch milliseconds.
+    pub cutoff_ms: i64,
+}
+
+impl Sealed for Register {}
+impl Op for Register {
+    type Output = ProcessRecord;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
+        let prepared = semantics::prepare(self.registration, tx.limits())?;
+        if let Some(existing) = sql::select(tx.sql(), tx.tenant(), &prepared.registration.id)? {
+            if existing.registration_hash != prepared.hash {
+                return Err(Error::Conflict(format!(
+                    "process {} is registered with other content (hash {}, not {})",
+                    existing.id, existing.registration_hash, prepared.hash
+                )));
+            }
+            return Ok(existing);
+        }
+        let record = new_record(prepared.registration, prepared.hash, tx.now_ms());
+        sql::insert(tx.sql(), tx.tenant(), &record, &prepared.encoded)?;
+        Ok(record)
+    }
+}
+
+fn new_record(registration: Registration, hash: String, now_ms: i64) -> ProcessRecord {
+    ProcessRecord {
+        id: registration.id,
+        registration_hash: hash,
+        input: registration.input,
+        identity: registration.identity,
+        event_types: registration.event_types,
+        originator: registration.originator,
+        caused_by: registration.caused_by,
+        env_ref: registration.env_ref,
+        wake_target: registration.wake_target,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+        external_ref: None,
+        wait: None,
+        status: ProcessStatus::Running,
+    }
+}
+
+impl Sealed for Get {}
+impl Op for Get {
+    type Output = Option<ProcessRecord>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Option<ProcessRecord>> {
+        tx.limits().check_id("process id", &self.id)?;
+        sql::select(tx.sql(), tx.tenant(), &self.id)
+    }
+}
+
+impl Sealed for List {}
+impl Op for List {
+    type Output = Vec<ProcessRecord>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessRecord>> {
+        tx.limits().check_page(self.filter.page.limit)?;
+        sql::list(tx.sql(), tx.tenant(), &self.filter)
+    }
+}
+
+impl Sealed for SetExternalRef {}
+impl Op for SetExternalRef {
+    type Output = ProcessRecord;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
+        let mut record = process(tx, &self.id)?;
+        check_encoded(tx, "external ref bytes", &self.external_ref)?;
+        match &record.external_ref {
+            Some(existing) if *existing == self.external_ref => return Ok(record),
+            Some(_) => {
+                return Err(Error::Conflict(format!(
+                    "process {} already has another external ref",
+                    self.id
+                )));
+            }
+            None => {}
+        }
+        record.external_ref = Some(self.external_ref);
+        record.updated_at_ms = tx.now_ms();
+        sql::save(tx.sql(), tx.tenant(), &record)?;
+        Ok(record)
+    }
+}
+
+impl Sealed for GrantHandle {}
+impl Op for GrantHandle {
+    type Output = HandleGrant;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<HandleGrant> {
+        check_scope(tx, &self.scope)?;
+        check_encoded(tx, "handle descriptor bytes", &self.descriptor)?;
+        process(tx, &self.id)?;
+        let grant = HandleGrant {
+            session_id: self.scope.session_id.clone(),
+            scope_id: self.scope.id(),
+            process_id: self.id,
+            descriptor: self.descriptor,
+        };
+        sql::upsert_grant(tx.sql(), tx.tenant(), &grant, tx.now_ms())?;
+        Ok(grant)
+    }
+    fn single_write(&self) -> bool {
+        true
+    }
+}
+
+impl Sealed for RevokeHandle {}
+impl Op for RevokeHandle {
+    type Output = bool;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
+        check_scope(tx, &self.scope)?;
+        tx.limits().check_id("process id", &self.id)?;
+        sql::delete_grant(tx.sql(), tx.tenant(), &self.scope.id(), &self.id)
+    }
+    fn single_write(&self) -> bool {
+        true
+    }
+}
+
+impl Sealed for TransferHandles {}
+impl Op for TransferHandles {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        check_scope(tx, &self.from)?;
+        check_scope(tx, &self.to)?;
+        tx.limits().check_page(self.ids.len())?;
+        let (from_id, to_id) = (self.from.id(), self.to.id());
+        for id in &self.ids {
+            tx.limits().check_id("process id", id)?;
+            let Some(grant) = sql::select_grant(tx.sql(), tx.tenant(), &from_id, id)? else {
+                return Err(Error::not_found("handle grant", &format!("{from_id} -> {id}")));
+            };
+            sql::delete_grant(tx.sql(), tx.tenant(), &from_id, id)?;
+            let moved = HandleGrant {
+                session_id: self.to.session_id.clone(),
+                scope_id: to_id.clone(),
+                ..grant
+            };
+            sql::upsert_grant(tx.sql(), tx.tenant(), &moved, tx.now_ms())?;
+        }
+        Ok(())
+    }
+}
+
+impl Sealed for HandleGrants {}
+impl Op for HandleGrants {
+    type Output = Vec<(HandleGrant, ProcessRecord)>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(HandleGrant, ProcessRecord)>> {
+        check_scope(tx, &self.scope)?;
+        let limit = tx.limits().page_size_max;
+        sql::select_scope_grants(tx.sql(), tx.tenant(), &self.scope.id(), self.live_only, limit)
+    }
+}
+
+impl Sealed for HasHandleGrant {}
+impl Op for HasHandleGrant {
+    type Output = bool;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
+        check_scope(tx, &self.scope)?;
+        tx.limits().check_id("process id", &self.id)?;
+        let grant = sql::select_grant(tx.sql(), tx.tenant(), &self.scope.id(), &self.id)?;
+        Ok(grant.is_some() && sql::select(tx.sql(), tx.tenant(), &self.id)?.is_some())
+    }
+}
+
+impl Sealed for GrantsForProcess {}
+impl Op for GrantsForProcess {
+    type Output = Vec<HandleGrant>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<HandleGrant>> {
+        process(tx, &self.id)?;
+        let limit = tx.limits().page_size_max;
+        sql::select_process_grants(tx.sql(), tx.tenant(), &self.id, limit)
+    }
+}
+
+impl Sealed for DeleteSessionState {}
+impl Op for DeleteSessionState {
+    type Output = SessionDeleteReport;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<SessionDeleteReport> {
+        tx.limits().check_id("session id", &self.session_id)?;
+        let grants = sql::select_session_grants(tx.sql(), tx.tenant(), &self.session_id)?;
+        let revoked = sql::delete_session_grants(tx.sql(), tx.tenant(), &self.session_id)?;
+        let mut report = SessionDeleteReport {
+            session_id: self.session_id.clone(),
+            revoked_handle_count: revoked,
+            ..SessionDeleteReport::default()
+        };
+        sort_orphans(tx, &grants, &mut report)?;
+        clear_wake_targets(tx, &self.session_id)?;
+        Ok(report)
+    }
+}
+
+/// Sorts the running processes that lost a grant into orphaned (no grant left) and
+/// preserved.
+fn sort_orphans(
+    tx: &Tx<'_>,
+    grants: &[HandleGrant],
+    report: &mut SessionDeleteReport,
+) -> Result<()> {
+    let mut ids: Vec<&str> = grants.iter().map(|grant| grant.process_id.as_str()).collect();
+    ids.dedup();
+    for id in ids {
+        let Some(record) = sql::select(tx.sql(), tx.tenant(), id)? else { continue };
+        if record.is_terminal() {
+            continue;
+        }
+        if sql::has_any_grant(tx.sql(), tx.tenant(), id)? {
+            report.preserved_process_ids.push(id.to_owned());
+        } else {
+            report.orphaned_process_ids.push(id.to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Clears `session_id` as the wake target of every process (finished ones too).
+fn clear_wake_targets(tx: &Tx<'_>, session_id: &str) -> Result<()> {
+    for id in sql::select_wake_targeted(tx.sql(), tx.tenant(), session_id)? {
+        let Some(mut record) = sql::select(tx.sql(), tx.tenant(), &id)? else { continue };
+        record.wake_target = None;
+        record.updated_at_ms = tx.now_ms();
+        sql::save(tx.sql(), tx.tenant(), &record)?;
+    }
+    Ok(())
+}
+
+impl Sealed for AppendEvent {}
+impl Op for AppendEvent {
+    type Output = EventAppended;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<EventAppended> {
+        let record = process(tx, &self.id)?;
+        check_request(tx, &self.request)?;
+        if let Some(key) = &self.request.replay_key {
+            let stream = Stream::process(&self.id);
+            let request = &self.request;
+            let found = log::keyed_event(
+                tx.sql(),
+                tx.tenant(),
+                &stream,
+                key,
+                &request.event_type,
+                &request.payload,
+            )?;
+            if let Some(existing) = found {
+                return replay(tx, record, &self.request, existing);
+            }
+        }
+        append_new(tx, record, self.request)
+    }
+}
+
+/// Checks ids, sizes and the required replay keys of an append request.
+fn check_request(tx: &Tx<'_>, request: &AppendRequest) -> Result<()> {
+    tx.limits().check_id("event type", &request.event_type)?;
+    if let Some(key) = &request.replay_key {
+        tx.limits().check_id("replay key", key)?;
+    }
+    if let Some(scope) = &request.wake_target_scope {
+        check_scope(tx, scope)?;
+    }
+    Ok(())
+}
+
+/// The same event appended again under its replay key: returns it, repairing the record's
+/// status if the event ended the process and the record does not say so.
+fn replay(
+    tx: &mut Tx<'_>,
+    mut record: ProcessRecord,
+    request: &AppendRequest,
+    existing: Event,
+) -> Result<EventAppended> {
+    let semantics = sql::select_semantics(tx.sql(), tx.tenant(), &record.id, existing.seq)?;
+    if let (Some(terminal), false) = (&semantics.terminal, record.is_terminal()) {
+        project_terminal(&mut record, terminal.await_output.clone(), existing.created_at_ms);
+        sql::save(tx.sql(), tx.tenant(), &record)?;
+    }
+    let event = process_event(&record.id, existing, semantics);
+    let wake = wake_delivery(&record, request, &event);
+    Ok(EventAppended { event, wake, replayed: true })
+}
+
+/// Appends a new event: declared type, replay key where required, payload schema, semantics,
+/// and the process must not have ended if the event would end it.
+fn append_new(
+    tx: &mut Tx<'_>,
+    mut record: ProcessRecord,
+    request: AppendRequest,
+) -> Result<EventAppended> {
+    let Some(event_type) = record.event_types.iter().find(|t| t.name == request.event_type) else {
+        return Err(Error::InvalidInput(format!(
+            "process {} does not declare event type {:?}",
+            record.id, request.event_type
+        )));
+    };
+    let needs_key = event_type.semantics.terminal.is_some() || event_type.name == CANCEL_REQUESTED;
+    if needs_key && request.replay_key.as_deref().is_none_or(str::is_empty) {
+        return Err(Error::InvalidInput(format!(
+            "event type {:?} requires a replay key",
+            request.event_type
+        )));
+    }
+    semantics::check_payload(event_type, &request.payload)?;
+    let stream = Stream::process(&record.id);
+    let seq = log::select_head(tx.sql(), tx.tenant(), &stream)? + 1;
+    let semantics = semantics::materialize(event_type, &record.id, seq, &request.payload)?;
+    if semantics.terminal.is_some() && record.is_terminal() {
+        return Err(Error::Conflict(format!("process {} has already ended", record.id)));
+    }
+    let key = request.replay_key.as_deref();
+    let appended = log::append(tx, &stream, &request.event_type, request.payload.clone(), key)?;
+    record_semantics(tx, &record.id, appended.seq, &semantics)?;
+    match &semantics.terminal {
+        Some(terminal) => project_terminal(&mut record, terminal.await_output.clone(), tx.now_ms()),
+        None => record.updated_at_ms = tx.now_ms(),
+    }
+    sql::save(tx.sql(), tx.tenant(), &record)?;
+    let event = ProcessEvent {
+        process_id: record.id.clone(),
+        seq: appended.seq,
+        position: appended.position,
+        event_type: request.event_type.clone(),
+        payload: request.payload.clone(),
+        replay_key: request.replay_key.clone(),
+        semantics,
+        occurred_at_ms: tx.now_ms(),
+    };
+    let wake = wake_delivery(&record, &request, &event);
+    Ok(EventAppended { event, wake, replayed: false })
+}
+
+fn record_semantics(tx: &Tx<'_>, id: &str, seq: u64, semantics: &EventSemantics) -> Result<()> {
+    if semantics.terminal.is_none() && semantics.wake.is_none() {
+        return Ok(());
+    }
+    sql::insert_semantics(tx.sql(), tx.tenant(), id, seq, semantics)
+}
+
+/// Ends the record with `output`: a finished process waits for nothing.
+fn project_terminal(record: &mut ProcessRecord, output: AwaitOutput, at_ms: i64) {
+    record.status = ProcessStatus::from_output(output);
+    record.wait = None;
+    record.updated_at_ms = at_ms;
+}
+
+/// The wake to deliver for `event`, when it wakes and there is a target (the request's, or
+/// else the process's).
+fn wake_delivery(
+    record: &ProcessRecord,
+    request: &AppendRequest,
+    event: &ProcessEvent,
+) -> Option<WakeDelivery> {
+    let wake = event.semantics.wake.as_ref()?;
+    let target = request.wake_target_scope.as_ref().or(record.wake_target.as_ref())?;
+    let scope_id = target.id();
+    Some(WakeDelivery {
+        wake_id: semantics::wake_id(&scope_id, &wake.dedupe_key),
+        target_session_id: target.session_id.clone(),
+        target_scope_id: scope_id,
+        process_id: record.id.clone(),
+        seq: event.seq,
+        event_type: event.event_type.clone(),
+        dedupe_key: wake.dedupe_key.clone(),
+        input: wake.input.clone(),
+        created_at_ms: event.occurred_at_ms,
+    })
+}
+
+fn process_event(process_id: &str, event: Event, semantics: EventSemantics) -> ProcessEvent {
+    ProcessEvent {
+        process_id: process_id.to_owned(),
+        seq: event.seq,
+        position: event.position,
+        event_type: event.event_type,
+        payload: event.payload,
+        replay_key: event.idem_key,
+        semantics,
+        occurred_at_ms: event.created_at_ms,
+    }
+}
+
+impl Sealed for EventsAfter {}
+impl Op for EventsAfter {
+    type Output = Vec<ProcessEvent>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessEvent>> {
+        process(tx, &self.id)?;
+        let limit = tx.limits().page_size_max;
+        let events = log::read_stream(
+            tx.sql(),
+            tx.tenant(),
+            &Stream::process(&self.id),
+            self.after_seq,
+            limit,
+        )?;
+        with_semantics(tx, &self.id, events)
+    }
+}
+
+impl Sealed for CountEventsThrough {}
+impl Op for CountEventsThrough {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        process(tx, &self.id)?;
+        tx.limits().check_id("event type", &self.event_type)?;
+        let stream = Stream::process(&self.id);
+        log::count_through(tx.sql(), tx.tenant(), &stream, &self.event_type, self.upto_seq)
+    }
+}
+
+impl Sealed for RecentEvents {}
+impl Op for RecentEvents {
+    type Output = Vec<ProcessEvent>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessEvent>> {
+        process(tx, &self.id)?;
+        tx.limits().check_page(self.limit)?;
+        let stream = Stream::process(&self.id);
+        let events = log::read_recent(tx.sql(), tx.tenant(), &stream, self.limit)?;
+        with_semantics(tx, &self.id, events)
+    }
+}
+
+impl Sealed for WakeEventsAfter {}
+impl Op for WakeEventsAfter {
+    type Output = Vec<ProcessEvent>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessEvent>> {
+        process(tx, &self.id)?;
+        let limit = tx.limits().page_size_max;
+        let seqs =
+            sql::select_unacked_wakes(tx.sql(), tx.tenant(), &self.id, self.after_seq, limit)?;
+        let stream = Stream::process(&self.id);
+        let mut events = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            let found = log::read_stream(tx.sql(), tx.tenant(), &stream, seq.saturating_sub(1), 1)?;
+            events.extend(found.into_iter().filter(|event| event.seq == seq));
+        }
+        with_semantics(tx, &self.id, events)
+    }
+}
+
+/// Pairs each event with what it meant.
+fn with_semantics(tx: &Tx<'_>, id: &str, events: Vec<Event>) -> Result<Vec<ProcessEvent>> {
+    events
+        .into_iter()
+        .map(|event| {
+            let semantics = sql::select_semantics(tx.sql(), tx.tenant(), id, event.seq)?;
+            Ok(process_event(id, event, semantics))
+        })
+        .collect()
+}
+
+impl Sealed for AckWake {}
+impl Op for AckWake {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        process(tx, &self.id)?;
+        if !sql::has_wake(tx.sql(), tx.tenant(), &self.id, self.seq)? {
+            return Err(Error::InvalidInput(format!(
+                "event {} of process {} carries no wake",
+                self.seq, self.id
+            )));
+        }
+        sql::insert_ack(tx.sql(), tx.tenant(), &self.id, self.seq, tx.now_ms())
+    }
+    fn single_write(&self) -> bool {
+        true
+    }
+}
+
+impl Sealed for Complete {}
+impl Op for Complete {
+    type Output = ProcessRecord;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
+        let event_type = self.output.terminal_state().event_type();
+        let key = format!("process:{}:terminal:{event_type}", self.id);
+        let payload = json!({ "await_output": serde_json::to_value(&self.output)? });
+        let request = AppendRequest::new(event_type, payload).replay_key(key);
+        tx.exec(AppendEvent { id: self.id.clone(), request })?;
+        process(tx, &self.id)
+    }
+}
+
+impl Sealed for SetWait {}
+impl Op for SetWait {
+    type Output = ProcessRecord;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
+        let mut record = process(tx, &self.id)?;
+        check_wait(tx, &self.wait)?;
+        if record.is_terminal() {
+            return Err(Error::Conflict(format!("process {} has ended and cannot wait", self.id)));
+        }
+        record.wait = Some(WaitState { kind: self.wait, since_ms: tx.now_ms() });
+        record.updated_at_ms = tx.now_ms();
+        sql::save(tx.sql(), tx.tenant(), &record)?;
+        Ok(record)
+    }
+}
+
+fn check_wait(tx: &Tx<'_>, wait: &WaitKind) -> Result<()> {
+    let WaitKind::Signal { name, event_type, key, .. } = wait;
+    tx.limits().check_id("signal name", name)?;
+    tx.limits().check_id("event type", event_type)?;
+    tx.limits().check_id("signal key", key)?;
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(Error::InvalidInput(format!(
+            "signal name {name:?} may hold only letters, digits, '_' and '-'"
+        )));
+    }
+    Ok(())
+}
+
+impl Sealed for ClearWait {}
+impl Op for ClearWait {
+    type Output = ProcessRecord;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
+        let mut record = process(tx, &self.id)?;
+        record.wait = None;
+        record.updated_at_ms = tx.now_ms();
+        sql::save(tx.sql(), tx.tenant(), &record)?;
+        Ok(record)
+    }
+}
+
+impl Sealed for PruneTerminal {}
+impl Op for PruneTerminal {
+    type Output = PruneReport;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<PruneReport> {
+        let limit = tx.limits().page_size_max;
+        let ids = sql::select_prunable(tx.sql(), tx.tenant(), self.cutoff_ms, limit)?;
+        let mut report = PruneReport::default();
+        for id in ids {
+            let stream = Stream::process(&id);
+            report.pruned_events += log::delete_stream(tx.sql(), tx.tenant(), &stream)?;
+            sql::delete(tx.sql(), tx.tenant(), &id)?;
+            report.pruned_processes += 1;
+        }
+        Ok(report)
+    }
+}
+
+/// The process, or `NotFound`.
+pub(super) fn process(tx: &Tx<'_>, id: &str) -> Result<ProcessRecord> {
+    tx.limits().check_id("process id", id)?;
+    sql::select(tx.sql(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("process", id))
+}
+
+fn check_scope(tx: &Tx<'_>, scope: &SessionScope) -> Result<()> {
+    tx.limits().check_id("session id", &scope.session_id)?;
+    if let Some(frame) = &scope.agent_frame_id {
+        if !frame.is_empty() {
+            tx.limits().check_id("agent frame id", frame)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_encoded(tx: &Tx<'_>, what: &'static str, value: &impl serde::Serialize) -> Result<()> {
+    let encoded = serde_json::to_string(value)?;
+    tx.limits().check_payload(what, &encoded)
+}

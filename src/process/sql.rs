@@ -1,0 +1,595 @@
+//! The process registry's SQL: every statement, and the mapping of rows back to records,
+//! grants and leases.
+//!
+//! Every statement names the tenant. Lease-holder writes carry the token and the fencing token
+//! in their own `WHERE`, so a stale holder's write matches no row.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::types::{
+    EventSemantics, HandleDescriptor, HandleGrant, LeaseOwner, ListFilter, ProcessLease,
+    ProcessRecord, ProcessStatus, Registration, StatusFilter,
+};
+use crate::error::{Error, Result};
+use crate::hash::content_hash;
+use crate::page::sql_limit;
+
+/// The columns `record_from_row` reads, in order.
+macro_rules! record_columns {
+    () => {
+        "registration_hash, registration, status, await_output, external_ref, wait_state,
+         wake_target, created_at_ms, updated_at_ms"
+    };
+}
+
+/// Inserts a new running process.
+pub(super) fn insert(
+    conn: &Connection,
+    tenant: &str,
+    record: &ProcessRecord,
+    encoded_registration: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO processes (tenant_id, process_id, registration_hash, registration,
+                                definition_hash, status, wake_target, wake_target_session,
+                                created_at_ms, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?8)",
+    )?
+    .execute(params![
+        tenant,
+        record.id,
+        record.registration_hash,
+        encoded_registration,
+        record.identity.definition.as_ref().map(content_hash),
+        encode_opt(&record.wake_target)?,
+        record.wake_target.as_ref().map(|scope| scope.session_id.as_str()),
+        record.created_at_ms,
+    ])?;
+    Ok(())
+}
+
+/// Writes what changes after registration: status and output, external ref, wait, wake
+/// target and the update time.
+pub(super) fn save(conn: &Connection, tenant: &str, record: &ProcessRecord) -> Result<()> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE processes
+             SET status = ?3, await_output = ?4, external_ref = ?5, wait_state = ?6,
+                 wake_target = ?7, wake_target_session = ?8, updated_at_ms = ?9
+             WHERE tenant_id = ?1 AND process_id = ?2",
+        )?
+        .execute(params![
+            tenant,
+            record.id,
+            record.status.label(),
+            encode_opt(&record.status.await_output())?,
+            encode_opt(&record.external_ref)?,
+            encode_opt(&record.wait)?,
+            encode_opt(&record.wake_target)?,
+            record.wake_target.as_ref().map(|scope| scope.session_id.as_str()),
+            record.updated_at_ms,
+        ])?;
+    Error::expect_one(changed, "process", &record.id)
+}
+
+/// One process, if it exists.
+pub(super) fn select(conn: &Connection, tenant: &str, id: &str) -> Result<Option<ProcessRecord>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT process_id, ",
+        record_columns!(),
+        " FROM processes WHERE tenant_id = ?1 AND process_id = ?2"
+    ))?;
+    let mut rows = stmt.query(params![tenant, id])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(record_from_row(row)?)),
+        None => Ok(None),
+    }
+}
+
+/// A page of processes matching `filter`, in id order.
+pub(super) fn list(
+    conn: &Connection,
+    tenant: &str,
+    filter: &ListFilter,
+) -> Result<Vec<ProcessRecord>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT process_id, ",
+        record_columns!(),
+        " FROM processes
+          WHERE tenant_id = ?1 AND (?2 IS NULL OR status = ?2)
+            AND (?3 IS NULL OR definition_hash = ?3)
+            AND (?4 IS NULL OR (wait_state IS NOT NULL) = ?4)
+            AND process_id > ?5
+          ORDER BY process_id LIMIT ?6"
+    ))?;
+    let status = match filter.status {
+        StatusFilter::Any => None,
+        StatusFilter::Running => Some("running"),
+        StatusFilter::Completed => Some("completed"),
+        StatusFilter::Failed => Some("failed"),
+        StatusFilter::Cancelled => Some("cancelled"),
+    };
+    let definition = filter.definition.as_ref().map(content_hash);
+    let after = filter.page.after.as_deref().unwrap_or("");
+    let args =
+        params![tenant, status, definition, filter.waiting, after, sql_limit(filter.page.limit)];
+    collect(stmt.query(args)?, record_from_row)
+}
+
+/// Records what an event meant.
+pub(super) fn insert_semantics(
+    conn: &Connection,
+    tenant: &str,
+    process_id: &str,
+    seq: u64,
+    semantics: &EventSemantics,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO process_event_semantics (tenant_id, process_id, seq, semantics, has_wake)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        tenant,
+        process_id,
+        to_sql(seq),
+        serde_json::to_string(semantics)?,
+        semantics.wake.is_some()
+    ])?;
+    Ok(())
+}
+
+/// What the event at `seq` meant (nothing, when no row was recorded for it).
+pub(super) fn select_semantics(
+    conn: &Connection,
+    tenant: &str,
+    process_id: &str,
+    seq: u64,
+) -> Result<EventSemantics> {
+    let found: Option<String> = conn
+        .prepare_cached(
+            "SELECT semantics FROM process_event_semantics
+             WHERE tenant_id = ?1 AND process_id = ?2 AND seq = ?3",
+        )?
+        .query_row(params![tenant, process_id, to_sql(seq)], |row| row.get(0))
+        .optional()?;
+    match found {
+        Some(text) => decode(&text),
+        None => Ok(EventSemantics::default()),
+    }
+}
+
+/// The sequences of the unacknowledged wake events after `after`, at most `limit`.
+pub(super) fn select_unacked_wakes(
+    conn: &Connection,
+    tenant: &str,
+    process_id: &str,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<u64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT s.seq FROM process_event_semantics s
+         WHERE s.tenant_id = ?1 AND s.process_id = ?2 AND s.seq > ?3 AND s.has_wake = 1
+           AND NOT EXISTS (SELECT 1 FROM process_wake_acks a
+                           WHERE a.tenant_id = s.tenant_id AND a.process_id = s.process_id
+                             AND a.seq = s.seq)
+         ORDER BY s.seq LIMIT ?4",
+    )?;
+    let rows = stmt.query(params![tenant, process_id, to_sql(after), sql_limit(limit)])?;
+    collect(rows, |row| Ok(from_sql(row.get(0)?)))
+}
+
+/// Whether the event at `seq` carries a wake.
+pub(super) fn has_wake(
+    conn: &Connection,
+    tenant: &str,
+    process_id: &str,
+    seq: u64,
+) -> Result<bool> {
+    let found: Option<bool> = conn
+        .prepare_cached(
+            "SELECT has_wake FROM process_event_semantics
+             WHERE tenant_id = ?1 AND process_id = ?2 AND seq = ?3",
+        )?
+        .query_row(params![tenant, process_id, to_sql(seq)], |row| row.get(0))
+        .optional()?;
+    Ok(found.unwrap_or(false))
+}
+
+/// Acknowledges a wake; acknowledging it again changes nothing.
+pub(super) fn insert_ack(
+    conn: &Connection,
+    tenant: &str,
+    process_id: &str,
+    seq: u64,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO process_wake_acks (tenant_id, process_id, seq, acked_at_ms)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (tenant_id, process_id, seq) DO NOTHING",
+    )?
+    .execute(params![tenant, process_id, to_sql(seq), now_ms])?;
+    Ok(())
+}
+
+/// Grants `scope_id` a handle on a process, or replaces the grant's descriptor.
+pub(super) fn upsert_grant(
+    conn: &Connection,
+    tenant: &str,
+    grant: &HandleGrant,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO process_handle_grants (tenant_id, scope_id, process_id, session_id,
+                                            descriptor, granted_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (tenant_id, scope_id, process_id)
+         DO UPDATE SET session_id = ?4, descriptor = ?5",
+    )?
+    .execute(params![
+        tenant,
+        grant.scope_id,
+        grant.process_id,
+        grant.session_id,
+        serde_json::to_string(&grant.descriptor)?,
+        now_ms
+    ])?;
+    Ok(())
+}
+
+/// Removes a grant; whether there was one.
+pub(super) fn delete_grant(
+    conn: &Connection,
+    tenant: &str,
+    scope_id: &str,
+    process_id: &str,
+) -> Result<bool> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM process_handle_grants
+             WHERE tenant_id = ?1 AND scope_id = ?2 AND process_id = ?3",
+        )?
+        .execute(params![tenant, scope_id, process_id])?;
+    Ok(deleted > 0)
+}
+
+/// One grant, if it exists.
+pub(super) fn select_grant(
+    conn: &Connection,
+    tenant: &str,
+    scope_id: &str,
+    process_id: &str,
+) -> Result<Option<HandleGrant>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT session_id, scope_id, process_id, descriptor FROM process_handle_grants
+         WHERE tenant_id = ?1 AND scope_id = ?2 AND process_id = ?3",
+    )?;
+    let mut rows = stmt.query(params![tenant, scope_id, process_id])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(grant_from_row(row)?)),
+        None => Ok(None),
+    }
+}
+
+/// A scope's grants with their processes, in process id order (live only: running ones).
+pub(super) fn select_scope_grants(
+    conn: &Connection,
+    tenant: &str,
+    scope_id: &str,
+    live_only: bool,
+    limit: usize,
+) -> Result<Vec<(HandleGrant, ProcessRecord)>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT g.session_id, g.scope_id, g.process_id, g.descriptor, p.process_id, ",
+        "p.registration_hash, p.registration, p.status, p.await_output, p.external_ref,
+         p.wait_state, p.wake_target, p.created_at_ms, p.updated_at_ms
+         FROM process_handle_grants g
+         JOIN processes p ON p.tenant_id = g.tenant_id AND p.process_id = g.process_id
+         WHERE g.tenant_id = ?1 AND g.scope_id = ?2 AND (?3 = 0 OR p.status = 'running')
+         ORDER BY g.process_id LIMIT ?4"
+    ))?;
+    let rows = stmt.query(params![tenant, scope_id, live_only, sql_limit(limit)])?;
+    collect(rows, |row| Ok((grant_from_row(row)?, record_from_row_at(row, 4)?)))
+}
+
+/// Every grant of one process, by session and scope.
+pub(super) fn select_process_grants(
+    conn: &Connection,
+    tenant: &str,
+    process_id: &str,
+    limit: usize,
+) -> Result<Vec<HandleGrant>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT session_id, scope_id, process_id, descriptor FROM process_handle_grants
+         WHERE tenant_id = ?1 AND process_id = ?2
+         ORDER BY session_id, scope_id LIMIT ?3",
+    )?;
+    collect(stmt.query(params![tenant, process_id, sql_limit(limit)])?, grant_from_row)
+}
+
+/// Every grant held by any scope of `session_id`.
+pub(super) fn select_session_grants(
+    conn: &Connection,
+    tenant: &str,
+    session_id: &str,
+) -> Result<Vec<HandleGrant>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT session_id, scope_id, process_id, descriptor FROM process_handle_grants
+         WHERE tenant_id = ?1 AND session_id = ?2 ORDER BY process_id, scope_id",
+    )?;
+    collect(stmt.query(params![tenant, session_id])?, grant_from_row)
+}
+
+/// Removes every grant of `session_id`; how many.
+pub(super) fn delete_session_grants(
+    conn: &Connection,
+    tenant: &str,
+    session_id: &str,
+) -> Result<u64> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM process_handle_grants WHERE tenant_id = ?1 AND session_id = ?2",
+        )?
+        .execute(params![tenant, session_id])?;
+    Ok(deleted as u64)
+}
+
+/// Whether a process still has any grant.
+pub(super) fn has_any_grant(conn: &Connection, tenant: &str, process_id: &str) -> Result<bool> {
+    let found: Option<i64> = conn
+        .prepare_cached(
+            "SELECT 1 FROM process_handle_grants WHERE tenant_id = ?1 AND process_id = ?2 LIMIT 1",
+        )?
+        .query_row(params![tenant, process_id], |row| row.get(0))
+        .optional()?;
+    Ok(found.is_some())
+}
+
+/// The ids of the processes whose wake target is a scope of `session_id`.
+pub(super) fn select_wake_targeted(
+    conn: &Connection,
+    tenant: &str,
+    session_id: &str,
+) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT process_id FROM processes
+         WHERE tenant_id = ?1 AND wake_target_session = ?2 ORDER BY process_id",
+    )?;
+    collect(stmt.query(params![tenant, session_id])?, |row| Ok(row.get(0)?))
+}
+
+/// The ids of up to `limit` finished processes last changed before `cutoff_ms`.
+pub(super) fn select_prunable(
+    conn: &Connection,
+    tenant: &str,
+    cutoff_ms: i64,
+    limit: usize,
+) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT process_id FROM processes INDEXED BY processes_finished
+         WHERE tenant_id = ?1 AND status <> 'running' AND updated_at_ms < ?2
+         ORDER BY updated_at_ms, process_id LIMIT ?3",
+    )?;
+    collect(stmt.query(params![tenant, cutoff_ms, sql_limit(limit)])?, |row| Ok(row.get(0)?))
+}
+
+/// Deletes a process; its semantics, acks, grants and lease go with it (foreign keys).
+pub(super) fn delete(conn: &Connection, tenant: &str, process_id: &str) -> Result<()> {
+    conn.prepare_cached("DELETE FROM processes WHERE tenant_id = ?1 AND process_id = ?2")?
+        .execute(params![tenant, process_id])?;
+    Ok(())
+}
+
+/// The lease row of a process: the lease when one is held (live or lapsed), and the last
+/// fencing token handed out (0 when there has never been one).
+pub(super) fn select_lease(
+    conn: &Connection,
+    tenant: &str,
+    process_id: &str,
+) -> Result<(Option<ProcessLease>, u64)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT owner_id, incarnation_id, liveness, lease_token, fencing_token, claimed_at_ms,
+                expires_at_ms
+         FROM process_leases WHERE tenant_id = ?1 AND process_id = ?2",
+    )?;
+    let mut rows = stmt.query(params![tenant, process_id])?;
+    let Some(row) = rows.next()? else {
+        return Ok((None, 0));
+    };
+    let fence = from_sql(row.get(4)?);
+    let (Some(owner_id), Some(lease_token)) =
+        (row.get::<_, Option<String>>(0)?, row.get::<_, Option<String>>(3)?)
+    else {
+        return Ok((None, fence));
+    };
+    let liveness: Option<String> = row.get(2)?;
+    let owner = LeaseOwner {
+        incarnation_id: row.get::<_, Option<String>>(1)?.unwrap_or_else(|| owner_id.clone()),
+        owner_id,
+        liveness: liveness.map(|text| decode(&text)).transpose()?.unwrap_or_default(),
+    };
+    let lease = ProcessLease {
+        process_id: process_id.to_owned(),
+        owner,
+        lease_token,
+        fencing_token: fence,
+        claimed_at_ms: row.get(5)?,
+        expires_at_ms: row.get(6)?,
+    };
+    Ok((Some(lease), fence))
+}
+
+/// Writes a newly granted lease (its fencing token one past the last).
+pub(super) fn upsert_lease(conn: &Connection, tenant: &str, lease: &ProcessLease) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO process_leases (tenant_id, process_id, owner_id, incarnation_id, liveness,
+                                     lease_token, fencing_token, claimed_at_ms, expires_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+         ON CONFLICT (tenant_id, process_id) DO UPDATE SET
+             owner_id = ?3, incarnation_id = ?4, liveness = ?5, lease_token = ?6,
+             fencing_token = ?7, claimed_at_ms = ?8, expires_at_ms = ?9",
+    )?
+    .execute(params![
+        tenant,
+        lease.process_id,
+        lease.owner.owner_id,
+        lease.owner.incarnation_id,
+        serde_json::to_string(&lease.owner.liveness)?,
+        lease.lease_token,
+        to_sql(lease.fencing_token),
+        lease.claimed_at_ms,
+        lease.expires_at_ms
+    ])?;
+    Ok(())
+}
+
+/// Takes a live lease over from `observed`, in one statement that matches only while the
+/// observed holder still holds it; whether it did.
+pub(super) fn replace_observed_lease(
+    conn: &Connection,
+    tenant: &str,
+    observed: &ProcessLease,
+    lease: &ProcessLease,
+) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE process_leases
+             SET owner_id = ?7, incarnation_id = ?8, liveness = ?9, lease_token = ?10,
+                 fencing_token = ?11, claimed_at_ms = ?12, expires_at_ms = ?13
+             WHERE tenant_id = ?1 AND process_id = ?2 AND owner_id = ?3 AND incarnation_id = ?4
+               AND lease_token = ?5 AND fencing_token = ?6",
+        )?
+        .execute(params![
+            tenant,
+            observed.process_id,
+            observed.owner.owner_id,
+            observed.owner.incarnation_id,
+            observed.lease_token,
+            to_sql(observed.fencing_token),
+            lease.owner.owner_id,
+            lease.owner.incarnation_id,
+            serde_json::to_string(&lease.owner.liveness)?,
+            lease.lease_token,
+            to_sql(lease.fencing_token),
+            lease.claimed_at_ms,
+            lease.expires_at_ms
+        ])?;
+    Ok(changed == 1)
+}
+
+/// Moves a live lease's expiry, matching holder, token and fence in the same statement;
+/// whether it did.
+pub(super) fn extend_lease(
+    conn: &Connection,
+    tenant: &str,
+    lease: &ProcessLease,
+    now_ms: i64,
+    expires_at_ms: i64,
+) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE process_leases SET expires_at_ms = ?7
+             WHERE tenant_id = ?1 AND process_id = ?2 AND owner_id = ?3 AND incarnation_id = ?4
+               AND lease_token = ?5 AND fencing_token = ?6 AND expires_at_ms > ?8",
+        )?
+        .execute(params![
+            tenant,
+            lease.process_id,
+            lease.owner.owner_id,
+            lease.owner.incarnation_id,
+            lease.lease_token,
+            to_sql(lease.fencing_token),
+            expires_at_ms,
+            now_ms
+        ])?;
+    Ok(changed == 1)
+}
+
+/// Releases a lease held under `lease_token` and `fencing_token`, keeping the fencing token;
+/// whether it did.
+pub(super) fn release_lease(conn: &Connection, tenant: &str, lease: &ProcessLease) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE process_leases
+             SET owner_id = NULL, incarnation_id = NULL, liveness = NULL, lease_token = NULL,
+                 claimed_at_ms = 0, expires_at_ms = 0
+             WHERE tenant_id = ?1 AND process_id = ?2 AND lease_token = ?3 AND fencing_token = ?4",
+        )?
+        .execute(params![
+            tenant,
+            lease.process_id,
+            lease.lease_token,
+            to_sql(lease.fencing_token)
+        ])?;
+    Ok(changed == 1)
+}
+
+fn record_from_row(row: &Row<'_>) -> Result<ProcessRecord> {
+    record_from_row_at(row, 0)
+}
+
+/// Reads a record from the columns `process_id, record_columns!()` starting at `at`.
+fn record_from_row_at(row: &Row<'_>, at: usize) -> Result<ProcessRecord> {
+    let registration: Registration = decode(&row.get::<_, String>(at + 2)?)?;
+    let status = match row.get::<_, Option<String>>(at + 4)? {
+        Some(output) => ProcessStatus::from_output(decode(&output)?),
+        None => ProcessStatus::Running,
+    };
+    Ok(ProcessRecord {
+        id: row.get(at)?,
+        registration_hash: row.get(at + 1)?,
+        input: registration.input,
+        identity: registration.identity,
+        event_types: registration.event_types,
+        originator: registration.originator,
+        caused_by: registration.caused_by,
+        env_ref: registration.env_ref,
+        wake_target: decode_opt(row.get(at + 7)?)?,
+        created_at_ms: row.get(at + 8)?,
+        updated_at_ms: row.get(at + 9)?,
+        external_ref: decode_opt(row.get(at + 5)?)?,
+        wait: decode_opt(row.get(at + 6)?)?,
+        status,
+    })
+}
+
+fn grant_from_row(row: &Row<'_>) -> Result<HandleGrant> {
+    let descriptor: HandleDescriptor = decode(&row.get::<_, String>(3)?)?;
+    Ok(HandleGrant {
+        session_id: row.get(0)?,
+        scope_id: row.get(1)?,
+        process_id: row.get(2)?,
+        descriptor,
+    })
+}
+
+fn collect<T>(mut rows: rusqlite::Rows<'_>, map: impl Fn(&Row<'_>) -> Result<T>) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(map(row)?);
+    }
+    Ok(out)
+}
+
+fn encode_opt<T: Serialize>(value: &Option<T>) -> Result<Option<String>> {
+    Ok(value.as_ref().map(serde_json::to_string).transpose()?)
+}
+
+fn decode<T: DeserializeOwned>(text: &str) -> Result<T> {
+    serde_json::from_str(text)
+        .map_err(|error| Error::Corrupt(format!("a process registry row does not decode: {error}")))
+}
+
+fn decode_opt<T: DeserializeOwned>(text: Option<String>) -> Result<Option<T>> {
+    text.map(|text| decode(&text)).transpose()
+}
+
+fn to_sql(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn from_sql(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}

@@ -816,10 +816,8 @@ pub(super) fn process(tx: &Tx<'_>, id: &str) -> Result<ProcessRecord> {
 
 fn check_scope(tx: &Tx<'_>, scope: &SessionScope) -> Result<()> {
     tx.limits().check_id("session id", &scope.session_id)?;
-    if let Some(frame) = &scope.agent_frame_id {
-        if !frame.is_empty() {
-            tx.limits().check_id("agent frame id", frame)?;
-        }
+    if let Some(frame) = scope.agent_frame_id.as_deref().filter(|frame| !frame.is_empty()) {
+        tx.limits().check_id("agent frame id", frame)?;
     }
     Ok(())
 }

@@ -38,7 +38,7 @@ pub(crate) fn default_event_types() -> Vec<EventType> {
 }
 
 /// Completes a registration with the default event types, checks it, and returns it with its
-/// hash and its encoded form.
+/// hash and its encoded form (bounded, event types included, by `payload_bytes_max`).
 pub(crate) fn prepare(mut registration: Registration, limits: &Limits) -> Result<Prepared> {
     for default in default_event_types() {
         if !registration.event_types.iter().any(|declared| declared.name == default.name) {
@@ -64,10 +64,6 @@ pub(crate) struct Prepared {
 fn check_registration(registration: &Registration, limits: &Limits) -> Result<()> {
     limits.check_id("process id", &registration.id)?;
     limits.check_id("process kind", &registration.identity.kind)?;
-    if registration.event_types.len() > limits.page_size_max {
-        let (limit, actual) = (limits.page_size_max, registration.event_types.len());
-        return Err(Error::too_large("process event types", limit, actual));
-    }
     let mut names = BTreeSet::new();
     for event_type in &registration.event_types {
         limits.check_id("event type", &event_type.name)?;
@@ -162,10 +158,10 @@ fn wake_semantics(
     seq: u64,
     payload: &Value,
 ) -> Result<Option<Wake>> {
-    if let Some(when) = &spec.when {
-        if !truthy(&select(when, payload)?) {
-            return Ok(None);
-        }
+    if let Some(when) = &spec.when
+        && !truthy(&select(when, payload)?)
+    {
+        return Ok(None);
     }
     let input = stringify(&select(&spec.input, payload)?);
     let dedupe_key = match &spec.dedupe_key {

@@ -36,6 +36,10 @@
 //! - [`Store::graphs`]: the graph engine. Nodes and coloured tokens routed over conditional
 //!   edges, `All`/`Any` joins, gathers, sub-graphs and loops; untaken branches are skipped, so
 //!   every graph finishes; recovered after a crash when the store opens.
+//! - [`Store::processes`]: the process registry. Idempotent registration, declared event
+//!   types with payload schemas, replay-keyed events, terminal outputs, wake-ups and their
+//!   acknowledgements, wait states, session handle grants, and fenced leases that a provably
+//!   dead holder's successor can reclaim.
 //! - [`Store::auth`] and [`Store::authenticate`]: tenants (a suspended one reads but cannot
 //!   write) and hashed API tokens that open views bound to a tenant and a role.
 //! - [`Store::transaction`]: any of the above, and the caller's own tables through

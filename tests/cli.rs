@@ -1,5 +1,6 @@
 //! The `spindle` command, run as a built binary: pipelines that complete, fail, handle errors,
-//! are refused, and survive `kill -9`; listings as JSON; `events --follow` across processes.
+//! are refused, and survive `kill -9`; listings as JSON; the process listing; `events --follow`
+//! across processes.
 #![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader};
@@ -8,6 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use spindle::Store;
+use spindle::process::{AwaitOutput, Registration, WaitKind};
 use tempfile::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_spindle");
@@ -275,6 +278,73 @@ fn tenants_and_tokens_are_administered_from_the_command_line() {
     let bad_role =
         s.command().args(["tokens", "create", "x", "--role", "root"]).output().expect("run");
     assert_eq!(bad_role.status.code(), Some(2));
+}
+
+/// Writes three processes with the library: `p-done` completed, `p-run` running, `p-wait`
+/// running and waiting for a signal.
+fn three_processes(db: &Path) {
+    let store = Store::open(db).expect("open the store");
+    let processes = store.processes();
+    for (id, label) in [("p-done", "done"), ("p-run", "run"), ("p-wait", "wait")] {
+        let registration = Registration::new(id, "tool", json!({})).label(label);
+        processes.register(registration).expect("register");
+    }
+    let success = AwaitOutput::Success { value: json!("ok"), control: None };
+    processes.complete("p-done", success).expect("complete");
+    let signal = WaitKind::Signal {
+        name: "go".into(),
+        event_type: "signal.go".into(),
+        key: "go-1".into(),
+        ordinal: 1,
+    };
+    processes.set_wait("p-wait", signal).expect("wait");
+    store.close().expect("close");
+}
+
+/// The table's rows (its header left out), each split into its columns.
+fn rows_of(command: &mut Command) -> Vec<String> {
+    let output = command.output().expect("run spindle");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+    let mut lines = stdout.lines();
+    assert!(lines.next().is_some_and(|header| header.starts_with("ID")), "{stdout}");
+    lines.map(str::to_owned).collect()
+}
+
+#[test]
+fn processes_lists_the_running_ones_and_every_one_with_all() {
+    let s = Scratch::new();
+    three_processes(&s.db());
+    let running = rows_of(s.command().arg("processes"));
+    assert_eq!(running.len(), 2, "{running:?}");
+    assert!(running[0].starts_with("p-run ") && running[0].contains(" tool "), "{running:?}");
+    assert!(running[0].contains(" run ") && running[0].contains(" running "), "{running:?}");
+    assert!(!running[0].contains("waiting"), "{running:?}");
+    assert!(running[1].starts_with("p-wait ") && running[1].contains(" running (waiting) "));
+    let every = rows_of(s.command().args(["processes", "--all"]));
+    assert_eq!(every.len(), 3, "{every:?}");
+    assert!(every[0].starts_with("p-done ") && every[0].contains(" completed "), "{every:?}");
+    assert_eq!(every[1..], running[..], "the running rows are the same");
+    let listed = json_of(s.command().args(["processes", "--all", "--json"]));
+    let records = listed.as_array().expect("an array");
+    let summary: Vec<(&str, &str, bool)> = records
+        .iter()
+        .map(|r| {
+            let (id, state) = (r["id"].as_str(), r["status"]["state"].as_str());
+            (id.unwrap_or("?"), state.unwrap_or("?"), !r["wait"].is_null())
+        })
+        .collect();
+    let expected =
+        [("p-done", "completed", false), ("p-run", "running", false), ("p-wait", "running", true)];
+    assert_eq!(summary, expected, "{listed}");
+    assert_eq!(records[0]["identity"]["label"], "done", "{listed}");
+    let pruned = json_of(s.command().args(["prune", "--older-than", "0ms", "--json"]));
+    assert_eq!(
+        (pruned["processes"].as_u64(), pruned["process_events"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let left = rows_of(s.command().args(["processes", "--all"]));
+    assert_eq!(left, running, "prune removed the finished process only");
 }
 
 fn json_of(command: &mut Command) -> Value {

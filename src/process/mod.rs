@@ -19,6 +19,10 @@
 //! `reclaim_lease` takes a live lease over only from a holder that is provably dead (same host
 //! and boot, its pid gone or reused); fencing tokens only grow, kept across releases.
 //!
+//! Fencing tokens are durable like every commit: under `Durability::Normal` a power loss may
+//! take the last commits, and with them the last tokens handed out, so a later grant could
+//! repeat one. Keep `Durability::Full` (the default) where fencing must hold across power loss.
+//!
 //! Ops live in `ops.rs` and `lease.rs`, event meaning in `semantics.rs`, payload schemas in
 //! `schema.rs`, SQL in `sql.rs`; the facade is [`Processes`], reached with
 //! `store.processes()`.

@@ -228,28 +228,9 @@ impl Op for Register {
             }
             return Ok(existing);
         }
-        let record = new_record(prepared.registration, prepared.hash, tx.now_ms());
+        let record = ProcessRecord::registered(prepared.registration, prepared.hash, tx.now_ms());
         sql::insert(tx.sql(), tx.tenant(), &record, &prepared.encoded)?;
         Ok(record)
-    }
-}
-
-fn new_record(registration: Registration, hash: String, now_ms: i64) -> ProcessRecord {
-    ProcessRecord {
-        id: registration.id,
-        registration_hash: hash,
-        input: registration.input,
-        identity: registration.identity,
-        event_types: registration.event_types,
-        originator: registration.originator,
-        caused_by: registration.caused_by,
-        env_ref: registration.env_ref,
-        wake_target: registration.wake_target,
-        created_at_ms: now_ms,
-        updated_at_ms: now_ms,
-        external_ref: None,
-        wait: None,
-        status: ProcessStatus::Running,
     }
 }
 
@@ -297,9 +278,7 @@ impl Op for SetExternalRef {
             None => {}
         }
         record.external_ref = Some(self.external_ref);
-        record.updated_at_ms = tx.now_ms();
-        sql::save(tx.sql(), tx.tenant(), &record)?;
-        Ok(record)
+        save_changed(tx, record)
     }
 }
 
@@ -460,8 +439,7 @@ fn clear_wake_targets(tx: &Tx<'_>, session_id: &str) -> Result<()> {
     for id in sql::select_wake_targeted(tx.sql(), tx.tenant(), session_id)? {
         let Some(mut record) = sql::select(tx.sql(), tx.tenant(), &id)? else { continue };
         record.wake_target = None;
-        record.updated_at_ms = tx.now_ms();
-        sql::save(tx.sql(), tx.tenant(), &record)?;
+        save_changed(tx, record)?;
     }
     Ok(())
 }
@@ -712,7 +690,8 @@ impl Op for AckWake {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         process(tx, &self.id)?;
-        if !sql::has_wake(tx.sql(), tx.tenant(), &self.id, self.seq)? {
+        let semantics = sql::select_semantics(tx.sql(), tx.tenant(), &self.id, self.seq)?;
+        if semantics.wake.is_none() {
             return Err(Error::InvalidInput(format!(
                 "event {} of process {} carries no wake",
                 self.seq, self.id
@@ -754,9 +733,7 @@ impl Op for SetWait {
             return Err(Error::Conflict(format!("process {} has ended and cannot wait", self.id)));
         }
         record.wait = Some(WaitState { kind: self.wait, since_ms: tx.now_ms() });
-        record.updated_at_ms = tx.now_ms();
-        sql::save(tx.sql(), tx.tenant(), &record)?;
-        Ok(record)
+        save_changed(tx, record)
     }
 }
 
@@ -782,9 +759,7 @@ impl Op for ClearWait {
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let mut record = process(tx, &self.id)?;
         record.wait = None;
-        record.updated_at_ms = tx.now_ms();
-        sql::save(tx.sql(), tx.tenant(), &record)?;
-        Ok(record)
+        save_changed(tx, record)
     }
 }
 
@@ -806,6 +781,13 @@ impl Op for PruneTerminal {
         }
         Ok(report)
     }
+}
+
+/// Stamps a changed record with the batch's time and saves it.
+fn save_changed(tx: &Tx<'_>, mut record: ProcessRecord) -> Result<ProcessRecord> {
+    record.updated_at_ms = tx.now_ms();
+    sql::save(tx.sql(), tx.tenant(), &record)?;
+    Ok(record)
 }
 
 /// The process, or `NotFound`.

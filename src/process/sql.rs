@@ -180,23 +180,6 @@ pub(super) fn select_unacked_wakes(
     collect(rows, |row| Ok(from_sql(row.get(0)?)))
 }
 
-/// Whether the event at `seq` carries a wake.
-pub(super) fn has_wake(
-    conn: &Connection,
-    tenant: &str,
-    process_id: &str,
-    seq: u64,
-) -> Result<bool> {
-    let found: Option<bool> = conn
-        .prepare_cached(
-            "SELECT has_wake FROM process_event_semantics
-             WHERE tenant_id = ?1 AND process_id = ?2 AND seq = ?3",
-        )?
-        .query_row(params![tenant, process_id, to_sql(seq)], |row| row.get(0))
-        .optional()?;
-    Ok(found.unwrap_or(false))
-}
-
 /// Acknowledges a wake; acknowledging it again changes nothing.
 pub(super) fn insert_ack(
     conn: &Connection,
@@ -537,21 +520,15 @@ fn record_from_row_at(row: &Row<'_>, at: usize) -> Result<ProcessRecord> {
         Some(output) => ProcessStatus::from_output(decode(&output)?),
         None => ProcessStatus::Running,
     };
+    let created_at_ms = row.get(at + 8)?;
     Ok(ProcessRecord {
         id: row.get(at)?,
-        registration_hash: row.get(at + 1)?,
-        input: registration.input,
-        identity: registration.identity,
-        event_types: registration.event_types,
-        originator: registration.originator,
-        caused_by: registration.caused_by,
-        env_ref: registration.env_ref,
         wake_target: decode_opt(row.get(at + 7)?)?,
-        created_at_ms: row.get(at + 8)?,
         updated_at_ms: row.get(at + 9)?,
         external_ref: decode_opt(row.get(at + 5)?)?,
         wait: decode_opt(row.get(at + 6)?)?,
         status,
+        ..ProcessRecord::registered(registration, row.get(at + 1)?, created_at_ms)
     })
 }
 

@@ -489,6 +489,26 @@ pub struct ProcessRecord {
 }
 
 impl ProcessRecord {
+    /// A newly registered, running record.
+    pub(crate) fn registered(registration: Registration, hash: String, now_ms: i64) -> Self {
+        ProcessRecord {
+            id: registration.id,
+            registration_hash: hash,
+            input: registration.input,
+            identity: registration.identity,
+            event_types: registration.event_types,
+            originator: registration.originator,
+            caused_by: registration.caused_by,
+            env_ref: registration.env_ref,
+            wake_target: registration.wake_target,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            external_ref: None,
+            wait: None,
+            status: ProcessStatus::Running,
+        }
+    }
+
     /// Whether it has finished.
     pub fn is_terminal(&self) -> bool {
         self.status.is_terminal()

@@ -86,7 +86,8 @@ fn parse_role(text: &str) -> Result<Role, CliError> {
     }
 }
 
-fn now_ms() -> i64 {
+/// The wall clock in epoch milliseconds (the store has its own clock; this is the caller's).
+pub fn now_ms() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     since.map_or(0, |elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
 }

@@ -1,10 +1,12 @@
-//! The inspectors: graphs, one graph, events (followed across processes), the queue, pruning,
-//! and the integrity check. Listings print a table, or JSON with `--json`.
+//! The inspectors: graphs, one graph, events (followed across processes), the queue, the
+//! process registry, pruning, and the integrity check. Listings print a table, or JSON with
+//! `--json`.
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
 use spindle::{Event, Graph, Page, Store, Stream, StreamKind};
 
 use crate::{CliError, Output};
@@ -202,6 +204,54 @@ pub fn dead(store: &Store, queue: Option<&str>, out: &Output) -> Result<(), CliE
     Ok(())
 }
 
+/// Processes in id order: the running ones (waiting ones included), or every one with `all`.
+pub fn processes(store: &Store, all: bool, out: &Output) -> Result<(), CliError> {
+    let status = if all { StatusFilter::Any } else { StatusFilter::Running };
+    let processes = all_processes(store, status)?;
+    if out.json {
+        out.print_json(&serde_json::to_value(&processes).map_err(spindle::Error::from)?);
+        return Ok(());
+    }
+    println!("{:<36} {:<16} {:<24} {:<17} {:>13}", "ID", "KIND", "LABEL", "STATUS", "UPDATED_MS");
+    for process in &processes {
+        let label = process.identity.label.as_deref().unwrap_or("-");
+        println!(
+            "{:<36} {:<16} {label:<24} {:<17} {:>13}",
+            process.id,
+            process.identity.kind,
+            process_status(process),
+            process.updated_at_ms
+        );
+    }
+    Ok(())
+}
+
+/// Every process of the view's tenant with `status`, a page at a time until a short page.
+fn all_processes(store: &Store, status: StatusFilter) -> spindle::Result<Vec<ProcessRecord>> {
+    let limit = store.limits().page_size_max;
+    let mut all: Vec<ProcessRecord> = Vec::new();
+    loop {
+        let page = Page { after: all.last().map(|last| last.id.clone()), limit };
+        let processes =
+            store.processes().list(&ListFilter { status, page, ..Default::default() })?;
+        let short = processes.is_empty() || processes.len() < limit;
+        all.extend(processes);
+        if short {
+            return Ok(all);
+        }
+    }
+}
+
+/// `running (waiting)` for a running process with a wait state, else the status's label.
+fn process_status(process: &ProcessRecord) -> String {
+    let label = process.status.label();
+    if process.wait.is_some() && !process.is_terminal() {
+        format!("{label} (waiting)")
+    } else {
+        label.to_owned()
+    }
+}
+
 /// Requeues one dead item, or every dead item of a queue.
 pub fn requeue(
     store: &Store,
@@ -233,15 +283,37 @@ pub fn requeue(
 /// Deletes finished queue items older than a duration.
 pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliError> {
     let older_than_ms = parse_duration_ms(older_than)?;
-    let mut total = 0;
+    let mut queue_items = 0;
     loop {
         let pruned = store.queue().prune_completed(older_than_ms)?;
-        total += pruned;
+        queue_items += pruned;
         if pruned == 0 {
             break;
         }
     }
-    report_count(out, "pruned", total);
+    let cutoff_ms = crate::admin::now_ms().saturating_sub(older_than_ms);
+    let mut processes = spindle::process::PruneReport::default();
+    loop {
+        let pruned = store.processes().prune_terminal(cutoff_ms)?;
+        processes.pruned_processes += pruned.pruned_processes;
+        processes.pruned_events += pruned.pruned_events;
+        if pruned.pruned_processes == 0 {
+            break;
+        }
+    }
+    if out.json {
+        out.print_json(&json!({
+            "queue_items": queue_items,
+            "processes": processes.pruned_processes,
+            "process_events": processes.pruned_events,
+        }));
+    } else {
+        println!("pruned {queue_items} queue items");
+        println!(
+            "pruned {} finished processes ({} events)",
+            processes.pruned_processes, processes.pruned_events
+        );
+    }
     Ok(())
 }
 

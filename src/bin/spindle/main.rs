@@ -70,10 +70,20 @@ enum Cmd {
         #[command(subcommand)]
         action: QueueCmd,
     },
-    /// Delete completed and cancelled queue items older than a duration (`7d`, `12h`, `30m`).
+    /// Delete completed and cancelled queue items, and finished processes with their events,
+    /// older than a duration (`7d`, `12h`, `30m`).
     Prune {
         #[arg(long)]
         older_than: String,
+    },
+    /// List processes: the running ones (waiting ones included), or every one with `--all`.
+    ///
+    /// A table of id, kind, label, status (`running (waiting)` while a running process waits)
+    /// and when it last changed (epoch milliseconds); with `--json`, an array of the records.
+    Processes {
+        /// Every status: completed, failed and cancelled processes too.
+        #[arg(long)]
+        all: bool,
     },
     /// Check the store: integrity, foreign keys, schema version, pragmas, graph counters.
     Check,
@@ -243,6 +253,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Queue { action: QueueCmd::Requeue { id, all } } => {
             inspect::requeue(&store, id.as_deref(), all.as_deref(), out)?;
         }
+        Cmd::Processes { all } => inspect::processes(&store, all, out)?,
         Cmd::Prune { older_than } => inspect::prune(&store, &older_than, out)?,
         Cmd::Tenants { action } => admin::tenants(&store, action.unwrap_or(TenantCmd::List), out)?,
         Cmd::Tokens { action } => admin::tokens(&store, action, out)?,

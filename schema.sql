@@ -288,9 +288,9 @@ CREATE TABLE processes (
 );
 
 CREATE INDEX processes_by_status ON processes (tenant_id, status, process_id);
-CREATE INDEX processes_by_wake_session ON processes (tenant_id, wake_target_session)
+CREATE INDEX processes_by_wake_session ON processes (tenant_id, wake_target_session, process_id)
     WHERE wake_target_session IS NOT NULL;
-CREATE INDEX processes_finished ON processes (tenant_id, updated_at_ms)
+CREATE INDEX processes_finished ON processes (tenant_id, updated_at_ms, process_id)
     WHERE status <> 'running';
 
 -- What an event meant (its terminal output, its wake), for the events that meant something.
@@ -329,8 +329,10 @@ CREATE TABLE process_handle_grants (
         ON DELETE CASCADE
 ) WITHOUT ROWID;
 
-CREATE INDEX process_grants_by_session ON process_handle_grants (tenant_id, session_id);
-CREATE INDEX process_grants_by_process ON process_handle_grants (tenant_id, process_id);
+CREATE INDEX process_grants_by_session
+    ON process_handle_grants (tenant_id, session_id, process_id, scope_id);
+CREATE INDEX process_grants_by_process
+    ON process_handle_grants (tenant_id, process_id, session_id, scope_id);
 
 -- A process's lease. fencing_token grows by one at every grant and is kept when the lease is
 -- released (owner and token set to NULL), so it is never handed out twice.

@@ -24,6 +24,23 @@ macro_rules! record_columns {
     };
 }
 
+/// A listing's statement, with the status condition `$status` on parameter 2.
+macro_rules! list_sql {
+    ($status:literal) => {
+        concat!(
+            "SELECT process_id, ",
+            record_columns!(),
+            " FROM processes
+              WHERE tenant_id = ?1 AND ",
+            $status,
+            " AND (?3 IS NULL OR definition_hash = ?3)
+                AND (?4 IS NULL OR (wait_state IS NOT NULL) = ?4)
+                AND process_id > ?5
+              ORDER BY process_id LIMIT ?6"
+        )
+    };
+}
+
 /// Inserts a new running process.
 pub(super) fn insert(
     conn: &Connection,
@@ -94,16 +111,12 @@ pub(super) fn list(
     tenant: &str,
     filter: &ListFilter,
 ) -> Result<Vec<ProcessRecord>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT process_id, ",
-        record_columns!(),
-        " FROM processes
-          WHERE tenant_id = ?1 AND (?2 IS NULL OR status = ?2)
-            AND (?3 IS NULL OR definition_hash = ?3)
-            AND (?4 IS NULL OR (wait_state IS NOT NULL) = ?4)
-            AND process_id > ?5
-          ORDER BY process_id LIMIT ?6"
-    ))?;
+    // Two statements, so that a listing by status reads the status index in id order.
+    let sql = match filter.status {
+        StatusFilter::Any => list_sql!("?2 IS NULL"),
+        _ => list_sql!("status = ?2"),
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
     let status = match filter.status {
         StatusFilter::Any => None,
         StatusFilter::Running => Some("running"),
@@ -285,7 +298,8 @@ pub(super) fn select_process_grants(
     limit: usize,
 ) -> Result<Vec<HandleGrant>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT session_id, scope_id, process_id, descriptor FROM process_handle_grants
+        "SELECT session_id, scope_id, process_id, descriptor
+         FROM process_handle_grants INDEXED BY process_grants_by_process
          WHERE tenant_id = ?1 AND process_id = ?2
          ORDER BY session_id, scope_id LIMIT ?3",
     )?;
@@ -299,7 +313,8 @@ pub(super) fn select_session_grants(
     session_id: &str,
 ) -> Result<Vec<HandleGrant>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT session_id, scope_id, process_id, descriptor FROM process_handle_grants
+        "SELECT session_id, scope_id, process_id, descriptor
+         FROM process_handle_grants INDEXED BY process_grants_by_session
          WHERE tenant_id = ?1 AND session_id = ?2 ORDER BY process_id, scope_id",
     )?;
     collect(stmt.query(params![tenant, session_id])?, grant_from_row)
@@ -323,7 +338,8 @@ pub(super) fn delete_session_grants(
 pub(super) fn has_any_grant(conn: &Connection, tenant: &str, process_id: &str) -> Result<bool> {
     let found: Option<i64> = conn
         .prepare_cached(
-            "SELECT 1 FROM process_handle_grants WHERE tenant_id = ?1 AND process_id = ?2 LIMIT 1",
+            "SELECT 1 FROM process_handle_grants INDEXED BY process_grants_by_process
+             WHERE tenant_id = ?1 AND process_id = ?2 LIMIT 1",
         )?
         .query_row(params![tenant, process_id], |row| row.get(0))
         .optional()?;
@@ -337,7 +353,7 @@ pub(super) fn select_wake_targeted(
     session_id: &str,
 ) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT process_id FROM processes
+        "SELECT process_id FROM processes INDEXED BY processes_by_wake_session
          WHERE tenant_id = ?1 AND wake_target_session = ?2 ORDER BY process_id",
     )?;
     collect(stmt.query(params![tenant, session_id])?, |row| Ok(row.get(0)?))

@@ -72,7 +72,8 @@ CREATE INDEX process_grants_by_process
     ON process_handle_grants (tenant_id, process_id, session_id, scope_id);
 
 -- A process's lease. fencing_token grows by one at every grant and is kept when the lease is
--- released (owner and token set to NULL), so it is never handed out twice.
+-- released (owner and token set to NULL), so it is never handed out twice. The row outlives
+-- its process (no foreign key): an id pruned and registered again continues its tokens.
 CREATE TABLE process_leases (
     tenant_id      TEXT    NOT NULL,
     process_id     TEXT    NOT NULL,
@@ -84,7 +85,5 @@ CREATE TABLE process_leases (
     claimed_at_ms  INTEGER NOT NULL,
     expires_at_ms  INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, process_id),
-    FOREIGN KEY (tenant_id, process_id) REFERENCES processes (tenant_id, process_id)
-        ON DELETE CASCADE,
     CHECK ((owner_id IS NULL) = (lease_token IS NULL))
 ) WITHOUT ROWID;

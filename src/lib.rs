@@ -104,9 +104,10 @@ pub use crate::limits::Limits;
 pub use crate::log::{Appended, Event, Events, Stream, StreamKind};
 pub use crate::options::{Durability, Options};
 pub use crate::page::Page;
+pub use crate::process::Appended as ProcessAppended;
 pub use crate::process::{
-    AppendRequest, AwaitOutput, EventAppended, EventType, LeaseClaim, LeaseOwner, ListFilter,
-    Liveness, ProcessEvent, ProcessLease, ProcessRecord, ProcessStatus, Processes, Registration,
+    AppendRequest, AwaitOutput, EventType, LeaseClaim, LeaseOwner, ListFilter, Liveness,
+    ProcessEvent, ProcessLease, ProcessRecord, ProcessStatus, Processes, Registration,
     SessionScope,
 };
 pub use crate::queue::{

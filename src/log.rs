@@ -207,6 +207,7 @@ impl Op for Append {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
+        check_open_to_callers(&self.stream)?;
         append(tx, &self.stream, &self.event_type, self.payload, self.idem_key.as_deref())
     }
     /// A plain append checks everything, reads the head, then inserts its one row.
@@ -261,6 +262,7 @@ impl Op for Truncate {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         check_stream(tx, &self.stream)?;
+        check_open_to_callers(&self.stream)?;
         delete_before(tx.sql(), tx.tenant(), &self.stream, self.before_seq)
     }
 }
@@ -280,7 +282,8 @@ impl<'a> Events<'a> {
     /// Appends an event; see [`Append`].
     ///
     /// # Errors
-    /// `InvalidInput` or `TooLarge` for a bad stream id, type or payload, and nothing is written.
+    /// `InvalidInput` or `TooLarge` for a bad stream id, type or payload, and for a process
+    /// stream (`store.processes()` writes those); nothing is written.
     pub fn append(
         &self,
         stream: impl Borrow<Stream>,
@@ -336,7 +339,7 @@ impl<'a> Events<'a> {
     /// Deletes a stream's events before `before_seq`; see [`Truncate`].
     ///
     /// # Errors
-    /// `InvalidInput` for a bad stream id.
+    /// `InvalidInput` for a bad stream id, or a process stream (deleted with its process).
     pub fn truncate(&self, stream: impl Borrow<Stream>, before_seq: u64) -> Result<u64> {
         self.store.exec(Truncate { stream: stream.borrow().clone(), before_seq })
     }
@@ -544,6 +547,18 @@ pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) ->
     )?
     .execute(args)?;
     Ok(deleted as u64)
+}
+
+/// Refuses a caller's append or truncation on a process stream: the registry writes those
+/// (declared types, required replay keys, the record kept in step) and deletes them with
+/// their process.
+pub(crate) fn check_open_to_callers(stream: &Stream) -> Result<()> {
+    if stream.kind == StreamKind::Process {
+        return Err(Error::InvalidInput(format!(
+            "{stream} belongs to the process registry: append with store.processes()"
+        )));
+    }
+    Ok(())
 }
 
 fn check_stream(tx: &Tx<'_>, stream: &Stream) -> Result<()> {

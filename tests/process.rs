@@ -1,6 +1,10 @@
 //! The process registry (DESIGN.md §5.4) through the public API. The first tests port the
-//! seed's conformance suite (`process_registry_reopenable`) one for one, under the same names;
-//! the rest cover what Spindle adds: tenants, limits, fencing across reopen, repair on replay.
+//! seed's conformance suite (`process_registry_reopenable`) under the same names, but for
+//! `reports_declared_durability` (there are no durability tiers: every registry write is a
+//! store commit) and the seed's runtime-invocation fields (`scope`, `caused_by`), which
+//! Spindle's events do not carry (an event names its process and replay key instead). The
+//! rest cover what Spindle adds: tenants, limits, fencing across reopen and prune, repair on
+//! replay, the event log refusing to write process streams for callers.
 
 mod common;
 
@@ -325,7 +329,7 @@ fn terminal_and_cancel_events_require_keys() {
     let unkeyed_cancel = store.processes().append_event("p", cancel);
     assert!(matches!(unkeyed_cancel, Err(Error::InvalidInput(_))), "{unkeyed_cancel:?}");
     assert_eq!(store.events().head(Stream::process("p")).expect("head"), 0, "nothing written");
-    let keyed = AppendRequest::cancel_requested("p", "user asked");
+    let keyed = AppendRequest::cancel_requested("user asked");
     let first = store.processes().append_event("p", keyed.clone()).expect("keyed cancel request");
     let second = store.processes().append_event("p", keyed).expect("same request");
     assert_eq!(first.event.seq, second.event.seq, "the same request is one event");
@@ -903,7 +907,7 @@ fn a_subscriber_follows_a_process_stream() {
         (first.event_type.as_str(), second.event_type.as_str()),
         ("progress", "process.completed")
     );
-    assert_eq!(second.idem_key.as_deref(), Some("process:p:terminal:process.completed"));
+    assert_eq!(second.idem_key.as_deref(), Some("terminal:process.completed"));
 }
 
 #[test]
@@ -926,4 +930,193 @@ fn a_terminal_event_of_a_custom_type_ends_the_process_with_its_selected_output()
         panic!("a failure: {:?}", record.status);
     };
     assert_eq!(message, "no route");
+}
+
+fn small_limits_store(clock: &ManualClock) -> Store {
+    let limits = spindle::Limits {
+        payload_bytes_max: 2_000,
+        page_size_max: 4,
+        id_len_max: 64,
+        ..spindle::Limits::default()
+    };
+    Store::open_in_memory_with(Options { limits, ..options_at(clock) }).expect("open")
+}
+
+/// A JSON string payload whose encoding is exactly `bytes` long.
+fn payload_of_len(bytes: usize) -> Value {
+    json!("x".repeat(bytes - 2))
+}
+
+#[test]
+fn limits_hold_at_the_limit_and_refuse_one_past_it() {
+    let store = small_limits_store(&ManualClock::new(T0));
+    let limits = store.limits().clone();
+    let id = "p".repeat(limits.id_len_max);
+    register(&store, Registration::new(&id, "tool", json!({})).event_type(EventType::new("e")));
+    let at_limit = AppendRequest::new("e", payload_of_len(limits.payload_bytes_max));
+    store.processes().append_event(&id, at_limit).expect("a payload at the limit");
+    let past = AppendRequest::new("e", payload_of_len(limits.payload_bytes_max + 1));
+    let refused = store.processes().append_event(&id, past);
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    let key_at = AppendRequest::new("e", json!(1)).replay_key("k".repeat(limits.id_len_max));
+    store.processes().append_event(&id, key_at).expect("a replay key at the limit");
+    let key_past = AppendRequest::new("e", json!(1)).replay_key("k".repeat(limits.id_len_max + 1));
+    let refused_key = store.processes().append_event(&id, key_past);
+    assert!(matches!(refused_key, Err(Error::TooLarge { .. })), "{refused_key:?}");
+    for _ in 0..3 {
+        store.processes().append_event(&id, AppendRequest::new("e", json!(0))).expect("append");
+    }
+    let recent = store.processes().recent_events(&id, limits.page_size_max).expect("at the limit");
+    assert_eq!(recent.len(), limits.page_size_max);
+    let too_many = store.processes().recent_events(&id, limits.page_size_max + 1);
+    assert!(matches!(too_many, Err(Error::TooLarge { .. })), "{too_many:?}");
+    assert_eq!(store.processes().events_after(&id, 0).expect("page").len(), limits.page_size_max);
+    let cancel = AppendRequest::cancel_requested("stop");
+    store.processes().append_event(&id, cancel).expect("a cancel request on an id at the limit");
+    let done = store.processes().complete(&id, success(json!(1))).expect("complete it too");
+    assert!(done.is_terminal());
+    assert_eq!(store.events().head(Stream::process(&id)).expect("head"), 7, "no refused write");
+}
+
+#[test]
+fn transfers_and_descriptors_hold_at_their_limits() {
+    let store = small_limits_store(&ManualClock::new(T0));
+    let limits = store.limits().clone();
+    let (from, to) = (SessionScope::new("a"), SessionScope::new("b"));
+    let ids: Vec<String> = (0..=limits.page_size_max).map(|i| format!("p{i}")).collect();
+    for id in &ids {
+        register(&store, tool(id));
+        store.processes().grant_handle(&from, id, HandleDescriptor::default()).expect("grant");
+    }
+    let all: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let refused = store.processes().transfer_handles(&from, &to, &all);
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    assert!(store.processes().handle_grants(&to).expect("grants").is_empty(), "nothing moved");
+    let at_limit = &all[..limits.page_size_max];
+    store.processes().transfer_handles(&from, &to, at_limit).expect("at the limit");
+    assert_eq!(store.processes().handle_grants(&to).expect("grants").len(), limits.page_size_max);
+    let label_of = |bytes: usize| HandleDescriptor { kind: None, label: Some("l".repeat(bytes)) };
+    let overhead = r#"{"label":""}"#.len();
+    let fits = label_of(limits.payload_bytes_max - overhead);
+    store.processes().grant_handle(&from, "p0", fits).expect("a descriptor at the limit");
+    let too_big = store.processes().grant_handle(&from, "p1", label_of(limits.payload_bytes_max));
+    assert!(matches!(too_big, Err(Error::TooLarge { .. })), "{too_big:?}");
+    assert!(!store.processes().has_handle_grant(&from, "p1").expect("has"), "nothing written");
+}
+
+#[test]
+fn a_wake_template_cannot_grow_past_the_payload_limit_or_read_its_own_values() {
+    let store = small_limits_store(&ManualClock::new(T0));
+    let fields = [
+        ("a".to_owned(), Selector::Pointer("/a".into())),
+        ("b".to_owned(), Selector::Pointer("/b".into())),
+    ];
+    let template = Selector::Template { template: "{a}".repeat(40), fields: fields.into() };
+    let wake = EventType::new("w").wake(WakeSpec {
+        when: None,
+        input: template,
+        dedupe_key: DedupeKey::EventIdentity,
+    });
+    register(&store, tool("p").event_type(wake));
+    let grows = AppendRequest::new("w", json!({ "a": "y".repeat(100), "b": "" }));
+    let refused = store.processes().append_event("p", grows);
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    assert_eq!(store.events().head(Stream::process("p")).expect("head"), 0, "nothing written");
+    let injected = AppendRequest::new("w", json!({ "a": "{b}", "b": "secret" }));
+    let appended = store.processes().append_event("p", injected).expect("append");
+    let input = appended.event.semantics.wake.expect("wake").input;
+    assert_eq!(input, "{b}".repeat(40), "a value's braces are not filled in again");
+}
+
+#[test]
+fn a_terminal_output_of_another_state_is_refused() {
+    let store = store_at(&ManualClock::new(T0));
+    register(&store, tool("p"));
+    let failure = json!({ "type": "failure", "class": "x", "code": "y", "message": "z" });
+    let request =
+        AppendRequest::new("process.completed", json!({ "await_output": failure })).replay_key("t");
+    let refused = store.processes().append_event("p", request);
+    assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
+    assert!(!store.processes().get("p").expect("get").expect("p").is_terminal());
+}
+
+#[test]
+fn scopes_and_owners_are_checked_like_ids() {
+    let store = small_limits_store(&ManualClock::new(T0));
+    let limits = store.limits().clone();
+    let long = "s".repeat(limits.id_len_max + 1);
+    let slashed = SessionScope::new("a/frame:b");
+    for scope in [SessionScope::new(&long), slashed.clone(), SessionScope::new("")] {
+        let bad = tool("p").wake_target(scope.clone());
+        let refused = store.processes().register(bad);
+        assert!(matches!(refused, Err(Error::InvalidInput(_) | Error::TooLarge { .. })));
+        let origin = tool("p").originator(Originator::Session { scope });
+        assert!(store.processes().register(origin).is_err());
+    }
+    register(&store, tool("p"));
+    let grant = store.processes().grant_handle(&slashed, "p", HandleDescriptor::default());
+    assert!(matches!(grant, Err(Error::InvalidInput(_))), "no scope collides with a frame's");
+    let liveness = Liveness::LocalProcess {
+        host_id: long.clone(),
+        boot_id: "b".into(),
+        pid: 1,
+        process_start: "1".into(),
+    };
+    let big_owner = LeaseOwner { liveness, ..owner("a", "1") };
+    let claim = store.processes().claim_lease("p", &big_owner, 1_000);
+    assert!(matches!(claim, Err(Error::TooLarge { .. })), "{claim:?}");
+    let first = acquired(store.processes().claim_lease("p", &owner("a", "1"), 1_000).expect("ok"));
+    assert_eq!(first.fencing_token, 1, "the refused claim took no token");
+}
+
+#[test]
+fn fencing_tokens_continue_after_a_process_is_pruned_and_registered_again() {
+    let clock = ManualClock::new(T0);
+    let store = store_at(&clock);
+    register(&store, tool("p"));
+    let mut last = 0;
+    for _ in 0..3 {
+        let lease =
+            acquired(store.processes().claim_lease("p", &owner("a", "1"), 1_000).expect("claim"));
+        store.processes().complete_lease(&lease).expect("release");
+        last = lease.fencing_token;
+    }
+    store.processes().complete("p", success(json!(1))).expect("complete");
+    clock.advance_ms(1);
+    assert_eq!(store.processes().prune_terminal(T0 + 1).expect("prune").pruned_processes, 1);
+    register(&store, tool("p"));
+    let next =
+        acquired(store.processes().claim_lease("p", &owner("b", "1"), 1_000).expect("claim"));
+    assert_eq!(next.fencing_token, last + 1, "never reused, even for a new process of that id");
+}
+
+#[test]
+fn the_event_log_does_not_write_process_streams_for_callers() {
+    let store = store_at(&ManualClock::new(T0));
+    register(&store, tool("p"));
+    store
+        .processes()
+        .append_event("p", AppendRequest::new("process.waiting", json!({})))
+        .expect("append");
+    let stream = Stream::process("p");
+    let output = json!({ "await_output": { "type": "success", "value": 1 } });
+    let plain = store.events().append(&stream, "process.completed", output.clone());
+    let keyed = store.events().append_idempotent(
+        &stream,
+        "process.completed",
+        output.clone(),
+        "terminal:process.completed",
+    );
+    let truncated = store.events().truncate(&stream, 2);
+    let in_tx = store.transaction(move |tx| {
+        tx.append_event(&stream, "process.completed", output)?;
+        Ok(spindle::TxOutcome::Commit(()))
+    });
+    for refused in [plain.map(|_| ()), keyed.map(|_| ()), truncated.map(|_| ()), in_tx] {
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
+    }
+    assert_eq!(store.events().head(Stream::process("p")).expect("head"), 1, "nothing written");
+    assert_eq!(store.processes().events_after("p", 0).expect("events").len(), 1, "nothing deleted");
+    let done = store.processes().complete("p", success(json!(1))).expect("complete");
+    assert!(done.is_terminal(), "the registry's own key was not taken");
 }

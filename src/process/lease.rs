@@ -246,9 +246,15 @@ fn process_start_of(pid: u32) -> std::io::Result<Option<String>> {
 }
 
 fn check_owner(tx: &Tx<'_>, owner: &LeaseOwner, ttl_ms: i64) -> Result<()> {
-    tx.limits().check_id("lease owner id", &owner.owner_id)?;
-    tx.limits().check_id("lease incarnation id", &owner.incarnation_id)?;
-    tx.limits().check_lease(ttl_ms)
+    let limits = tx.limits();
+    limits.check_id("lease owner id", &owner.owner_id)?;
+    limits.check_id("lease incarnation id", &owner.incarnation_id)?;
+    if let Liveness::LocalProcess { host_id, boot_id, process_start, .. } = &owner.liveness {
+        limits.check_id("lease owner host id", host_id)?;
+        limits.check_id("lease owner boot id", boot_id)?;
+        limits.check_id("lease owner process start", process_start)?;
+    }
+    limits.check_lease(ttl_ms)
 }
 
 fn lease_lost(lease: &ProcessLease) -> Error {

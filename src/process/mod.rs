@@ -49,7 +49,7 @@ pub use ops::{
     WakeEventsAfter,
 };
 pub use types::{
-    AppendRequest, AwaitOutput, DedupeKey, EventAppended, EventSemantics, EventType, ExternalRef,
+    AppendRequest, Appended, AwaitOutput, DedupeKey, EventSemantics, EventType, ExternalRef,
     HandleDescriptor, HandleGrant, Identity, LeaseClaim, LeaseOwner, ListFilter, Liveness,
     Originator, ProcessEvent, ProcessLease, ProcessRecord, ProcessStatus, PruneReport,
     Registration, Selector, SemanticsSpec, SessionDeleteReport, SessionScope, StatusFilter,
@@ -197,7 +197,7 @@ impl<'a> Processes<'a> {
     /// selector that does not match, or a terminal or cancel-request event without a replay
     /// key; `Conflict` for another event under a used replay key, or a terminal event on a
     /// finished process.
-    pub fn append_event(&self, id: &str, request: AppendRequest) -> Result<EventAppended> {
+    pub fn append_event(&self, id: &str, request: AppendRequest) -> Result<Appended> {
         self.store.exec(AppendEvent { id: id.into(), request })
     }
 

@@ -6,10 +6,10 @@
 
 use serde_json::json;
 
-use super::semantics::{self, CANCEL_REQUESTED};
+use super::semantics::{self, CANCEL_REQUESTED, check_scope};
 use super::sql;
 use super::types::{
-    AppendRequest, AwaitOutput, EventAppended, EventSemantics, ExternalRef, HandleDescriptor,
+    AppendRequest, Appended, AwaitOutput, EventSemantics, ExternalRef, HandleDescriptor,
     HandleGrant, ListFilter, ProcessEvent, ProcessRecord, ProcessStatus, PruneReport, Registration,
     SessionDeleteReport, SessionScope, WaitKind, WaitState, WakeDelivery,
 };
@@ -177,8 +177,8 @@ pub struct AckWake {
 }
 
 /// Ends a process with an output: appends `process.completed`, `.failed` or `.cancelled`
-/// (by the output's state) keyed `process:<id>:terminal:<type>`, so the same output again is
-/// a no-op; returns the record.
+/// (by the output's state) keyed `terminal:<type>` (keys are per process stream), so the same
+/// output again is a no-op; returns the record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Complete {
     /// The process.
@@ -289,7 +289,7 @@ impl Op for GrantHandle {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<HandleGrant> {
-        check_scope(tx, &self.scope)?;
+        check_scope(tx.limits(), &self.scope)?;
         check_encoded(tx, "handle descriptor bytes", &self.descriptor)?;
         process(tx, &self.id)?;
         let grant = HandleGrant {
@@ -313,7 +313,7 @@ impl Op for RevokeHandle {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
-        check_scope(tx, &self.scope)?;
+        check_scope(tx.limits(), &self.scope)?;
         tx.limits().check_id("process id", &self.id)?;
         sql::delete_grant(tx.sql(), tx.tenant(), &self.scope.id(), &self.id)
     }
@@ -329,8 +329,8 @@ impl Op for TransferHandles {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        check_scope(tx, &self.from)?;
-        check_scope(tx, &self.to)?;
+        check_scope(tx.limits(), &self.from)?;
+        check_scope(tx.limits(), &self.to)?;
         tx.limits().check_page(self.ids.len())?;
         let (from_id, to_id) = (self.from.id(), self.to.id());
         for id in &self.ids {
@@ -357,7 +357,7 @@ impl Op for HandleGrants {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(HandleGrant, ProcessRecord)>> {
-        check_scope(tx, &self.scope)?;
+        check_scope(tx.limits(), &self.scope)?;
         let limit = tx.limits().page_size_max;
         sql::select_scope_grants(tx.sql(), tx.tenant(), &self.scope.id(), self.live_only, limit)
     }
@@ -370,7 +370,7 @@ impl Op for HasHandleGrant {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
-        check_scope(tx, &self.scope)?;
+        check_scope(tx.limits(), &self.scope)?;
         tx.limits().check_id("process id", &self.id)?;
         let grant = sql::select_grant(tx.sql(), tx.tenant(), &self.scope.id(), &self.id)?;
         Ok(grant.is_some() && sql::select(tx.sql(), tx.tenant(), &self.id)?.is_some())
@@ -406,7 +406,7 @@ impl Op for DeleteSessionState {
             ..SessionDeleteReport::default()
         };
         sort_orphans(tx, &grants, &mut report)?;
-        clear_wake_targets(tx, &self.session_id)?;
+        sql::clear_wake_targets(tx.sql(), tx.tenant(), &self.session_id, tx.now_ms())?;
         Ok(report)
     }
 }
@@ -434,23 +434,13 @@ fn sort_orphans(
     Ok(())
 }
 
-/// Clears `session_id` as the wake target of every process (finished ones too).
-fn clear_wake_targets(tx: &Tx<'_>, session_id: &str) -> Result<()> {
-    for id in sql::select_wake_targeted(tx.sql(), tx.tenant(), session_id)? {
-        let Some(mut record) = sql::select(tx.sql(), tx.tenant(), &id)? else { continue };
-        record.wake_target = None;
-        save_changed(tx, record)?;
-    }
-    Ok(())
-}
-
 impl Sealed for AppendEvent {}
 impl Op for AppendEvent {
-    type Output = EventAppended;
+    type Output = Appended;
     fn access(&self) -> Access {
         Access::Write
     }
-    fn apply(self, tx: &mut Tx<'_>) -> Result<EventAppended> {
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
         let record = process(tx, &self.id)?;
         check_request(tx, &self.request)?;
         if let Some(key) = &self.request.replay_key {
@@ -475,11 +465,12 @@ impl Op for AppendEvent {
 /// Checks ids, sizes and the required replay keys of an append request.
 fn check_request(tx: &Tx<'_>, request: &AppendRequest) -> Result<()> {
     tx.limits().check_id("event type", &request.event_type)?;
+    check_encoded(tx, "event payload bytes", &request.payload)?;
     if let Some(key) = &request.replay_key {
         tx.limits().check_id("replay key", key)?;
     }
     if let Some(scope) = &request.wake_target_scope {
-        check_scope(tx, scope)?;
+        check_scope(tx.limits(), scope)?;
     }
     Ok(())
 }
@@ -491,7 +482,7 @@ fn replay(
     mut record: ProcessRecord,
     request: &AppendRequest,
     existing: Event,
-) -> Result<EventAppended> {
+) -> Result<Appended> {
     let semantics = sql::select_semantics(tx.sql(), tx.tenant(), &record.id, existing.seq)?;
     if let (Some(terminal), false) = (&semantics.terminal, record.is_terminal()) {
         project_terminal(&mut record, terminal.await_output.clone(), existing.created_at_ms);
@@ -499,7 +490,7 @@ fn replay(
     }
     let event = process_event(&record.id, existing, semantics);
     let wake = wake_delivery(&record, request, &event);
-    Ok(EventAppended { event, wake, replayed: true })
+    Ok(Appended { event, wake, replayed: true })
 }
 
 /// Appends a new event: declared type, replay key where required, payload schema, semantics,
@@ -508,7 +499,7 @@ fn append_new(
     tx: &mut Tx<'_>,
     mut record: ProcessRecord,
     request: AppendRequest,
-) -> Result<EventAppended> {
+) -> Result<Appended> {
     let Some(event_type) = record.event_types.iter().find(|t| t.name == request.event_type) else {
         return Err(Error::InvalidInput(format!(
             "process {} does not declare event type {:?}",
@@ -525,7 +516,9 @@ fn append_new(
     semantics::check_payload(event_type, &request.payload)?;
     let stream = Stream::process(&record.id);
     let seq = log::select_head(tx.sql(), tx.tenant(), &stream)? + 1;
-    let semantics = semantics::materialize(event_type, &record.id, seq, &request.payload)?;
+    let limit_bytes = tx.limits().payload_bytes_max;
+    let semantics =
+        semantics::materialize(event_type, &record.id, seq, &request.payload, limit_bytes)?;
     if semantics.terminal.is_some() && record.is_terminal() {
         return Err(Error::Conflict(format!("process {} has already ended", record.id)));
     }
@@ -548,14 +541,16 @@ fn append_new(
         occurred_at_ms: tx.now_ms(),
     };
     let wake = wake_delivery(&record, &request, &event);
-    Ok(EventAppended { event, wake, replayed: false })
+    Ok(Appended { event, wake, replayed: false })
 }
 
 fn record_semantics(tx: &Tx<'_>, id: &str, seq: u64, semantics: &EventSemantics) -> Result<()> {
     if semantics.terminal.is_none() && semantics.wake.is_none() {
         return Ok(());
     }
-    sql::insert_semantics(tx.sql(), tx.tenant(), id, seq, semantics)
+    let encoded = serde_json::to_string(semantics)?;
+    tx.limits().check_payload("event semantics bytes", &encoded)?;
+    sql::insert_semantics(tx.sql(), tx.tenant(), id, seq, &encoded, semantics.wake.is_some())
 }
 
 /// Ends the record with `output`: a finished process waits for nothing.
@@ -712,7 +707,7 @@ impl Op for Complete {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let event_type = self.output.terminal_state().event_type();
-        let key = format!("process:{}:terminal:{event_type}", self.id);
+        let key = format!("terminal:{event_type}");
         let payload = json!({ "await_output": serde_json::to_value(&self.output)? });
         let request = AppendRequest::new(event_type, payload).replay_key(key);
         tx.exec(AppendEvent { id: self.id.clone(), request })?;
@@ -776,6 +771,7 @@ impl Op for PruneTerminal {
         for id in ids {
             let stream = Stream::process(&id);
             report.pruned_events += log::delete_stream(tx.sql(), tx.tenant(), &stream)?;
+            sql::release_any_lease(tx.sql(), tx.tenant(), &id)?;
             sql::delete(tx.sql(), tx.tenant(), &id)?;
             report.pruned_processes += 1;
         }
@@ -794,14 +790,6 @@ fn save_changed(tx: &Tx<'_>, mut record: ProcessRecord) -> Result<ProcessRecord>
 pub(super) fn process(tx: &Tx<'_>, id: &str) -> Result<ProcessRecord> {
     tx.limits().check_id("process id", id)?;
     sql::select(tx.sql(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("process", id))
-}
-
-fn check_scope(tx: &Tx<'_>, scope: &SessionScope) -> Result<()> {
-    tx.limits().check_id("session id", &scope.session_id)?;
-    if let Some(frame) = scope.agent_frame_id.as_deref().filter(|frame| !frame.is_empty()) {
-        tx.limits().check_id("agent frame id", frame)?;
-    }
-    Ok(())
 }
 
 fn check_encoded(tx: &Tx<'_>, what: &'static str, value: &impl serde::Serialize) -> Result<()> {

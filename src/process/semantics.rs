@@ -3,14 +3,14 @@
 //!
 //! Pure functions of their arguments: no SQL, no clock.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
 use super::schema;
 use super::types::{
-    AwaitOutput, DedupeKey, EventSemantics, EventType, Registration, Selector, TerminalSemantics,
-    TerminalSpec, TerminalState, Wake, WakeSpec,
+    AwaitOutput, DedupeKey, EventSemantics, EventType, Originator, Registration, Selector,
+    SessionScope, TerminalSemantics, TerminalSpec, TerminalState, Wake, WakeSpec,
 };
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
@@ -64,6 +64,12 @@ pub(crate) struct Prepared {
 fn check_registration(registration: &Registration, limits: &Limits) -> Result<()> {
     limits.check_id("process id", &registration.id)?;
     limits.check_id("process kind", &registration.identity.kind)?;
+    if let Some(scope) = &registration.wake_target {
+        check_scope(limits, scope)?;
+    }
+    if let Originator::Session { scope } = &registration.originator {
+        check_scope(limits, scope)?;
+    }
     let mut names = BTreeSet::new();
     for event_type in &registration.event_types {
         limits.check_id("event type", &event_type.name)?;
@@ -94,6 +100,22 @@ fn check_event_type(event_type: &EventType) -> Result<()> {
     Ok(())
 }
 
+/// Checks a scope's ids; a session id may not hold `/`, so scope ids cannot collide
+/// (`session:a/frame:b` is frame `b` of session `a`, never a session `a/frame:b`).
+pub(crate) fn check_scope(limits: &Limits, scope: &SessionScope) -> Result<()> {
+    limits.check_id("session id", &scope.session_id)?;
+    if scope.session_id.contains('/') {
+        return Err(Error::InvalidInput(format!(
+            "session id {:?} may not hold '/'",
+            scope.session_id
+        )));
+    }
+    if let Some(frame) = scope.agent_frame_id.as_deref().filter(|frame| !frame.is_empty()) {
+        limits.check_id("agent frame id", frame)?;
+    }
+    Ok(())
+}
+
 /// Works out what an event of `event_type` with `payload` means, at sequence `seq` of
 /// `process_id`. A selector that does not match fails the append (`InvalidInput`).
 pub(crate) fn materialize(
@@ -101,14 +123,15 @@ pub(crate) fn materialize(
     process_id: &str,
     seq: u64,
     payload: &Value,
+    limit_bytes: usize,
 ) -> Result<EventSemantics> {
     let spec = &event_type.semantics;
     let terminal = match &spec.terminal {
-        Some(terminal) => Some(terminal_semantics(terminal, payload)?),
+        Some(terminal) => Some(terminal_semantics(terminal, payload, limit_bytes)?),
         None => None,
     };
     let wake = match &spec.wake {
-        Some(wake) => wake_semantics(wake, process_id, seq, payload)?,
+        Some(wake) => wake_semantics(wake, process_id, seq, payload, limit_bytes)?,
         None => None,
     };
     Ok(EventSemantics { terminal, wake })
@@ -122,15 +145,27 @@ pub(crate) fn check_payload(event_type: &EventType, payload: &Value) -> Result<(
 }
 
 /// The output a terminal event leaves: the selected value read as an `AwaitOutput`, or, when
-/// it is not one, the value wrapped as the state's output.
-fn terminal_semantics(spec: &TerminalSpec, payload: &Value) -> Result<TerminalSemantics> {
+/// it is not one, the value wrapped as the state's output. An output of another state is
+/// refused (the seed kept it under the event type's state: a "completed" failure).
+fn terminal_semantics(
+    spec: &TerminalSpec,
+    payload: &Value,
+    limit_bytes: usize,
+) -> Result<TerminalSemantics> {
     let selected = match &spec.await_output {
-        Some(selector) => select(selector, payload)?,
+        Some(selector) => select(selector, payload, limit_bytes)?,
         None => payload.clone(),
     };
     let await_output = match serde_json::from_value::<AwaitOutput>(selected.clone()) {
         Ok(output) if output.terminal_state() == spec.state => output,
-        _ => coerce_output(spec.state, selected),
+        Ok(output) => {
+            return Err(invalid(format!(
+                "a {:?} output cannot end a process {:?}",
+                output.terminal_state(),
+                spec.state
+            )));
+        }
+        Err(_) => coerce_output(spec.state, selected),
     };
     Ok(TerminalSemantics { state: spec.state, await_output })
 }
@@ -157,16 +192,17 @@ fn wake_semantics(
     process_id: &str,
     seq: u64,
     payload: &Value,
+    limit_bytes: usize,
 ) -> Result<Option<Wake>> {
     if let Some(when) = &spec.when
-        && !truthy(&select(when, payload)?)
+        && !truthy(&select(when, payload, limit_bytes)?)
     {
         return Ok(None);
     }
-    let input = stringify(&select(&spec.input, payload)?);
+    let input = stringify(&select(&spec.input, payload, limit_bytes)?);
     let dedupe_key = match &spec.dedupe_key {
         DedupeKey::EventIdentity => format!("{process_id}:{seq}"),
-        DedupeKey::Selector(selector) => stringify(&select(selector, payload)?),
+        DedupeKey::Selector(selector) => stringify(&select(selector, payload, limit_bytes)?),
         DedupeKey::Const(key) => key.clone(),
     };
     Ok(Some(Wake { input, dedupe_key }))
@@ -177,8 +213,8 @@ pub(crate) fn wake_id(scope_id: &str, dedupe_key: &str) -> String {
     format!("wake:{}", content_hash(&json!([scope_id, dedupe_key])))
 }
 
-/// Picks a value out of `payload`.
-pub(crate) fn select(selector: &Selector, payload: &Value) -> Result<Value> {
+/// Picks a value out of `payload`; a template's text may grow to `limit_bytes`.
+pub(crate) fn select(selector: &Selector, payload: &Value, limit_bytes: usize) -> Result<Value> {
     match selector {
         Selector::Payload => Ok(payload.clone()),
         Selector::Pointer(pointer) => payload
@@ -187,15 +223,53 @@ pub(crate) fn select(selector: &Selector, payload: &Value) -> Result<Value> {
             .ok_or_else(|| invalid(format!("payload pointer {pointer:?} did not match"))),
         Selector::Const(value) => Ok(value.clone()),
         Selector::Template { template, fields } => {
-            let mut text = template.clone();
-            for (name, field) in fields {
-                let value = stringify(&select(field, payload)?);
-                text = text.replace(&format!("{{{name}}}"), &value);
-            }
-            Ok(Value::String(text))
+            Ok(Value::String(fill_template(template, fields, payload, limit_bytes)?))
         }
         Selector::Present(pointer) => Ok(Value::Bool(payload.pointer(pointer).is_some())),
     }
+}
+
+/// Replaces each `{name}` of `template` that names a field by the field's selected value, in
+/// one pass (a value's own braces are not read again), up to `limit_bytes` of text.
+fn fill_template(
+    template: &str,
+    fields: &BTreeMap<String, Selector>,
+    payload: &Value,
+    limit_bytes: usize,
+) -> Result<String> {
+    let mut values: BTreeMap<&str, String> = BTreeMap::new();
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let placeholder = after.find('}').map(|close| (&after[..close], &after[close + 1..]));
+        match placeholder.and_then(|(name, tail)| fields.get_key_value(name).map(|f| (f, tail))) {
+            Some(((name, field), tail)) => {
+                if !values.contains_key(name.as_str()) {
+                    let value = stringify(&select(field, payload, limit_bytes)?);
+                    values.insert(name.as_str(), value);
+                }
+                out.push_str(values.get(name.as_str()).map_or("", String::as_str));
+                rest = tail;
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+        check_text_len(&out, limit_bytes)?;
+    }
+    out.push_str(rest);
+    check_text_len(&out, limit_bytes)?;
+    Ok(out)
+}
+
+fn check_text_len(text: &str, limit_bytes: usize) -> Result<()> {
+    if text.len() > limit_bytes {
+        return Err(Error::too_large("wake template text bytes", limit_bytes, text.len()));
+    }
+    Ok(())
 }
 
 /// A string as it is, any other value as JSON text.
@@ -249,11 +323,11 @@ mod tests {
         ];
         let template =
             Selector::Template { template: "line {line} #{n}".to_owned(), fields: fields.into() };
-        assert_eq!(select(&template, &payload).ok(), Some(json!("line done #7")));
-        assert_eq!(select(&Selector::Present("/n".into()), &payload).ok(), Some(json!(true)));
-        assert_eq!(select(&Selector::Present("/x".into()), &payload).ok(), Some(json!(false)));
+        assert_eq!(select(&template, &payload, 1 << 20).ok(), Some(json!("line done #7")));
+        assert_eq!(select(&Selector::Present("/n".into()), &payload, 64).ok(), Some(json!(true)));
+        assert_eq!(select(&Selector::Present("/x".into()), &payload, 64).ok(), Some(json!(false)));
         assert!(matches!(
-            select(&Selector::Pointer("/x".into()), &payload),
+            select(&Selector::Pointer("/x".into()), &payload, 64),
             Err(Error::InvalidInput(_))
         ));
         assert!(!truthy(&json!("")) && !truthy(&json!([])) && !truthy(&json!({})));
@@ -266,7 +340,7 @@ mod tests {
             state: TerminalState::Failed,
             await_output: Some(Selector::Pointer("/await_output".into())),
         };
-        let semantics = terminal_semantics(&failed, &json!({"await_output": "boom"}));
+        let semantics = terminal_semantics(&failed, &json!({"await_output": "boom"}), 1 << 20);
         let Ok(TerminalSemantics {
             await_output: AwaitOutput::Failure { message, code, .. }, ..
         }) = semantics

@@ -131,25 +131,20 @@ pub(super) fn list(
     collect(stmt.query(args)?, record_from_row)
 }
 
-/// Records what an event meant.
+/// Records what an event meant (`encoded`: its JSON).
 pub(super) fn insert_semantics(
     conn: &Connection,
     tenant: &str,
     process_id: &str,
     seq: u64,
-    semantics: &EventSemantics,
+    encoded: &str,
+    has_wake: bool,
 ) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO process_event_semantics (tenant_id, process_id, seq, semantics, has_wake)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![
-        tenant,
-        process_id,
-        to_sql(seq),
-        serde_json::to_string(semantics)?,
-        semantics.wake.is_some()
-    ])?;
+    .execute(params![tenant, process_id, to_sql(seq), encoded, has_wake])?;
     Ok(())
 }
 
@@ -346,17 +341,20 @@ pub(super) fn has_any_grant(conn: &Connection, tenant: &str, process_id: &str) -
     Ok(found.is_some())
 }
 
-/// The ids of the processes whose wake target is a scope of `session_id`.
-pub(super) fn select_wake_targeted(
+/// Clears every wake target that is a scope of `session_id` (finished processes too).
+pub(super) fn clear_wake_targets(
     conn: &Connection,
     tenant: &str,
     session_id: &str,
-) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT process_id FROM processes INDEXED BY processes_by_wake_session
-         WHERE tenant_id = ?1 AND wake_target_session = ?2 ORDER BY process_id",
-    )?;
-    collect(stmt.query(params![tenant, session_id])?, |row| Ok(row.get(0)?))
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE processes INDEXED BY processes_by_wake_session
+         SET wake_target = NULL, wake_target_session = NULL, updated_at_ms = ?3
+         WHERE tenant_id = ?1 AND wake_target_session = ?2",
+    )?
+    .execute(params![tenant, session_id, now_ms])?;
+    Ok(())
 }
 
 /// The ids of up to `limit` finished processes last changed before `cutoff_ms`.
@@ -374,7 +372,20 @@ pub(super) fn select_prunable(
     collect(stmt.query(params![tenant, cutoff_ms, sql_limit(limit)])?, |row| Ok(row.get(0)?))
 }
 
-/// Deletes a process; its semantics, acks, grants and lease go with it (foreign keys).
+/// Releases whatever lease a process has, keeping its fencing token: the row outlives the
+/// process, so an id registered again continues the tokens.
+pub(super) fn release_any_lease(conn: &Connection, tenant: &str, process_id: &str) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE process_leases
+         SET owner_id = NULL, incarnation_id = NULL, liveness = NULL, lease_token = NULL,
+             claimed_at_ms = 0, expires_at_ms = 0
+         WHERE tenant_id = ?1 AND process_id = ?2",
+    )?
+    .execute(params![tenant, process_id])?;
+    Ok(())
+}
+
+/// Deletes a process; its semantics, acks and grants go with it (foreign keys).
 pub(super) fn delete(conn: &Connection, tenant: &str, process_id: &str) -> Result<()> {
     conn.prepare_cached("DELETE FROM processes WHERE tenant_id = ?1 AND process_id = ?2")?
         .execute(params![tenant, process_id])?;

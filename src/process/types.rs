@@ -682,25 +682,27 @@ impl AppendRequest {
     }
 
     /// A `process.cancel_requested` event with `{"reason": reason}`, keyed by its content so
-    /// the same request twice is one event.
-    pub fn cancel_requested(process_id: &str, reason: &str) -> Self {
+    /// the same request twice is one event (keys are per process, so the id is not in it).
+    pub fn cancel_requested(reason: &str) -> Self {
         let payload = serde_json::json!({ "reason": reason });
         let event_type = "process.cancel_requested";
         let hash = crate::hash::content_hash(&serde_json::json!([event_type, &payload]));
-        let key = format!("process:{process_id}:cancel_requested:{hash}");
+        // 128 bits of the content hash: keys are per process and must fit `id_len_max`.
+        let key = format!("cancel:{}", hash.get(..32).unwrap_or(&hash));
         Self::new(event_type, payload).replay_key(key)
     }
 }
 
-/// What an append did.
+/// What an append to a process did (the event log's own is `log::Appended`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EventAppended {
+pub struct Appended {
     /// The event (the first one, on a replay).
     pub event: ProcessEvent,
     /// The wake to deliver, when the event wakes and there is a target. It is not stored:
     /// delivering it is the caller's job (`wake_events_after` finds unacknowledged ones).
     pub wake: Option<WakeDelivery>,
-    /// True when the replay key found the same event already there and nothing was written.
+    /// True when the replay key found the same event already there: nothing was appended (the
+    /// record is written only to repair a status that does not show the end the event made).
     pub replayed: bool,
 }
 

@@ -303,12 +303,12 @@ pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliErr
     }
     if out.json {
         out.print_json(&json!({
-            "queue_items": queue_items,
+            "pruned": queue_items,
             "processes": processes.pruned_processes,
             "process_events": processes.pruned_events,
         }));
     } else {
-        println!("pruned {queue_items} queue items");
+        println!("pruned {queue_items}");
         println!(
             "pruned {} finished processes ({} events)",
             processes.pruned_processes, processes.pruned_events

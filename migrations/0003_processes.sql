@@ -72,8 +72,7 @@ CREATE INDEX process_grants_by_process
     ON process_handle_grants (tenant_id, process_id, session_id, scope_id);
 
 -- A process's lease. fencing_token grows by one at every grant and is kept when the lease is
--- released (owner and token set to NULL), so it is never handed out twice. The row outlives
--- its process (no foreign key): an id pruned and registered again continues its tokens.
+-- released (owner and token set to NULL), so it is never handed out twice.
 CREATE TABLE process_leases (
     tenant_id      TEXT    NOT NULL,
     process_id     TEXT    NOT NULL,
@@ -85,5 +84,14 @@ CREATE TABLE process_leases (
     claimed_at_ms  INTEGER NOT NULL,
     expires_at_ms  INTEGER NOT NULL,
     PRIMARY KEY (tenant_id, process_id),
+    FOREIGN KEY (tenant_id, process_id) REFERENCES processes (tenant_id, process_id)
+        ON DELETE CASCADE,
     CHECK ((owner_id IS NULL) = (lease_token IS NULL))
+) WITHOUT ROWID;
+
+-- The highest fencing token of any pruned process of a tenant: a process's first lease takes
+-- a token past it, so an id pruned and registered again never sees an old token again.
+CREATE TABLE process_fence_floors (
+    tenant_id     TEXT    NOT NULL PRIMARY KEY,
+    fencing_token INTEGER NOT NULL CHECK (fencing_token >= 1)
 ) WITHOUT ROWID;

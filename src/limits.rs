@@ -32,6 +32,9 @@ pub struct Limits {
     pub graph_edges_max: usize,
     /// Most times one graph node may be fired again by a loop. Default 10,000.
     pub loop_refires_max: u32,
+    /// Deepest nesting of arrays and objects in a JSON value the store keeps. Default 64; at
+    /// most 100 (serde_json refuses to read back values nested past 128).
+    pub json_depth_max: usize,
 }
 
 impl Default for Limits {
@@ -48,6 +51,7 @@ impl Default for Limits {
             graph_nodes_max: 10_000,
             graph_edges_max: 100_000,
             loop_refires_max: 10_000,
+            json_depth_max: 64,
         }
     }
 }
@@ -68,10 +72,15 @@ impl Limits {
         Ok(())
     }
 
-    /// Checks the size of an encoded JSON value against `payload_bytes_max`.
+    /// Checks the size of an encoded JSON value against `payload_bytes_max`, and its nesting
+    /// against `json_depth_max`.
     pub fn check_payload(&self, what: &'static str, encoded: &str) -> Result<()> {
         if encoded.len() > self.payload_bytes_max {
             return Err(Error::too_large(what, self.payload_bytes_max, encoded.len()));
+        }
+        let depth = json_depth(encoded);
+        if depth > self.json_depth_max {
+            return Err(Error::too_large("JSON nesting depth", self.json_depth_max, depth));
         }
         Ok(())
     }
@@ -118,8 +127,39 @@ impl Limits {
         if self.max_attempts_max == 0 || self.loop_refires_max == 0 {
             return Err(Error::InvalidInput("attempt and loop limits must be positive".into()));
         }
+        if !(1..=100).contains(&self.json_depth_max) {
+            return Err(Error::InvalidInput("json_depth_max must be 1..=100".into()));
+        }
         Ok(())
     }
+}
+
+/// The deepest nesting of arrays and objects in encoded JSON (brackets inside strings do not
+/// count); one pass over the bytes.
+fn json_depth(encoded: &str) -> usize {
+    let (mut depth, mut deepest) = (0_usize, 0_usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in encoded.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 #[cfg(test)]
@@ -141,6 +181,18 @@ mod tests {
         assert!(matches!(limits.check_id("id", "a\nb"), Err(Error::InvalidInput(_))));
         assert!(matches!(limits.check_id("id", "a\u{7f}"), Err(Error::InvalidInput(_))));
         assert!(limits.check_id("id", "ünïcode-ok").is_ok());
+    }
+
+    #[test]
+    fn json_nested_to_the_depth_limit_passes_and_one_deeper_fails() {
+        let limits = Limits::default();
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        assert!(limits.check_payload("p", &nested(64)).is_ok());
+        let too_deep = limits.check_payload("p", &nested(65));
+        assert!(matches!(too_deep, Err(Error::TooLarge { limit: 64, actual: 65, .. })));
+        let in_strings = format!("[\"{}\\\"[\"]", "[{".repeat(100));
+        assert!(limits.check_payload("p", &in_strings).is_ok(), "brackets in strings");
+        assert_eq!(json_depth(r#"{"a":[1,{"b":[]}],"c":{}}"#), 4);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The event log: one append-only table for every stream of every domain.
 //!
 //! A stream is named by a kind and an id ([`Stream`]). Each event gets a `seq`, dense per stream
-//! from 1 and never reused (truncation records the head it removes, so it cannot reset it),
+//! from 1 and never reused (truncation records the head it removes, so it cannot reset it;
+//! only a stream deleted with its owner, a pruned process, starts again),
 //! and a global `position` that only grows. The caller's sequence numbers are never
 //! trusted. An append with an idempotency key writes once: the same key with the same type and
 //! payload returns the first event, with different content it is `Conflict`.
@@ -207,7 +208,7 @@ impl Op for Append {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
-        check_open_to_callers(&self.stream)?;
+        check_open_to_callers(tx, &self.stream)?;
         append(tx, &self.stream, &self.event_type, self.payload, self.idem_key.as_deref())
     }
     /// A plain append checks everything, reads the head, then inserts its one row.
@@ -262,7 +263,7 @@ impl Op for Truncate {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         check_stream(tx, &self.stream)?;
-        check_open_to_callers(&self.stream)?;
+        check_open_to_callers(tx, &self.stream)?;
         delete_before(tx.sql(), tx.tenant(), &self.stream, self.before_seq)
     }
 }
@@ -282,8 +283,8 @@ impl<'a> Events<'a> {
     /// Appends an event; see [`Append`].
     ///
     /// # Errors
-    /// `InvalidInput` or `TooLarge` for a bad stream id, type or payload, and for a process
-    /// stream (`store.processes()` writes those); nothing is written.
+    /// `InvalidInput` or `TooLarge` for a bad stream id, type or payload, and for the stream
+    /// of a registered process (`store.processes()` writes those); nothing is written.
     pub fn append(
         &self,
         stream: impl Borrow<Stream>,
@@ -339,7 +340,8 @@ impl<'a> Events<'a> {
     /// Deletes a stream's events before `before_seq`; see [`Truncate`].
     ///
     /// # Errors
-    /// `InvalidInput` for a bad stream id, or a process stream (deleted with its process).
+    /// `InvalidInput` for a bad stream id, or a registered process's stream (deleted with its
+    /// process).
     pub fn truncate(&self, stream: impl Borrow<Stream>, before_seq: u64) -> Result<u64> {
         self.store.exec(Truncate { stream: stream.borrow().clone(), before_seq })
     }
@@ -549,13 +551,15 @@ pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) ->
     Ok(deleted as u64)
 }
 
-/// Refuses a caller's append or truncation on a process stream: the registry writes those
-/// (declared types, required replay keys, the record kept in step) and deletes them with
-/// their process.
-pub(crate) fn check_open_to_callers(stream: &Stream) -> Result<()> {
-    if stream.kind == StreamKind::Process {
+/// Refuses a caller's append or truncation on the stream of a registered process: the
+/// registry writes those (declared types, required replay keys, the record kept in step) and
+/// deletes them with their process. A process stream nobody registered is an ordinary stream.
+pub(crate) fn check_open_to_callers(tx: &Tx<'_>, stream: &Stream) -> Result<()> {
+    if stream.kind == StreamKind::Process
+        && crate::process::is_registered(tx.sql(), tx.tenant(), &stream.id)?
+    {
         return Err(Error::InvalidInput(format!(
-            "{stream} belongs to the process registry: append with store.processes()"
+            "{stream} belongs to a registered process: append with store.processes()"
         )));
     }
     Ok(())

@@ -343,6 +343,7 @@ fn processes_lists_the_running_ones_and_every_one_with_all() {
         (pruned["processes"].as_u64(), pruned["process_events"].as_u64()),
         (Some(1), Some(1))
     );
+    assert_eq!(pruned["pruned"].as_u64(), Some(0), "queue items, as before: {pruned}");
     let left = rows_of(s.command().args(["processes", "--all"]));
     assert_eq!(left, running, "prune removed the finished process only");
 }

@@ -42,7 +42,7 @@ fn reads_page_after_a_cursor() -> spindle::Result<()> {
 #[test]
 fn an_idempotent_append_writes_once() -> spindle::Result<()> {
     let store = Store::open_in_memory()?;
-    let s = Stream::custom("p1");
+    let s = Stream::process("p1");
     let first = store.events().append_idempotent(&s, "done", json!({"a": 1, "b": 2}), "k1")?;
     // Same content (keys in another order): the first event comes back, nothing is written.
     let again = store.events().append_idempotent(&s, "done", json!({"b": 2, "a": 1}), "k1")?;
@@ -67,7 +67,7 @@ fn an_idempotent_append_writes_once() -> spindle::Result<()> {
 
     // The same key on another stream is another event.
     let elsewhere =
-        store.events().append_idempotent(Stream::custom("p2"), "done", json!(1), "k1")?;
+        store.events().append_idempotent(Stream::process("p2"), "done", json!(1), "k1")?;
     assert!(!elsewhere.existed);
     Ok(())
 }

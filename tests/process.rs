@@ -1120,3 +1120,90 @@ fn the_event_log_does_not_write_process_streams_for_callers() {
     let done = store.processes().complete("p", success(json!(1))).expect("complete");
     assert!(done.is_terminal(), "the registry's own key was not taken");
 }
+
+#[test]
+fn reports_declared_durability() {
+    // The seed's registry reports a durability tier; here every registry write is a store
+    // commit, durable across power loss under the default `Durability::Full`.
+    assert_eq!(Options::default().durability, spindle::Durability::Full);
+    let t = temp_store_with(Options::default());
+    register(&t.store, tool("p"));
+    t.store.close().expect("close");
+    let raw = rusqlite::Connection::open(&t.path).expect("raw");
+    let count: i64 =
+        raw.query_row("SELECT count(*) FROM processes", [], |r| r.get(0)).expect("count");
+    assert_eq!(count, 1, "on disk once the call returned");
+}
+
+#[test]
+fn a_process_stream_nobody_registered_is_an_ordinary_stream() {
+    let store = store_at(&ManualClock::new(T0));
+    let stream = Stream::process("free");
+    store.events().append(&stream, "anything", json!(1)).expect("an unregistered process stream");
+    let taken = store.processes().register(tool("free"));
+    assert!(matches!(taken, Err(Error::Conflict(_))), "its stream already has events: {taken:?}");
+    assert!(store.processes().get("free").expect("get").is_none(), "nothing registered");
+}
+
+#[test]
+fn the_registrys_own_replay_keys_are_kept_for_its_own_events() {
+    let store = store_at(&ManualClock::new(T0));
+    register(&store, tool("p").event_type(EventType::new("note")));
+    for key in ["terminal:process.completed", "cancel:0123"] {
+        let request = AppendRequest::new("note", json!({})).replay_key(key);
+        let refused = store.processes().append_event("p", request);
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{key}: {refused:?}");
+    }
+    let done = store.processes().complete("p", success(json!(1))).expect("complete");
+    assert!(done.is_terminal(), "nothing took the terminal key");
+}
+
+#[test]
+fn a_failure_value_that_is_not_an_output_keeps_a_short_message_and_the_whole_value() {
+    let store = store_at(&ManualClock::new(T0));
+    register(&store, tool("p"));
+    let long = "é".repeat(600_000 / 2);
+    let request = AppendRequest::new("process.failed", json!({ "await_output": long }))
+        .replay_key("terminal:process.failed");
+    store.processes().append_event("p", request).expect("a large failure value fits");
+    let record = store.processes().get("p").expect("get").expect("p");
+    let Some(AwaitOutput::Failure { message, raw, .. }) = record.status.await_output() else {
+        panic!("a failure: {:?}", record.status);
+    };
+    assert!(message.len() <= 1024 && long.starts_with(message.as_str()), "{}", message.len());
+    assert_eq!(raw.as_ref(), Some(&json!(long)), "the whole value is kept as raw");
+}
+
+#[test]
+fn pruning_a_leased_process_ends_its_lease_and_keeps_its_tokens_in_the_tenant() {
+    let clock = ManualClock::new(T0);
+    let store = store_at(&clock);
+    store.auth().create_tenant("acme", "Acme").expect("tenant");
+    let acme = store.tenant("acme").expect("view");
+    register(&acme, tool("p"));
+    let theirs =
+        acquired(acme.processes().claim_lease("p", &owner("x", "1"), 60_000).expect("claim"));
+    register(&store, tool("p"));
+    let mut held =
+        acquired(store.processes().claim_lease("p", &owner("a", "1"), 60_000).expect("claim"));
+    for _ in 0..2 {
+        store.processes().complete_lease(&held).expect("release");
+        held =
+            acquired(store.processes().claim_lease("p", &owner("a", "1"), 60_000).expect("claim"));
+    }
+    store.processes().complete("p", success(json!(1))).expect("complete");
+    clock.advance_ms(1);
+    assert_eq!(store.processes().prune_terminal(T0 + 1).expect("prune").pruned_processes, 1);
+    let renew = store.processes().renew_lease(&held, 60_000);
+    assert!(
+        matches!(renew, Err(Error::LeaseLost(_))),
+        "the lease went with its process: {renew:?}"
+    );
+    register(&store, tool("p"));
+    let next =
+        acquired(store.processes().claim_lease("p", &owner("b", "1"), 60_000).expect("claim"));
+    assert_eq!(next.fencing_token, held.fencing_token + 1, "acquired, past every old token");
+    let still =
+        busy_holder(acme.processes().claim_lease("p", &owner("y", "1"), 60_000).expect("claim"));
+    assert_eq!(still, theirs, "another tenant's process of that id keeps its own lease");
+}

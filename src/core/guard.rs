@@ -35,6 +35,7 @@ pub(crate) const OWN_TABLES: &[&str] = &[
     "process_wake_acks",
     "process_handle_grants",
     "process_leases",
+    "process_fence_floors",
 ];
 
 /// The flags the hooks read.

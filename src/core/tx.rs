@@ -160,8 +160,8 @@ impl<'a> Tx<'a> {
     /// Appends an event to `stream`; it is published to subscribers after commit.
     ///
     /// # Errors
-    /// `InvalidInput` or `TooLarge` for a bad stream id, event type or payload, and for a
-    /// process stream (the registry writes those).
+    /// `InvalidInput` or `TooLarge` for a bad stream id, event type or payload, and for the
+    /// stream of a registered process (the registry writes those).
     pub fn append_event(
         &mut self,
         stream: impl Borrow<Stream>,
@@ -169,7 +169,7 @@ impl<'a> Tx<'a> {
         payload: Value,
     ) -> Result<Appended> {
         let (stream, guard) = (stream.borrow(), self.guard);
-        log::check_open_to_callers(stream)?;
+        log::check_open_to_callers(self, stream)?;
         guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, None)))
     }
 
@@ -188,7 +188,7 @@ impl<'a> Tx<'a> {
     ) -> Result<Appended> {
         let (stream, guard) = (stream.borrow(), self.guard);
         let key = Some(idem_key);
-        log::check_open_to_callers(stream)?;
+        log::check_open_to_callers(self, stream)?;
         guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, key)))
     }
 

@@ -8,16 +8,20 @@
 //! Six default types are always declared (`process.cancel_requested`, `process.waiting`,
 //! `process.resumed`, `process.completed`, `process.failed`, `process.cancelled`).
 //!
-//! Events go to the event log on `Stream::process(id)`, numbered from 1. A replay key makes an
-//! append idempotent: the same event again returns the first one (and repairs a record that
+//! Events go to the event log on `Stream::process(id)`, numbered from 1; while the process is
+//! registered only the registry writes that stream (the event log refuses callers), and a
+//! pruned process's stream goes with it (an id registered again starts a new history from 1).
+//! A replay key makes an append idempotent: the same event again returns the first one (and repairs a record that
 //! does not show the end the event made); another event under the key is `Conflict`.
-//! Terminal and cancel-request events need one. A wake is worked out when its event is
+//! Terminal and cancel-request events need one; the keys the registry builds for them
+//! (`terminal:<type>`, `cancel:<hash>`) are refused for other event types. A wake is worked out when its event is
 //! appended and returned as a [`WakeDelivery`] when there is a target; `wake_events_after`
 //! lists the wakes not yet acknowledged with `ack_wake`.
 //!
 //! Leases: [`LeaseClaim`] from `claim_lease`; the same owner incarnation re-enters its lease;
 //! `reclaim_lease` takes a live lease over only from a holder that is provably dead (same host
-//! and boot, its pid gone or reused); fencing tokens only grow, kept across releases.
+//! and boot, its pid gone or reused); fencing tokens only grow, kept across releases and, as
+//! a per-tenant floor, across a prune and re-registration of the same id.
 //!
 //! Fencing tokens are durable like every commit: under `Durability::Normal` a power loss may
 //! take the last commits, and with them the last tokens handed out, so a later grant could
@@ -56,6 +60,12 @@ pub use types::{
     TerminalSemantics, TerminalSpec, TerminalState, WaitKind, WaitState, Wake, WakeDelivery,
     WakeSpec,
 };
+
+/// Whether `id` is a registered process of `tenant` (the event log asks before it lets a
+/// caller write a process stream).
+pub(crate) fn is_registered(conn: &rusqlite::Connection, tenant: &str, id: &str) -> Result<bool> {
+    Ok(sql::select_hash(conn, tenant, id)?.is_some())
+}
 
 /// The process registry of a store view: `store.processes()`.
 #[derive(Debug, Clone, Copy)]
@@ -115,7 +125,8 @@ impl<'a> Processes<'a> {
     /// Lets `scope` address the process.
     ///
     /// # Errors
-    /// `NotFound` for an unknown process.
+    /// `NotFound` for an unknown process; `InvalidInput`/`TooLarge` for a bad scope (a session
+    /// id may not hold `/`) or a descriptor past the payload limit.
     pub fn grant_handle(
         &self,
         scope: &SessionScope,
@@ -194,8 +205,10 @@ impl<'a> Processes<'a> {
     ///
     /// # Errors
     /// `NotFound`; `InvalidInput` for an undeclared type, a payload its schema refuses, a
-    /// selector that does not match, or a terminal or cancel-request event without a replay
-    /// key; `Conflict` for another event under a used replay key, or a terminal event on a
+    /// selector that does not match, a terminal or cancel-request event without a replay key,
+    /// a key reserved for another event type, a terminal output of another state, or a bad
+    /// wake target scope; `TooLarge` for a payload, template text or semantics past the payload
+    /// limit; `Conflict` for another event under a used replay key, or a terminal event on a
     /// finished process.
     pub fn append_event(&self, id: &str, request: AppendRequest) -> Result<Appended> {
         self.store.exec(AppendEvent { id: id.into(), request })

@@ -204,7 +204,8 @@ pub struct ClearWait {
 }
 
 /// Deletes up to `Limits::page_size_max` finished processes last changed before a cutoff
-/// (strictly), with their events, grants, wakes and leases; call again while it prunes some.
+/// (strictly), with their events, grants, wakes and leases (the tenant's fence floor keeps
+/// their highest fencing token); call again while it prunes some.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PruneTerminal {
     /// Epoch milliseconds.
@@ -227,6 +228,12 @@ impl Op for Register {
                 )));
             }
             return Ok(existing);
+        }
+        let stream = Stream::process(&prepared.registration.id);
+        if log::select_head(tx.sql(), tx.tenant(), &stream)? > 0 {
+            return Err(Error::Conflict(format!(
+                "{stream} already holds events appended without the registry"
+            )));
         }
         let record = ProcessRecord::registered(prepared.registration, prepared.hash, tx.now_ms());
         sql::insert(tx.sql(), tx.tenant(), &record, &prepared.encoded)?;
@@ -468,11 +475,30 @@ fn check_request(tx: &Tx<'_>, request: &AppendRequest) -> Result<()> {
     check_encoded(tx, "event payload bytes", &request.payload)?;
     if let Some(key) = &request.replay_key {
         tx.limits().check_id("replay key", key)?;
+        check_reserved_key(key, &request.event_type)?;
     }
     if let Some(scope) = &request.wake_target_scope {
         check_scope(tx.limits(), scope)?;
     }
     Ok(())
+}
+
+/// Keeps the keys the registry builds for its own events (`terminal:<type>` for `complete`,
+/// `cancel:<hash>` for cancel requests) to those event types, so no other event can take them.
+fn check_reserved_key(key: &str, event_type: &str) -> Result<()> {
+    let reserved_for = if let Some(rest) = key.strip_prefix("terminal:") {
+        (rest != event_type).then_some("its terminal event type")
+    } else if key.starts_with("cancel:") {
+        (event_type != CANCEL_REQUESTED).then_some(CANCEL_REQUESTED)
+    } else {
+        None
+    };
+    match reserved_for {
+        Some(owner) => Err(Error::InvalidInput(format!(
+            "replay key {key:?} is reserved for {owner}, not {event_type:?}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The same event appended again under its replay key: returns it, repairing the record's
@@ -771,7 +797,7 @@ impl Op for PruneTerminal {
         for id in ids {
             let stream = Stream::process(&id);
             report.pruned_events += log::delete_stream(tx.sql(), tx.tenant(), &stream)?;
-            sql::release_any_lease(tx.sql(), tx.tenant(), &id)?;
+            sql::raise_fence_floor(tx.sql(), tx.tenant(), &id)?;
             sql::delete(tx.sql(), tx.tenant(), &id)?;
             report.pruned_processes += 1;
         }

@@ -176,15 +176,32 @@ fn coerce_output(state: TerminalState, value: Value) -> AwaitOutput {
         TerminalState::Failed => AwaitOutput::Failure {
             class: "execution".to_owned(),
             code: "process_failed".to_owned(),
-            message: stringify(&value),
+            message: message_of(&value),
             raw: Some(value),
             control: None,
         },
         TerminalState::Cancelled => {
-            AwaitOutput::Cancelled { message: stringify(&value), raw: Some(value), control: None }
+            AwaitOutput::Cancelled { message: message_of(&value), raw: Some(value), control: None }
         }
     }
 }
+
+/// A failure's message: the value as text, its first `MESSAGE_BYTES_MAX` bytes (the whole
+/// value is kept beside it as `raw`).
+fn message_of(value: &Value) -> String {
+    let mut text = stringify(value);
+    if text.len() > MESSAGE_BYTES_MAX {
+        let mut end = MESSAGE_BYTES_MAX;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// The longest message worked out of a terminal value that is not an output.
+const MESSAGE_BYTES_MAX: usize = 1024;
 
 /// The wake an event carries, unless its `when` selects a falsy value.
 fn wake_semantics(
@@ -243,7 +260,13 @@ fn fill_template(
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        let placeholder = after.find('}').map(|close| (&after[..close], &after[close + 1..]));
+        // A placeholder closes before the next '{'; looking no further keeps the pass linear.
+        let placeholder = match after.find(['{', '}']) {
+            Some(close) if after[close..].starts_with('}') => {
+                Some((&after[..close], &after[close + 1..]))
+            }
+            _ => None,
+        };
         match placeholder.and_then(|(name, tail)| fields.get_key_value(name).map(|f| (f, tail))) {
             Some(((name, field), tail)) => {
                 if !values.contains_key(name.as_str()) {
@@ -324,6 +347,12 @@ mod tests {
         let template =
             Selector::Template { template: "line {line} #{n}".to_owned(), fields: fields.into() };
         assert_eq!(select(&template, &payload, 1 << 20).ok(), Some(json!("line done #7")));
+        let braces = Selector::Template {
+            template: "{a{b {n} }c{{n}{".to_owned(),
+            fields: [("n".to_owned(), Selector::Pointer("/n".to_owned()))].into(),
+        };
+        let filled = select(&braces, &payload, 1 << 20).ok();
+        assert_eq!(filled, Some(json!("{a{b 7 }c{7{")), "unmatched braces stay as they are");
         assert_eq!(select(&Selector::Present("/n".into()), &payload, 64).ok(), Some(json!(true)));
         assert_eq!(select(&Selector::Present("/x".into()), &payload, 64).ok(), Some(json!(false)));
         assert!(matches!(

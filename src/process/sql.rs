@@ -91,6 +91,17 @@ pub(super) fn save(conn: &Connection, tenant: &str, record: &ProcessRecord) -> R
     Error::expect_one(changed, "process", &record.id)
 }
 
+/// A process's registration hash, if it exists.
+pub(crate) fn select_hash(conn: &Connection, tenant: &str, id: &str) -> Result<Option<String>> {
+    let hash = conn
+        .prepare_cached(
+            "SELECT registration_hash FROM processes WHERE tenant_id = ?1 AND process_id = ?2",
+        )?
+        .query_row(params![tenant, id], |row| row.get(0))
+        .optional()?;
+    Ok(hash)
+}
+
 /// One process, if it exists.
 pub(super) fn select(conn: &Connection, tenant: &str, id: &str) -> Result<Option<ProcessRecord>> {
     let mut stmt = conn.prepare_cached(concat!(
@@ -372,20 +383,30 @@ pub(super) fn select_prunable(
     collect(stmt.query(params![tenant, cutoff_ms, sql_limit(limit)])?, |row| Ok(row.get(0)?))
 }
 
-/// Releases whatever lease a process has, keeping its fencing token: the row outlives the
-/// process, so an id registered again continues the tokens.
-pub(super) fn release_any_lease(conn: &Connection, tenant: &str, process_id: &str) -> Result<()> {
+/// Raises the tenant's fence floor to the process's last fencing token (before the process,
+/// and its lease row with it, is deleted).
+pub(super) fn raise_fence_floor(conn: &Connection, tenant: &str, process_id: &str) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE process_leases
-         SET owner_id = NULL, incarnation_id = NULL, liveness = NULL, lease_token = NULL,
-             claimed_at_ms = 0, expires_at_ms = 0
-         WHERE tenant_id = ?1 AND process_id = ?2",
+        "INSERT INTO process_fence_floors (tenant_id, fencing_token)
+         SELECT tenant_id, fencing_token FROM process_leases
+         WHERE tenant_id = ?1 AND process_id = ?2
+         ON CONFLICT (tenant_id)
+         DO UPDATE SET fencing_token = max(fencing_token, excluded.fencing_token)",
     )?
     .execute(params![tenant, process_id])?;
     Ok(())
 }
 
-/// Deletes a process; its semantics, acks and grants go with it (foreign keys).
+/// The tenant's fence floor (0 when no leased process has been pruned).
+fn select_fence_floor(conn: &Connection, tenant: &str) -> Result<u64> {
+    let floor: Option<i64> = conn
+        .prepare_cached("SELECT fencing_token FROM process_fence_floors WHERE tenant_id = ?1")?
+        .query_row(params![tenant], |row| row.get(0))
+        .optional()?;
+    Ok(floor.map_or(0, from_sql))
+}
+
+/// Deletes a process; its semantics, acks, grants and lease go with it (foreign keys).
 pub(super) fn delete(conn: &Connection, tenant: &str, process_id: &str) -> Result<()> {
     conn.prepare_cached("DELETE FROM processes WHERE tenant_id = ?1 AND process_id = ?2")?
         .execute(params![tenant, process_id])?;
@@ -393,7 +414,7 @@ pub(super) fn delete(conn: &Connection, tenant: &str, process_id: &str) -> Resul
 }
 
 /// The lease row of a process: the lease when one is held (live or lapsed), and the last
-/// fencing token handed out (0 when there has never been one).
+/// fencing token handed out (the tenant's fence floor when there has never been one).
 pub(super) fn select_lease(
     conn: &Connection,
     tenant: &str,
@@ -406,7 +427,7 @@ pub(super) fn select_lease(
     )?;
     let mut rows = stmt.query(params![tenant, process_id])?;
     let Some(row) = rows.next()? else {
-        return Ok((None, 0));
+        return Ok((None, select_fence_floor(conn, tenant)?));
     };
     let fence = from_sql(row.get(4)?);
     let (Some(owner_id), Some(lease_token)) =

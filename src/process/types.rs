@@ -14,7 +14,7 @@ use crate::page::Page;
 /// Who a session-scoped grant or wake belongs to: a session, optionally one agent frame of it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SessionScope {
-    /// The session.
+    /// The session (an id without `/`, so that scope ids cannot collide).
     pub session_id: String,
     /// The agent frame within the session; an empty frame id means none.
     #[serde(default, skip_serializing_if = "Option::is_none")]

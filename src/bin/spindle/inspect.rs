@@ -308,7 +308,7 @@ pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliErr
             "process_events": processes.pruned_events,
         }));
     } else {
-        println!("pruned {queue_items}");
+        println!("pruned {queue_items} queue items");
         println!(
             "pruned {} finished processes ({} events)",
             processes.pruned_processes, processes.pruned_events

@@ -71,8 +71,8 @@ enum Cmd {
         action: QueueCmd,
     },
     /// Delete completed and cancelled queue items, and finished processes with their events,
-    /// older than a duration (`7d`, `12h`, `30m`). Prints `pruned N` (queue items) and the
-    /// processes; `--json`: `{"pruned", "processes", "process_events"}`.
+    /// older than a duration (`7d`, `12h`, `30m`). `--json`: `{"pruned"` (queue items),
+    /// `"processes", "process_events"}`.
     Prune {
         #[arg(long)]
         older_than: String,

@@ -109,11 +109,7 @@ pub(super) fn select(conn: &Connection, tenant: &str, id: &str) -> Result<Option
         record_columns!(),
         " FROM processes WHERE tenant_id = ?1 AND process_id = ?2"
     ))?;
-    let mut rows = stmt.query(params![tenant, id])?;
-    match rows.next()? {
-        Some(row) => Ok(Some(record_from_row(row)?)),
-        None => Ok(None),
-    }
+    first(stmt.query(params![tenant, id])?, record_from_row)
 }
 
 /// A page of processes matching `filter`, in id order.
@@ -268,11 +264,7 @@ pub(super) fn select_grant(
         "SELECT session_id, scope_id, process_id, descriptor FROM process_handle_grants
          WHERE tenant_id = ?1 AND scope_id = ?2 AND process_id = ?3",
     )?;
-    let mut rows = stmt.query(params![tenant, scope_id, process_id])?;
-    match rows.next()? {
-        Some(row) => Ok(Some(grant_from_row(row)?)),
-        None => Ok(None),
-    }
+    first(stmt.query(params![tenant, scope_id, process_id])?, grant_from_row)
 }
 
 /// A scope's grants with their processes, in process id order (live only: running ones).
@@ -596,6 +588,14 @@ fn collect<T>(mut rows: rusqlite::Rows<'_>, map: impl Fn(&Row<'_>) -> Result<T>)
         out.push(map(row)?);
     }
     Ok(out)
+}
+
+/// The first row mapped, if there is one.
+fn first<T>(
+    mut rows: rusqlite::Rows<'_>,
+    map: impl Fn(&Row<'_>) -> Result<T>,
+) -> Result<Option<T>> {
+    rows.next()?.map(map).transpose()
 }
 
 fn encode_opt<T: Serialize>(value: &Option<T>) -> Result<Option<String>> {

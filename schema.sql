@@ -359,5 +359,59 @@ CREATE TABLE process_fence_floors (
     fencing_token INTEGER NOT NULL CHECK (fencing_token >= 1)
 ) WITHOUT ROWID;
 
+-- Workflows: immutable definitions, executions with a compare-and-set state, snapshots. An
+-- execution's events live in the event log (stream kind 'execution').
+-- Workflow definitions: immutable once put. def_seq numbers a workflow's versions in the order
+-- they were put (versions are caller strings, so "latest" is the last put, not the largest).
+CREATE TABLE workflow_definitions (
+    tenant_id     TEXT    NOT NULL,
+    workflow_id   TEXT    NOT NULL,
+    version       TEXT    NOT NULL,
+    ir            TEXT    NOT NULL,
+    ir_hash       TEXT    NOT NULL,
+    def_seq       INTEGER NOT NULL CHECK (def_seq >= 1),
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, workflow_id, version),
+    UNIQUE (tenant_id, workflow_id, def_seq)
+);
+
+-- Workflow executions. state_version grows by one at every change of state (compare-and-set).
+CREATE TABLE workflow_executions (
+    tenant_id        TEXT    NOT NULL,
+    execution_id     TEXT    NOT NULL,
+    workflow_id      TEXT    NOT NULL,
+    workflow_version TEXT    NOT NULL,
+    status           TEXT    NOT NULL
+                             CHECK (status IN ('pending', 'running', 'paused', 'completed',
+                                               'failed', 'cancelled', 'limit_exceeded')),
+    input            TEXT    NOT NULL,
+    state            TEXT    NOT NULL,
+    state_version    INTEGER NOT NULL CHECK (state_version >= 0),
+    created_at_ms    INTEGER NOT NULL,
+    updated_at_ms    INTEGER NOT NULL,
+    completed_at_ms  INTEGER,
+    PRIMARY KEY (tenant_id, execution_id),
+    FOREIGN KEY (tenant_id, workflow_id, workflow_version)
+        REFERENCES workflow_definitions (tenant_id, workflow_id, version)
+);
+
+CREATE INDEX workflow_executions_by_status
+    ON workflow_executions (tenant_id, status, execution_id);
+CREATE INDEX workflow_executions_by_workflow
+    ON workflow_executions (tenant_id, workflow_id, execution_id);
+
+-- Snapshots of an execution's state at a sequence of its event stream; immutable once written.
+CREATE TABLE workflow_snapshots (
+    tenant_id     TEXT    NOT NULL,
+    execution_id  TEXT    NOT NULL,
+    at_seq        INTEGER NOT NULL CHECK (at_seq >= 0),
+    state         TEXT    NOT NULL,
+    state_hash    TEXT    NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, execution_id, at_seq),
+    FOREIGN KEY (tenant_id, execution_id) REFERENCES workflow_executions (tenant_id, execution_id)
+        ON DELETE CASCADE
+) WITHOUT ROWID;
+
 PRAGMA application_id = 1397771844; -- 'SPND'
 PRAGMA user_version = 3;

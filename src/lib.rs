@@ -36,6 +36,9 @@
 //! - [`Store::graphs`]: the graph engine. Nodes and coloured tokens routed over conditional
 //!   edges, `All`/`Any` joins, gathers, sub-graphs and loops; untaken branches are skipped, so
 //!   every graph finishes; recovered after a crash when the store opens.
+//! - [`Store::workflows`]: workflow definitions (immutable, versioned), executions with a
+//!   status machine and an atomic state (compare-and-set, merge patch, array append), an
+//!   event stream per execution, snapshots, `load` and `replay`.
 //! - [`Store::processes`]: the process registry. Idempotent registration, declared event
 //!   types with payload schemas, replay-keyed events, terminal outputs, wake-ups and their
 //!   acknowledgements, wait states, session handle grants, and fenced leases that a provably
@@ -89,6 +92,7 @@ pub mod graph;
 pub mod log;
 pub mod process;
 pub mod queue;
+pub mod workflow;
 
 pub use crate::auth::{Auth, Tenant, TenantStatus, TenantUpdate, TokenInfo, TokenSecret};
 pub use crate::core::clock::{Clock, ManualClock, SystemClock};
@@ -116,6 +120,9 @@ pub use crate::queue::{
 };
 pub use crate::store::{DEFAULT_TENANT, Store};
 pub use crate::subscription::Subscription;
+pub use crate::workflow::{
+    Definition, Execution, ExecutionFilter, Loaded, Snapshot, WorkflowStatus, Workflows,
+};
 
 /// The README's examples, compiled (not run) with the doc tests so that they stay true.
 #[cfg(doctest)]

@@ -32,6 +32,7 @@ use crate::options::Options;
 use crate::process::Processes;
 use crate::queue::Queue;
 use crate::subscription::Subscription;
+use crate::workflow::Workflows;
 
 /// How long a lone caller spins for its reply before parking.
 const CALLER_SPIN: Duration = Duration::from_micros(60);
@@ -315,6 +316,11 @@ impl Store {
     /// letters.
     pub fn queue(&self) -> Queue<'_> {
         Queue::new(self)
+    }
+
+    /// Workflows: definitions, executions with their state and events, snapshots.
+    pub fn workflows(&self) -> Workflows<'_> {
+        Workflows::new(self)
     }
 
     /// The process registry: processes with idempotent event logs, wake-ups, handle grants

@@ -36,6 +36,9 @@ pub(crate) const OWN_TABLES: &[&str] = &[
     "process_handle_grants",
     "process_leases",
     "process_fence_floors",
+    "workflow_definitions",
+    "workflow_executions",
+    "workflow_snapshots",
 ];
 
 /// The flags the hooks read.

@@ -25,7 +25,7 @@ const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 /// Forward migrations: `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_graphs_and_tokens.sql"),
-    include_str!("../../migrations/0003_processes.sql"),
+    include_str!("../../migrations/0003_processes_and_workflows.sql"),
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);

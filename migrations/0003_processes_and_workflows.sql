@@ -1,6 +1,7 @@
--- Schema version 3: the process registry (DESIGN.md §5.4). Its events live in the event log
--- (stream kind 'process'); these tables hold the records, what each event meant, the
--- acknowledged wakes, the session handle grants and the leases.
+-- Schema version 3: the process registry (DESIGN.md §5.4) and workflows (§5.2). Their events
+-- live in the event log (stream kinds 'process' and 'execution'); these tables hold the
+-- process records, what each process event meant, acknowledged wakes, session handle grants
+-- and leases, and the workflow definitions, executions and snapshots.
 
 -- A registered process. registration is the prepared registration's JSON (its hash is
 -- registration_hash); the other columns are what changes after registration.
@@ -94,4 +95,56 @@ CREATE TABLE process_leases (
 CREATE TABLE process_fence_floors (
     tenant_id     TEXT    NOT NULL PRIMARY KEY,
     fencing_token INTEGER NOT NULL CHECK (fencing_token >= 1)
+) WITHOUT ROWID;
+
+-- Workflow definitions: immutable once put. def_seq numbers a workflow's versions in the order
+-- they were put (versions are caller strings, so "latest" is the last put, not the largest).
+CREATE TABLE workflow_definitions (
+    tenant_id     TEXT    NOT NULL,
+    workflow_id   TEXT    NOT NULL,
+    version       TEXT    NOT NULL,
+    ir            TEXT    NOT NULL,
+    ir_hash       TEXT    NOT NULL,
+    def_seq       INTEGER NOT NULL CHECK (def_seq >= 1),
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, workflow_id, version),
+    UNIQUE (tenant_id, workflow_id, def_seq)
+);
+
+-- Workflow executions. state_version grows by one at every change of state (compare-and-set).
+CREATE TABLE workflow_executions (
+    tenant_id        TEXT    NOT NULL,
+    execution_id     TEXT    NOT NULL,
+    workflow_id      TEXT    NOT NULL,
+    workflow_version TEXT    NOT NULL,
+    status           TEXT    NOT NULL
+                             CHECK (status IN ('pending', 'running', 'paused', 'completed',
+                                               'failed', 'cancelled', 'limit_exceeded')),
+    input            TEXT    NOT NULL,
+    state            TEXT    NOT NULL,
+    state_version    INTEGER NOT NULL CHECK (state_version >= 0),
+    created_at_ms    INTEGER NOT NULL,
+    updated_at_ms    INTEGER NOT NULL,
+    completed_at_ms  INTEGER,
+    PRIMARY KEY (tenant_id, execution_id),
+    FOREIGN KEY (tenant_id, workflow_id, workflow_version)
+        REFERENCES workflow_definitions (tenant_id, workflow_id, version)
+);
+
+CREATE INDEX workflow_executions_by_status
+    ON workflow_executions (tenant_id, status, execution_id);
+CREATE INDEX workflow_executions_by_workflow
+    ON workflow_executions (tenant_id, workflow_id, execution_id);
+
+-- Snapshots of an execution's state at a sequence of its event stream; immutable once written.
+CREATE TABLE workflow_snapshots (
+    tenant_id     TEXT    NOT NULL,
+    execution_id  TEXT    NOT NULL,
+    at_seq        INTEGER NOT NULL CHECK (at_seq >= 0),
+    state         TEXT    NOT NULL,
+    state_hash    TEXT    NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, execution_id, at_seq),
+    FOREIGN KEY (tenant_id, execution_id) REFERENCES workflow_executions (tenant_id, execution_id)
+        ON DELETE CASCADE
 ) WITHOUT ROWID;

@@ -1,0 +1,342 @@
+//! The workflows' SQL: every statement, and the mapping of rows back to definitions,
+//! executions and snapshots. Every statement names the tenant.
+
+use rusqlite::{Connection, Row, params};
+
+use super::{Definition, Execution, ExecutionFilter, Snapshot, WorkflowStatus};
+use crate::error::{Error, Result};
+use crate::page::{Page, sql_limit};
+
+/// The columns `execution_from_row` reads, in order.
+macro_rules! execution_columns {
+    () => {
+        "execution_id, workflow_id, workflow_version, status, input, state, state_version,
+         created_at_ms, updated_at_ms, completed_at_ms"
+    };
+}
+
+/// A listing's statement: `$index` serves the filter in `$filter` (parameters 2 and 3).
+macro_rules! list_sql {
+    ($index:literal, $filter:literal) => {
+        concat!(
+            "SELECT ",
+            execution_columns!(),
+            " FROM workflow_executions INDEXED BY ",
+            $index,
+            " WHERE tenant_id = ?1 AND ",
+            $filter,
+            " AND execution_id < ?4 ORDER BY execution_id DESC LIMIT ?5"
+        )
+    };
+}
+
+/// Inserts a new definition version, numbered `def_seq` among the workflow's versions.
+pub(super) fn insert_definition(
+    conn: &Connection,
+    tenant: &str,
+    definition: &Definition,
+    ir_hash: &str,
+    def_seq: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO workflow_definitions (tenant_id, workflow_id, version, ir, ir_hash, def_seq,
+                                           created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        tenant,
+        definition.workflow_id,
+        definition.version,
+        serde_json::to_string(&definition.ir)?,
+        ir_hash,
+        def_seq,
+        definition.created_at_ms
+    ])?;
+    Ok(())
+}
+
+/// One version of a definition with its content hash.
+pub(super) fn select_definition(
+    conn: &Connection,
+    tenant: &str,
+    workflow_id: &str,
+    version: &str,
+) -> Result<Option<(Definition, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT workflow_id, version, ir, created_at_ms, ir_hash FROM workflow_definitions
+         WHERE tenant_id = ?1 AND workflow_id = ?2 AND version = ?3",
+    )?;
+    let mut rows = stmt.query(params![tenant, workflow_id, version])?;
+    let Some(row) = rows.next()? else { return Ok(None) };
+    Ok(Some((definition_from_row(row)?, row.get(4)?)))
+}
+
+/// The version put last.
+pub(super) fn select_latest_definition(
+    conn: &Connection,
+    tenant: &str,
+    workflow_id: &str,
+) -> Result<Option<Definition>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT workflow_id, version, ir, created_at_ms FROM workflow_definitions
+         WHERE tenant_id = ?1 AND workflow_id = ?2 ORDER BY def_seq DESC LIMIT 1",
+    )?;
+    let mut rows = stmt.query(params![tenant, workflow_id])?;
+    rows.next()?.map(definition_from_row).transpose()
+}
+
+/// The number the workflow's next version takes.
+pub(super) fn next_def_seq(conn: &Connection, tenant: &str, workflow_id: &str) -> Result<i64> {
+    let last: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(max(def_seq), 0) FROM workflow_definitions
+             WHERE tenant_id = ?1 AND workflow_id = ?2",
+        )?
+        .query_row(params![tenant, workflow_id], |row| row.get(0))?;
+    Ok(last + 1)
+}
+
+/// The workflow's versions in the order they were put.
+pub(super) fn select_versions(
+    conn: &Connection,
+    tenant: &str,
+    workflow_id: &str,
+    limit: usize,
+) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT version FROM workflow_definitions
+         WHERE tenant_id = ?1 AND workflow_id = ?2 ORDER BY def_seq LIMIT ?3",
+    )?;
+    let mut rows = stmt.query(params![tenant, workflow_id, sql_limit(limit)])?;
+    let mut versions = Vec::new();
+    while let Some(row) = rows.next()? {
+        versions.push(row.get(0)?);
+    }
+    Ok(versions)
+}
+
+/// Inserts a new execution.
+pub(super) fn insert_execution(
+    conn: &Connection,
+    tenant: &str,
+    execution: &Execution,
+) -> Result<()> {
+    conn.prepare_cached(concat!(
+        "INSERT INTO workflow_executions (tenant_id, ",
+        execution_columns!(),
+        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+    ))?
+    .execute(params![
+        tenant,
+        execution.id,
+        execution.workflow_id,
+        execution.workflow_version,
+        execution.status.as_str(),
+        serde_json::to_string(&execution.input)?,
+        serde_json::to_string(&execution.state)?,
+        to_sql(execution.state_version),
+        execution.created_at_ms,
+        execution.updated_at_ms,
+        execution.completed_at_ms
+    ])?;
+    Ok(())
+}
+
+/// One execution.
+pub(super) fn select_execution(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<Execution>> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        execution_columns!(),
+        " FROM workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2"
+    ))?;
+    let mut rows = stmt.query(params![tenant, id])?;
+    rows.next()?.map(execution_from_row).transpose()
+}
+
+/// A page of executions, newest first; each filter shape reads the index that serves it.
+pub(super) fn list_executions(
+    conn: &Connection,
+    tenant: &str,
+    filter: &ExecutionFilter,
+    page: &Page,
+) -> Result<Vec<Execution>> {
+    let sql = match (&filter.status, &filter.workflow_id) {
+        (Some(_), _) => list_sql!(
+            "workflow_executions_by_status",
+            "status = ?2 AND (?3 IS NULL OR workflow_id = ?3)"
+        ),
+        (None, Some(_)) => {
+            list_sql!("workflow_executions_by_workflow", "?2 IS NULL AND workflow_id = ?3")
+        }
+        (None, None) => {
+            list_sql!("sqlite_autoindex_workflow_executions_1", "?2 IS NULL AND ?3 IS NULL")
+        }
+    };
+    let status = filter.status.map(WorkflowStatus::as_str);
+    // Ids are UUID v7 text: every id sorts below this one.
+    let after = page.after.as_deref().unwrap_or("~");
+    let mut stmt = conn.prepare_cached(sql)?;
+    let args = params![tenant, status, filter.workflow_id, after, sql_limit(page.limit)];
+    let mut rows = stmt.query(args)?;
+    let mut executions = Vec::new();
+    while let Some(row) = rows.next()? {
+        executions.push(execution_from_row(row)?);
+    }
+    Ok(executions)
+}
+
+/// Writes a new status (and, for a terminal one, the completion time).
+pub(super) fn update_status(conn: &Connection, tenant: &str, execution: &Execution) -> Result<()> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE workflow_executions SET status = ?3, updated_at_ms = ?4, completed_at_ms = ?5
+             WHERE tenant_id = ?1 AND execution_id = ?2",
+        )?
+        .execute(params![
+            tenant,
+            execution.id,
+            execution.status.as_str(),
+            execution.updated_at_ms,
+            execution.completed_at_ms
+        ])?;
+    Error::expect_one(changed, "execution", &execution.id)
+}
+
+/// Writes a new state if the stored version is still `expected_version`; whether it did.
+pub(super) fn update_state(
+    conn: &Connection,
+    tenant: &str,
+    execution: &Execution,
+    expected_version: u64,
+) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE workflow_executions SET state = ?3, state_version = ?4, updated_at_ms = ?5
+             WHERE tenant_id = ?1 AND execution_id = ?2 AND state_version = ?6",
+        )?
+        .execute(params![
+            tenant,
+            execution.id,
+            serde_json::to_string(&execution.state)?,
+            to_sql(execution.state_version),
+            execution.updated_at_ms,
+            to_sql(expected_version)
+        ])?;
+    Ok(changed == 1)
+}
+
+/// Inserts a snapshot.
+pub(super) fn insert_snapshot(
+    conn: &Connection,
+    tenant: &str,
+    snapshot: &Snapshot,
+    encoded: &str,
+    state_hash: &str,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO workflow_snapshots (tenant_id, execution_id, at_seq, state, state_hash,
+                                         created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        tenant,
+        snapshot.execution_id,
+        to_sql(snapshot.at_seq),
+        encoded,
+        state_hash,
+        snapshot.created_at_ms
+    ])?;
+    Ok(())
+}
+
+/// The snapshot at `at_seq` with its state hash.
+pub(super) fn select_snapshot(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+    at_seq: u64,
+) -> Result<Option<(Snapshot, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT execution_id, at_seq, state, created_at_ms, state_hash FROM workflow_snapshots
+         WHERE tenant_id = ?1 AND execution_id = ?2 AND at_seq = ?3",
+    )?;
+    let mut rows = stmt.query(params![tenant, id, to_sql(at_seq)])?;
+    let Some(row) = rows.next()? else { return Ok(None) };
+    Ok(Some((snapshot_from_row(row)?, row.get(4)?)))
+}
+
+/// The snapshot at the highest sequence.
+pub(super) fn select_latest_snapshot(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<Snapshot>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT execution_id, at_seq, state, created_at_ms FROM workflow_snapshots
+         WHERE tenant_id = ?1 AND execution_id = ?2 ORDER BY at_seq DESC LIMIT 1",
+    )?;
+    let mut rows = stmt.query(params![tenant, id])?;
+    rows.next()?.map(snapshot_from_row).transpose()
+}
+
+/// Deletes an execution (its snapshots go with it); whether it existed.
+pub(super) fn delete_execution(conn: &Connection, tenant: &str, id: &str) -> Result<bool> {
+    let deleted = conn
+        .prepare_cached(
+            "DELETE FROM workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
+        )?
+        .execute(params![tenant, id])?;
+    Ok(deleted == 1)
+}
+
+fn definition_from_row(row: &Row<'_>) -> Result<Definition> {
+    Ok(Definition {
+        workflow_id: row.get(0)?,
+        version: row.get(1)?,
+        ir: decode(&row.get::<_, String>(2)?)?,
+        created_at_ms: row.get(3)?,
+    })
+}
+
+fn execution_from_row(row: &Row<'_>) -> Result<Execution> {
+    let status: String = row.get(3)?;
+    Ok(Execution {
+        id: row.get(0)?,
+        workflow_id: row.get(1)?,
+        workflow_version: row.get(2)?,
+        status: WorkflowStatus::parse(&status)
+            .ok_or_else(|| Error::Corrupt(format!("unknown workflow status {status:?}")))?,
+        input: decode(&row.get::<_, String>(4)?)?,
+        state: decode(&row.get::<_, String>(5)?)?,
+        state_version: from_sql(row.get(6)?),
+        created_at_ms: row.get(7)?,
+        updated_at_ms: row.get(8)?,
+        completed_at_ms: row.get(9)?,
+    })
+}
+
+fn snapshot_from_row(row: &Row<'_>) -> Result<Snapshot> {
+    Ok(Snapshot {
+        execution_id: row.get(0)?,
+        at_seq: from_sql(row.get(1)?),
+        state: decode(&row.get::<_, String>(2)?)?,
+        created_at_ms: row.get(3)?,
+    })
+}
+
+fn decode(text: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(text)
+        .map_err(|error| Error::Corrupt(format!("a workflow row does not decode: {error}")))
+}
+
+fn to_sql(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn from_sql(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}

@@ -9,7 +9,8 @@ use crate::error::{Error, Result};
 /// The limits a store enforces. `Limits::default()` gives the documented defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Longest id or name, in bytes (tenants, streams, queues, caller-chosen ids). Default 256.
+    /// Longest id or name, in bytes (tenants, streams, queues, caller-chosen ids). Default 256;
+    /// at least 64.
     pub id_len_max: usize,
     /// Longest JSON payload, state, result or output, in bytes of compact JSON. Default 1 MiB.
     pub payload_bytes_max: usize,
@@ -127,12 +128,21 @@ impl Limits {
         if self.max_attempts_max == 0 || self.loop_refires_max == 0 {
             return Err(Error::InvalidInput("attempt and loop limits must be positive".into()));
         }
+        if self.id_len_max < ID_LEN_MIN {
+            return Err(Error::InvalidInput(format!(
+                "id_len_max must be at least {ID_LEN_MIN}: the store's own ids and keys take 36-39"
+            )));
+        }
         if !(1..=100).contains(&self.json_depth_max) {
             return Err(Error::InvalidInput("json_depth_max must be 1..=100".into()));
         }
         Ok(())
     }
 }
+
+/// The smallest `id_len_max`: generated ids (UUIDs, 36 bytes) and the keys the store builds
+/// (up to 39 bytes) are checked like callers' ids.
+const ID_LEN_MIN: usize = 64;
 
 /// The deepest nesting of arrays and objects in encoded JSON (brackets inside strings do not
 /// count); one pass over the bytes.

@@ -87,9 +87,10 @@ fn subscriber_buffers_up_to_the_limit() -> spindle::Result<()> {
 
 #[test]
 fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<()> {
-    let limits = Limits { id_len_max: 8, payload_bytes_max: 10, ..Limits::default() };
+    let limits = Limits { id_len_max: 64, payload_bytes_max: 10, ..Limits::default() };
     let store = Store::open_in_memory_with(Options { limits, ..Options::default() })?;
-    assert!(is_too_large(&store.events().append(Stream::custom("123456789"), "t", json!(1)), 8, 9));
+    let long = Stream::custom("s".repeat(65));
+    assert!(is_too_large(&store.events().append(long, "t", json!(1)), 64, 65));
     assert!(is_too_large(
         &store.events().append(Stream::custom("s"), "t", json!("123456789")),
         10,
@@ -102,6 +103,11 @@ fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<(
         Options { mailbox_capacity: 0, ..Options::default() },
         Options { busy_timeout: std::time::Duration::MAX, ..Options::default() },
         Options { limits: Limits { page_size_max: 0, ..Limits::default() }, ..Options::default() },
+        Options { limits: Limits { id_len_max: 63, ..Limits::default() }, ..Options::default() },
+        Options {
+            limits: Limits { json_depth_max: 101, ..Limits::default() },
+            ..Options::default()
+        },
     ] {
         assert!(matches!(Store::open_in_memory_with(bad), Err(Error::InvalidInput(_))));
     }

@@ -360,11 +360,11 @@ impl<'a> Workflows<'a> {
         &self,
         id: &str,
         init: Value,
-        mut reducer: impl FnMut(Value, &Event) -> Value,
+        reducer: impl FnMut(Value, &Event) -> Value,
     ) -> Result<Value> {
         let loaded = self.load(id)?;
         let start = loaded.snapshot.map_or(init, |snapshot| snapshot.state);
-        Ok(loaded.events.iter().fold(start, |state, event| reducer(state, event)))
+        Ok(loaded.events.iter().fold(start, reducer))
     }
 
     /// Deletes the execution with its snapshots and its event stream; whether it existed.

@@ -399,6 +399,8 @@ CREATE INDEX workflow_executions_by_status
     ON workflow_executions (tenant_id, status, execution_id);
 CREATE INDEX workflow_executions_by_workflow
     ON workflow_executions (tenant_id, workflow_id, execution_id);
+CREATE INDEX workflow_executions_by_workflow_status
+    ON workflow_executions (tenant_id, workflow_id, status, execution_id);
 
 -- Snapshots of an execution's state at a sequence of its event stream; immutable once written.
 CREATE TABLE workflow_snapshots (

@@ -4,6 +4,8 @@
 //! [`Error::TooLarge`](crate::Error::TooLarge) or [`Error::InvalidInput`](crate::Error::InvalidInput)
 //! before anything is written. The defaults are DESIGN.md §6.
 
+use serde_json::Value;
+
 use crate::error::{Error, Result};
 
 /// The limits a store enforces. `Limits::default()` gives the documented defaults.
@@ -81,7 +83,17 @@ impl Limits {
         }
         let depth = json_depth(encoded);
         if depth > self.json_depth_max {
-            return Err(Error::too_large("JSON nesting depth", self.json_depth_max, depth));
+            return Err(Error::too_large(JSON_DEPTH, self.json_depth_max, depth));
+        }
+        Ok(())
+    }
+
+    /// Checks the nesting of a JSON value against `json_depth_max` without recursing (a value
+    /// can be nested deeper than any stack); the error names the value's whole depth.
+    pub fn check_depth(&self, value: &Value) -> Result<()> {
+        let depth = value_depth(value);
+        if depth > self.json_depth_max {
+            return Err(Error::too_large(JSON_DEPTH, self.json_depth_max, depth));
         }
         Ok(())
     }
@@ -130,7 +142,7 @@ impl Limits {
         }
         if self.id_len_max < ID_LEN_MIN {
             return Err(Error::InvalidInput(format!(
-                "id_len_max must be at least {ID_LEN_MIN}: the store's own ids and keys take 36-39"
+                "id_len_max must be at least {ID_LEN_MIN}: the store's own ids and keys take up to 40"
             )));
         }
         if !(1..=100).contains(&self.json_depth_max) {
@@ -141,8 +153,26 @@ impl Limits {
 }
 
 /// The smallest `id_len_max`: generated ids (UUIDs, 36 bytes) and the keys the store builds
-/// (up to 39 bytes) are checked like callers' ids.
+/// (up to 40 bytes, the CLI's `run:<uuid>` queues) are checked like callers' ids.
 const ID_LEN_MIN: usize = 64;
+
+/// What a nesting error names.
+pub(crate) const JSON_DEPTH: &str = "JSON nesting depth";
+
+/// The deepest nesting of arrays and objects in a value, walked without recursion.
+pub(crate) fn value_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut open: Vec<(&Value, usize)> = vec![(value, 1)];
+    while let Some((value, depth)) = open.pop() {
+        match value {
+            Value::Array(items) => open.extend(items.iter().map(|item| (item, depth + 1))),
+            Value::Object(fields) => open.extend(fields.values().map(|field| (field, depth + 1))),
+            _ => continue,
+        }
+        deepest = deepest.max(depth);
+    }
+    deepest
+}
 
 /// The deepest nesting of arrays and objects in encoded JSON (brackets inside strings do not
 /// count); one pass over the bytes.
@@ -203,6 +233,17 @@ mod tests {
         let in_strings = format!("[\"{}\\\"[\"]", "[{".repeat(100));
         assert!(limits.check_payload("p", &in_strings).is_ok(), "brackets in strings");
         assert_eq!(json_depth(r#"{"a":[1,{"b":[]}],"c":{}}"#), 4);
+        let value: Value = serde_json::from_str(&nested(64)).unwrap_or_default();
+        assert!(limits.check_depth(&value).is_ok());
+        let deeper: Value = serde_json::from_str(&nested(65)).unwrap_or_default();
+        assert!(matches!(limits.check_depth(&deeper), Err(Error::TooLarge { limit: 64, .. })));
+        let mut deep = Value::Null;
+        for _ in 0..200_000 {
+            deep = Value::Array(vec![deep]);
+        }
+        let refused = limits.check_depth(&deep);
+        assert!(matches!(refused, Err(Error::TooLarge { actual: 200_000, .. })), "no overflow");
+        std::mem::forget(deep); // dropping it would recurse 200,000 deep
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! A stream is named by a kind and an id ([`Stream`]). Each event gets a `seq`, dense per stream
 //! from 1 and never reused (truncation records the head it removes, so it cannot reset it;
-//! only a stream deleted with its owner, a pruned process, starts again),
+//! only a stream deleted with its owner, a pruned process or a deleted execution, starts
+//! again),
 //! and a global `position` that only grows. The caller's sequence numbers are never
 //! trusted. An append with an idempotency key writes once: the same key with the same type and
 //! payload returns the first event, with different content it is `Conflict`.
@@ -24,6 +25,7 @@ use crate::core::publish::{Filter, Published};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
+use crate::limits::Limits;
 use crate::store::Store;
 
 /// The name of an event stream: a kind and an id.
@@ -207,6 +209,9 @@ impl Op for Append {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.payload)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
         check_open_to_callers(tx, &self.stream)?;
         append(tx, &self.stream, &self.event_type, self.payload, self.idem_key.as_deref())
@@ -284,7 +289,8 @@ impl<'a> Events<'a> {
     ///
     /// # Errors
     /// `InvalidInput` or `TooLarge` for a bad stream id, type or payload, and for the stream
-    /// of a registered process (`store.processes()` writes those); nothing is written.
+    /// of a registered process or an existing execution (their domains write those); nothing
+    /// is written.
     pub fn append(
         &self,
         stream: impl Borrow<Stream>,
@@ -340,8 +346,8 @@ impl<'a> Events<'a> {
     /// Deletes a stream's events before `before_seq`; see [`Truncate`].
     ///
     /// # Errors
-    /// `InvalidInput` for a bad stream id, or a registered process's stream (deleted with its
-    /// process).
+    /// `InvalidInput` for a bad stream id, or the stream of a registered process or an
+    /// existing execution (deleted with its owner).
     pub fn truncate(&self, stream: impl Borrow<Stream>, before_seq: u64) -> Result<u64> {
         self.store.exec(Truncate { stream: stream.borrow().clone(), before_seq })
     }
@@ -551,15 +557,21 @@ pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) ->
     Ok(deleted as u64)
 }
 
-/// Refuses a caller's append or truncation on the stream of a registered process: the
-/// registry writes those (declared types, required replay keys, the record kept in step) and
-/// deletes them with their process. A process stream nobody registered is an ordinary stream.
+/// Refuses a caller's append or truncation on a stream a domain owns: a registered
+/// process's (the registry writes it: declared types, required replay keys, the record kept in
+/// step) or an existing workflow execution's (its events go through `store.workflows()`,
+/// which checks the execution). Each is deleted with its owner. A process or execution
+/// stream without an owner is an ordinary stream.
 pub(crate) fn check_open_to_callers(tx: &Tx<'_>, stream: &Stream) -> Result<()> {
-    if stream.kind == StreamKind::Process
-        && crate::process::is_registered(tx.sql(), tx.tenant(), &stream.id)?
-    {
+    let owned = match stream.kind {
+        StreamKind::Process => crate::process::is_registered(tx.sql(), tx.tenant(), &stream.id)?,
+        StreamKind::Execution => crate::workflow::exists(tx.sql(), tx.tenant(), &stream.id)?,
+        StreamKind::Graph | StreamKind::Queue | StreamKind::Custom => false,
+    };
+    if owned {
         return Err(Error::InvalidInput(format!(
-            "{stream} belongs to a registered process: append with store.processes()"
+            "{stream} belongs to a registered process or an execution: write it through \
+             store.processes() or store.workflows()"
         )));
     }
     Ok(())

@@ -384,6 +384,10 @@ impl Store {
 
 impl Shared {
     pub(crate) fn exec<O: Op>(&self, scope: &Scope, op: O) -> Result<O::Output> {
+        if let Err(error) = op.check_shape(&self.limits) {
+            crate::core::op::forget_if_deep(op, &error);
+            return Err(error);
+        }
         let (reply, answer) = bounded(1);
         self.call(Msg::Run(Job::op(op, scope.clone(), reply)), &answer)
     }

@@ -126,3 +126,56 @@ fn open_subscriptions_are_capped_and_freed_on_drop() -> spindle::Result<()> {
     assert!(store.subscribe(&s, 0).is_ok());
     Ok(())
 }
+
+/// A value nested `depth` levels deep, built without recursion.
+fn nested_value(depth: usize) -> serde_json::Value {
+    let mut value = json!(1);
+    for _ in 0..depth {
+        value = serde_json::Value::Array(vec![value]); // not json!: it would serialise value
+    }
+    value
+}
+
+#[test]
+fn values_nested_past_any_stack_are_refused_before_they_reach_the_store() -> spindle::Result<()> {
+    // Serialising (on the store's thread) or dropping a value this deep would overflow a stack:
+    // the refusal happens on the caller's thread and the refused op is not dropped.
+    let depth = 300_000;
+    let store = Store::open_in_memory()?;
+    let deep_error = |result: spindle::Result<()>| matches!(result, Err(Error::TooLarge { actual, .. }) if actual as usize >= depth);
+    let appended = store.events().append(Stream::custom("s"), "t", nested_value(depth));
+    assert!(deep_error(appended.map(|_| ())));
+    let item = spindle::NewItem::new("q", nested_value(depth));
+    assert!(deep_error(store.queue().enqueue(item).map(|_| ())));
+    store.workflows().put_definition("w", "v1", json!({}))?;
+    let created = store.workflows().create_execution("w", "v1", nested_value(depth));
+    assert!(deep_error(created.map(|_| ())));
+    let mut selector = spindle::process::Selector::Payload;
+    for _ in 0..depth {
+        let fields = [("x".to_owned(), selector)].into();
+        selector = spindle::process::Selector::Template { template: "{x}".into(), fields };
+    }
+    let wake = spindle::process::WakeSpec {
+        when: None,
+        input: selector,
+        dedupe_key: spindle::process::DedupeKey::EventIdentity,
+    };
+    let registration = spindle::Registration::new("p", "tool", json!({}))
+        .event_type(spindle::EventType::new("e").wake(wake));
+    assert!(deep_error(store.processes().register(registration).map(|_| ())));
+    let in_tx = store.transaction(move |tx| {
+        tx.exec(spindle::log::Append {
+            stream: Stream::custom("s"),
+            event_type: "t".into(),
+            payload: nested_value(depth),
+            idem_key: None,
+        })?;
+        Ok(spindle::TxOutcome::Commit(()))
+    });
+    assert!(deep_error(in_tx), "refused on the store's thread too, without overflowing it");
+    assert_eq!(store.events().head(Stream::custom("s"))?, 0, "nothing written");
+    store.events().append(Stream::custom("s"), "t", nested_value(64))?;
+    let past = store.events().append(Stream::custom("s"), "t", nested_value(65));
+    assert!(matches!(past, Err(Error::TooLarge { limit: 64, actual: 65, .. })), "{past:?}");
+    Ok(())
+}

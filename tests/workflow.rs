@@ -371,7 +371,10 @@ fn tenants_see_only_their_own_workflows() {
 
 #[test]
 fn delete_removes_the_execution_its_snapshots_and_its_events() {
-    let store = with_build(&ManualClock::new(T0));
+    let clock = ManualClock::new(T0);
+    let t = temp_store_with(options_at(&clock));
+    let store = t.store.clone();
+    store.workflows().put_definition("build", "v1", json!({})).expect("put");
     let id = start(&store);
     store.workflows().append_event(&id, "x", json!({})).expect("append");
     store.workflows().write_snapshot(&id, 1, json!({})).expect("snapshot");
@@ -380,6 +383,11 @@ fn delete_removes_the_execution_its_snapshots_and_its_events() {
     assert_eq!(store.workflows().execution(&id).expect("get"), None);
     assert_eq!(store.events().head(Stream::execution(&id)).expect("head"), 0);
     assert!(matches!(store.workflows().latest_snapshot(&id), Err(Error::NotFound { .. })));
+    store.close().expect("close");
+    let raw = rusqlite::Connection::open(&t.path).expect("raw");
+    let snapshots: i64 =
+        raw.query_row("SELECT count(*) FROM workflow_snapshots", [], |r| r.get(0)).expect("count");
+    assert_eq!(snapshots, 0, "its snapshots went with it");
 }
 
 #[test]
@@ -404,4 +412,127 @@ fn sizes_hold_at_the_limit_and_refuse_one_past_it() {
     assert_eq!((kept.state, kept.state_version), (text_of(100), 1), "nothing written");
     let big_input = store.workflows().create_execution(&id_at, &id_at, text_of(101));
     assert!(matches!(big_input, Err(Error::TooLarge { .. })), "{big_input:?}");
+}
+
+#[test]
+fn an_executions_stream_is_written_only_through_the_workflow() {
+    let store = with_build(&ManualClock::new(T0));
+    let id = start(&store);
+    let stream = Stream::execution(&id);
+    let fake = store.events().append(&stream, "workflow.completed", json!({}));
+    assert!(matches!(fake, Err(Error::InvalidInput(_))), "{fake:?}");
+    let truncated = store.events().truncate(&stream, 1);
+    assert!(matches!(truncated, Err(Error::InvalidInput(_))), "{truncated:?}");
+    let in_tx = {
+        let stream = stream.clone();
+        store.transaction(move |tx| {
+            tx.append_event(&stream, "x", json!({}))?;
+            Ok(spindle::TxOutcome::Commit(()))
+        })
+    };
+    assert!(matches!(in_tx, Err(Error::InvalidInput(_))), "{in_tx:?}");
+    let reserved = store.workflows().append_event(&id, "workflow.completed", json!({}));
+    assert!(matches!(reserved, Err(Error::InvalidInput(_))), "{reserved:?}");
+    assert_eq!(store.events().head(&stream).expect("head"), 0, "nothing written");
+    let status = store.workflows().execution(&id).expect("get").expect("exists").status;
+    assert_eq!(status, WorkflowStatus::Pending);
+    let unowned = Stream::execution("not-an-execution");
+    store.events().append(&unowned, "x", json!({})).expect("an ordinary stream without owner");
+}
+
+#[test]
+fn a_finished_executions_state_and_events_are_final() {
+    let store = with_build(&ManualClock::new(T0));
+    let id = start(&store);
+    store.workflows().set_status(&id, WorkflowStatus::Running).expect("run");
+    store.workflows().set_status(&id, WorkflowStatus::Failed).expect("fail");
+    let before = store.workflows().execution(&id).expect("get").expect("exists");
+    let refused = [
+        store.workflows().set_state(&id, 0, json!({})).map(|_| ()),
+        store.workflows().patch_state(&id, json!({ "a": 1 })).map(|_| ()),
+        store.workflows().append_to_array(&id, "a", json!(1)).map(|_| ()),
+        store.workflows().append_event(&id, "late", json!({})).map(|_| ()),
+    ];
+    for result in refused {
+        assert!(matches!(result, Err(Error::Conflict(_))), "{result:?}");
+    }
+    assert_eq!(store.workflows().execution(&id).expect("get").expect("exists"), before);
+    let head = store.events().head(Stream::execution(&id)).expect("head");
+    store.workflows().write_snapshot(&id, head, json!({ "final": true })).expect("a last snapshot");
+    let started = &store.workflows().events(&id, 0).expect("events")[0];
+    assert_eq!(started.payload["workflow_id"], "build", "lifecycle events name the workflow");
+    assert_eq!(started.payload["workflow_version"], "v1");
+}
+
+#[test]
+fn a_rolled_back_status_move_leaves_no_event() {
+    let store = with_build(&ManualClock::new(T0));
+    let id = start(&store);
+    let moved = {
+        let id = id.clone();
+        store.transaction(move |tx| {
+            let running = tx.exec(spindle::workflow::SetStatus {
+                id: id.clone(),
+                status: WorkflowStatus::Running,
+            })?;
+            Ok(spindle::TxOutcome::Rollback(running.status))
+        })
+    };
+    assert_eq!(moved.expect("transaction"), WorkflowStatus::Running, "the value comes back");
+    assert_eq!(store.events().head(Stream::execution(&id)).expect("head"), 0);
+    let kept = store.workflows().execution(&id).expect("get").expect("exists");
+    assert_eq!(kept.status, WorkflowStatus::Pending);
+}
+
+#[test]
+fn another_tenants_execution_behaves_as_missing_for_every_operation() {
+    let store = store_at(&ManualClock::new(T0));
+    store.auth().create_tenant("acme", "Acme").expect("tenant");
+    let acme = store.tenant("acme").expect("view");
+    acme.workflows().put_definition("build", "v1", json!({})).expect("put");
+    let id = acme.workflows().create_execution("build", "v1", json!({})).expect("create").id;
+    acme.workflows().append_event(&id, "x", json!({})).expect("append");
+    let w = store.workflows();
+    let results = [
+        w.set_state(&id, 0, json!({})).map(|_| ()),
+        w.patch_state(&id, json!({})).map(|_| ()),
+        w.append_to_array(&id, "a", json!(1)).map(|_| ()),
+        w.append_event(&id, "x", json!({})).map(|_| ()),
+        w.write_snapshot(&id, 1, json!({})).map(|_| ()),
+        w.latest_snapshot(&id).map(|_| ()),
+        w.load(&id).map(|_| ()),
+        w.replay(&id, json!(null), |state, _| state).map(|_| ()),
+    ];
+    for result in results {
+        assert!(matches!(result, Err(Error::NotFound { .. })), "{result:?}");
+    }
+    let theirs = acme.workflows().execution(&id).expect("get").expect("exists");
+    assert_eq!((theirs.state_version, theirs.state), (0, json!({})), "untouched");
+    assert!(acme.workflows().latest_snapshot(&id).expect("latest").is_none());
+}
+
+#[test]
+fn every_value_a_workflow_keeps_is_bounded() {
+    let limits = spindle::Limits { payload_bytes_max: 100, ..spindle::Limits::default() };
+    let clock = ManualClock::new(T0);
+    let store = Store::open_in_memory_with(Options { limits, ..options_at(&clock) }).expect("open");
+    let text_of = |bytes: usize| json!({ "t": "x".repeat(bytes - r#"{"t":""}"#.len()) });
+    store.workflows().put_definition("w", "at", text_of(100)).expect("an ir at the limit");
+    let ir = store.workflows().put_definition("w", "past", text_of(101));
+    assert!(matches!(ir, Err(Error::TooLarge { .. })), "{ir:?}");
+    assert_eq!(store.workflows().versions("w").expect("versions"), ["at"]);
+    let id = store.workflows().create_execution("w", "at", json!({})).expect("create").id;
+    store.workflows().append_event(&id, "e", text_of(100)).expect("a payload at the limit");
+    let event = store.workflows().append_event(&id, "e", text_of(101));
+    assert!(matches!(event, Err(Error::TooLarge { .. })), "{event:?}");
+    store.workflows().write_snapshot(&id, 1, text_of(100)).expect("a snapshot at the limit");
+    let snapshot = store.workflows().write_snapshot(&id, 1, text_of(101));
+    assert!(matches!(snapshot, Err(Error::TooLarge { .. })), "{snapshot:?}");
+    let patch = store.workflows().patch_state(&id, text_of(101));
+    assert!(matches!(patch, Err(Error::TooLarge { .. })), "{patch:?}");
+    let key = store.workflows().append_to_array(&id, &"k".repeat(257), json!(1));
+    assert!(matches!(key, Err(Error::TooLarge { .. })), "{key:?}");
+    let kept = store.workflows().execution(&id).expect("get").expect("exists");
+    assert_eq!((kept.state_version, kept.state), (0, json!({})), "nothing written");
+    assert_eq!(store.events().head(Stream::execution(&id)).expect("head"), 1);
 }

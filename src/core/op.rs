@@ -9,7 +9,8 @@
 use std::fmt;
 
 use crate::core::tx::Tx;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::limits::Limits;
 
 pub(crate) mod sealed {
     /// Seals [`Op`](super::Op): only this crate's operations can run on the actor.
@@ -30,6 +31,14 @@ pub trait Op: fmt::Debug + Send + 'static + sealed::Sealed {
 
     /// Does the work. `Err` rolls back everything this call wrote.
     fn apply(self, tx: &mut Tx<'_>) -> Result<Self::Output>;
+
+    /// Checks what the op carries before it leaves the caller's thread: JSON nested past
+    /// `Limits::json_depth_max` is refused here, since serialising or dropping a value nested
+    /// deep enough would overflow the store thread's stack. The default checks nothing.
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        let _ = limits;
+        Ok(())
+    }
 
     /// Whether `apply` writes with at most one statement, as its last fallible step, after
     /// every check: then a failure leaves nothing to undo (a statement is atomic on its own)
@@ -105,6 +114,21 @@ impl<T> TxOutcome<T> {
     /// Whether this outcome keeps the work.
     pub fn is_commit(&self) -> bool {
         matches!(self, TxOutcome::Commit(_))
+    }
+}
+
+/// Leaks an op refused for a value nested past `DROP_DEPTH_MAX`: dropping a value recurses
+/// once per level, so dropping one that deep would overflow the caller's stack. Shallower
+/// refusals drop as usual.
+pub(crate) fn forget_if_deep<O: Op>(op: O, error: &Error) {
+    const DROP_DEPTH_MAX: u64 = 4096;
+    match error {
+        Error::TooLarge { what, actual, .. }
+            if *what == crate::limits::JSON_DEPTH && *actual > DROP_DEPTH_MAX =>
+        {
+            std::mem::forget(op);
+        }
+        _ => drop(op),
     }
 }
 

@@ -100,6 +100,10 @@ impl<'a> Tx<'a> {
         if !self.scope.role.allows(op.access()) {
             return Err(forbidden(std::any::type_name::<O>(), self.scope.role));
         }
+        if let Err(error) = op.check_shape(self.limits()) {
+            crate::core::op::forget_if_deep(op, &error);
+            return Err(error);
+        }
         let guard = self.guard;
         guard.internal(|| self.nested(|tx| op.apply(tx)))
     }
@@ -161,7 +165,7 @@ impl<'a> Tx<'a> {
     ///
     /// # Errors
     /// `InvalidInput` or `TooLarge` for a bad stream id, event type or payload, and for the
-    /// stream of a registered process (the registry writes those).
+    /// stream of a registered process or an existing execution (their domains write those).
     pub fn append_event(
         &mut self,
         stream: impl Borrow<Stream>,

@@ -16,6 +16,7 @@ use super::{
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
+use crate::limits::Limits;
 use crate::page::Page;
 
 /// Creates a pending graph (a child of `parent`, if given); output its id.
@@ -205,6 +206,9 @@ impl Op for Create {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.metadata)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<GraphId> {
         let metadata = serde_json::to_string(&self.metadata)?;
         tx.limits().check_payload("graph metadata bytes", &metadata)?;
@@ -260,6 +264,12 @@ impl Op for AddNode {
     type Output = NodeId;
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        match &self.spec {
+            NodeSpec::Task { data } | NodeSpec::Scatter { data } => limits.check_depth(data),
+            NodeSpec::Gather { .. } | NodeSpec::SubGraph { .. } => Ok(()),
+        }
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<NodeId> {
         let spec = check_spec(tx, &self.spec)?;
@@ -405,6 +415,11 @@ impl Op for CompleteNode {
     type Output = ();
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        let tokens = self.output.as_ref().map(NodeOutput::tokens).unwrap_or_default();
+        let data = tokens.into_iter().filter_map(|token| token.data.as_ref());
+        data.into_iter().try_for_each(|value| limits.check_depth(value))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         if let Some(output) = &self.output {

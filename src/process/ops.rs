@@ -16,6 +16,7 @@ use super::types::{
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
+use crate::limits::Limits;
 use crate::log::{self, Event, Stream};
 
 /// Registers a process. The same content again returns the first record and writes
@@ -218,6 +219,9 @@ impl Op for Register {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        semantics::check_registration_shape(&self.registration, limits)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let prepared = semantics::prepare(self.registration, tx.limits())?;
         if let Some(existing) = sql::select(tx.sql(), tx.tenant(), &prepared.registration.id)? {
@@ -270,6 +274,9 @@ impl Op for SetExternalRef {
     type Output = ProcessRecord;
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        self.external_ref.metadata.as_ref().map_or(Ok(()), |value| limits.check_depth(value))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let mut record = process(tx, &self.id)?;
@@ -446,6 +453,9 @@ impl Op for AppendEvent {
     type Output = Appended;
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.request.payload)
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
         let record = process(tx, &self.id)?;
@@ -730,6 +740,9 @@ impl Op for Complete {
     type Output = ProcessRecord;
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        semantics::check_output_shape(&self.output, limits)
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let event_type = self.output.terminal_state().event_type();

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::schema;
 use super::types::{
     AwaitOutput, DedupeKey, EventSemantics, EventType, Originator, Registration, Selector,
-    SessionScope, TerminalSemantics, TerminalSpec, TerminalState, Wake, WakeSpec,
+    SemanticsSpec, SessionScope, TerminalSemantics, TerminalSpec, TerminalState, Wake, WakeSpec,
 };
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
@@ -58,6 +58,60 @@ pub(crate) struct Prepared {
     pub(crate) registration: Registration,
     pub(crate) hash: String,
     pub(crate) encoded: String,
+}
+
+/// Checks the nesting of everything a registration carries (its JSON values and its
+/// selectors, which templates nest) without recursing: it runs on the caller's thread, before
+/// anything serialises the registration.
+pub(crate) fn check_registration_shape(registration: &Registration, limits: &Limits) -> Result<()> {
+    let values = [&registration.identity.definition, &registration.caused_by];
+    values.into_iter().flatten().try_for_each(|value| limits.check_depth(value))?;
+    limits.check_depth(&registration.input)?;
+    let mut selectors: Vec<(&Selector, usize)> = Vec::new();
+    for event_type in &registration.event_types {
+        limits.check_depth(&event_type.payload_schema)?;
+        selectors.extend(selectors_of(&event_type.semantics).into_iter().map(|s| (s, 1)));
+    }
+    let mut deepest = 0;
+    while let Some((selector, depth)) = selectors.pop() {
+        deepest = deepest.max(depth);
+        match selector {
+            Selector::Const(value) => limits.check_depth(value)?,
+            Selector::Template { fields, .. } => {
+                selectors.extend(fields.values().map(|field| (field, depth + 1)));
+            }
+            Selector::Payload | Selector::Pointer(_) | Selector::Present(_) => {}
+        }
+    }
+    if deepest > limits.json_depth_max {
+        return Err(Error::too_large(crate::limits::JSON_DEPTH, limits.json_depth_max, deepest));
+    }
+    Ok(())
+}
+
+/// The selectors an event type's semantics use.
+fn selectors_of(spec: &SemanticsSpec) -> Vec<&Selector> {
+    let terminal = spec.terminal.as_ref().and_then(|terminal| terminal.await_output.as_ref());
+    let mut selectors: Vec<&Selector> = terminal.into_iter().collect();
+    if let Some(wake) = &spec.wake {
+        selectors.extend(wake.when.as_ref());
+        selectors.push(&wake.input);
+        if let DedupeKey::Selector(selector) = &wake.dedupe_key {
+            selectors.push(selector);
+        }
+    }
+    selectors
+}
+
+/// Checks the nesting of the values an output carries.
+pub(crate) fn check_output_shape(output: &AwaitOutput, limits: &Limits) -> Result<()> {
+    let values: [Option<&Value>; 2] = match output {
+        AwaitOutput::Success { value, control } => [Some(value), control.as_ref()],
+        AwaitOutput::Failure { raw, control, .. } | AwaitOutput::Cancelled { raw, control, .. } => {
+            [raw.as_ref(), control.as_ref()]
+        }
+    };
+    values.into_iter().flatten().try_for_each(|value| limits.check_depth(value))
 }
 
 /// Checks ids, event type names (non-blank, unique), schemas and terminal specs.

@@ -15,6 +15,7 @@ use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
+use crate::limits::Limits;
 use crate::log::{self, Stream};
 use crate::page::Page;
 
@@ -203,6 +204,9 @@ impl Op for Enqueue {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.item.payload)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Enqueued> {
         let mut notes = Notes::default();
         let enqueued = enqueue(tx, self.item, &mut notes)?;
@@ -216,6 +220,9 @@ impl Op for EnqueueBatch {
     type Output = Vec<Enqueued>;
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        self.items.iter().try_for_each(|item| limits.check_depth(&item.payload))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Enqueued>> {
         check_count(tx, "enqueue batch", self.items.len())?;
@@ -284,6 +291,9 @@ impl Op for Complete {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.result)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         let mut notes = Notes::default();
         complete(
@@ -300,6 +310,9 @@ impl Op for CompleteBatch {
     type Output = ();
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        self.items.iter().try_for_each(|done| limits.check_depth(&done.result))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         check_count(tx, "complete batch", self.items.len())?;

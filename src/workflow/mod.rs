@@ -8,7 +8,10 @@
 //! Paused→{Running, Cancelled} (anything else is `Conflict`), and each move appends a
 //! lifecycle event (`workflow.started`, `.paused`, `.resumed`, `.completed`, `.failed`,
 //! `.cancelled`, `.limit_exceeded`) to `Stream::execution(id)`, beside the caller's own
-//! events, so a subscriber sees the whole history. The state changes atomically: `set_state`
+//! events (which may not use the `workflow.` prefix), so a subscriber sees every move in
+//! order. The stream is the execution's: the event log refuses callers' appends and
+//! truncations on it, and it is deleted with the execution. A finished execution's state and
+//! events are final (`Conflict`); snapshots may still be written. The state changes atomically: `set_state`
 //! is a compare-and-set on `state_version`, `patch_state` applies a JSON Merge Patch and
 //! `append_to_array` pushes to an array member, each in one operation. A snapshot records the
 //! state at a sequence of the stream; `load` returns the latest snapshot and the events after
@@ -181,6 +184,12 @@ pub struct Loaded {
     pub events: Vec<Event>,
 }
 
+/// Whether `id` is an execution of `tenant` (the event log asks before it lets a caller write
+/// an execution stream).
+pub(crate) fn exists(conn: &rusqlite::Connection, tenant: &str, id: &str) -> Result<bool> {
+    Ok(sql::select_execution(conn, tenant, id)?.is_some())
+}
+
 /// The workflows of a store view: `store.workflows()`.
 #[derive(Debug, Clone, Copy)]
 pub struct Workflows<'a> {
@@ -335,7 +344,8 @@ impl<'a> Workflows<'a> {
     }
 
     /// The execution, its latest snapshot and every event after it (read a page per
-    /// operation, up to the head seen with the snapshot).
+    /// operation, up to the head seen with the snapshot; all of them held in memory: keep
+    /// streams short with snapshots, or fold them with `replay`).
     ///
     /// # Errors
     /// `NotFound` for an unknown execution.
@@ -352,7 +362,8 @@ impl<'a> Workflows<'a> {
         Ok(Loaded { execution, snapshot, events })
     }
 
-    /// Folds the events after the latest snapshot into its state (or into `init` without one).
+    /// Folds the events after the latest snapshot into its state (or into `init` without one),
+    /// a page of events at a time.
     ///
     /// # Errors
     /// As `load`.
@@ -360,11 +371,18 @@ impl<'a> Workflows<'a> {
         &self,
         id: &str,
         init: Value,
-        reducer: impl FnMut(Value, &Event) -> Value,
+        mut reducer: impl FnMut(Value, &Event) -> Value,
     ) -> Result<Value> {
-        let loaded = self.load(id)?;
-        let start = loaded.snapshot.map_or(init, |snapshot| snapshot.state);
-        Ok(loaded.events.iter().fold(start, reducer))
+        let (_, snapshot, head) = self.store.exec(LoadStart { id: id.into() })?;
+        let mut after = snapshot.as_ref().map_or(0, |snapshot| snapshot.at_seq);
+        let mut state = snapshot.map_or(init, |snapshot| snapshot.state);
+        while after < head {
+            let page = self.events(id, after)?;
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            state = page.iter().filter(|event| event.seq <= head).fold(state, &mut reducer);
+        }
+        Ok(state)
     }
 
     /// Deletes the execution with its snapshots and its event stream; whether it existed.

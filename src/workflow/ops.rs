@@ -12,6 +12,7 @@ use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
+use crate::limits::Limits;
 use crate::log::{self, Appended, Event};
 use crate::page::Page;
 
@@ -176,6 +177,9 @@ impl Op for PutDefinition {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.ir)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Definition> {
         check_workflow(tx, &self.workflow_id, &self.version)?;
         check_json(tx, "workflow definition bytes", &self.ir)?;
@@ -247,6 +251,9 @@ impl Op for CreateExecution {
     type Output = Execution;
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.input)
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Execution> {
         check_workflow(tx, &self.workflow_id, &self.version)?;
@@ -326,7 +333,12 @@ impl Op for SetStatus {
         execution.updated_at_ms = tx.now_ms();
         execution.completed_at_ms = to.is_terminal().then_some(tx.now_ms());
         sql::update_status(tx.sql(), tx.tenant(), &execution)?;
-        let payload = json!({ "from": from.as_str(), "to": to.as_str() });
+        let payload = json!({
+            "from": from.as_str(),
+            "to": to.as_str(),
+            "workflow_id": execution.workflow_id,
+            "workflow_version": execution.workflow_version,
+        });
         log::append(tx, &stream_of(&execution.id), lifecycle_event(from, to), payload, None)?;
         Ok(execution)
     }
@@ -352,6 +364,9 @@ impl Op for SetState {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.state)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Execution> {
         let current = execution(tx, &self.id)?;
         if current.state_version != self.expected_version {
@@ -367,6 +382,9 @@ impl Op for PatchState {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.patch)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Execution> {
         check_json(tx, "state patch bytes", &self.patch)?;
         let current = execution(tx, &self.id)?;
@@ -381,6 +399,9 @@ impl Op for AppendToArray {
     type Output = Execution;
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.value)
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Execution> {
         tx.limits().check_id("state key", &self.key)?;
@@ -406,6 +427,7 @@ impl Op for AppendToArray {
 
 /// Writes `state` as the next version of `current`'s state.
 fn save_state(tx: &Tx<'_>, current: Execution, state: Value) -> Result<Execution> {
+    check_running(&current)?;
     check_json(tx, "execution state bytes", &state)?;
     let expected_version = current.state_version;
     let next = Execution {
@@ -433,8 +455,16 @@ impl Op for AppendEvent {
     fn access(&self) -> Access {
         Access::Write
     }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.payload)
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Appended> {
-        execution(tx, &self.id)?;
+        if self.event_type.starts_with(LIFECYCLE_PREFIX) {
+            return Err(Error::InvalidInput(format!(
+                "event types starting {LIFECYCLE_PREFIX:?} are the store's own lifecycle events"
+            )));
+        }
+        check_running(&execution(tx, &self.id)?)?;
         log::append(tx, &stream_of(&self.id), &self.event_type, self.payload, None)
     }
     fn single_write(&self) -> bool {
@@ -460,6 +490,9 @@ impl Op for WriteSnapshot {
     type Output = Snapshot;
     fn access(&self) -> Access {
         Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.state)
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Snapshot> {
         execution(tx, &self.id)?;
@@ -535,6 +568,21 @@ impl Op for DeleteExecution {
         log::delete_stream(tx.sql(), tx.tenant(), &stream_of(&self.id))?;
         Ok(true)
     }
+}
+
+/// The prefix of the lifecycle events the status moves append; callers' events may not use it.
+const LIFECYCLE_PREFIX: &str = "workflow.";
+
+/// `Conflict` for a finished execution: its state and its events are final.
+fn check_running(execution: &Execution) -> Result<()> {
+    if execution.status.is_terminal() {
+        return Err(Error::Conflict(format!(
+            "execution {} has finished ({}): its state and events are final",
+            execution.id,
+            execution.status.as_str()
+        )));
+    }
+    Ok(())
 }
 
 /// The execution, or `NotFound`.

@@ -165,14 +165,17 @@ pub(super) fn list_executions(
     page: &Page,
 ) -> Result<Vec<Execution>> {
     let sql = match (&filter.status, &filter.workflow_id) {
-        (Some(_), _) => list_sql!(
-            "workflow_executions_by_status",
-            "status = ?2 AND (?3 IS NULL OR workflow_id = ?3)"
-        ),
+        (Some(_), Some(_)) => {
+            list_sql!("workflow_executions_by_workflow_status", "status = ?2 AND workflow_id = ?3")
+        }
+        (Some(_), None) => {
+            list_sql!("workflow_executions_by_status", "status = ?2 AND ?3 IS NULL")
+        }
         (None, Some(_)) => {
             list_sql!("workflow_executions_by_workflow", "?2 IS NULL AND workflow_id = ?3")
         }
         (None, None) => {
+            // The primary key's index: SQLite names it after the table's first key constraint.
             list_sql!("sqlite_autoindex_workflow_executions_1", "?2 IS NULL AND ?3 IS NULL")
         }
     };

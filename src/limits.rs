@@ -91,7 +91,17 @@ impl Limits {
     /// Checks the nesting of a JSON value against `json_depth_max` without recursing (a value
     /// can be nested deeper than any stack); the error names the value's whole depth.
     pub fn check_depth(&self, value: &Value) -> Result<()> {
-        let depth = value_depth(value);
+        self.check_nesting(value_depth(value))
+    }
+
+    /// Checks several values at once; the error names the deepest one's depth (so that a
+    /// caller can tell how deep a refused value it holds is).
+    pub fn check_depths<'v>(&self, values: impl IntoIterator<Item = &'v Value>) -> Result<()> {
+        self.check_nesting(values.into_iter().map(value_depth).max().unwrap_or(0))
+    }
+
+    /// Checks a nesting depth already measured.
+    pub(crate) fn check_nesting(&self, depth: usize) -> Result<()> {
         if depth > self.json_depth_max {
             return Err(Error::too_large(JSON_DEPTH, self.json_depth_max, depth));
         }

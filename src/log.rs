@@ -2,8 +2,8 @@
 //!
 //! A stream is named by a kind and an id ([`Stream`]). Each event gets a `seq`, dense per stream
 //! from 1 and never reused (truncation records the head it removes, so it cannot reset it;
-//! only a stream deleted with its owner, a pruned process or a deleted execution, starts
-//! again),
+//! only a stream deleted with its owner, a deleted execution, starts again; a pruned
+//! process's stream keeps its head),
 //! and a global `position` that only grows. The caller's sequence numbers are never
 //! trusted. An append with an idempotency key writes once: the same key with the same type and
 //! payload returns the first event, with different content it is `Conflict`.
@@ -537,8 +537,32 @@ pub(crate) fn count_through(
     Ok(from_sql_int(count))
 }
 
-/// Deletes a stream whole, with its keys and its recorded head, when its owner is deleted;
-/// returns how many events went.
+/// Deletes a stream's events and keys but records its head, so that a stream used again (a
+/// process id registered again after a prune) continues its numbering and a subscriber's
+/// cursor on it stays valid; returns how many events went.
+pub(crate) fn delete_history(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
+    let deleted = delete_before(conn, tenant, stream, u64::MAX)?;
+    conn.prepare_cached(
+        "DELETE FROM event_keys WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+    )?
+    .execute(params![tenant, stream.kind.as_str(), stream.id])?;
+    Ok(deleted)
+}
+
+/// Whether the stream holds any event.
+pub(crate) fn has_events(conn: &Connection, tenant: &str, stream: &Stream) -> Result<bool> {
+    let found: Option<i64> = conn
+        .prepare_cached(
+            "SELECT 1 FROM events
+             WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 LIMIT 1",
+        )?
+        .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| row.get(0))
+        .optional()?;
+    Ok(found.is_some())
+}
+
+/// Deletes a stream whole, with its keys and its recorded head, when its owner is deleted for
+/// good (an execution: its id is never used again); returns how many events went.
 pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
     let args = params![tenant, stream.kind.as_str(), stream.id];
     let deleted = conn

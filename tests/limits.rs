@@ -174,6 +174,22 @@ fn values_nested_past_any_stack_are_refused_before_they_reach_the_store() -> spi
     });
     assert!(deep_error(in_tx), "refused on the store's thread too, without overflowing it");
     assert_eq!(store.events().head(Stream::custom("s"))?, 0, "nothing written");
+    // A shallow refusal beside a deep value still names the deep one (so the op is not dropped).
+    let beside =
+        spindle::Registration::new("p", "tool", nested_value(depth)).definition(nested_value(65));
+    assert!(deep_error(store.processes().register(beside).map(|_| ())));
+    let items = vec![
+        spindle::NewItem::new("q", nested_value(65)),
+        spindle::NewItem::new("q", nested_value(depth)),
+    ];
+    assert!(deep_error(store.queue().enqueue_batch(items).map(|_| ())));
+    let filter = spindle::ListFilter {
+        definition: Some(nested_value(depth)),
+        ..spindle::ListFilter::default()
+    };
+    let listed = store.processes().list(&filter);
+    assert!(deep_error(listed.map(|_| ())), "a read refuses it too");
+    std::mem::forget(filter); // the caller's own value: dropping it would recurse as deep
     store.events().append(Stream::custom("s"), "t", nested_value(64))?;
     let past = store.events().append(Stream::custom("s"), "t", nested_value(65));
     assert!(matches!(past, Err(Error::TooLarge { limit: 64, actual: 65, .. })), "{past:?}");

@@ -723,17 +723,16 @@ fn prune_removes_terminal_processes_older_than_cutoff() {
     assert!(store.processes().get("old").expect("get").is_none());
     assert!(store.processes().get("fresh").expect("get").is_some());
     assert!(store.processes().get("running").expect("get").is_some());
-    assert_eq!(
-        store.events().head(Stream::process("old")).expect("head"),
-        0,
-        "its events went too"
-    );
+    let left = store.events().read(Stream::process("old"), 0, 10).expect("read");
+    assert!(left.is_empty(), "its events went too");
+    assert_eq!(store.events().head(Stream::process("old")).expect("head"), 2, "its head stays");
     let unknown = store.processes().events_after("old", 0);
     assert!(matches!(unknown, Err(Error::NotFound { .. })), "pruned ids read as unknown");
     register(&store, tool("old"));
     let fresh_start = store.processes().complete("old", success(json!(1))).expect("complete");
-    assert_eq!(store.processes().events_after("old", 0).expect("events")[0].seq, 1);
-    assert!(fresh_start.is_terminal(), "the id can be registered again from scratch");
+    let events = store.processes().events_after("old", 0).expect("events");
+    assert_eq!(events[0].seq, 3, "the numbering goes on: a subscriber's cursor stays valid");
+    assert!(fresh_start.is_terminal(), "the id can be registered again, its old keys gone");
 }
 
 #[test]
@@ -1206,4 +1205,44 @@ fn pruning_a_leased_process_ends_its_lease_and_keeps_its_tokens_in_the_tenant() 
     let still =
         busy_holder(acme.processes().claim_lease("p", &owner("y", "1"), 60_000).expect("claim"));
     assert_eq!(still, theirs, "another tenant's process of that id keeps its own lease");
+}
+
+#[test]
+fn a_payload_schema_that_takes_too_long_to_check_is_refused() {
+    let store = store_at(&ManualClock::new(T0));
+    let branches: Vec<Value> = (0..50).map(|_| json!({ "type": "number" })).collect();
+    let costly = EventType::new("numbers").schema(json!({ "items": { "allOf": branches } }));
+    register(&store, tool("p").event_type(costly));
+    let small = json!((0..1_000).collect::<Vec<u32>>());
+    store.processes().append_event("p", AppendRequest::new("numbers", small)).expect("quick");
+    let large = json!((0..30_000).collect::<Vec<u32>>());
+    let refused = store.processes().append_event("p", AppendRequest::new("numbers", large));
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    assert_eq!(store.events().head(Stream::process("p")).expect("head"), 1, "nothing written");
+}
+
+#[test]
+fn a_subscriber_follows_an_id_registered_again_after_a_prune() {
+    let clock = ManualClock::new(T0);
+    let store = store_at(&clock);
+    register(&store, tool("p").event_type(EventType::new("note")));
+    let mut events = store.subscribe(Stream::process("p"), 0).expect("subscribe");
+    for _ in 0..3 {
+        store.processes().append_event("p", AppendRequest::new("note", json!({}))).expect("append");
+    }
+    store.processes().complete("p", success(json!(1))).expect("complete");
+    let first: Vec<u64> = (0..4)
+        .map(|_| events.recv_timeout(Duration::from_secs(5)).expect("recv").expect("event").seq)
+        .collect();
+    assert_eq!(first, [1, 2, 3, 4]);
+    clock.advance_ms(1);
+    store.processes().prune_terminal(T0 + 1).expect("prune");
+    register(&store, tool("p").event_type(EventType::new("note")));
+    for _ in 0..2 {
+        store.processes().append_event("p", AppendRequest::new("note", json!({}))).expect("append");
+    }
+    let again: Vec<u64> = (0..2)
+        .map(|_| events.recv_timeout(Duration::from_secs(5)).expect("recv").expect("event").seq)
+        .collect();
+    assert_eq!(again, [5, 6], "the new history continues the numbering: nothing is missed");
 }

@@ -419,7 +419,7 @@ impl Op for CompleteNode {
     fn check_shape(&self, limits: &Limits) -> Result<()> {
         let tokens = self.output.as_ref().map(NodeOutput::tokens).unwrap_or_default();
         let data = tokens.into_iter().filter_map(|token| token.data.as_ref());
-        data.into_iter().try_for_each(|value| limits.check_depth(value))
+        limits.check_depths(data)
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         if let Some(output) = &self.output {

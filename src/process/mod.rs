@@ -9,8 +9,9 @@
 //! `process.resumed`, `process.completed`, `process.failed`, `process.cancelled`).
 //!
 //! Events go to the event log on `Stream::process(id)`, numbered from 1; while the process is
-//! registered only the registry writes that stream (the event log refuses callers), and a
-//! pruned process's stream goes with it (an id registered again starts a new history from 1).
+//! registered only the registry writes that stream (the event log refuses callers). A pruned
+//! process's events and keys go with it, but the stream keeps its head: an id registered
+//! again continues the numbering, so a subscriber's cursor stays valid.
 //! A replay key makes an append idempotent: the same event again returns the first one (and repairs a record that
 //! does not show the end the event made); another event under the key is `Conflict`.
 //! Terminal and cancel-request events need one; the keys the registry builds for them
@@ -101,6 +102,10 @@ impl<'a> Processes<'a> {
     /// # Errors
     /// `TooLarge` for a page past `Limits::page_size_max`.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<ProcessRecord>> {
+        // Checked before the clone: cloning a value recurses once per level.
+        if let Some(definition) = &filter.definition {
+            self.store.limits().check_depth(definition)?;
+        }
         self.store.exec(List { filter: filter.clone() })
     }
 

@@ -234,7 +234,7 @@ impl Op for Register {
             return Ok(existing);
         }
         let stream = Stream::process(&prepared.registration.id);
-        if log::select_head(tx.sql(), tx.tenant(), &stream)? > 0 {
+        if log::has_events(tx.sql(), tx.tenant(), &stream)? {
             return Err(Error::Conflict(format!(
                 "{stream} already holds events appended without the registry"
             )));
@@ -262,6 +262,9 @@ impl Op for List {
     type Output = Vec<ProcessRecord>;
     fn access(&self) -> Access {
         Access::Read
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        self.filter.definition.as_ref().map_or(Ok(()), |value| limits.check_depth(value))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessRecord>> {
         tx.limits().check_page(self.filter.page.limit)?;
@@ -809,7 +812,7 @@ impl Op for PruneTerminal {
         let mut report = PruneReport::default();
         for id in ids {
             let stream = Stream::process(&id);
-            report.pruned_events += log::delete_stream(tx.sql(), tx.tenant(), &stream)?;
+            report.pruned_events += log::delete_history(tx.sql(), tx.tenant(), &stream)?;
             sql::raise_fence_floor(tx.sql(), tx.tenant(), &id)?;
             sql::delete(tx.sql(), tx.tenant(), &id)?;
             report.pruned_processes += 1;

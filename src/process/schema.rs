@@ -13,6 +13,8 @@
 
 use std::cmp::Ordering;
 
+use std::cell::Cell;
+
 use serde_json::{Map, Number, Value};
 
 /// Most schema levels on any path from the root schema (the root is level 1).
@@ -70,8 +72,60 @@ pub(crate) fn check_schema(schema: &Value) -> Result<(), String> {
 
 /// Checks `value` against `schema` (already accepted by [`check_schema`]); `Err` names the JSON pointer
 /// of the first failing place and why, e.g. "/items/2: expected a string".
+#[cfg(test)]
 pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), String> {
-    validate_at(schema, value, "", 1)
+    match validate_within(schema, value, u64::MAX) {
+        Ok(()) => Ok(()),
+        Err(Refusal::Mismatch(why)) => Err(why),
+        Err(Refusal::TooMuchWork) => Err("too much work".to_owned()),
+    }
+}
+
+/// Why a value was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// It does not meet the schema: the place and the reason.
+    Mismatch(String),
+    /// Deciding took more than the steps allowed (a schema applied to every item of a large
+    /// payload, many times over through combinators).
+    TooMuchWork,
+}
+
+/// Checks `value` against `schema` in at most `steps_max` steps (one step per schema applied
+/// to one place of the value), so that one payload cannot keep the store busy for long.
+pub(crate) fn validate_within(
+    schema: &Value,
+    value: &Value,
+    steps_max: u64,
+) -> Result<(), Refusal> {
+    let budget = Budget { left: Cell::new(steps_max), exhausted: Cell::new(false) };
+    let outcome = validate_at(schema, value, "", 1, &budget);
+    if budget.exhausted.get() {
+        return Err(Refusal::TooMuchWork);
+    }
+    outcome.map_err(Refusal::Mismatch)
+}
+
+/// The steps a validation may still take; running out ends it (its outcome is then unknown).
+struct Budget {
+    left: Cell<u64>,
+    exhausted: Cell<bool>,
+}
+
+impl Budget {
+    /// Takes one step; false once there are none left.
+    fn take(&self) -> bool {
+        match self.left.get().checked_sub(1) {
+            Some(left) => {
+                self.left.set(left);
+                true
+            }
+            None => {
+                self.exhausted.set(true);
+                false
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -224,7 +278,16 @@ fn check_schema_list(
 // ---------------------------------------------------------------------------------------------
 
 /// Validates the value at `pointer` against a schema `depth` levels below the root schema.
-fn validate_at(schema: &Value, value: &Value, pointer: &str, depth: usize) -> Result<(), String> {
+fn validate_at(
+    schema: &Value,
+    value: &Value,
+    pointer: &str,
+    depth: usize,
+    budget: &Budget,
+) -> Result<(), String> {
+    if !budget.take() {
+        return Err(format!("{}: validation stopped: too much work", place(pointer)));
+    }
     if depth > MAX_DEPTH {
         return Err(format!("{}: schema nested deeper than {MAX_DEPTH} levels", place(pointer)));
     }
@@ -239,9 +302,9 @@ fn validate_at(schema: &Value, value: &Value, pointer: &str, depth: usize) -> Re
     validate_enum_and_const(map, value, pointer)?;
     validate_number(map, value, pointer)?;
     validate_string(map, value, pointer)?;
-    validate_array(map, value, pointer, depth)?;
-    validate_object(map, value, pointer, depth)?;
-    validate_combinators(map, value, pointer, depth)
+    validate_array(map, value, pointer, depth, budget)?;
+    validate_object(map, value, pointer, depth, budget)?;
+    validate_combinators(map, value, pointer, depth, budget)
 }
 
 /// Refuses a schema with a keyword this validator does not apply (never one [`check_schema`] passed).
@@ -388,6 +451,7 @@ fn validate_array(
     value: &Value,
     pointer: &str,
     depth: usize,
+    budget: &Budget,
 ) -> Result<(), String> {
     let Value::Array(items) = value else { return Ok(()) };
     let count = u64::try_from(items.len()).unwrap_or(u64::MAX);
@@ -401,7 +465,7 @@ fn validate_array(
     }
     let Some(schema) = map.get("items") else { return Ok(()) };
     items.iter().enumerate().try_for_each(|(index, item)| {
-        validate_at(schema, item, &child_index(pointer, index), depth + 1)
+        validate_at(schema, item, &child_index(pointer, index), depth + 1, budget)
     })
 }
 
@@ -432,6 +496,7 @@ fn validate_object(
     value: &Value,
     pointer: &str,
     depth: usize,
+    budget: &Budget,
 ) -> Result<(), String> {
     let Value::Object(object) = value else { return Ok(()) };
     validate_required(map, object, pointer)?;
@@ -447,7 +512,7 @@ fn validate_object(
                 return Err(format!("{}: unexpected property `{name}`", place(pointer)));
             }
             (Some(schema), _) | (None, Some(schema)) => {
-                validate_at(schema, member, &child(pointer, name), depth + 1)?;
+                validate_at(schema, member, &child(pointer, name), depth + 1, budget)?;
             }
             (None, None) => {}
         }
@@ -476,10 +541,13 @@ fn validate_combinators(
     value: &Value,
     pointer: &str,
     depth: usize,
+    budget: &Budget,
 ) -> Result<(), String> {
-    let passes = |schema: &Value| validate_at(schema, value, pointer, depth + 1).is_ok();
+    let passes = |schema: &Value| validate_at(schema, value, pointer, depth + 1, budget).is_ok();
     if let Some(schemas) = schema_list_arg(map, "allOf", pointer)? {
-        schemas.iter().try_for_each(|schema| validate_at(schema, value, pointer, depth + 1))?;
+        schemas
+            .iter()
+            .try_for_each(|schema| validate_at(schema, value, pointer, depth + 1, budget))?;
     }
     if let Some(schemas) = schema_list_arg(map, "anyOf", pointer)?
         && !schemas.iter().any(passes)
@@ -974,6 +1042,19 @@ mod tests {
             );
         }
         bad_schema(json!({"anyOf": [{}, {"contains": {}}]}), "`contains` at /anyOf/1");
+    }
+
+    #[test]
+    fn validation_stops_when_its_steps_run_out() {
+        let branches: Vec<Value> = (0..10).map(|_| json!({"type": "number"})).collect();
+        let schema = json!({"items": {"allOf": branches}});
+        let numbers = json!((0..100).collect::<Vec<u32>>());
+        // One step for the root, then per item one for `items` and ten for its branches.
+        assert_eq!(validate_within(&schema, &numbers, 1 + 100 * 11), Ok(()));
+        assert_eq!(validate_within(&schema, &numbers, 100 * 11), Err(Refusal::TooMuchWork));
+        let not_schema = json!({"not": {"allOf": [{"type": "number"}, {"type": "number"}]}});
+        let refused = validate_within(&not_schema, &json!(1), 2);
+        assert_eq!(refused, Err(Refusal::TooMuchWork), "a `not` that ran out does not pass");
     }
 
     #[test]

@@ -62,31 +62,31 @@ pub(crate) struct Prepared {
 
 /// Checks the nesting of everything a registration carries (its JSON values and its
 /// selectors, which templates nest) without recursing: it runs on the caller's thread, before
-/// anything serialises the registration.
+/// anything serialises the registration. The error names the deepest nesting found.
 pub(crate) fn check_registration_shape(registration: &Registration, limits: &Limits) -> Result<()> {
     let values = [&registration.identity.definition, &registration.caused_by];
-    values.into_iter().flatten().try_for_each(|value| limits.check_depth(value))?;
-    limits.check_depth(&registration.input)?;
+    let mut deepest = crate::limits::value_depth(&registration.input);
+    for value in values.into_iter().flatten() {
+        deepest = deepest.max(crate::limits::value_depth(value));
+    }
     let mut selectors: Vec<(&Selector, usize)> = Vec::new();
     for event_type in &registration.event_types {
-        limits.check_depth(&event_type.payload_schema)?;
+        deepest = deepest.max(crate::limits::value_depth(&event_type.payload_schema));
         selectors.extend(selectors_of(&event_type.semantics).into_iter().map(|s| (s, 1)));
     }
-    let mut deepest = 0;
     while let Some((selector, depth)) = selectors.pop() {
         deepest = deepest.max(depth);
         match selector {
-            Selector::Const(value) => limits.check_depth(value)?,
+            Selector::Const(value) => {
+                deepest = deepest.max(depth + crate::limits::value_depth(value));
+            }
             Selector::Template { fields, .. } => {
                 selectors.extend(fields.values().map(|field| (field, depth + 1)));
             }
             Selector::Payload | Selector::Pointer(_) | Selector::Present(_) => {}
         }
     }
-    if deepest > limits.json_depth_max {
-        return Err(Error::too_large(crate::limits::JSON_DEPTH, limits.json_depth_max, deepest));
-    }
-    Ok(())
+    limits.check_nesting(deepest)
 }
 
 /// The selectors an event type's semantics use.
@@ -111,7 +111,7 @@ pub(crate) fn check_output_shape(output: &AwaitOutput, limits: &Limits) -> Resul
             [raw.as_ref(), control.as_ref()]
         }
     };
-    values.into_iter().flatten().try_for_each(|value| limits.check_depth(value))
+    limits.check_depths(values.into_iter().flatten())
 }
 
 /// Checks ids, event type names (non-blank, unique), schemas and terminal specs.
@@ -191,11 +191,23 @@ pub(crate) fn materialize(
     Ok(EventSemantics { terminal, wake })
 }
 
-/// Checks `payload` against the event type's schema.
+/// The most steps checking one payload against its schema may take (a step: one schema
+/// applied at one place of the payload; a few hundred nanoseconds each).
+const SCHEMA_STEPS_MAX: u64 = 1_000_000;
+
+/// Checks `payload` against the event type's schema, within `SCHEMA_STEPS_MAX` steps.
 pub(crate) fn check_payload(event_type: &EventType, payload: &Value) -> Result<()> {
-    schema::validate(&event_type.payload_schema, payload).map_err(|why| {
-        invalid(format!("{} payload does not meet its schema: {why}", event_type.name))
-    })
+    match schema::validate_within(&event_type.payload_schema, payload, SCHEMA_STEPS_MAX) {
+        Ok(()) => Ok(()),
+        Err(schema::Refusal::Mismatch(why)) => {
+            Err(invalid(format!("{} payload does not meet its schema: {why}", event_type.name)))
+        }
+        Err(schema::Refusal::TooMuchWork) => Err(Error::TooLarge {
+            what: "payload schema validation steps",
+            limit: SCHEMA_STEPS_MAX,
+            actual: SCHEMA_STEPS_MAX + 1,
+        }),
+    }
 }
 
 /// The output a terminal event leaves: the selected value read as an `AwaitOutput`, or, when

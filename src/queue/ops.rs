@@ -222,7 +222,7 @@ impl Op for EnqueueBatch {
         Access::Write
     }
     fn check_shape(&self, limits: &Limits) -> Result<()> {
-        self.items.iter().try_for_each(|item| limits.check_depth(&item.payload))
+        limits.check_depths(self.items.iter().map(|item| &item.payload))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Enqueued>> {
         check_count(tx, "enqueue batch", self.items.len())?;
@@ -312,7 +312,7 @@ impl Op for CompleteBatch {
         Access::Write
     }
     fn check_shape(&self, limits: &Limits) -> Result<()> {
-        self.items.iter().try_for_each(|done| limits.check_depth(&done.result))
+        limits.check_depths(self.items.iter().map(|done| &done.result))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         check_count(tx, "complete batch", self.items.len())?;

@@ -380,6 +380,9 @@ fn wait_state_round_trips_filters_and_clears_on_terminal() {
     assert_eq!(ids(&store.processes().list(&filter).expect("list")), ["p"]);
     let cleared = store.processes().clear_wait("p").expect("clear");
     assert!(cleared.wait.is_none());
+    let given = spindle::process::WaitState { kind: signal("go", 7), since_ms: 1 };
+    let stamped = store.processes().set_wait("p", given).expect("a whole wait state");
+    assert_eq!(stamped.wait.map(|wait| wait.since_ms), Some(T0 + 5), "the store's clock");
     store.processes().set_wait("p", signal("go", 2)).expect("wait again");
     let done = store.processes().complete("p", success(json!(null))).expect("complete");
     assert!(done.wait.is_none(), "ending a process clears its wait");

@@ -39,6 +39,7 @@ mod semantics;
 mod sql;
 mod types;
 
+use std::borrow::Borrow;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -101,7 +102,8 @@ impl<'a> Processes<'a> {
     ///
     /// # Errors
     /// `TooLarge` for a page past `Limits::page_size_max`.
-    pub fn list(&self, filter: &ListFilter) -> Result<Vec<ProcessRecord>> {
+    pub fn list(&self, filter: impl Borrow<ListFilter>) -> Result<Vec<ProcessRecord>> {
+        let filter = filter.borrow();
         // Checked before the clone: cloning a value recurses once per level.
         if let Some(definition) = &filter.definition {
             self.store.limits().check_depth(definition)?;
@@ -116,7 +118,7 @@ impl<'a> Processes<'a> {
     /// Storage errors only.
     pub fn list_non_terminal(&self) -> Result<Vec<ProcessRecord>> {
         let page = Page::first(self.store.limits().page_size_max);
-        self.list(&ListFilter { page, ..ListFilter::default() })
+        self.list(ListFilter { page, ..ListFilter::default() })
     }
 
     /// Sets the process's external reference once; the same again changes nothing.
@@ -157,9 +159,9 @@ impl<'a> Processes<'a> {
         &self,
         from: &SessionScope,
         to: &SessionScope,
-        ids: &[&str],
+        ids: &[impl AsRef<str>],
     ) -> Result<()> {
-        let ids = ids.iter().map(|id| (*id).to_owned()).collect();
+        let ids = ids.iter().map(|id| id.as_ref().to_owned()).collect();
         self.store.exec(TransferHandles { from: from.clone(), to: to.clone(), ids })
     }
 
@@ -272,12 +274,13 @@ impl<'a> Processes<'a> {
         self.store.exec(Complete { id: id.into(), output })
     }
 
-    /// Puts a running process in a wait state.
+    /// Puts a running process in a wait state (a `WaitState`'s `since_ms` is replaced by the
+    /// store's clock).
     ///
     /// # Errors
     /// `NotFound`; `Conflict` for a finished process; `InvalidInput` for a bad signal.
-    pub fn set_wait(&self, id: &str, wait: WaitKind) -> Result<ProcessRecord> {
-        self.store.exec(SetWait { id: id.into(), wait })
+    pub fn set_wait(&self, id: &str, wait: impl Into<WaitKind>) -> Result<ProcessRecord> {
+        self.store.exec(SetWait { id: id.into(), wait: wait.into() })
     }
 
     /// Clears the process's wait state.

@@ -425,6 +425,13 @@ pub struct WaitState {
     pub since_ms: i64,
 }
 
+impl From<WaitState> for WaitKind {
+    /// What the state waits for (its `since_ms` is the store's to set).
+    fn from(state: WaitState) -> Self {
+        state.kind
+    }
+}
+
 /// What a process can wait for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

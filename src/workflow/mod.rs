@@ -24,6 +24,8 @@ mod ops;
 mod patch;
 mod sql;
 
+use std::borrow::Borrow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -267,8 +269,12 @@ impl<'a> Workflows<'a> {
     ///
     /// # Errors
     /// `TooLarge` for a page past `Limits::page_size_max`.
-    pub fn list_executions(&self, filter: &ExecutionFilter, page: Page) -> Result<Vec<Execution>> {
-        self.store.exec(ListExecutions { filter: filter.clone(), page })
+    pub fn list_executions(
+        &self,
+        filter: impl Borrow<ExecutionFilter>,
+        page: Page,
+    ) -> Result<Vec<Execution>> {
+        self.store.exec(ListExecutions { filter: filter.borrow().clone(), page })
     }
 
     /// Moves the execution to `status` and appends the lifecycle event.

@@ -807,7 +807,7 @@ fn another_tenants_process_is_missing() {
     let theirs = acme.processes().get("p").expect("get").expect("acme's");
     assert_eq!(theirs.identity.label.as_deref(), Some("grep"));
     assert_eq!(
-        ids(&store.processes().list(&ListFilter::status(StatusFilter::Any)).expect("list")),
+        ids(&store.processes().list(ListFilter::status(StatusFilter::Any)).expect("list")),
         ["p"]
     );
 }
@@ -835,7 +835,7 @@ fn bad_registrations_are_refused_and_write_nothing() {
     }
     let big = Registration::new("p", "tool", json!("z".repeat(limits.payload_bytes_max)));
     assert!(matches!(store.processes().register(big), Err(Error::TooLarge { .. })));
-    let all = store.processes().list(&ListFilter::status(StatusFilter::Any)).expect("list");
+    let all = store.processes().list(ListFilter::status(StatusFilter::Any)).expect("list");
     assert_eq!(ids(&all), [at_limit.as_str()], "only the good registration was written");
 }
 

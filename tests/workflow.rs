@@ -53,7 +53,7 @@ fn an_execution_is_created_from_an_existing_definition_and_read_back() {
     assert_eq!(store.workflows().execution(&created.id).expect("get"), Some(created.clone()));
     let missing = store.workflows().create_execution("build", "v9", json!({}));
     assert!(matches!(missing, Err(Error::NotFound { .. })), "{missing:?}");
-    let all = store.workflows().list_executions(&ExecutionFilter::default(), Page::default());
+    let all = store.workflows().list_executions(ExecutionFilter::default(), Page::default());
     assert_eq!(all.expect("list").len(), 1, "the refused create wrote nothing");
     assert_eq!(store.workflows().execution("nope").expect("get"), None);
 }
@@ -288,7 +288,7 @@ fn listings_filter_by_status_and_workflow_newest_first() {
     let second_page = list(ExecutionFilter::default(), Page::after(ids[2].clone(), 1));
     assert_eq!(second_page, [ids[1].clone()], "keyset pages go on from the last id");
     let too_big =
-        store.workflows().list_executions(&ExecutionFilter::default(), Page::first(1_000_000));
+        store.workflows().list_executions(ExecutionFilter::default(), Page::first(1_000_000));
     assert!(matches!(too_big, Err(Error::TooLarge { .. })));
 }
 
@@ -358,7 +358,7 @@ fn tenants_see_only_their_own_workflows() {
     let id = acme.workflows().create_execution("build", "v1", json!({})).expect("create").id;
     acme.workflows().append_event(&id, "x", json!({})).expect("append");
     assert_eq!(store.workflows().execution(&id).expect("get"), None);
-    let all = store.workflows().list_executions(&ExecutionFilter::default(), Page::default());
+    let all = store.workflows().list_executions(ExecutionFilter::default(), Page::default());
     assert!(all.expect("list").is_empty());
     let events = store.workflows().events(&id, 0);
     assert!(matches!(events, Err(Error::NotFound { .. })), "{events:?}");

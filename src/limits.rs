@@ -88,6 +88,17 @@ impl Limits {
         Ok(())
     }
 
+    /// Encodes `value` and checks it as [`check_payload`](Self::check_payload) does, for a
+    /// value that is stored later in another form.
+    pub(crate) fn check_json(
+        &self,
+        what: &'static str,
+        value: &impl serde::Serialize,
+    ) -> Result<()> {
+        let encoded = serde_json::to_string(value)?;
+        self.check_payload(what, &encoded)
+    }
+
     /// Checks the nesting of a JSON value against `json_depth_max` without recursing (a value
     /// can be nested deeper than any stack); the error names the value's whole depth.
     pub fn check_depth(&self, value: &Value) -> Result<()> {

@@ -26,6 +26,7 @@ use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
 use crate::limits::Limits;
+use crate::page::{from_sql_int, to_sql_int};
 use crate::store::Store;
 
 /// The name of an event stream: a kind and an id.
@@ -377,14 +378,11 @@ pub(crate) fn append(
     payload: Value,
     idem_key: Option<&str>,
 ) -> Result<Appended> {
-    check_stream(tx, stream)?;
-    tx.limits().check_id("event type", event_type)?;
-    let encoded = serde_json::to_string(&payload)?;
-    tx.limits().check_payload("event payload bytes", &encoded)?;
+    let encoded = check_event(tx, stream, event_type, &payload)?;
     let hash = match idem_key {
         Some(key) => {
             tx.limits().check_id("idempotency key", key)?;
-            let hash = content_hash(&json!({ "type": event_type, "payload": &payload }));
+            let hash = event_hash(event_type, &payload);
             if let Some(existing) = select_by_key(tx.sql(), tx.tenant(), stream, key)? {
                 return replay(&existing, &hash, key);
             }
@@ -393,19 +391,55 @@ pub(crate) fn append(
         None => None,
     };
     let row = NewRow { stream, event_type, encoded: &encoded, idem_key, hash: hash.as_deref() };
-    let (seq, position) = insert(tx.sql(), tx.tenant(), tx.now_ms(), &row)?;
-    insert_key(tx.sql(), tx.tenant(), &row, seq, position)?;
+    write(tx, &row, payload)
+}
+
+/// Appends one event under `idem_key`, which the caller has just found unused with
+/// [`keyed_event`] in this transaction (so it is not looked up again).
+pub(crate) fn append_under_unused_key(
+    tx: &mut Tx<'_>,
+    stream: &Stream,
+    event_type: &str,
+    payload: Value,
+    idem_key: &str,
+) -> Result<Appended> {
+    let encoded = check_event(tx, stream, event_type, &payload)?;
+    tx.limits().check_id("idempotency key", idem_key)?;
+    let hash = event_hash(event_type, &payload);
+    let key = Some(idem_key);
+    let row = NewRow { stream, event_type, encoded: &encoded, idem_key: key, hash: Some(&hash) };
+    write(tx, &row, payload)
+}
+
+/// Checks an event's stream, type and payload; returns the encoded payload.
+fn check_event(tx: &Tx<'_>, stream: &Stream, event_type: &str, payload: &Value) -> Result<String> {
+    check_stream(tx, stream)?;
+    tx.limits().check_id("event type", event_type)?;
+    let encoded = serde_json::to_string(payload)?;
+    tx.limits().check_payload("event payload bytes", &encoded)?;
+    Ok(encoded)
+}
+
+/// What an idempotency key remembers of the event it appended.
+fn event_hash(event_type: &str, payload: &Value) -> String {
+    content_hash(&json!({ "type": event_type, "payload": payload }))
+}
+
+/// Inserts the row (and its key), and records the event for publishing.
+fn write(tx: &mut Tx<'_>, row: &NewRow<'_>, payload: Value) -> Result<Appended> {
+    let (seq, position) = insert(tx.sql(), tx.tenant(), tx.now_ms(), row)?;
+    insert_key(tx.sql(), tx.tenant(), row, seq, position)?;
     if !tx.publishing() {
         // Nobody is live: a subscriber that comes later reads the event from the table.
         return Ok(Appended { seq, position, existed: false });
     }
     let event = Event {
         position,
-        stream: stream.clone(),
+        stream: row.stream.clone(),
         seq,
-        event_type: event_type.to_owned(),
+        event_type: row.event_type.to_owned(),
         payload,
-        idem_key: idem_key.map(str::to_owned),
+        idem_key: row.idem_key.map(str::to_owned),
         created_at_ms: tx.now_ms(),
     };
     let tenant: Arc<str> = Arc::clone(tx.tenant_arc());
@@ -470,8 +504,7 @@ pub(crate) fn keyed_event(
     let Some(existing) = select_by_key(conn, tenant, stream, key)? else {
         return Ok(None);
     };
-    let hash = content_hash(&json!({ "type": event_type, "payload": payload }));
-    replay(&existing, &hash, key)?;
+    replay(&existing, &event_hash(event_type, payload), key)?;
     let found = read_stream(conn, tenant, stream, existing.seq.saturating_sub(1), 1)?;
     match found.into_iter().next() {
         Some(event) if event.seq == existing.seq => Ok(Some(event)),
@@ -756,14 +789,4 @@ fn event_from_row(row: &Row<'_>) -> Result<Event> {
         idem_key: row.get(6)?,
         created_at_ms: row.get(7)?,
     })
-}
-
-/// A cursor as SQLite stores it; cursors past `i64::MAX` mean "after everything".
-fn to_sql_int(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// A stored sequence or position; the schema's CHECKs keep them positive.
-fn from_sql_int(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
 }

@@ -1,4 +1,5 @@
-//! `Page`: keyset pagination for listings, shared by every domain.
+//! `Page`: keyset pagination for listings, shared by every domain, and the integer
+//! conversions between counts, cursors and sequences and the `i64` SQLite stores.
 //!
 //! A page is "the next `limit` rows after this id" in the listing's own order; the id of the
 //! last row of one page is the `after` of the next. Keyset pages stay correct while rows are
@@ -28,6 +29,17 @@ impl Page {
 /// A row count as SQL takes it (an `i64`; counts past it are read as "no limit").
 pub(crate) fn sql_limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+/// A sequence, cursor or token as SQLite stores it; values past `i64::MAX` mean "after
+/// everything".
+pub(crate) fn to_sql_int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A stored sequence, count or token; the schema's CHECKs keep them non-negative.
+pub(crate) fn from_sql_int(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
 }
 
 impl Default for Page {

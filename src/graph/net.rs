@@ -179,7 +179,7 @@ impl<'t, 'a> Net<'t, 'a> {
             let edge = EdgeState { seq, from: from_id, to, condition, tokens: 0, dead: false };
             self.feed_new_edge(from, edge)?;
         }
-        Ok(u64::try_from(seq).unwrap_or(0))
+        Ok(crate::page::from_sql_int(seq))
     }
 
     /// Moves a ready node to running.

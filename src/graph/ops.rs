@@ -423,8 +423,7 @@ impl Op for CompleteNode {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         if let Some(output) = &self.output {
-            let encoded = serde_json::to_string(output)?;
-            tx.limits().check_payload("node output bytes", &encoded)?;
+            tx.limits().check_json("node output bytes", output)?;
         }
         finish_node(tx, &self.graph, &self.node, Outcome::Done(self.output))
     }

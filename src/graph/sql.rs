@@ -12,7 +12,7 @@ use super::{
     Edge, Graph, GraphStatus, JoinType, Node, NodeCounts, NodeSpec, NodeStatus, Token, TokenColor,
 };
 use crate::error::{Error, Result};
-use crate::page::sql_limit;
+use crate::page::{from_sql_int, sql_limit};
 
 /// Which graph of which tenant a statement is about.
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +71,7 @@ impl GraphState {
     }
 
     fn node_counts(&self) -> NodeCounts {
-        let count = |status| u64::try_from(self.count(status)).unwrap_or(0);
+        let count = |status| from_sql_int(self.count(status));
         NodeCounts {
             pending: count(NodeStatus::Pending),
             ready: count(NodeStatus::Ready),
@@ -522,7 +522,7 @@ pub(super) fn select_edges(conn: &Connection, key: Key<'_>) -> Result<Vec<Edge>>
     rows.map(|row| {
         let (seq, from, to, condition, tokens): (i64, _, _, _, i64) = row?;
         let condition = condition.as_deref().map(serde_json::from_str).transpose()?;
-        Ok(Edge { seq: to_u64(seq), from, to, condition, tokens: to_u64(tokens) })
+        Ok(Edge { seq: from_sql_int(seq), from, to, condition, tokens: from_sql_int(tokens) })
     })
     .collect()
 }
@@ -652,8 +652,8 @@ impl RawGraph {
             status: state.status,
             parent_graph_id: state.parent_graph_id,
             parent_node_id: state.parent_node_id,
-            node_count: to_u64(state.node_count),
-            edge_count: to_u64(state.edge_count),
+            node_count: from_sql_int(state.node_count),
+            edge_count: from_sql_int(state.edge_count),
             timeout_ms: state.timeout_ms,
             deadline_at_ms: state.deadline_at_ms,
             error: state.error,
@@ -757,8 +757,4 @@ fn raw_node(row: &Row<'_>) -> rusqlite::Result<RawNode> {
         fires: row.get(7)?,
         times: [row.get(8)?, row.get(9)?, row.get(10)?, row.get(11)?],
     })
-}
-
-fn to_u64(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
 }

@@ -6,7 +6,7 @@
 //! fencing token is never handed out twice. Renew and complete match the holder's token and
 //! fencing token in the statement that writes.
 
-use super::ops::process;
+use super::ops::require;
 use super::sql;
 use super::types::{LeaseClaim, LeaseOwner, Liveness, ProcessLease};
 use crate::core::op::{Access, Op, sealed::Sealed};
@@ -64,7 +64,7 @@ impl Op for ClaimLease {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<LeaseClaim> {
-        process(tx, &self.id)?;
+        require(tx, &self.id)?;
         check_owner(tx, &self.owner, self.ttl_ms)?;
         let now_ms = tx.now_ms();
         let (current, last_fence) = sql::select_lease(tx.sql(), tx.tenant(), &self.id)?;
@@ -89,7 +89,7 @@ impl Op for ReclaimLease {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<LeaseClaim> {
-        process(tx, &self.id)?;
+        require(tx, &self.id)?;
         check_owner(tx, &self.claimant, self.ttl_ms)?;
         let now_ms = tx.now_ms();
         let (current, last_fence) = sql::select_lease(tx.sql(), tx.tenant(), &self.id)?;

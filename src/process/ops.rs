@@ -283,7 +283,7 @@ impl Op for SetExternalRef {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let mut record = process(tx, &self.id)?;
-        check_encoded(tx, "external ref bytes", &self.external_ref)?;
+        tx.limits().check_json("external ref bytes", &self.external_ref)?;
         match &record.external_ref {
             Some(existing) if *existing == self.external_ref => return Ok(record),
             Some(_) => {
@@ -307,8 +307,8 @@ impl Op for GrantHandle {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<HandleGrant> {
         check_scope(tx.limits(), &self.scope)?;
-        check_encoded(tx, "handle descriptor bytes", &self.descriptor)?;
-        process(tx, &self.id)?;
+        tx.limits().check_json("handle descriptor bytes", &self.descriptor)?;
+        require(tx, &self.id)?;
         let grant = HandleGrant {
             session_id: self.scope.session_id.clone(),
             scope_id: self.scope.id(),
@@ -390,7 +390,7 @@ impl Op for HasHandleGrant {
         check_scope(tx.limits(), &self.scope)?;
         tx.limits().check_id("process id", &self.id)?;
         let grant = sql::select_grant(tx.sql(), tx.tenant(), &self.scope.id(), &self.id)?;
-        Ok(grant.is_some() && sql::select(tx.sql(), tx.tenant(), &self.id)?.is_some())
+        Ok(grant.is_some() && sql::select_hash(tx.sql(), tx.tenant(), &self.id)?.is_some())
     }
 }
 
@@ -401,7 +401,7 @@ impl Op for GrantsForProcess {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<HandleGrant>> {
-        process(tx, &self.id)?;
+        require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
         sql::select_process_grants(tx.sql(), tx.tenant(), &self.id, limit)
     }
@@ -485,7 +485,7 @@ impl Op for AppendEvent {
 /// Checks ids, sizes and the required replay keys of an append request.
 fn check_request(tx: &Tx<'_>, request: &AppendRequest) -> Result<()> {
     tx.limits().check_id("event type", &request.event_type)?;
-    check_encoded(tx, "event payload bytes", &request.payload)?;
+    tx.limits().check_json("event payload bytes", &request.payload)?;
     if let Some(key) = &request.replay_key {
         tx.limits().check_id("replay key", key)?;
         check_reserved_key(key, &request.event_type)?;
@@ -561,8 +561,12 @@ fn append_new(
     if semantics.terminal.is_some() && record.is_terminal() {
         return Err(Error::Conflict(format!("process {} has already ended", record.id)));
     }
-    let key = request.replay_key.as_deref();
-    let appended = log::append(tx, &stream, &request.event_type, request.payload.clone(), key)?;
+    let (event_type, payload) = (request.event_type.as_str(), request.payload.clone());
+    let appended = match request.replay_key.as_deref() {
+        // `apply` has just found the key unused.
+        Some(key) => log::append_under_unused_key(tx, &stream, event_type, payload, key)?,
+        None => log::append(tx, &stream, event_type, payload, None)?,
+    };
     record_semantics(tx, &record.id, appended.seq, &semantics)?;
     match &semantics.terminal {
         Some(terminal) => project_terminal(&mut record, terminal.await_output.clone(), tx.now_ms()),
@@ -642,7 +646,7 @@ impl Op for EventsAfter {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessEvent>> {
-        process(tx, &self.id)?;
+        require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
         let events = log::read_stream(
             tx.sql(),
@@ -662,7 +666,7 @@ impl Op for CountEventsThrough {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
-        process(tx, &self.id)?;
+        require(tx, &self.id)?;
         tx.limits().check_id("event type", &self.event_type)?;
         let stream = Stream::process(&self.id);
         log::count_through(tx.sql(), tx.tenant(), &stream, &self.event_type, self.upto_seq)
@@ -676,7 +680,7 @@ impl Op for RecentEvents {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessEvent>> {
-        process(tx, &self.id)?;
+        require(tx, &self.id)?;
         tx.limits().check_page(self.limit)?;
         let stream = Stream::process(&self.id);
         let events = log::read_recent(tx.sql(), tx.tenant(), &stream, self.limit)?;
@@ -691,7 +695,7 @@ impl Op for WakeEventsAfter {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessEvent>> {
-        process(tx, &self.id)?;
+        require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
         let seqs =
             sql::select_unacked_wakes(tx.sql(), tx.tenant(), &self.id, self.after_seq, limit)?;
@@ -723,7 +727,7 @@ impl Op for AckWake {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        process(tx, &self.id)?;
+        require(tx, &self.id)?;
         let semantics = sql::select_semantics(tx.sql(), tx.tenant(), &self.id, self.seq)?;
         if semantics.wake.is_none() {
             return Err(Error::InvalidInput(format!(
@@ -828,13 +832,17 @@ fn save_changed(tx: &Tx<'_>, mut record: ProcessRecord) -> Result<ProcessRecord>
     Ok(record)
 }
 
+/// `NotFound` unless the process exists (without reading its record).
+pub(super) fn require(tx: &Tx<'_>, id: &str) -> Result<()> {
+    tx.limits().check_id("process id", id)?;
+    match sql::select_hash(tx.sql(), tx.tenant(), id)? {
+        Some(_) => Ok(()),
+        None => Err(Error::not_found("process", id)),
+    }
+}
+
 /// The process, or `NotFound`.
 pub(super) fn process(tx: &Tx<'_>, id: &str) -> Result<ProcessRecord> {
     tx.limits().check_id("process id", id)?;
     sql::select(tx.sql(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("process", id))
-}
-
-fn check_encoded(tx: &Tx<'_>, what: &'static str, value: &impl serde::Serialize) -> Result<()> {
-    let encoded = serde_json::to_string(value)?;
-    tx.limits().check_payload(what, &encoded)
 }

@@ -14,7 +14,7 @@ use super::types::{
 };
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
-use crate::page::sql_limit;
+use crate::page::{from_sql_int, sql_limit, to_sql_int};
 
 /// The columns `record_from_row` reads, in order.
 macro_rules! record_columns {
@@ -91,8 +91,8 @@ pub(super) fn save(conn: &Connection, tenant: &str, record: &ProcessRecord) -> R
     Error::expect_one(changed, "process", &record.id)
 }
 
-/// A process's registration hash, if it exists.
-pub(crate) fn select_hash(conn: &Connection, tenant: &str, id: &str) -> Result<Option<String>> {
+/// A process's registration hash, if it exists (a cheap existence check).
+pub(super) fn select_hash(conn: &Connection, tenant: &str, id: &str) -> Result<Option<String>> {
     let hash = conn
         .prepare_cached(
             "SELECT registration_hash FROM processes WHERE tenant_id = ?1 AND process_id = ?2",
@@ -151,7 +151,7 @@ pub(super) fn insert_semantics(
         "INSERT INTO process_event_semantics (tenant_id, process_id, seq, semantics, has_wake)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![tenant, process_id, to_sql(seq), encoded, has_wake])?;
+    .execute(params![tenant, process_id, to_sql_int(seq), encoded, has_wake])?;
     Ok(())
 }
 
@@ -167,7 +167,7 @@ pub(super) fn select_semantics(
             "SELECT semantics FROM process_event_semantics
              WHERE tenant_id = ?1 AND process_id = ?2 AND seq = ?3",
         )?
-        .query_row(params![tenant, process_id, to_sql(seq)], |row| row.get(0))
+        .query_row(params![tenant, process_id, to_sql_int(seq)], |row| row.get(0))
         .optional()?;
     match found {
         Some(text) => decode(&text),
@@ -191,8 +191,8 @@ pub(super) fn select_unacked_wakes(
                              AND a.seq = s.seq)
          ORDER BY s.seq LIMIT ?4",
     )?;
-    let rows = stmt.query(params![tenant, process_id, to_sql(after), sql_limit(limit)])?;
-    collect(rows, |row| Ok(from_sql(row.get(0)?)))
+    let rows = stmt.query(params![tenant, process_id, to_sql_int(after), sql_limit(limit)])?;
+    collect(rows, |row| Ok(from_sql_int(row.get(0)?)))
 }
 
 /// Acknowledges a wake; acknowledging it again changes nothing.
@@ -208,7 +208,7 @@ pub(super) fn insert_ack(
          VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (tenant_id, process_id, seq) DO NOTHING",
     )?
-    .execute(params![tenant, process_id, to_sql(seq), now_ms])?;
+    .execute(params![tenant, process_id, to_sql_int(seq), now_ms])?;
     Ok(())
 }
 
@@ -395,7 +395,7 @@ fn select_fence_floor(conn: &Connection, tenant: &str) -> Result<u64> {
         .prepare_cached("SELECT fencing_token FROM process_fence_floors WHERE tenant_id = ?1")?
         .query_row(params![tenant], |row| row.get(0))
         .optional()?;
-    Ok(floor.map_or(0, from_sql))
+    Ok(floor.map_or(0, from_sql_int))
 }
 
 /// Deletes a process; its semantics, acks, grants and lease go with it (foreign keys).
@@ -421,7 +421,7 @@ pub(super) fn select_lease(
     let Some(row) = rows.next()? else {
         return Ok((None, select_fence_floor(conn, tenant)?));
     };
-    let fence = from_sql(row.get(4)?);
+    let fence = from_sql_int(row.get(4)?);
     let (Some(owner_id), Some(lease_token)) =
         (row.get::<_, Option<String>>(0)?, row.get::<_, Option<String>>(3)?)
     else {
@@ -461,7 +461,7 @@ pub(super) fn upsert_lease(conn: &Connection, tenant: &str, lease: &ProcessLease
         lease.owner.incarnation_id,
         serde_json::to_string(&lease.owner.liveness)?,
         lease.lease_token,
-        to_sql(lease.fencing_token),
+        to_sql_int(lease.fencing_token),
         lease.claimed_at_ms,
         lease.expires_at_ms
     ])?;
@@ -490,12 +490,12 @@ pub(super) fn replace_observed_lease(
             observed.owner.owner_id,
             observed.owner.incarnation_id,
             observed.lease_token,
-            to_sql(observed.fencing_token),
+            to_sql_int(observed.fencing_token),
             lease.owner.owner_id,
             lease.owner.incarnation_id,
             serde_json::to_string(&lease.owner.liveness)?,
             lease.lease_token,
-            to_sql(lease.fencing_token),
+            to_sql_int(lease.fencing_token),
             lease.claimed_at_ms,
             lease.expires_at_ms
         ])?;
@@ -523,7 +523,7 @@ pub(super) fn extend_lease(
             lease.owner.owner_id,
             lease.owner.incarnation_id,
             lease.lease_token,
-            to_sql(lease.fencing_token),
+            to_sql_int(lease.fencing_token),
             expires_at_ms,
             now_ms
         ])?;
@@ -544,7 +544,7 @@ pub(super) fn release_lease(conn: &Connection, tenant: &str, lease: &ProcessLeas
             tenant,
             lease.process_id,
             lease.lease_token,
-            to_sql(lease.fencing_token)
+            to_sql_int(lease.fencing_token)
         ])?;
     Ok(changed == 1)
 }
@@ -609,12 +609,4 @@ fn decode<T: DeserializeOwned>(text: &str) -> Result<T> {
 
 fn decode_opt<T: DeserializeOwned>(text: Option<String>) -> Result<Option<T>> {
     text.map(|text| decode(&text)).transpose()
-}
-
-fn to_sql(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn from_sql(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
 }

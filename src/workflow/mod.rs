@@ -189,7 +189,7 @@ pub struct Loaded {
 /// Whether `id` is an execution of `tenant` (the event log asks before it lets a caller write
 /// an execution stream).
 pub(crate) fn exists(conn: &rusqlite::Connection, tenant: &str, id: &str) -> Result<bool> {
-    Ok(sql::select_execution(conn, tenant, id)?.is_some())
+    Ok(sql::select_status(conn, tenant, id)?.is_some())
 }
 
 /// The workflows of a store view: `store.workflows()`.

@@ -182,7 +182,7 @@ impl Op for PutDefinition {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Definition> {
         check_workflow(tx, &self.workflow_id, &self.version)?;
-        check_json(tx, "workflow definition bytes", &self.ir)?;
+        tx.limits().check_json("workflow definition bytes", &self.ir)?;
         let hash = content_hash(&self.ir);
         let found =
             sql::select_definition(tx.sql(), tx.tenant(), &self.workflow_id, &self.version)?;
@@ -257,7 +257,7 @@ impl Op for CreateExecution {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Execution> {
         check_workflow(tx, &self.workflow_id, &self.version)?;
-        check_json(tx, "execution input bytes", &self.input)?;
+        tx.limits().check_json("execution input bytes", &self.input)?;
         if sql::select_definition(tx.sql(), tx.tenant(), &self.workflow_id, &self.version)?
             .is_none()
         {
@@ -386,7 +386,7 @@ impl Op for PatchState {
         limits.check_depth(&self.patch)
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Execution> {
-        check_json(tx, "state patch bytes", &self.patch)?;
+        tx.limits().check_json("state patch bytes", &self.patch)?;
         let current = execution(tx, &self.id)?;
         let mut state = current.state.clone();
         merge_patch(&mut state, &self.patch);
@@ -427,8 +427,8 @@ impl Op for AppendToArray {
 
 /// Writes `state` as the next version of `current`'s state.
 fn save_state(tx: &Tx<'_>, current: Execution, state: Value) -> Result<Execution> {
-    check_running(&current)?;
-    check_json(tx, "execution state bytes", &state)?;
+    check_running(&current.id, current.status)?;
+    tx.limits().check_json("execution state bytes", &state)?;
     let expected_version = current.state_version;
     let next = Execution {
         state,
@@ -464,7 +464,7 @@ impl Op for AppendEvent {
                 "event types starting {LIFECYCLE_PREFIX:?} are the store's own lifecycle events"
             )));
         }
-        check_running(&execution(tx, &self.id)?)?;
+        check_running(&self.id, status_of(tx, &self.id)?)?;
         log::append(tx, &stream_of(&self.id), &self.event_type, self.payload, None)
     }
     fn single_write(&self) -> bool {
@@ -479,7 +479,7 @@ impl Op for ReadEvents {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Event>> {
-        execution(tx, &self.id)?;
+        status_of(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
         log::read_stream(tx.sql(), tx.tenant(), &stream_of(&self.id), self.after_seq, limit)
     }
@@ -495,7 +495,7 @@ impl Op for WriteSnapshot {
         limits.check_depth(&self.state)
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Snapshot> {
-        execution(tx, &self.id)?;
+        status_of(tx, &self.id)?;
         let encoded = serde_json::to_string(&self.state)?;
         tx.limits().check_payload("snapshot state bytes", &encoded)?;
         let head = log::select_head(tx.sql(), tx.tenant(), &stream_of(&self.id))?;
@@ -535,7 +535,7 @@ impl Op for LatestSnapshot {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Option<Snapshot>> {
-        execution(tx, &self.id)?;
+        status_of(tx, &self.id)?;
         sql::select_latest_snapshot(tx.sql(), tx.tenant(), &self.id)
     }
 }
@@ -574,15 +574,20 @@ impl Op for DeleteExecution {
 const LIFECYCLE_PREFIX: &str = "workflow.";
 
 /// `Conflict` for a finished execution: its state and its events are final.
-fn check_running(execution: &Execution) -> Result<()> {
-    if execution.status.is_terminal() {
+fn check_running(id: &str, status: WorkflowStatus) -> Result<()> {
+    if status.is_terminal() {
         return Err(Error::Conflict(format!(
-            "execution {} has finished ({}): its state and events are final",
-            execution.id,
-            execution.status.as_str()
+            "execution {id} has finished ({}): its state and events are final",
+            status.as_str()
         )));
     }
     Ok(())
+}
+
+/// The execution's status, or `NotFound` (without reading its input and state).
+fn status_of(tx: &Tx<'_>, id: &str) -> Result<WorkflowStatus> {
+    tx.limits().check_id("execution id", id)?;
+    sql::select_status(tx.sql(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("execution", id))
 }
 
 /// The execution, or `NotFound`.
@@ -595,9 +600,4 @@ fn execution(tx: &Tx<'_>, id: &str) -> Result<Execution> {
 fn check_workflow(tx: &Tx<'_>, workflow_id: &str, version: &str) -> Result<()> {
     tx.limits().check_id("workflow id", workflow_id)?;
     tx.limits().check_id("workflow version", version)
-}
-
-fn check_json(tx: &Tx<'_>, what: &'static str, value: &Value) -> Result<()> {
-    let encoded = serde_json::to_string(value)?;
-    tx.limits().check_payload(what, &encoded)
 }

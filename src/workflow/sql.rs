@@ -5,7 +5,7 @@ use rusqlite::{Connection, Row, params};
 
 use super::{Definition, Execution, ExecutionFilter, Snapshot, WorkflowStatus};
 use crate::error::{Error, Result};
-use crate::page::{Page, sql_limit};
+use crate::page::{Page, from_sql_int, sql_limit, to_sql_int};
 
 /// The columns `execution_from_row` reads, in order.
 macro_rules! execution_columns {
@@ -134,7 +134,7 @@ pub(super) fn insert_execution(
         execution.status.as_str(),
         serde_json::to_string(&execution.input)?,
         serde_json::to_string(&execution.state)?,
-        to_sql(execution.state_version),
+        to_sql_int(execution.state_version),
         execution.created_at_ms,
         execution.updated_at_ms,
         execution.completed_at_ms
@@ -155,6 +155,19 @@ pub(super) fn select_execution(
     ))?;
     let mut rows = stmt.query(params![tenant, id])?;
     rows.next()?.map(execution_from_row).transpose()
+}
+
+/// One execution's status.
+pub(super) fn select_status(
+    conn: &Connection,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<WorkflowStatus>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT status FROM workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
+    )?;
+    let mut rows = stmt.query(params![tenant, id])?;
+    rows.next()?.map(|row| status_from(&row.get::<_, String>(0)?)).transpose()
 }
 
 /// A page of executions, newest first; each filter shape reads the index that serves it.
@@ -225,9 +238,9 @@ pub(super) fn update_state(
             tenant,
             execution.id,
             serde_json::to_string(&execution.state)?,
-            to_sql(execution.state_version),
+            to_sql_int(execution.state_version),
             execution.updated_at_ms,
-            to_sql(expected_version)
+            to_sql_int(expected_version)
         ])?;
     Ok(changed == 1)
 }
@@ -248,7 +261,7 @@ pub(super) fn insert_snapshot(
     .execute(params![
         tenant,
         snapshot.execution_id,
-        to_sql(snapshot.at_seq),
+        to_sql_int(snapshot.at_seq),
         encoded,
         state_hash,
         snapshot.created_at_ms
@@ -267,7 +280,7 @@ pub(super) fn select_snapshot(
         "SELECT execution_id, at_seq, state, created_at_ms, state_hash FROM workflow_snapshots
          WHERE tenant_id = ?1 AND execution_id = ?2 AND at_seq = ?3",
     )?;
-    let mut rows = stmt.query(params![tenant, id, to_sql(at_seq)])?;
+    let mut rows = stmt.query(params![tenant, id, to_sql_int(at_seq)])?;
     let Some(row) = rows.next()? else { return Ok(None) };
     Ok(Some((snapshot_from_row(row)?, row.get(4)?)))
 }
@@ -311,21 +324,25 @@ fn execution_from_row(row: &Row<'_>) -> Result<Execution> {
         id: row.get(0)?,
         workflow_id: row.get(1)?,
         workflow_version: row.get(2)?,
-        status: WorkflowStatus::parse(&status)
-            .ok_or_else(|| Error::Corrupt(format!("unknown workflow status {status:?}")))?,
+        status: status_from(&status)?,
         input: decode(&row.get::<_, String>(4)?)?,
         state: decode(&row.get::<_, String>(5)?)?,
-        state_version: from_sql(row.get(6)?),
+        state_version: from_sql_int(row.get(6)?),
         created_at_ms: row.get(7)?,
         updated_at_ms: row.get(8)?,
         completed_at_ms: row.get(9)?,
     })
 }
 
+fn status_from(text: &str) -> Result<WorkflowStatus> {
+    WorkflowStatus::parse(text)
+        .ok_or_else(|| Error::Corrupt(format!("unknown workflow status {text:?}")))
+}
+
 fn snapshot_from_row(row: &Row<'_>) -> Result<Snapshot> {
     Ok(Snapshot {
         execution_id: row.get(0)?,
-        at_seq: from_sql(row.get(1)?),
+        at_seq: from_sql_int(row.get(1)?),
         state: decode(&row.get::<_, String>(2)?)?,
         created_at_ms: row.get(3)?,
     })
@@ -334,12 +351,4 @@ fn snapshot_from_row(row: &Row<'_>) -> Result<Snapshot> {
 fn decode(text: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text)
         .map_err(|error| Error::Corrupt(format!("a workflow row does not decode: {error}")))
-}
-
-fn to_sql(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn from_sql(value: i64) -> u64 {
-    u64::try_from(value).unwrap_or(0)
 }

@@ -215,9 +215,9 @@ impl Op for CreateTenant {
         if select_tenant(tx, &self.id)?.is_some() {
             return Err(Error::Conflict(format!("tenant {} exists", self.id)));
         }
-        tx.sql()
+        tx.conn()
             .prepare_cached(
-                "INSERT INTO tenants (tenant_id, name, status, created_at_ms, updated_at_ms)
+                "INSERT INTO main.tenants (tenant_id, name, status, created_at_ms, updated_at_ms)
                  VALUES (?1, ?2, 'active', ?3, ?3)",
             )?
             .execute(params![self.id, self.name, tx.now_ms()])?;
@@ -249,8 +249,8 @@ impl Op for ListTenants {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Tenant>> {
         require_system(tx)?;
         let limit = sql_limit(tx.limits().page_size_max);
-        let mut stmt = tx.sql().prepare_cached(
-            "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM tenants
+        let mut stmt = tx.conn().prepare_cached(
+            "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM main.tenants
              ORDER BY tenant_id LIMIT ?1",
         )?;
         let rows = stmt.query_map([limit], raw_tenant)?;
@@ -272,9 +272,9 @@ impl Op for UpdateTenant {
         let name = self.update.name.unwrap_or(current.name);
         tx.limits().check_id("tenant name", &name)?;
         let status = self.update.status.unwrap_or(current.status);
-        tx.sql()
+        tx.conn()
             .prepare_cached(
-                "UPDATE tenants SET name = ?2, status = ?3, updated_at_ms = ?4
+                "UPDATE main.tenants SET name = ?2, status = ?3, updated_at_ms = ?4
                  WHERE tenant_id = ?1",
             )?
             .execute(params![self.id, name, status.as_str(), tx.now_ms()])?;
@@ -300,9 +300,9 @@ impl Op for CreateToken {
         }
         let secret = new_secret()?;
         let id = tx.new_id();
-        tx.sql()
+        tx.conn()
             .prepare_cached(
-                "INSERT INTO api_tokens (token_id, tenant_id, name, role, secret_hash,
+                "INSERT INTO main.api_tokens (token_id, tenant_id, name, role, secret_hash,
                                          created_at_ms, expires_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
@@ -332,9 +332,9 @@ impl Op for RevokeToken {
         if token.is_none() {
             return Err(Error::not_found("token", &self.id));
         }
-        tx.sql()
+        tx.conn()
             .prepare_cached(
-                "UPDATE api_tokens SET revoked_at_ms = ?2
+                "UPDATE main.api_tokens SET revoked_at_ms = ?2
                  WHERE token_id = ?1 AND revoked_at_ms IS NULL",
             )?
             .execute(params![self.id, tx.now_ms()])?;
@@ -350,10 +350,10 @@ impl Op for ListTokens {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<TokenInfo>> {
         let limit = sql_limit(tx.limits().page_size_max);
-        let mut stmt = tx.sql().prepare_cached(concat!(
+        let mut stmt = tx.conn().prepare_cached(concat!(
             "SELECT ",
             token_columns!(),
-            " FROM api_tokens INDEXED BY api_tokens_by_tenant
+            " FROM main.api_tokens INDEXED BY api_tokens_by_tenant
               WHERE tenant_id = ?1 ORDER BY token_id LIMIT ?2"
         ))?;
         let rows = stmt.query_map(params![tx.tenant(), limit], raw_token)?;
@@ -371,10 +371,10 @@ impl Op for Authenticate {
         if !checksum_holds(self.secret.expose()) {
             return Err(Error::Unauthorized);
         }
-        let mut stmt = tx.sql().prepare_cached(concat!(
+        let mut stmt = tx.conn().prepare_cached(concat!(
             "SELECT ",
             token_columns!(),
-            " FROM api_tokens WHERE secret_hash = ?1 AND revoked_at_ms IS NULL
+            " FROM main.api_tokens WHERE secret_hash = ?1 AND revoked_at_ms IS NULL
                 AND (expires_at_ms IS NULL OR expires_at_ms > ?2)"
         ))?;
         let hash = secret_hash(self.secret.expose());
@@ -390,9 +390,9 @@ impl Op for TouchToken {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        tx.sql()
+        tx.conn()
             .prepare_cached(
-                "UPDATE api_tokens SET last_used_at_ms = ?2
+                "UPDATE main.api_tokens SET last_used_at_ms = ?2
                  WHERE token_id = ?1 AND (last_used_at_ms IS NULL OR last_used_at_ms <= ?3)",
             )?
             .execute(params![self.id, tx.now_ms(), tx.now_ms() - TOUCH_EVERY_MS])?;
@@ -552,8 +552,8 @@ fn require_system(tx: &Tx<'_>) -> Result<()> {
 }
 
 fn select_tenant(tx: &Tx<'_>, id: &str) -> Result<Option<Tenant>> {
-    let mut stmt = tx.sql().prepare_cached(
-        "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM tenants
+    let mut stmt = tx.conn().prepare_cached(
+        "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM main.tenants
          WHERE tenant_id = ?1",
     )?;
     stmt.query_row([id], raw_tenant).optional()?.map(RawTenant::decode).transpose()
@@ -574,10 +574,10 @@ fn raw_tenant(row: &Row<'_>) -> rusqlite::Result<RawTenant> {
 }
 
 fn select_token(tx: &Tx<'_>, id: &str) -> Result<Option<TokenInfo>> {
-    let mut stmt = tx.sql().prepare_cached(concat!(
+    let mut stmt = tx.conn().prepare_cached(concat!(
         "SELECT ",
         token_columns!(),
-        " FROM api_tokens WHERE token_id = ?1"
+        " FROM main.api_tokens WHERE token_id = ?1"
     ))?;
     stmt.query_row([id], raw_token).optional()?.map(RawToken::decode).transpose()
 }

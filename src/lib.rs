@@ -97,6 +97,7 @@ pub mod workflow;
 pub use crate::auth::{Auth, Tenant, TenantStatus, TenantUpdate, TokenInfo, TokenSecret};
 pub use crate::core::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::op::{Access, Op, Role, TxOutcome};
+pub use crate::core::sql::Sql;
 pub use crate::core::tx::Tx;
 pub use crate::error::{Error, Result};
 pub use crate::graph::{

@@ -233,7 +233,7 @@ impl Op for Read {
         check_stream(tx, &self.stream)?;
         tx.limits().check_page(self.limit)?;
         let filter = Filter::Stream(self.stream);
-        read_filtered(tx.sql(), tx.tenant(), &filter, self.after_seq, self.limit)
+        read_filtered(tx.conn(), tx.tenant(), &filter, self.after_seq, self.limit)
     }
 }
 
@@ -245,7 +245,7 @@ impl Op for ReadAll {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Event>> {
         tx.limits().check_page(self.limit)?;
-        read_filtered(tx.sql(), tx.tenant(), &Filter::All, self.after_position, self.limit)
+        read_filtered(tx.conn(), tx.tenant(), &Filter::All, self.after_position, self.limit)
     }
 }
 
@@ -257,7 +257,7 @@ impl Op for Head {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         check_stream(tx, &self.stream)?;
-        select_head(tx.sql(), tx.tenant(), &self.stream)
+        select_head(tx.conn(), tx.tenant(), &self.stream)
     }
 }
 
@@ -270,7 +270,7 @@ impl Op for Truncate {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         check_stream(tx, &self.stream)?;
         check_open_to_callers(tx, &self.stream)?;
-        delete_before(tx.sql(), tx.tenant(), &self.stream, self.before_seq)
+        delete_before(tx.conn(), tx.tenant(), &self.stream, self.before_seq)
     }
 }
 
@@ -383,7 +383,7 @@ pub(crate) fn append(
         Some(key) => {
             tx.limits().check_id("idempotency key", key)?;
             let hash = event_hash(event_type, &payload);
-            if let Some(existing) = select_by_key(tx.sql(), tx.tenant(), stream, key)? {
+            if let Some(existing) = select_by_key(tx.conn(), tx.tenant(), stream, key)? {
                 return replay(&existing, &hash, key);
             }
             Some(hash)
@@ -427,8 +427,8 @@ fn event_hash(event_type: &str, payload: &Value) -> String {
 
 /// Inserts the row (and its key), and records the event for publishing.
 fn write(tx: &mut Tx<'_>, row: &NewRow<'_>, payload: Value) -> Result<Appended> {
-    let (seq, position) = insert(tx.sql(), tx.tenant(), tx.now_ms(), row)?;
-    insert_key(tx.sql(), tx.tenant(), row, seq, position)?;
+    let (seq, position) = insert(tx.conn(), tx.tenant(), tx.now_ms(), row)?;
+    insert_key(tx.conn(), tx.tenant(), row, seq, position)?;
     if !tx.publishing() {
         // Nobody is live: a subscriber that comes later reads the event from the table.
         return Ok(Appended { seq, position, existed: false });
@@ -463,7 +463,7 @@ pub(crate) fn read_filtered(
             let mut stmt = conn.prepare_cached(
                 "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
                         created_at_ms
-                 FROM events
+                 FROM main.events
                  WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq > ?4
                  ORDER BY seq LIMIT ?5",
             )?;
@@ -477,7 +477,7 @@ pub(crate) fn read_filtered(
             let mut stmt = conn.prepare_cached(
                 "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
                         created_at_ms
-                 FROM events
+                 FROM main.events
                  WHERE tenant_id = ?1 AND position > ?2
                  ORDER BY position LIMIT ?3",
             )?;
@@ -535,7 +535,7 @@ pub(crate) fn read_recent(
     let mut stmt = conn.prepare_cached(
         "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
                 created_at_ms
-         FROM events
+         FROM main.events
          WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3
          ORDER BY seq DESC LIMIT ?4",
     )?;
@@ -559,7 +559,7 @@ pub(crate) fn count_through(
 ) -> Result<u64> {
     let count: i64 = conn
         .prepare_cached(
-            "SELECT count(*) FROM events
+            "SELECT count(*) FROM main.events
              WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq <= ?4
                AND event_type = ?5",
         )?
@@ -576,7 +576,7 @@ pub(crate) fn count_through(
 pub(crate) fn delete_history(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
     let deleted = delete_before(conn, tenant, stream, u64::MAX)?;
     conn.prepare_cached(
-        "DELETE FROM event_keys WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+        "DELETE FROM main.event_keys WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
     )?
     .execute(params![tenant, stream.kind.as_str(), stream.id])?;
     Ok(deleted)
@@ -586,7 +586,7 @@ pub(crate) fn delete_history(conn: &Connection, tenant: &str, stream: &Stream) -
 pub(crate) fn has_events(conn: &Connection, tenant: &str, stream: &Stream) -> Result<bool> {
     let found: Option<i64> = conn
         .prepare_cached(
-            "SELECT 1 FROM events
+            "SELECT 1 FROM main.events
              WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 LIMIT 1",
         )?
         .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| row.get(0))
@@ -600,15 +600,15 @@ pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) ->
     let args = params![tenant, stream.kind.as_str(), stream.id];
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM events WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+            "DELETE FROM main.events WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
         )?
         .execute(args)?;
     conn.prepare_cached(
-        "DELETE FROM event_keys WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+        "DELETE FROM main.event_keys WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
     )?
     .execute(args)?;
     conn.prepare_cached(
-        "DELETE FROM stream_heads WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+        "DELETE FROM main.stream_heads WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
     )?
     .execute(args)?;
     Ok(deleted as u64)
@@ -621,8 +621,8 @@ pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) ->
 /// stream without an owner is an ordinary stream.
 pub(crate) fn check_open_to_callers(tx: &Tx<'_>, stream: &Stream) -> Result<()> {
     let owned = match stream.kind {
-        StreamKind::Process => crate::process::is_registered(tx.sql(), tx.tenant(), &stream.id)?,
-        StreamKind::Execution => crate::workflow::exists(tx.sql(), tx.tenant(), &stream.id)?,
+        StreamKind::Process => crate::process::is_registered(tx.conn(), tx.tenant(), &stream.id)?,
+        StreamKind::Execution => crate::workflow::exists(tx.conn(), tx.tenant(), &stream.id)?,
         StreamKind::Graph | StreamKind::Queue | StreamKind::Custom => false,
     };
     if owned {
@@ -671,7 +671,7 @@ fn select_by_key(
     key: &str,
 ) -> Result<Option<Existing>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, position, payload_hash FROM event_keys
+        "SELECT seq, position, payload_hash FROM main.event_keys
          WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND idem_key = ?4",
     )?;
     let found = stmt
@@ -698,7 +698,7 @@ fn insert_key(
         return Ok(());
     };
     conn.prepare_cached(
-        "INSERT INTO event_keys (tenant_id, stream_kind, stream_id, idem_key, payload_hash, seq,
+        "INSERT INTO main.event_keys (tenant_id, stream_kind, stream_id, idem_key, payload_hash, seq,
                                  position)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
@@ -720,7 +720,7 @@ fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Res
     let kind = row.stream.kind.as_str();
     let seq = to_sql_int(select_head(conn, tenant, row.stream)?) + 1;
     conn.prepare_cached(
-        "INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+        "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
                              idem_key, created_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
@@ -746,9 +746,9 @@ pub(crate) fn select_head(conn: &Connection, tenant: &str, stream: &Stream) -> R
     let head: i64 = conn
         .prepare_cached(
             "SELECT COALESCE(
-                 (SELECT max(seq) FROM events
+                 (SELECT max(seq) FROM main.events
                   WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
-                 (SELECT head_seq FROM stream_heads
+                 (SELECT head_seq FROM main.stream_heads
                   WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
                  0)",
         )?
@@ -762,7 +762,7 @@ fn delete_before(conn: &Connection, tenant: &str, stream: &Stream, before_seq: u
     let head = select_head(conn, tenant, stream)?;
     if head > 0 {
         conn.prepare_cached(
-            "INSERT INTO stream_heads (tenant_id, stream_kind, stream_id, head_seq)
+            "INSERT INTO main.stream_heads (tenant_id, stream_kind, stream_id, head_seq)
              VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (tenant_id, stream_kind, stream_id) DO UPDATE SET head_seq = ?4",
         )?
@@ -770,7 +770,7 @@ fn delete_before(conn: &Connection, tenant: &str, stream: &Stream, before_seq: u
     }
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM events
+            "DELETE FROM main.events
              WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq < ?4",
         )?
         .execute(params![tenant, stream.kind.as_str(), stream.id, to_sql_int(before_seq)])?;

@@ -48,6 +48,11 @@ pub struct Options {
     /// (the command-line tool's inspectors) turns it off, so it leaves running nodes alone.
     /// Graph deadlines are kept either way (unless the store is read-only).
     pub recover_on_open: bool,
+    /// The most the database file may grow to, in bytes (rounded down to whole pages): a
+    /// write that needs more is refused with `Error::DiskFull` and writes nothing, and space
+    /// freed by deletions is used again. `None` (the default) leaves SQLite's own bound. A file
+    /// already larger is capped at its current size.
+    pub file_bytes_max: Option<u64>,
 }
 
 impl Default for Options {
@@ -62,6 +67,7 @@ impl Default for Options {
             read_only: false,
             wal_bytes_max: 64 * 1024 * 1024,
             recover_on_open: true,
+            file_bytes_max: None,
         }
     }
 }
@@ -77,6 +83,9 @@ impl Options {
         }
         if self.busy_timeout.as_millis() > i32::MAX as u128 {
             return Err(Error::InvalidInput("busy_timeout must be at most i32::MAX ms".into()));
+        }
+        if self.file_bytes_max == Some(0) {
+            return Err(Error::InvalidInput("file_bytes_max must be positive".into()));
         }
         if self.wal_bytes_max == 0 {
             return Err(Error::InvalidInput("wal_bytes_max must be positive".into()));

@@ -60,18 +60,17 @@ fn another_applications_database_is_refused() -> spindle::Result<()> {
 #[test]
 fn a_full_disk_fails_every_op_of_the_batch_and_writes_succeed_once_space_is_freed()
 -> spindle::Result<()> {
-    let t = temp_store();
+    let mut t = temp_store();
     let filler = Stream::custom("filler");
     let big = json!("x".repeat(200_000));
     for _ in 0..5 {
         t.store.events().append(&filler, "big", big.clone())?;
     }
-    // Cap the file at its current size: any new page is "disk full".
-    t.store.transaction(|tx| {
-        let pages: i64 = tx.sql().query_row("PRAGMA page_count", [], |r| r.get(0))?;
-        tx.sql().query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))?;
-        Ok(TxOutcome::Commit(()))
-    })?;
+    // Reopen with the file capped at its current size: any new page is "disk full".
+    t.store.close()?;
+    let file_bytes = std::fs::metadata(&t.path)?.len();
+    let options = Options { file_bytes_max: Some(file_bytes), ..Options::default() };
+    t.store = Store::open_with(&t.path, options)?;
     let s = Stream::custom("victim");
     let handles: Vec<_> = (0..8)
         .map(|_| {

@@ -31,12 +31,12 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::core::bell::Bell;
 use crate::core::checkpoint::WalSchedule;
 use crate::core::clock::Stamp;
-use crate::core::guard::JobGuard;
+use crate::core::guard::{ConnectionState, JobGuard, foreign_key_into_store, schema_version};
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
 use crate::core::schema::{self, Location};
-use crate::core::tx::{Tx, forbidden};
+use crate::core::tx::{Finished, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
@@ -150,6 +150,10 @@ struct Actor {
     commit_us: u64,
     /// Keeps jobs from ending or reshaping the batch's transaction.
     guard: Arc<JobGuard>,
+    /// The connection's settings as opened: what a caller's SQL must leave them as.
+    connection: ConnectionState,
+    /// The schema's version when foreign keys into the store's tables were last looked for.
+    schema_version: i64,
     /// When the alarm job is next due (set by committed jobs through `Tx::set_alarm`).
     alarm_ms: Option<i64>,
     /// Builds the job that runs when the alarm is due.
@@ -196,6 +200,8 @@ impl Actor {
     ) -> Result<Self> {
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
         let guard = JobGuard::install(&mut conn)?;
+        let connection = ConnectionState::read(&conn)?;
+        let schema_version = schema_version(&conn)?;
         Ok(Self {
             conn,
             inbox,
@@ -210,6 +216,8 @@ impl Actor {
             wal,
             commit_us: 0,
             guard,
+            connection,
+            schema_version,
             alarm_ms: None,
             alarm_job,
             writable: HashMap::new(),
@@ -387,7 +395,7 @@ impl Actor {
         }
         let status: Option<String> = self
             .conn
-            .prepare_cached("SELECT status FROM tenants WHERE tenant_id = ?1")?
+            .prepare_cached("SELECT status FROM main.tenants WHERE tenant_id = ?1")?
             .query_row([tenant.as_ref()], |row| row.get(0))
             .optional()?;
         let writable = status.is_none_or(|status| status == "active");
@@ -451,9 +459,28 @@ impl Actor {
         let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids, &self.guard);
         tx.set_publishing(self.publisher.has_live());
         self.guard.enter(job.internal, job.scope.bound);
-        let applied = job.run(&mut tx);
+        let mut applied = job.run(&mut tx);
         self.guard.leave();
         let finished = tx.finish();
+        // Defence in depth behind the job guard: a closure's SQL must leave the connection as
+        // every later batch expects it.
+        let problem = finished.caller_sql.then(|| self.connection_problem()).flatten();
+        if let Some(problem) = &problem {
+            let refused =
+                format!("a transaction closure's SQL changed the store's connection: {problem}");
+            applied = applied.overrule(Error::Forbidden(refused));
+        }
+        self.settle(applied, finished, savepoint, batch);
+        if let Some(problem) = problem
+            && let Err(unrepaired) = self.restore_connection()
+        {
+            self.poison(batch, &format!("after {problem}: {unrepaired}"));
+        }
+    }
+
+    /// Keeps a job's work in the batch (releasing its savepoint) or rolls it back; abandons the
+    /// batch if its transaction was lost.
+    fn settle(&mut self, applied: Applied, finished: Finished, savepoint: bool, batch: &mut Batch) {
         if self.conn.is_autocommit() {
             let cause = applied.failure.as_ref().map_or_else(
                 || Error::InvalidInput("an operation ended the batch's transaction".into()),
@@ -484,6 +511,53 @@ impl Actor {
             Ok(()) => {}
             Err(error) => self.abandon(batch, &error),
         }
+    }
+
+    /// What a caller's SQL changed of the connection that every later batch runs on, if
+    /// anything: a setting, an attached database, a temporary object, or (when the schema
+    /// moved) a foreign key from a caller's table into the store's.
+    fn connection_problem(&mut self) -> Option<String> {
+        let state = match ConnectionState::read(&self.conn) {
+            Ok(state) if state == self.connection => None,
+            Ok(state) => Some(format!("{state:?}, expected {:?}", self.connection)),
+            Err(error) => Some(format!("its state cannot be read: {error}")),
+        };
+        state.or_else(|| self.foreign_key_problem())
+    }
+
+    /// A foreign key from a caller's table into the store's, looked for only when the schema
+    /// has moved since the last look.
+    fn foreign_key_problem(&mut self) -> Option<String> {
+        let version = schema_version(&self.conn).ok()?;
+        if version == self.schema_version {
+            return None;
+        }
+        match foreign_key_into_store(&self.conn) {
+            Ok(None) => {
+                self.schema_version = version;
+                None
+            }
+            Ok(Some(link)) => Some(format!("a foreign key into the store's tables ({link})")),
+            Err(error) => Some(format!("its foreign keys cannot be read: {error}")),
+        }
+    }
+
+    /// Puts the connection's settings back after a refused closure (its savepoint, with any
+    /// temporary object it made, is rolled back already) and checks that they took.
+    fn restore_connection(&mut self) -> Result<()> {
+        self.connection.restore(&self.conn)?;
+        match self.connection_problem() {
+            None => Ok(()),
+            Some(problem) => Err(Error::Poisoned(problem)),
+        }
+    }
+
+    /// The store can no longer trust its connection: nothing of this batch commits, and every
+    /// later call is refused until the store is opened again.
+    fn poison(&mut self, batch: &mut Batch, reason: &str) {
+        let reason = format!("the connection could not be restored {reason}");
+        self.abandon(batch, &Error::Poisoned(reason.clone()));
+        self.poisoned = Some(reason);
     }
 
     /// Commits the batch; returns whether it committed.
@@ -655,7 +729,7 @@ mod tests {
     }
 
     fn events_in(actor: &Actor) -> i64 {
-        actor.conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).expect("count")
+        actor.conn.query_row("SELECT count(*) FROM main.events", [], |r| r.get(0)).expect("count")
     }
 
     /// A live subscriber to every event, and the token that keeps it alive.
@@ -747,7 +821,7 @@ mod tests {
         let (first, first_answer) = append(1);
         let (sneaky, sneaky_answer) = transaction(|tx| {
             tx.append_event(Stream::custom("batch"), "sneaky", json!(null))?;
-            tx.sql().execute_batch("COMMIT")?;
+            tx.conn().execute_batch("COMMIT")?;
             Ok(TxOutcome::Commit(()))
         });
         let (last, last_answer) = append(2);
@@ -831,7 +905,7 @@ mod tests {
         let (feed, _token) = live_subscriber(&mut actor);
         let (first, first_answer) = append(1);
         let (orphan, orphan_answer) = transaction(|tx| {
-            tx.sql().execute("INSERT INTO child (p) VALUES (7)", [])?;
+            tx.conn().execute("INSERT INTO child (p) VALUES (7)", [])?;
             Ok(TxOutcome::Commit(()))
         });
         let (rolled_back, rolled_back_answer) = transaction(|_| Ok(TxOutcome::Rollback(())));

@@ -1,20 +1,42 @@
-//! `JobGuard`: keeps the caller's own SQL from ending the batch's transaction or touching the
-//! store's tables behind the ops' backs.
+//! `JobGuard`: keeps a caller's own SQL (`Tx::sql` in a transaction closure) to the caller's
+//! own tables and to its own transaction, and checks afterwards that the connection every later
+//! batch runs on is still the one the store relies on.
 //!
-//! While a job runs, an authorizer looks at every statement as it is prepared. Statements of
-//! the crate's own ops run as *internal*; statements a transaction closure runs through
-//! `Tx::sql` are the caller's. The caller's may read anything and write its own tables, but
-//! not control the transaction (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE`), not
-//! write the store's tables (they are written only through ops, which keep their invariants),
-//! and not attach triggers to them or drop or alter them. A commit hook also turns any commit
-//! during a job into a rollback (a statement running in autocommit after SQLite rolled the
-//! transaction back under the job).
+//! While a job runs, an authorizer looks at every statement as it is prepared. Statements of the
+//! crate's own ops run as *internal* and are trusted; statements a closure runs through
+//! `Tx::sql` are the caller's. A commit hook also turns any commit during a job into a rollback
+//! (a statement running in autocommit after SQLite rolled the transaction back under the job).
+//!
+//! The store's connection outlives every transaction and serves every tenant, so the rule for
+//! the caller's SQL is: it may read and write its own tables, inside this transaction, and
+//! nothing else. The verdict for each of SQLite's authorizer action codes, and why:
+//!
+//! | action | verdict for the caller's SQL | why |
+//! | --- | --- | --- |
+//! | `SELECT`, `READ`, `RECURSIVE` | allowed; a view bound to a tenant by a token may not read the store's tables or `dbstat` | they hold every tenant's rows |
+//! | `INSERT`, `UPDATE`, `DELETE` | refused on the store's tables and on `sqlite_stat1`, `sqlite_stat4`, `sqlite_sequence` | ops keep the store's invariants; statistics steer the store's query plans, and the sequence table keeps event positions from being reused |
+//! | `CREATE TABLE`, `CREATE VIEW`, `DROP VIEW`, `CREATE`/`DROP VIRTUAL TABLE` | allowed in `main` (virtual tables refused in `temp`) | the caller's own schema, committed with its transaction |
+//! | `CREATE INDEX`, `CREATE TRIGGER`, `DROP INDEX`, `DROP TRIGGER`, `DROP TABLE`, `ALTER TABLE` | refused on the store's tables, allowed on the caller's | a trigger or index on a store table would run inside every op |
+//! | every `CREATE TEMP …` and `DROP TEMP …` | refused | temporary objects live on the shared connection past the transaction, and a temporary table named like a store table would take its place in unqualified SQL |
+//! | `PRAGMA` | refused, except the read-only ones in `READ_ONLY_PRAGMAS` and `SCHEMA_PRAGMAS` | a pragma changes the connection for every later batch of every tenant (`query_only`, `foreign_keys`, `writable_schema`, `cache_size`, …) |
+//! | `TRANSACTION`, `SAVEPOINT` | refused | the batch's transaction belongs to the actor; compose with `Tx::exec` and `TxOutcome` |
+//! | `ATTACH`, `DETACH` | refused | an attached database outlives the transaction and would be shared by every tenant |
+//! | `ANALYZE` | refused | it rewrites the statistics the store's query plans rely on |
+//! | `REINDEX` | allowed | it rebuilds an index with the same content |
+//! | `FUNCTION` | allowed, except `load_extension` and `fts3_tokenizer` | those two load code into the connection |
+//! | anything else (an action code newer than this list) | refused | unknown |
+//!
+//! Integrity checks (`integrity_check`, `quick_check`) read every table, so only the store
+//! owner's views may run them. After a closure that used `Tx::sql`, the actor reads the
+//! connection's state back ([`ConnectionState`]) and refuses the closure if anything changed
+//! (see `Actor::run_job`); this is defence in depth behind the authorizer.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rusqlite::Connection;
+use parking_lot::Mutex;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::Result;
 
@@ -41,6 +63,50 @@ pub(crate) const OWN_TABLES: &[&str] = &[
     "workflow_snapshots",
 ];
 
+/// Pragmas a caller's SQL may read (never set): `PRAGMA name` or `pragma_name` with no value.
+pub(crate) const READ_ONLY_PRAGMAS: &[&str] = &[
+    "application_id",
+    "collation_list",
+    "compile_options",
+    "data_version",
+    "encoding",
+    "foreign_keys",
+    "freelist_count",
+    "function_list",
+    "journal_mode",
+    "max_page_count",
+    "module_list",
+    "page_count",
+    "page_size",
+    "pragma_list",
+    "query_only",
+    "schema_version",
+    "synchronous",
+    "user_version",
+];
+
+/// Pragmas that describe the schema of the table or index they name: read-only whatever their
+/// argument.
+pub(crate) const SCHEMA_PRAGMAS: &[&str] = &[
+    "foreign_key_list",
+    "index_info",
+    "index_list",
+    "index_xinfo",
+    "table_info",
+    "table_list",
+    "table_xinfo",
+];
+
+/// Pragmas that read every table: only for the store owner's views.
+const INTEGRITY_PRAGMAS: &[&str] = &["integrity_check", "quick_check"];
+
+/// SQLite's own tables whose rows steer the store: query-planner statistics and the
+/// `AUTOINCREMENT` counters.
+const STEERING_TABLES: &[&str] = &["sqlite_stat1", "sqlite_stat4", "sqlite_sequence"];
+
+/// SQL functions that load code into the connection.
+const REFUSED_FUNCTIONS: &[&str] = &["load_extension", "fts3_tokenizer"];
+
 /// The flags the hooks read.
 #[derive(Debug, Default)]
 pub(crate) struct JobGuard {
@@ -49,6 +115,8 @@ pub(crate) struct JobGuard {
     /// The job's view is bound to a tenant by a token: its raw SQL may not even read the
     /// store's tables (they hold every tenant's rows).
     confined: AtomicBool,
+    /// Why the caller's last refused statement was refused, for its error.
+    refusal: Mutex<Option<String>>,
 }
 
 impl JobGuard {
@@ -74,6 +142,7 @@ impl JobGuard {
     pub(crate) fn leave(&self) {
         self.in_job.store(false, Ordering::Relaxed);
         self.internal.store(false, Ordering::Relaxed);
+        self.refusal.lock().take();
     }
 
     /// Runs the crate's own work inside a job (an op composed into a closure, say).
@@ -84,44 +153,230 @@ impl JobGuard {
         result
     }
 
+    /// Why the caller's last statement was refused, if it was (taken: asked once).
+    pub(crate) fn take_refusal(&self) -> Option<String> {
+        self.refusal.lock().take()
+    }
+
     fn authorize(&self, context: &AuthContext<'_>) -> Authorization {
         let from_caller =
             self.in_job.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
-        let confined = self.confined.load(Ordering::Relaxed);
-        if from_caller
-            && (refused_to_callers(&context.action) || confined && reads_own(&context.action))
-        {
-            Authorization::Deny
-        } else {
-            Authorization::Allow
+        if !from_caller {
+            return Authorization::Allow;
+        }
+        match refusal(context, self.confined.load(Ordering::Relaxed)) {
+            None => Authorization::Allow,
+            Some(reason) => {
+                *self.refusal.lock() = Some(reason);
+                Authorization::Deny
+            }
         }
     }
 }
 
-/// What the caller's own SQL may not do during a job.
-fn refused_to_callers(action: &AuthAction<'_>) -> bool {
-    match action {
-        AuthAction::Transaction { .. } | AuthAction::Savepoint { .. } => true,
+/// Why the caller's SQL may not do what `context` describes, or `None` if it may. The table
+/// in the module docs says the same in words.
+fn refusal(context: &AuthContext<'_>, confined: bool) -> Option<String> {
+    let temp = context.database_name == Some("temp");
+    match context.action {
+        AuthAction::Select | AuthAction::Recursive | AuthAction::Reindex { .. } => None,
+        AuthAction::Read { table_name, .. } => refuse_if(
+            confined && (is_own_table(table_name) || table_name.eq_ignore_ascii_case("dbstat")),
+            || format!("a view bound to a tenant may not read the store's table {table_name}"),
+        ),
         AuthAction::Insert { table_name }
-        | AuthAction::Delete { table_name }
         | AuthAction::Update { table_name, .. }
-        | AuthAction::DropTable { table_name }
-        | AuthAction::AlterTable { table_name, .. }
+        | AuthAction::Delete { table_name } => writes_refused(table_name),
+        AuthAction::CreateTable { .. } | AuthAction::CreateView { .. } => None,
+        AuthAction::DropView { .. } => None,
+        AuthAction::CreateVtable { table_name, .. } | AuthAction::DropVtable { table_name, .. } => {
+            refuse_if(temp, || format!("temporary virtual table {table_name}"))
+        }
+        AuthAction::CreateIndex { table_name, .. }
         | AuthAction::CreateTrigger { table_name, .. }
-        | AuthAction::CreateTempTrigger { table_name, .. }
+        | AuthAction::DropIndex { table_name, .. }
         | AuthAction::DropTrigger { table_name, .. }
-        | AuthAction::DropIndex { table_name, .. } => is_own_table(table_name),
-        _ => false,
+        | AuthAction::DropTable { table_name }
+        | AuthAction::AlterTable { table_name, .. } => refuse_if(is_own_table(table_name), || {
+            format!("reshaping the store's table {table_name}")
+        }),
+        AuthAction::CreateTempIndex { .. }
+        | AuthAction::CreateTempTable { .. }
+        | AuthAction::CreateTempTrigger { .. }
+        | AuthAction::CreateTempView { .. }
+        | AuthAction::DropTempIndex { .. }
+        | AuthAction::DropTempTable { .. }
+        | AuthAction::DropTempTrigger { .. }
+        | AuthAction::DropTempView { .. } => {
+            Some("temporary tables, views, indexes and triggers".into())
+        }
+        AuthAction::Pragma { pragma_name, pragma_value } => {
+            pragma_refused(pragma_name, pragma_value, confined)
+        }
+        AuthAction::Transaction { .. } | AuthAction::Savepoint { .. } => Some(
+            "transaction and savepoint statements (the batch's transaction is the store's: \
+             compose with Tx::exec and TxOutcome)"
+                .into(),
+        ),
+        AuthAction::Attach { .. } | AuthAction::Detach { .. } => {
+            Some("attaching or detaching databases".into())
+        }
+        AuthAction::Analyze { .. } => Some("ANALYZE (it steers the store's query plans)".into()),
+        AuthAction::Function { function_name } => refuse_if(
+            REFUSED_FUNCTIONS.iter().any(|name| name.eq_ignore_ascii_case(function_name)),
+            || format!("the function {function_name}"),
+        ),
+        // An action code newer than this list.
+        _ => Some("an action this store does not know".into()),
     }
 }
 
-/// Whether a statement reads one of the store's tables.
-fn reads_own(action: &AuthAction<'_>) -> bool {
-    matches!(action, AuthAction::Read { table_name, .. } if is_own_table(table_name))
+/// Whether the caller's SQL may write `table`.
+fn writes_refused(table: &str) -> Option<String> {
+    if is_own_table(table) {
+        return Some(format!("writing the store's table {table} (use its operations)"));
+    }
+    let steering = STEERING_TABLES.iter().any(|name| name.eq_ignore_ascii_case(table));
+    refuse_if(steering, || format!("writing SQLite's table {table}"))
+}
+
+/// Whether the caller's SQL may run `PRAGMA name [= value]` (or its table-valued function).
+fn pragma_refused(name: &str, value: Option<&str>, confined: bool) -> Option<String> {
+    let listed = |list: &[&str]| list.iter().any(|listed| listed.eq_ignore_ascii_case(name));
+    let allowed = listed(SCHEMA_PRAGMAS)
+        || (listed(READ_ONLY_PRAGMAS) && value.is_none())
+        || (listed(INTEGRITY_PRAGMAS) && !confined);
+    refuse_if(!allowed, || match value {
+        Some(value) => format!("PRAGMA {name} = {value} (only the read-only pragmas are allowed)"),
+        None => format!("PRAGMA {name} (only the read-only pragmas are allowed)"),
+    })
+}
+
+fn refuse_if(refused: bool, reason: impl FnOnce() -> String) -> Option<String> {
+    refused.then(reason)
 }
 
 fn is_own_table(name: &str) -> bool {
     OWN_TABLES.iter().any(|own| own.eq_ignore_ascii_case(name))
+}
+
+/// The connection settings every batch relies on, read back after a closure ran its own SQL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConnectionState {
+    query_only: i64,
+    foreign_keys: i64,
+    writable_schema: i64,
+    ignore_check_constraints: i64,
+    reverse_unordered_selects: i64,
+    recursive_triggers: i64,
+    defer_foreign_keys: i64,
+    busy_timeout_ms: i64,
+    /// Databases attached besides `main` and `temp`.
+    attached: i64,
+    /// Objects in the `temp` schema.
+    temp_objects: i64,
+}
+
+impl ConnectionState {
+    /// What the store sets at open.
+    #[cfg(test)]
+    pub(crate) fn expected(busy_timeout_ms: i64) -> Self {
+        Self {
+            query_only: 0,
+            foreign_keys: 1,
+            writable_schema: 0,
+            ignore_check_constraints: 0,
+            reverse_unordered_selects: 0,
+            recursive_triggers: 0,
+            defer_foreign_keys: 0,
+            busy_timeout_ms,
+            attached: 0,
+            temp_objects: 0,
+        }
+    }
+
+    /// Reads the state of `conn` in one statement.
+    pub(crate) fn read(conn: &Connection) -> Result<Self> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT (SELECT query_only FROM pragma_query_only),
+                    (SELECT foreign_keys FROM pragma_foreign_keys),
+                    (SELECT writable_schema FROM pragma_writable_schema),
+                    (SELECT ignore_check_constraints FROM pragma_ignore_check_constraints),
+                    (SELECT reverse_unordered_selects FROM pragma_reverse_unordered_selects),
+                    (SELECT recursive_triggers FROM pragma_recursive_triggers),
+                    (SELECT defer_foreign_keys FROM pragma_defer_foreign_keys),
+                    (SELECT timeout FROM pragma_busy_timeout),
+                    (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp')),
+                    (SELECT count(*) FROM temp.sqlite_master)",
+        )?;
+        Ok(stmt.query_row([], |row| {
+            Ok(Self {
+                query_only: row.get(0)?,
+                foreign_keys: row.get(1)?,
+                writable_schema: row.get(2)?,
+                ignore_check_constraints: row.get(3)?,
+                reverse_unordered_selects: row.get(4)?,
+                recursive_triggers: row.get(5)?,
+                defer_foreign_keys: row.get(6)?,
+                busy_timeout_ms: row.get(7)?,
+                attached: row.get(8)?,
+                temp_objects: row.get(9)?,
+            })
+        })?)
+    }
+
+    /// Sets the settings back (the caller's temporary objects went with its rolled-back
+    /// savepoint; `foreign_keys` does not change inside a transaction, so setting it there
+    /// does nothing and the check after it tells).
+    pub(crate) fn restore(&self, conn: &Connection) -> Result<()> {
+        conn.execute_batch(&format!(
+            "PRAGMA query_only = {};
+             PRAGMA foreign_keys = {};
+             PRAGMA writable_schema = {};
+             PRAGMA ignore_check_constraints = {};
+             PRAGMA reverse_unordered_selects = {};
+             PRAGMA recursive_triggers = {};
+             PRAGMA defer_foreign_keys = {};
+             PRAGMA busy_timeout = {};",
+            self.query_only,
+            self.foreign_keys,
+            self.writable_schema,
+            self.ignore_check_constraints,
+            self.reverse_unordered_selects,
+            self.recursive_triggers,
+            self.defer_foreign_keys,
+            self.busy_timeout_ms,
+        ))?;
+        Ok(())
+    }
+}
+
+/// A table of the caller's whose foreign key points at one of the store's tables, if any: such
+/// a key would let the caller's rows block or probe the store's own deletes and inserts.
+pub(crate) fn foreign_key_into_store(conn: &Connection) -> Result<Option<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT m.name, f.\"table\"
+         FROM main.sqlite_master AS m, pragma_foreign_key_list(m.name) AS f
+         WHERE m.type = 'table'",
+    )?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let (from, to): (String, String) = (row.get(0)?, row.get(1)?);
+        if is_own_table(&to) && !is_own_table(&from) {
+            return Ok(Some(format!("{from} -> {to}")));
+        }
+    }
+    Ok(None)
+}
+
+/// The schema's version counter: it moves whenever any schema object is created, changed or
+/// dropped.
+pub(crate) fn schema_version(conn: &Connection) -> Result<i64> {
+    let version: Option<i64> = conn
+        .prepare_cached("SELECT schema_version FROM pragma_schema_version")?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    Ok(version.unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -142,5 +397,47 @@ mod tests {
         own.sort_unstable();
         assert_eq!(tables, own);
         Ok(())
+    }
+
+    #[test]
+    fn a_fresh_connection_with_the_schema_has_the_expected_state() -> Result<()> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 1234;")?;
+        conn.execute_batch(include_str!("../../schema.sql"))?;
+        assert_eq!(ConnectionState::read(&conn)?, ConnectionState::expected(1234));
+        assert_eq!(foreign_key_into_store(&conn)?, None, "the store's own keys are not counted");
+        conn.execute_batch("CREATE TABLE mine (p INTEGER REFERENCES queue_items (rowid))")?;
+        assert_eq!(foreign_key_into_store(&conn)?.as_deref(), Some("mine -> queue_items"));
+        Ok(())
+    }
+
+    /// Every statement of the store's SQL names the schema of the store's tables, so nothing a
+    /// connection holds (a temporary table of the same name) can take their place.
+    #[test]
+    fn the_stores_statements_name_the_main_schema() {
+        let sources = [
+            include_str!("../log.rs"),
+            include_str!("../auth.rs"),
+            include_str!("actor.rs"),
+            include_str!("publish.rs"),
+            include_str!("../queue/sql.rs"),
+            include_str!("../graph/sql.rs"),
+            include_str!("../process/sql.rs"),
+            include_str!("../workflow/sql.rs"),
+        ];
+        let keywords = ["FROM", "JOIN", "INTO", "UPDATE"];
+        let mut unqualified = Vec::new();
+        for source in sources {
+            let words: Vec<&str> = source
+                .split(|c: char| c.is_whitespace() || c == '"' || c == '(' || c == ',')
+                .filter(|word| !word.is_empty())
+                .collect();
+            for pair in words.windows(2) {
+                if keywords.contains(&pair[0]) && is_own_table(pair[1]) {
+                    unqualified.push(format!("{} {}", pair[0], pair[1]));
+                }
+            }
+        }
+        assert!(unqualified.is_empty(), "unqualified: {unqualified:?}");
     }
 }

@@ -14,4 +14,5 @@ pub(crate) mod msg;
 pub(crate) mod op;
 pub(crate) mod publish;
 pub(crate) mod schema;
+pub(crate) mod sql;
 pub(crate) mod tx;

@@ -78,10 +78,21 @@ pub(crate) struct Applied {
 }
 
 impl Applied {
-    /// Sends the reply. `commit_error` is the batch's failure, if its writes were lost; a job
-    /// that kept nothing is answered with its own result either way.
+    /// Sends the reply. `commit_error` is the batch's failure, if its writes were lost (the
+    /// actor passes none for a job that kept nothing: it is answered with its own result).
     pub(crate) fn deliver(self, commit_error: Option<Error>) {
         (self.deliver)(commit_error);
+    }
+
+    /// Refuses the job after it ran (the actor found it changed what it may not): its work is
+    /// rolled back and it is answered with `error`, whatever it returned.
+    pub(crate) fn overrule(self, error: Error) -> Self {
+        let deliver = self.deliver;
+        Self {
+            keep: false,
+            failure: Some(error.replicate()),
+            deliver: Box::new(move |_| deliver(Some(error))),
+        }
     }
 
     fn new<T: Send + 'static>(result: Result<(bool, T)>, reply: Sender<Result<T>>) -> Self {
@@ -89,10 +100,11 @@ impl Applied {
             Ok((keep, value)) => Self {
                 keep,
                 failure: None,
-                deliver: Box::new(move |commit_error| {
-                    let answer = match commit_error {
-                        Some(error) if keep => Err(error),
-                        _ => Ok(value),
+                // The actor passes an error only for a job whose writes it cannot keep.
+                deliver: Box::new(move |error| {
+                    let answer = match error {
+                        Some(error) => Err(error),
+                        None => Ok(value),
                     };
                     // The caller may have gone away; nobody is left to tell.
                     let _ = reply.send(answer);

@@ -118,7 +118,20 @@ fn configure(conn: &Connection, location: &Location, options: &Options) -> Resul
     set_pragma(conn, "foreign_keys", "1")?;
     // The actor schedules checkpoints itself (see actor.rs).
     set_pragma(conn, "wal_autocheckpoint", "0")?;
+    if let Some(bytes) = options.file_bytes_max {
+        cap_file(conn, bytes)?;
+    }
     expect_pragma(conn, "busy_timeout", &options.busy_timeout.as_millis().to_string())
+}
+
+/// Caps the file at `bytes` (whole pages, at least one; SQLite keeps a file already larger at
+/// its current size).
+fn cap_file(conn: &Connection, bytes: u64) -> Result<()> {
+    let page_bytes: i64 = conn.pragma_query_value(None, "page_size", |row| row.get(0))?;
+    let pages = bytes / u64::try_from(page_bytes.max(1)).unwrap_or(1);
+    let pages = i64::try_from(pages.max(1)).unwrap_or(i64::MAX);
+    conn.pragma_update(None, "max_page_count", pages)?;
+    Ok(())
 }
 
 /// Switches to WAL. SQLite does not call the busy handler for this pragma, so a lock held by
@@ -287,14 +300,15 @@ mod tests {
     fn assert_migrates_to_fresh(old_schema: &str) -> Result<()> {
         let mut migrated = memory();
         migrated.execute_batch(old_schema)?;
-        migrated.execute("INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type,
+        migrated.execute("INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type,
                           payload, created_at_ms) VALUES ('default', 'custom', 's', 1, 't', '{}', 0)", [])?;
         upgrade(&mut migrated, MIGRATIONS)?;
         let mut fresh = memory();
         upgrade(&mut fresh, MIGRATIONS)?;
         assert_eq!(user_version(&migrated)?, SCHEMA_VERSION);
         assert_eq!(schema_of(&migrated)?, schema_of(&fresh)?);
-        let kept: i64 = migrated.query_row("SELECT count(*) FROM events", [], |row| row.get(0))?;
+        let kept: i64 =
+            migrated.query_row("SELECT count(*) FROM main.events", [], |row| row.get(0))?;
         assert_eq!(kept, 1, "the migration keeps the data");
         Ok(())
     }

@@ -2,10 +2,11 @@
 //!
 //! A `Tx` lives for one job of a batch. It hands out the batch's timestamp, the caller's tenant
 //! and role, the limits, composition of further ops (each under its own nested savepoint), the
-//! event log, and the raw connection for the caller's own tables. Events appended through it are
+//! event log, and a narrow SQL handle for the caller's own tables. Events appended through it are
 //! collected here and published by the actor only after `COMMIT` succeeds.
 
 use std::borrow::Borrow;
+use std::cell::Cell;
 use std::sync::Arc;
 
 use rusqlite::Connection;
@@ -14,6 +15,7 @@ use serde_json::Value;
 use crate::core::guard::JobGuard;
 use crate::core::op::{Op, Role};
 use crate::core::publish::Published;
+use crate::core::sql::Sql;
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
@@ -34,6 +36,9 @@ pub struct Tx<'a> {
     rang: bool,
     alarm_ms: Option<i64>,
     tenants_changed: bool,
+    /// Whether the caller's closure asked for [`Tx::sql`]: the actor then checks the
+    /// connection afterwards.
+    caller_sql: Cell<bool>,
 }
 
 /// Who a job runs as: the tenant whose data it may touch and the role it holds.
@@ -196,14 +201,16 @@ impl<'a> Tx<'a> {
         guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, key)))
     }
 
-    /// The connection, for the caller's own tables. Statements run inside this transaction.
-    ///
-    /// The batch's transaction belongs to the actor: transaction and savepoint statements
-    /// (`BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE`) are refused here with an
-    /// authorization error; compose with [`Tx::exec`] and `TxOutcome` instead. The store's own
-    /// tables may be read (except from a view a token bound to its tenant: they hold every
-    /// tenant's rows), but not written, altered or given triggers: ops keep their invariants.
-    pub fn sql(&self) -> &Connection {
+    /// SQL of the caller's own, for its own tables, inside this transaction: statements only,
+    /// never the store's connection. See [`Sql`] for exactly what it may and may not do;
+    /// what it may not is refused with `Forbidden` and writes nothing.
+    pub fn sql(&self) -> Sql<'_> {
+        self.caller_sql.set(true);
+        Sql::new(self.conn, self.guard)
+    }
+
+    /// The connection, for the crate's own statements (ops' SQL is trusted).
+    pub(crate) fn conn(&self) -> &'a Connection {
         self.conn
     }
 }
@@ -231,6 +238,7 @@ impl<'a> Tx<'a> {
             rang,
             alarm_ms,
             tenants_changed,
+            caller_sql: Cell::new(false),
         }
     }
 
@@ -282,6 +290,7 @@ impl<'a> Tx<'a> {
             rang: self.rang,
             alarm_ms: self.alarm_ms,
             tenants_changed: self.tenants_changed,
+            caller_sql: self.caller_sql.get(),
         }
     }
 }
@@ -292,6 +301,8 @@ pub(crate) struct Finished {
     pub(crate) rang: bool,
     pub(crate) alarm_ms: Option<i64>,
     pub(crate) tenants_changed: bool,
+    /// Whether the caller's own SQL ran (see [`Tx::sql`]).
+    pub(crate) caller_sql: bool,
 }
 
 /// The error for an operation the view's role may not perform.

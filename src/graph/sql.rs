@@ -136,7 +136,7 @@ pub(super) fn insert_graph(
     now_ms: i64,
 ) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO graphs (tenant_id, graph_id, parent_graph_id, metadata, status,
+        "INSERT INTO main.graphs (tenant_id, graph_id, parent_graph_id, metadata, status,
                              created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5)",
     )?;
@@ -149,7 +149,7 @@ pub(super) fn select_state(conn: &Connection, key: Key<'_>) -> Result<Option<Gra
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         state_columns!(),
-        " FROM graphs WHERE tenant_id = ?1 AND graph_id = ?2"
+        " FROM main.graphs WHERE tenant_id = ?1 AND graph_id = ?2"
     ))?;
     let row = stmt.query_row(params![key.tenant, key.graph], raw_state).optional()?;
     row.map(RawState::decode).transpose()
@@ -163,7 +163,7 @@ pub(super) fn update_state(
     now_ms: i64,
 ) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE graphs SET status = ?3, parent_node_id = ?4, node_count = ?5, edge_count = ?6,
+        "UPDATE main.graphs SET status = ?3, parent_node_id = ?4, node_count = ?5, edge_count = ?6,
                 child_count = ?7, token_count = ?8, fire_count = ?9, pending = ?10, ready = ?11,
                 running = ?12, complete = ?13, failed = ?14, skipped = ?15, timeout_ms = ?16,
                 deadline_at_ms = ?17, error = ?18, failed_node_id = ?19, started_at_ms = ?20,
@@ -203,7 +203,7 @@ pub(super) fn select_graph(conn: &Connection, key: Key<'_>) -> Result<Option<Gra
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         state_columns!(),
-        ", metadata, created_at_ms, updated_at_ms FROM graphs
+        ", metadata, created_at_ms, updated_at_ms FROM main.graphs
          WHERE tenant_id = ?1 AND graph_id = ?2"
     ))?;
     let row = stmt.query_row(params![key.tenant, key.graph], raw_graph).optional()?;
@@ -220,7 +220,7 @@ pub(super) fn select_graphs(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         state_columns!(),
-        ", metadata, created_at_ms, updated_at_ms FROM graphs
+        ", metadata, created_at_ms, updated_at_ms FROM main.graphs
          WHERE tenant_id = ?1 AND graph_id > ?2 ORDER BY graph_id LIMIT ?3"
     ))?;
     let rows = stmt.query_map(params![tenant, after, sql_limit(limit)], raw_graph)?;
@@ -232,7 +232,7 @@ pub(super) fn select_children(conn: &Connection, key: Key<'_>) -> Result<Vec<Gra
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         state_columns!(),
-        ", metadata, created_at_ms, updated_at_ms FROM graphs INDEXED BY graphs_by_parent
+        ", metadata, created_at_ms, updated_at_ms FROM main.graphs INDEXED BY graphs_by_parent
          WHERE tenant_id = ?1 AND parent_graph_id = ?2 ORDER BY graph_id"
     ))?;
     let rows = stmt.query_map(params![key.tenant, key.graph], raw_graph)?;
@@ -245,7 +245,7 @@ pub(super) fn select_live_children(
     key: Key<'_>,
 ) -> Result<Vec<(String, Option<String>)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT graph_id, parent_node_id FROM graphs INDEXED BY graphs_by_parent
+        "SELECT graph_id, parent_node_id FROM main.graphs INDEXED BY graphs_by_parent
          WHERE tenant_id = ?1 AND parent_graph_id = ?2 AND status IN ('pending', 'running')
          ORDER BY graph_id",
     )?;
@@ -262,7 +262,7 @@ pub(super) fn select_running(
     limit: usize,
 ) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT graph_id FROM graphs INDEXED BY graphs_running_ids
+        "SELECT graph_id FROM main.graphs INDEXED BY graphs_running_ids
          WHERE tenant_id = ?1 AND status = 'running' AND graph_id > ?2
          ORDER BY graph_id LIMIT ?3",
     )?;
@@ -278,7 +278,7 @@ pub(super) fn select_overdue(
     limit: usize,
 ) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT graph_id FROM graphs
+        "SELECT graph_id FROM main.graphs
          WHERE tenant_id = ?1 AND status = 'running' AND deadline_at_ms <= ?2
          ORDER BY deadline_at_ms, graph_id LIMIT ?3",
     )?;
@@ -289,7 +289,7 @@ pub(super) fn select_overdue(
 /// Every tenant with a running graph past its deadline at `now_ms`.
 pub(crate) fn select_tenants_overdue(conn: &Connection, now_ms: i64) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT tenant_id FROM graphs INDEXED BY graphs_deadlines
+        "SELECT DISTINCT tenant_id FROM main.graphs INDEXED BY graphs_deadlines
          WHERE status = 'running' AND deadline_at_ms IS NOT NULL AND deadline_at_ms <= ?1",
     )?;
     let rows = stmt.query_map(params![now_ms], |row| row.get(0))?;
@@ -299,7 +299,7 @@ pub(crate) fn select_tenants_overdue(conn: &Connection, now_ms: i64) -> Result<V
 /// The earliest deadline of any running graph of any tenant.
 pub(super) fn select_next_deadline(conn: &Connection) -> Result<Option<i64>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT min(deadline_at_ms) FROM graphs INDEXED BY graphs_deadlines
+        "SELECT min(deadline_at_ms) FROM main.graphs INDEXED BY graphs_deadlines
          WHERE status = 'running' AND deadline_at_ms IS NOT NULL",
     )?;
     Ok(stmt.query_row([], |row| row.get(0))?)
@@ -308,7 +308,7 @@ pub(super) fn select_next_deadline(conn: &Connection) -> Result<Option<i64>> {
 /// Every tenant with a running graph (for recovery at open).
 pub(crate) fn select_tenants_running(conn: &Connection) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT tenant_id FROM graphs WHERE status = 'running' ORDER BY tenant_id",
+        "SELECT DISTINCT tenant_id FROM main.graphs WHERE status = 'running' ORDER BY tenant_id",
     )?;
     let rows = stmt.query_map([], |row| row.get(0))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -323,7 +323,7 @@ pub(super) fn insert_node(
     now_ms: i64,
 ) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO graph_nodes (tenant_id, graph_id, node_id, kind, spec, join_type, status,
+        "INSERT INTO main.graph_nodes (tenant_id, graph_id, node_id, kind, spec, join_type, status,
                                   in_edges, in_filled, in_dead, fires, fired_seq, created_seq,
                                   created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)",
@@ -355,7 +355,7 @@ pub(super) fn select_node_state(
 ) -> Result<Option<NodeState>> {
     let mut stmt = conn.prepare_cached(
         "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
-                fired_seq FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
+                fired_seq FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
     )?;
     let row = stmt.query_row(params![key.tenant, key.graph, node], raw_node_state).optional()?;
     row.map(RawNodeState::decode).transpose()
@@ -369,7 +369,7 @@ pub(super) fn select_nodes_in(
 ) -> Result<Vec<NodeState>> {
     let mut stmt = conn.prepare_cached(
         "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
-                fired_seq FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND status = ?3
+                fired_seq FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND status = ?3
          ORDER BY created_seq",
     )?;
     let rows = stmt.query_map(params![key.tenant, key.graph, status.as_str()], raw_node_state)?;
@@ -384,7 +384,7 @@ pub(super) fn update_node_state(
     now_ms: i64,
 ) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE graph_nodes SET status = ?4, join_type = ?5, in_edges = ?6, in_filled = ?7,
+        "UPDATE main.graph_nodes SET status = ?4, join_type = ?5, in_edges = ?6, in_filled = ?7,
                 in_dead = ?8, fires = ?9, fired_seq = ?10, updated_at_ms = ?11
          WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
     )?;
@@ -407,7 +407,7 @@ pub(super) fn update_node_state(
 /// Records that a node was started.
 pub(super) fn set_started(conn: &Connection, key: Key<'_>, node: &str, now_ms: i64) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE graph_nodes SET started_at_ms = ?4
+        "UPDATE main.graph_nodes SET started_at_ms = ?4
          WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
     )?;
     Error::expect_one(stmt.execute(params![key.tenant, key.graph, node, now_ms])?, "node", node)
@@ -423,7 +423,7 @@ pub(super) fn set_result(
     now_ms: i64,
 ) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE graph_nodes SET output = ?4, error = ?5, finished_at_ms = ?6
+        "UPDATE main.graph_nodes SET output = ?4, error = ?5, finished_at_ms = ?6
          WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
     )?;
     let changed = stmt.execute(params![key.tenant, key.graph, node, output, error, now_ms])?;
@@ -443,7 +443,7 @@ pub(super) fn select_node(conn: &Connection, key: Key<'_>, node: &str) -> Result
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         node_columns!(),
-        " FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3"
+        " FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3"
     ))?;
     let row = stmt.query_row(params![key.tenant, key.graph, node], raw_node).optional()?;
     row.map(RawNode::decode).transpose()
@@ -454,7 +454,7 @@ pub(super) fn select_nodes(conn: &Connection, key: Key<'_>) -> Result<Vec<Node>>
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         node_columns!(),
-        " FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY created_seq"
+        " FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY created_seq"
     ))?;
     let rows = stmt.query_map(params![key.tenant, key.graph], raw_node)?;
     rows.map(|row| row?.decode()).collect()
@@ -470,7 +470,7 @@ pub(super) fn insert_edge(
     condition: Option<&str>,
 ) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO graph_edges (tenant_id, graph_id, edge_seq, from_node_id, to_node_id,
+        "INSERT INTO main.graph_edges (tenant_id, graph_id, edge_seq, from_node_id, to_node_id,
                                   condition)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
@@ -485,7 +485,7 @@ pub(super) fn select_out_edges(
     from: &str,
 ) -> Result<Vec<EdgeState>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT edge_seq, to_node_id, condition, tokens, dead FROM graph_edges
+        "SELECT edge_seq, to_node_id, condition, tokens, dead FROM main.graph_edges
          WHERE tenant_id = ?1 AND graph_id = ?2 AND from_node_id = ?3 ORDER BY edge_seq",
     )?;
     let rows = stmt.query_map(params![key.tenant, key.graph, from], |row| {
@@ -502,7 +502,7 @@ pub(super) fn select_out_edges(
 /// Writes back an edge's token count and dead flag.
 pub(super) fn update_edge(conn: &Connection, key: Key<'_>, edge: &EdgeState) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE graph_edges SET tokens = ?5, dead = ?6
+        "UPDATE main.graph_edges SET tokens = ?5, dead = ?6
          WHERE tenant_id = ?1 AND graph_id = ?2 AND from_node_id = ?3 AND edge_seq = ?4",
     )?;
     let args = params![key.tenant, key.graph, edge.from, edge.seq, edge.tokens, edge.dead];
@@ -513,7 +513,7 @@ pub(super) fn update_edge(conn: &Connection, key: Key<'_>, edge: &EdgeState) -> 
 /// Every edge of a graph, in the order they were added.
 pub(super) fn select_edges(conn: &Connection, key: Key<'_>) -> Result<Vec<Edge>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT edge_seq, from_node_id, to_node_id, condition, tokens FROM graph_edges
+        "SELECT edge_seq, from_node_id, to_node_id, condition, tokens FROM main.graph_edges
          WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY edge_seq",
     )?;
     let rows = stmt.query_map(params![key.tenant, key.graph], |row| {
@@ -530,7 +530,7 @@ pub(super) fn select_edges(conn: &Connection, key: Key<'_>) -> Result<Vec<Edge>>
 /// Every edge's endpoints, token count and dead flag (for `Audit`).
 pub(super) fn select_edge_states(conn: &Connection, key: Key<'_>) -> Result<Vec<EdgeState>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT edge_seq, from_node_id, to_node_id, tokens, dead FROM graph_edges
+        "SELECT edge_seq, from_node_id, to_node_id, tokens, dead FROM main.graph_edges
          WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY edge_seq",
     )?;
     let rows = stmt.query_map(params![key.tenant, key.graph], |row| {
@@ -545,7 +545,7 @@ pub(super) fn select_edge_states(conn: &Connection, key: Key<'_>) -> Result<Vec<
 pub(super) fn select_node_states(conn: &Connection, key: Key<'_>) -> Result<Vec<NodeState>> {
     let mut stmt = conn.prepare_cached(
         "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
-                fired_seq FROM graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2
+                fired_seq FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2
          ORDER BY created_seq",
     )?;
     let rows = stmt.query_map(params![key.tenant, key.graph], raw_node_state)?;
@@ -561,7 +561,7 @@ pub(super) fn insert_token(
     token: &str,
 ) -> Result<()> {
     let mut stmt = conn.prepare_cached(
-        "INSERT INTO graph_tokens (tenant_id, graph_id, token_seq, edge_seq, to_node_id, token)
+        "INSERT INTO main.graph_tokens (tenant_id, graph_id, token_seq, edge_seq, to_node_id, token)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     stmt.execute(params![key.tenant, key.graph, token_seq, edge.seq, edge.to, token])?;
@@ -571,7 +571,7 @@ pub(super) fn insert_token(
 /// The tokens delivered to a node, in arrival order.
 pub(super) fn select_inputs(conn: &Connection, key: Key<'_>, node: &str) -> Result<Vec<Token>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT token FROM graph_tokens WHERE tenant_id = ?1 AND graph_id = ?2 AND to_node_id = ?3
+        "SELECT token FROM main.graph_tokens WHERE tenant_id = ?1 AND graph_id = ?2 AND to_node_id = ?3
          ORDER BY token_seq",
     )?;
     let rows =

@@ -224,7 +224,7 @@ impl Op for Register {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let prepared = semantics::prepare(self.registration, tx.limits())?;
-        if let Some(existing) = sql::select(tx.sql(), tx.tenant(), &prepared.registration.id)? {
+        if let Some(existing) = sql::select(tx.conn(), tx.tenant(), &prepared.registration.id)? {
             if existing.registration_hash != prepared.hash {
                 return Err(Error::Conflict(format!(
                     "process {} is registered with other content (hash {}, not {})",
@@ -234,13 +234,13 @@ impl Op for Register {
             return Ok(existing);
         }
         let stream = Stream::process(&prepared.registration.id);
-        if log::has_events(tx.sql(), tx.tenant(), &stream)? {
+        if log::has_events(tx.conn(), tx.tenant(), &stream)? {
             return Err(Error::Conflict(format!(
                 "{stream} already holds events appended without the registry"
             )));
         }
         let record = ProcessRecord::registered(prepared.registration, prepared.hash, tx.now_ms());
-        sql::insert(tx.sql(), tx.tenant(), &record, &prepared.encoded)?;
+        sql::insert(tx.conn(), tx.tenant(), &record, &prepared.encoded)?;
         Ok(record)
     }
 }
@@ -253,7 +253,7 @@ impl Op for Get {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Option<ProcessRecord>> {
         tx.limits().check_id("process id", &self.id)?;
-        sql::select(tx.sql(), tx.tenant(), &self.id)
+        sql::select(tx.conn(), tx.tenant(), &self.id)
     }
 }
 
@@ -268,7 +268,7 @@ impl Op for List {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessRecord>> {
         tx.limits().check_page(self.filter.page.limit)?;
-        sql::list(tx.sql(), tx.tenant(), &self.filter)
+        sql::list(tx.conn(), tx.tenant(), &self.filter)
     }
 }
 
@@ -315,7 +315,7 @@ impl Op for GrantHandle {
             process_id: self.id,
             descriptor: self.descriptor,
         };
-        sql::upsert_grant(tx.sql(), tx.tenant(), &grant, tx.now_ms())?;
+        sql::upsert_grant(tx.conn(), tx.tenant(), &grant, tx.now_ms())?;
         Ok(grant)
     }
     fn single_write(&self) -> bool {
@@ -332,7 +332,7 @@ impl Op for RevokeHandle {
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
         check_scope(tx.limits(), &self.scope)?;
         tx.limits().check_id("process id", &self.id)?;
-        sql::delete_grant(tx.sql(), tx.tenant(), &self.scope.id(), &self.id)
+        sql::delete_grant(tx.conn(), tx.tenant(), &self.scope.id(), &self.id)
     }
     fn single_write(&self) -> bool {
         true
@@ -352,16 +352,16 @@ impl Op for TransferHandles {
         let (from_id, to_id) = (self.from.id(), self.to.id());
         for id in &self.ids {
             tx.limits().check_id("process id", id)?;
-            let Some(grant) = sql::select_grant(tx.sql(), tx.tenant(), &from_id, id)? else {
+            let Some(grant) = sql::select_grant(tx.conn(), tx.tenant(), &from_id, id)? else {
                 return Err(Error::not_found("handle grant", &format!("{from_id} -> {id}")));
             };
-            sql::delete_grant(tx.sql(), tx.tenant(), &from_id, id)?;
+            sql::delete_grant(tx.conn(), tx.tenant(), &from_id, id)?;
             let moved = HandleGrant {
                 session_id: self.to.session_id.clone(),
                 scope_id: to_id.clone(),
                 ..grant
             };
-            sql::upsert_grant(tx.sql(), tx.tenant(), &moved, tx.now_ms())?;
+            sql::upsert_grant(tx.conn(), tx.tenant(), &moved, tx.now_ms())?;
         }
         Ok(())
     }
@@ -376,7 +376,7 @@ impl Op for HandleGrants {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(HandleGrant, ProcessRecord)>> {
         check_scope(tx.limits(), &self.scope)?;
         let limit = tx.limits().page_size_max;
-        sql::select_scope_grants(tx.sql(), tx.tenant(), &self.scope.id(), self.live_only, limit)
+        sql::select_scope_grants(tx.conn(), tx.tenant(), &self.scope.id(), self.live_only, limit)
     }
 }
 
@@ -389,8 +389,8 @@ impl Op for HasHandleGrant {
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
         check_scope(tx.limits(), &self.scope)?;
         tx.limits().check_id("process id", &self.id)?;
-        let grant = sql::select_grant(tx.sql(), tx.tenant(), &self.scope.id(), &self.id)?;
-        Ok(grant.is_some() && sql::select_hash(tx.sql(), tx.tenant(), &self.id)?.is_some())
+        let grant = sql::select_grant(tx.conn(), tx.tenant(), &self.scope.id(), &self.id)?;
+        Ok(grant.is_some() && sql::select_hash(tx.conn(), tx.tenant(), &self.id)?.is_some())
     }
 }
 
@@ -403,7 +403,7 @@ impl Op for GrantsForProcess {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<HandleGrant>> {
         require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
-        sql::select_process_grants(tx.sql(), tx.tenant(), &self.id, limit)
+        sql::select_process_grants(tx.conn(), tx.tenant(), &self.id, limit)
     }
 }
 
@@ -415,15 +415,15 @@ impl Op for DeleteSessionState {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<SessionDeleteReport> {
         tx.limits().check_id("session id", &self.session_id)?;
-        let grants = sql::select_session_grants(tx.sql(), tx.tenant(), &self.session_id)?;
-        let revoked = sql::delete_session_grants(tx.sql(), tx.tenant(), &self.session_id)?;
+        let grants = sql::select_session_grants(tx.conn(), tx.tenant(), &self.session_id)?;
+        let revoked = sql::delete_session_grants(tx.conn(), tx.tenant(), &self.session_id)?;
         let mut report = SessionDeleteReport {
             session_id: self.session_id.clone(),
             revoked_handle_count: revoked,
             ..SessionDeleteReport::default()
         };
         sort_orphans(tx, &grants, &mut report)?;
-        sql::clear_wake_targets(tx.sql(), tx.tenant(), &self.session_id, tx.now_ms())?;
+        sql::clear_wake_targets(tx.conn(), tx.tenant(), &self.session_id, tx.now_ms())?;
         Ok(report)
     }
 }
@@ -438,11 +438,11 @@ fn sort_orphans(
     let mut ids: Vec<&str> = grants.iter().map(|grant| grant.process_id.as_str()).collect();
     ids.dedup();
     for id in ids {
-        let Some(record) = sql::select(tx.sql(), tx.tenant(), id)? else { continue };
+        let Some(record) = sql::select(tx.conn(), tx.tenant(), id)? else { continue };
         if record.is_terminal() {
             continue;
         }
-        if sql::has_any_grant(tx.sql(), tx.tenant(), id)? {
+        if sql::has_any_grant(tx.conn(), tx.tenant(), id)? {
             report.preserved_process_ids.push(id.to_owned());
         } else {
             report.orphaned_process_ids.push(id.to_owned());
@@ -467,7 +467,7 @@ impl Op for AppendEvent {
             let stream = Stream::process(&self.id);
             let request = &self.request;
             let found = log::keyed_event(
-                tx.sql(),
+                tx.conn(),
                 tx.tenant(),
                 &stream,
                 key,
@@ -522,10 +522,10 @@ fn replay(
     request: &AppendRequest,
     existing: Event,
 ) -> Result<Appended> {
-    let semantics = sql::select_semantics(tx.sql(), tx.tenant(), &record.id, existing.seq)?;
+    let semantics = sql::select_semantics(tx.conn(), tx.tenant(), &record.id, existing.seq)?;
     if let (Some(terminal), false) = (&semantics.terminal, record.is_terminal()) {
         project_terminal(&mut record, terminal.await_output.clone(), existing.created_at_ms);
-        sql::save(tx.sql(), tx.tenant(), &record)?;
+        sql::save(tx.conn(), tx.tenant(), &record)?;
     }
     let event = process_event(&record.id, existing, semantics);
     let wake = wake_delivery(&record, request, &event);
@@ -554,7 +554,7 @@ fn append_new(
     }
     semantics::check_payload(event_type, &request.payload)?;
     let stream = Stream::process(&record.id);
-    let seq = log::select_head(tx.sql(), tx.tenant(), &stream)? + 1;
+    let seq = log::select_head(tx.conn(), tx.tenant(), &stream)? + 1;
     let limit_bytes = tx.limits().payload_bytes_max;
     let semantics =
         semantics::materialize(event_type, &record.id, seq, &request.payload, limit_bytes)?;
@@ -572,7 +572,7 @@ fn append_new(
         Some(terminal) => project_terminal(&mut record, terminal.await_output.clone(), tx.now_ms()),
         None => record.updated_at_ms = tx.now_ms(),
     }
-    sql::save(tx.sql(), tx.tenant(), &record)?;
+    sql::save(tx.conn(), tx.tenant(), &record)?;
     let event = ProcessEvent {
         process_id: record.id.clone(),
         seq: appended.seq,
@@ -593,7 +593,7 @@ fn record_semantics(tx: &Tx<'_>, id: &str, seq: u64, semantics: &EventSemantics)
     }
     let encoded = serde_json::to_string(semantics)?;
     tx.limits().check_payload("event semantics bytes", &encoded)?;
-    sql::insert_semantics(tx.sql(), tx.tenant(), id, seq, &encoded, semantics.wake.is_some())
+    sql::insert_semantics(tx.conn(), tx.tenant(), id, seq, &encoded, semantics.wake.is_some())
 }
 
 /// Ends the record with `output`: a finished process waits for nothing.
@@ -649,7 +649,7 @@ impl Op for EventsAfter {
         require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
         let events = log::read_stream(
-            tx.sql(),
+            tx.conn(),
             tx.tenant(),
             &Stream::process(&self.id),
             self.after_seq,
@@ -669,7 +669,7 @@ impl Op for CountEventsThrough {
         require(tx, &self.id)?;
         tx.limits().check_id("event type", &self.event_type)?;
         let stream = Stream::process(&self.id);
-        log::count_through(tx.sql(), tx.tenant(), &stream, &self.event_type, self.upto_seq)
+        log::count_through(tx.conn(), tx.tenant(), &stream, &self.event_type, self.upto_seq)
     }
 }
 
@@ -683,7 +683,7 @@ impl Op for RecentEvents {
         require(tx, &self.id)?;
         tx.limits().check_page(self.limit)?;
         let stream = Stream::process(&self.id);
-        let events = log::read_recent(tx.sql(), tx.tenant(), &stream, self.limit)?;
+        let events = log::read_recent(tx.conn(), tx.tenant(), &stream, self.limit)?;
         with_semantics(tx, &self.id, events)
     }
 }
@@ -698,11 +698,12 @@ impl Op for WakeEventsAfter {
         require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
         let seqs =
-            sql::select_unacked_wakes(tx.sql(), tx.tenant(), &self.id, self.after_seq, limit)?;
+            sql::select_unacked_wakes(tx.conn(), tx.tenant(), &self.id, self.after_seq, limit)?;
         let stream = Stream::process(&self.id);
         let mut events = Vec::with_capacity(seqs.len());
         for seq in seqs {
-            let found = log::read_stream(tx.sql(), tx.tenant(), &stream, seq.saturating_sub(1), 1)?;
+            let found =
+                log::read_stream(tx.conn(), tx.tenant(), &stream, seq.saturating_sub(1), 1)?;
             events.extend(found.into_iter().filter(|event| event.seq == seq));
         }
         with_semantics(tx, &self.id, events)
@@ -714,7 +715,7 @@ fn with_semantics(tx: &Tx<'_>, id: &str, events: Vec<Event>) -> Result<Vec<Proce
     events
         .into_iter()
         .map(|event| {
-            let semantics = sql::select_semantics(tx.sql(), tx.tenant(), id, event.seq)?;
+            let semantics = sql::select_semantics(tx.conn(), tx.tenant(), id, event.seq)?;
             Ok(process_event(id, event, semantics))
         })
         .collect()
@@ -728,14 +729,14 @@ impl Op for AckWake {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         require(tx, &self.id)?;
-        let semantics = sql::select_semantics(tx.sql(), tx.tenant(), &self.id, self.seq)?;
+        let semantics = sql::select_semantics(tx.conn(), tx.tenant(), &self.id, self.seq)?;
         if semantics.wake.is_none() {
             return Err(Error::InvalidInput(format!(
                 "event {} of process {} carries no wake",
                 self.seq, self.id
             )));
         }
-        sql::insert_ack(tx.sql(), tx.tenant(), &self.id, self.seq, tx.now_ms())
+        sql::insert_ack(tx.conn(), tx.tenant(), &self.id, self.seq, tx.now_ms())
     }
     fn single_write(&self) -> bool {
         true
@@ -812,13 +813,13 @@ impl Op for PruneTerminal {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<PruneReport> {
         let limit = tx.limits().page_size_max;
-        let ids = sql::select_prunable(tx.sql(), tx.tenant(), self.cutoff_ms, limit)?;
+        let ids = sql::select_prunable(tx.conn(), tx.tenant(), self.cutoff_ms, limit)?;
         let mut report = PruneReport::default();
         for id in ids {
             let stream = Stream::process(&id);
-            report.pruned_events += log::delete_history(tx.sql(), tx.tenant(), &stream)?;
-            sql::raise_fence_floor(tx.sql(), tx.tenant(), &id)?;
-            sql::delete(tx.sql(), tx.tenant(), &id)?;
+            report.pruned_events += log::delete_history(tx.conn(), tx.tenant(), &stream)?;
+            sql::raise_fence_floor(tx.conn(), tx.tenant(), &id)?;
+            sql::delete(tx.conn(), tx.tenant(), &id)?;
             report.pruned_processes += 1;
         }
         Ok(report)
@@ -828,14 +829,14 @@ impl Op for PruneTerminal {
 /// Stamps a changed record with the batch's time and saves it.
 fn save_changed(tx: &Tx<'_>, mut record: ProcessRecord) -> Result<ProcessRecord> {
     record.updated_at_ms = tx.now_ms();
-    sql::save(tx.sql(), tx.tenant(), &record)?;
+    sql::save(tx.conn(), tx.tenant(), &record)?;
     Ok(record)
 }
 
 /// `NotFound` unless the process exists (without reading its record).
 pub(super) fn require(tx: &Tx<'_>, id: &str) -> Result<()> {
     tx.limits().check_id("process id", id)?;
-    match sql::select_hash(tx.sql(), tx.tenant(), id)? {
+    match sql::select_hash(tx.conn(), tx.tenant(), id)? {
         Some(_) => Ok(()),
         None => Err(Error::not_found("process", id)),
     }
@@ -844,5 +845,5 @@ pub(super) fn require(tx: &Tx<'_>, id: &str) -> Result<()> {
 /// The process, or `NotFound`.
 pub(super) fn process(tx: &Tx<'_>, id: &str) -> Result<ProcessRecord> {
     tx.limits().check_id("process id", id)?;
-    sql::select(tx.sql(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("process", id))
+    sql::select(tx.conn(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("process", id))
 }

@@ -30,7 +30,7 @@ macro_rules! list_sql {
         concat!(
             "SELECT process_id, ",
             record_columns!(),
-            " FROM processes
+            " FROM main.processes
               WHERE tenant_id = ?1 AND ",
             $status,
             " AND (?3 IS NULL OR definition_hash = ?3)
@@ -49,7 +49,7 @@ pub(super) fn insert(
     encoded_registration: &str,
 ) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO processes (tenant_id, process_id, registration_hash, registration,
+        "INSERT INTO main.processes (tenant_id, process_id, registration_hash, registration,
                                 definition_hash, status, wake_target, wake_target_session,
                                 created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?8)",
@@ -72,7 +72,7 @@ pub(super) fn insert(
 pub(super) fn save(conn: &Connection, tenant: &str, record: &ProcessRecord) -> Result<()> {
     let changed = conn
         .prepare_cached(
-            "UPDATE processes
+            "UPDATE main.processes
              SET status = ?3, await_output = ?4, external_ref = ?5, wait_state = ?6,
                  wake_target = ?7, wake_target_session = ?8, updated_at_ms = ?9
              WHERE tenant_id = ?1 AND process_id = ?2",
@@ -95,7 +95,7 @@ pub(super) fn save(conn: &Connection, tenant: &str, record: &ProcessRecord) -> R
 pub(super) fn select_hash(conn: &Connection, tenant: &str, id: &str) -> Result<Option<String>> {
     let hash = conn
         .prepare_cached(
-            "SELECT registration_hash FROM processes WHERE tenant_id = ?1 AND process_id = ?2",
+            "SELECT registration_hash FROM main.processes WHERE tenant_id = ?1 AND process_id = ?2",
         )?
         .query_row(params![tenant, id], |row| row.get(0))
         .optional()?;
@@ -107,7 +107,7 @@ pub(super) fn select(conn: &Connection, tenant: &str, id: &str) -> Result<Option
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT process_id, ",
         record_columns!(),
-        " FROM processes WHERE tenant_id = ?1 AND process_id = ?2"
+        " FROM main.processes WHERE tenant_id = ?1 AND process_id = ?2"
     ))?;
     first(stmt.query(params![tenant, id])?, record_from_row)
 }
@@ -148,7 +148,7 @@ pub(super) fn insert_semantics(
     has_wake: bool,
 ) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO process_event_semantics (tenant_id, process_id, seq, semantics, has_wake)
+        "INSERT INTO main.process_event_semantics (tenant_id, process_id, seq, semantics, has_wake)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![tenant, process_id, to_sql_int(seq), encoded, has_wake])?;
@@ -164,7 +164,7 @@ pub(super) fn select_semantics(
 ) -> Result<EventSemantics> {
     let found: Option<String> = conn
         .prepare_cached(
-            "SELECT semantics FROM process_event_semantics
+            "SELECT semantics FROM main.process_event_semantics
              WHERE tenant_id = ?1 AND process_id = ?2 AND seq = ?3",
         )?
         .query_row(params![tenant, process_id, to_sql_int(seq)], |row| row.get(0))
@@ -184,9 +184,9 @@ pub(super) fn select_unacked_wakes(
     limit: usize,
 ) -> Result<Vec<u64>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT s.seq FROM process_event_semantics s
+        "SELECT s.seq FROM main.process_event_semantics s
          WHERE s.tenant_id = ?1 AND s.process_id = ?2 AND s.seq > ?3 AND s.has_wake = 1
-           AND NOT EXISTS (SELECT 1 FROM process_wake_acks a
+           AND NOT EXISTS (SELECT 1 FROM main.process_wake_acks a
                            WHERE a.tenant_id = s.tenant_id AND a.process_id = s.process_id
                              AND a.seq = s.seq)
          ORDER BY s.seq LIMIT ?4",
@@ -204,7 +204,7 @@ pub(super) fn insert_ack(
     now_ms: i64,
 ) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO process_wake_acks (tenant_id, process_id, seq, acked_at_ms)
+        "INSERT INTO main.process_wake_acks (tenant_id, process_id, seq, acked_at_ms)
          VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (tenant_id, process_id, seq) DO NOTHING",
     )?
@@ -220,7 +220,7 @@ pub(super) fn upsert_grant(
     now_ms: i64,
 ) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO process_handle_grants (tenant_id, scope_id, process_id, session_id,
+        "INSERT INTO main.process_handle_grants (tenant_id, scope_id, process_id, session_id,
                                             descriptor, granted_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (tenant_id, scope_id, process_id)
@@ -246,7 +246,7 @@ pub(super) fn delete_grant(
 ) -> Result<bool> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM process_handle_grants
+            "DELETE FROM main.process_handle_grants
              WHERE tenant_id = ?1 AND scope_id = ?2 AND process_id = ?3",
         )?
         .execute(params![tenant, scope_id, process_id])?;
@@ -261,7 +261,7 @@ pub(super) fn select_grant(
     process_id: &str,
 ) -> Result<Option<HandleGrant>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT session_id, scope_id, process_id, descriptor FROM process_handle_grants
+        "SELECT session_id, scope_id, process_id, descriptor FROM main.process_handle_grants
          WHERE tenant_id = ?1 AND scope_id = ?2 AND process_id = ?3",
     )?;
     first(stmt.query(params![tenant, scope_id, process_id])?, grant_from_row)
@@ -279,8 +279,8 @@ pub(super) fn select_scope_grants(
         "SELECT g.session_id, g.scope_id, g.process_id, g.descriptor, p.process_id, ",
         "p.registration_hash, p.registration, p.status, p.await_output, p.external_ref,
          p.wait_state, p.wake_target, p.created_at_ms, p.updated_at_ms
-         FROM process_handle_grants g
-         JOIN processes p ON p.tenant_id = g.tenant_id AND p.process_id = g.process_id
+         FROM main.process_handle_grants g
+         JOIN main.processes p ON p.tenant_id = g.tenant_id AND p.process_id = g.process_id
          WHERE g.tenant_id = ?1 AND g.scope_id = ?2 AND (?3 = 0 OR p.status = 'running')
          ORDER BY g.process_id LIMIT ?4"
     ))?;
@@ -297,7 +297,7 @@ pub(super) fn select_process_grants(
 ) -> Result<Vec<HandleGrant>> {
     let mut stmt = conn.prepare_cached(
         "SELECT session_id, scope_id, process_id, descriptor
-         FROM process_handle_grants INDEXED BY process_grants_by_process
+         FROM main.process_handle_grants INDEXED BY process_grants_by_process
          WHERE tenant_id = ?1 AND process_id = ?2
          ORDER BY session_id, scope_id LIMIT ?3",
     )?;
@@ -312,7 +312,7 @@ pub(super) fn select_session_grants(
 ) -> Result<Vec<HandleGrant>> {
     let mut stmt = conn.prepare_cached(
         "SELECT session_id, scope_id, process_id, descriptor
-         FROM process_handle_grants INDEXED BY process_grants_by_session
+         FROM main.process_handle_grants INDEXED BY process_grants_by_session
          WHERE tenant_id = ?1 AND session_id = ?2 ORDER BY process_id, scope_id",
     )?;
     collect(stmt.query(params![tenant, session_id])?, grant_from_row)
@@ -326,7 +326,7 @@ pub(super) fn delete_session_grants(
 ) -> Result<u64> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM process_handle_grants WHERE tenant_id = ?1 AND session_id = ?2",
+            "DELETE FROM main.process_handle_grants WHERE tenant_id = ?1 AND session_id = ?2",
         )?
         .execute(params![tenant, session_id])?;
     Ok(deleted as u64)
@@ -336,7 +336,7 @@ pub(super) fn delete_session_grants(
 pub(super) fn has_any_grant(conn: &Connection, tenant: &str, process_id: &str) -> Result<bool> {
     let found: Option<i64> = conn
         .prepare_cached(
-            "SELECT 1 FROM process_handle_grants INDEXED BY process_grants_by_process
+            "SELECT 1 FROM main.process_handle_grants INDEXED BY process_grants_by_process
              WHERE tenant_id = ?1 AND process_id = ?2 LIMIT 1",
         )?
         .query_row(params![tenant, process_id], |row| row.get(0))
@@ -352,7 +352,7 @@ pub(super) fn clear_wake_targets(
     now_ms: i64,
 ) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE processes INDEXED BY processes_by_wake_session
+        "UPDATE main.processes INDEXED BY processes_by_wake_session
          SET wake_target = NULL, wake_target_session = NULL, updated_at_ms = ?3
          WHERE tenant_id = ?1 AND wake_target_session = ?2",
     )?
@@ -368,7 +368,7 @@ pub(super) fn select_prunable(
     limit: usize,
 ) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT process_id FROM processes INDEXED BY processes_finished
+        "SELECT process_id FROM main.processes INDEXED BY processes_finished
          WHERE tenant_id = ?1 AND status <> 'running' AND updated_at_ms < ?2
          ORDER BY updated_at_ms, process_id LIMIT ?3",
     )?;
@@ -379,8 +379,8 @@ pub(super) fn select_prunable(
 /// and its lease row with it, is deleted).
 pub(super) fn raise_fence_floor(conn: &Connection, tenant: &str, process_id: &str) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO process_fence_floors (tenant_id, fencing_token)
-         SELECT tenant_id, fencing_token FROM process_leases
+        "INSERT INTO main.process_fence_floors (tenant_id, fencing_token)
+         SELECT tenant_id, fencing_token FROM main.process_leases
          WHERE tenant_id = ?1 AND process_id = ?2
          ON CONFLICT (tenant_id)
          DO UPDATE SET fencing_token = max(fencing_token, excluded.fencing_token)",
@@ -392,7 +392,7 @@ pub(super) fn raise_fence_floor(conn: &Connection, tenant: &str, process_id: &st
 /// The tenant's fence floor (0 when no leased process has been pruned).
 fn select_fence_floor(conn: &Connection, tenant: &str) -> Result<u64> {
     let floor: Option<i64> = conn
-        .prepare_cached("SELECT fencing_token FROM process_fence_floors WHERE tenant_id = ?1")?
+        .prepare_cached("SELECT fencing_token FROM main.process_fence_floors WHERE tenant_id = ?1")?
         .query_row(params![tenant], |row| row.get(0))
         .optional()?;
     Ok(floor.map_or(0, from_sql_int))
@@ -400,7 +400,7 @@ fn select_fence_floor(conn: &Connection, tenant: &str) -> Result<u64> {
 
 /// Deletes a process; its semantics, acks, grants and lease go with it (foreign keys).
 pub(super) fn delete(conn: &Connection, tenant: &str, process_id: &str) -> Result<()> {
-    conn.prepare_cached("DELETE FROM processes WHERE tenant_id = ?1 AND process_id = ?2")?
+    conn.prepare_cached("DELETE FROM main.processes WHERE tenant_id = ?1 AND process_id = ?2")?
         .execute(params![tenant, process_id])?;
     Ok(())
 }
@@ -415,7 +415,7 @@ pub(super) fn select_lease(
     let mut stmt = conn.prepare_cached(
         "SELECT owner_id, incarnation_id, liveness, lease_token, fencing_token, claimed_at_ms,
                 expires_at_ms
-         FROM process_leases WHERE tenant_id = ?1 AND process_id = ?2",
+         FROM main.process_leases WHERE tenant_id = ?1 AND process_id = ?2",
     )?;
     let mut rows = stmt.query(params![tenant, process_id])?;
     let Some(row) = rows.next()? else {
@@ -447,7 +447,7 @@ pub(super) fn select_lease(
 /// Writes a newly granted lease (its fencing token one past the last).
 pub(super) fn upsert_lease(conn: &Connection, tenant: &str, lease: &ProcessLease) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO process_leases (tenant_id, process_id, owner_id, incarnation_id, liveness,
+        "INSERT INTO main.process_leases (tenant_id, process_id, owner_id, incarnation_id, liveness,
                                      lease_token, fencing_token, claimed_at_ms, expires_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (tenant_id, process_id) DO UPDATE SET
@@ -478,7 +478,7 @@ pub(super) fn replace_observed_lease(
 ) -> Result<bool> {
     let changed = conn
         .prepare_cached(
-            "UPDATE process_leases
+            "UPDATE main.process_leases
              SET owner_id = ?7, incarnation_id = ?8, liveness = ?9, lease_token = ?10,
                  fencing_token = ?11, claimed_at_ms = ?12, expires_at_ms = ?13
              WHERE tenant_id = ?1 AND process_id = ?2 AND owner_id = ?3 AND incarnation_id = ?4
@@ -513,7 +513,7 @@ pub(super) fn extend_lease(
 ) -> Result<bool> {
     let changed = conn
         .prepare_cached(
-            "UPDATE process_leases SET expires_at_ms = ?7
+            "UPDATE main.process_leases SET expires_at_ms = ?7
              WHERE tenant_id = ?1 AND process_id = ?2 AND owner_id = ?3 AND incarnation_id = ?4
                AND lease_token = ?5 AND fencing_token = ?6 AND expires_at_ms > ?8",
         )?
@@ -535,7 +535,7 @@ pub(super) fn extend_lease(
 pub(super) fn release_lease(conn: &Connection, tenant: &str, lease: &ProcessLease) -> Result<bool> {
     let changed = conn
         .prepare_cached(
-            "UPDATE process_leases
+            "UPDATE main.process_leases
              SET owner_id = NULL, incarnation_id = NULL, liveness = NULL, lease_token = NULL,
                  claimed_at_ms = 0, expires_at_ms = 0
              WHERE tenant_id = ?1 AND process_id = ?2 AND lease_token = ?3 AND fencing_token = ?4",

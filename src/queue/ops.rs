@@ -271,7 +271,7 @@ impl Op for Heartbeat {
         tx.limits().check_lease(self.lease_ms)?;
         let expires_at_ms = tx.now_ms().saturating_add(self.lease_ms);
         let renewed = sql::renew_lease(
-            tx.sql(),
+            tx.conn(),
             tx.tenant(),
             &self.id,
             self.fence,
@@ -350,7 +350,7 @@ impl Op for Release {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         let item = held(tx, &self.id, self.fence)?;
-        sql::release(tx.sql(), tx.tenant(), &item.id, item.fence, tx.now_ms())?;
+        sql::release(tx.conn(), tx.tenant(), &item.id, item.fence, tx.now_ms())?;
         item_event(tx, &item, "released", json!({}))?;
         tx.ring_bell();
         Ok(())
@@ -392,7 +392,7 @@ impl Op for DeadLetters {
         tx.limits().check_id("queue", &self.queue)?;
         tx.limits().check_page(self.page.limit)?;
         let after = self.page.after.as_deref().unwrap_or("");
-        let rows = sql::select_dead(tx.sql(), tx.tenant(), &self.queue, after, self.page.limit)?;
+        let rows = sql::select_dead(tx.conn(), tx.tenant(), &self.queue, after, self.page.limit)?;
         rows.into_iter().map(ItemRow::into_item).collect()
     }
 }
@@ -425,7 +425,7 @@ impl Op for RequeueAll {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("queue", &self.queue)?;
         let limit = tx.limits().page_size_max;
-        let dead = sql::select_dead(tx.sql(), tx.tenant(), &self.queue, "", limit)?;
+        let dead = sql::select_dead(tx.conn(), tx.tenant(), &self.queue, "", limit)?;
         let mut notes = Notes::default();
         let mut requeued = 0;
         for item in &dead {
@@ -444,7 +444,7 @@ impl Op for PurgeDead {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("queue", &self.queue)?;
-        sql::delete_dead(tx.sql(), tx.tenant(), &self.queue, tx.limits().page_size_max)
+        sql::delete_dead(tx.conn(), tx.tenant(), &self.queue, tx.limits().page_size_max)
     }
 }
 
@@ -456,7 +456,7 @@ impl Op for Cancel {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         let item = item_in(tx, &self.id, ItemStatus::Pending)?;
-        sql::cancel(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
+        sql::cancel(tx.conn(), tx.tenant(), &item.id, tx.now_ms())?;
         item_event(tx, &item, "cancelled", json!({}))
     }
 }
@@ -470,10 +470,11 @@ impl Op for CancelExecution {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("execution id", &self.execution_id)?;
         let limit = tx.limits().page_size_max;
-        let live = sql::select_live_of_execution(tx.sql(), tx.tenant(), &self.execution_id, limit)?;
+        let live =
+            sql::select_live_of_execution(tx.conn(), tx.tenant(), &self.execution_id, limit)?;
         let mut notes = Notes::default();
         for item in &live {
-            sql::cancel(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
+            sql::cancel(tx.conn(), tx.tenant(), &item.id, tx.now_ms())?;
             notes.note(
                 &item.queue,
                 "cancelled",
@@ -492,7 +493,7 @@ impl Op for Stats {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueStats>> {
-        sql::select_stats(tx.sql(), tx.tenant(), tx.now_ms())
+        sql::select_stats(tx.conn(), tx.tenant(), tx.now_ms())
     }
 }
 
@@ -507,7 +508,7 @@ impl Op for PruneCompleted {
             return Err(Error::InvalidInput("older_than_ms must not be negative".into()));
         }
         let cutoff_ms = tx.now_ms().saturating_sub(self.older_than_ms);
-        sql::delete_finished_before(tx.sql(), tx.tenant(), cutoff_ms, tx.limits().page_size_max)
+        sql::delete_finished_before(tx.conn(), tx.tenant(), cutoff_ms, tx.limits().page_size_max)
     }
 }
 
@@ -521,7 +522,7 @@ impl Op for NextDue {
         check_queues(tx, &self.queues)?;
         let mut earliest: Option<i64> = None;
         for queue in &self.queues {
-            let due = sql::select_next_due(tx.sql(), tx.tenant(), queue)?;
+            let due = sql::select_next_due(tx.conn(), tx.tenant(), queue)?;
             earliest = match (earliest, due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -557,7 +558,7 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
     let encoded = check_new_item(tx, &item)?;
     let hash = item.dedupe_key.as_ref().map(|_| content_hash(&item.payload));
     if let (Some(key), Some(hash)) = (&item.dedupe_key, &hash)
-        && let Some(live) = sql::select_live_by_dedupe(tx.sql(), tx.tenant(), &item.queue, key)?
+        && let Some(live) = sql::select_live_by_dedupe(tx.conn(), tx.tenant(), &item.queue, key)?
     {
         return deduplicated(live, hash, key);
     }
@@ -565,7 +566,7 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
     let run_at_ms = item.run_at_ms.unwrap_or(tx.now_ms());
     let row =
         sql::NewRow { id: &id, item: &item, encoded: &encoded, hash: hash.as_deref(), run_at_ms };
-    sql::insert(tx.sql(), tx.tenant(), tx.now_ms(), &row)?;
+    sql::insert(tx.conn(), tx.tenant(), tx.now_ms(), &row)?;
     let entry = json!({ "id": id, "priority": item.priority, "run_at_ms": run_at_ms });
     notes.note(&item.queue, "enqueued", entry);
     tx.ring_bell();
@@ -596,11 +597,11 @@ fn claim(
     reclaim(tx, Some(queues))?;
     let now_ms = tx.now_ms();
     let expires_at_ms = now_ms.saturating_add(lease_ms);
-    let due = sql::select_due(tx.sql(), tx.tenant(), queues, now_ms, max_items)?;
+    let due = sql::select_due(tx.conn(), tx.tenant(), queues, now_ms, max_items)?;
     let mut claimed = Vec::with_capacity(due.len());
     let mut notes = Notes::default();
     for row in due {
-        let item = sql::claim(tx.sql(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
+        let item = sql::claim(tx.conn(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
         let entry = json!({
             "id": item.id, "attempt": item.attempt, "fence": item.fence,
             "worker_id": worker_id, "lease_expires_at_ms": expires_at_ms,
@@ -621,7 +622,7 @@ fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Resul
     let result = serde_json::to_string(&completion.result)?;
     tx.limits().check_payload("result bytes", &result)?;
     let done = sql::complete(
-        tx.sql(),
+        tx.conn(),
         tx.tenant(),
         &completion.id,
         completion.fence,
@@ -645,7 +646,7 @@ fn reclaim(tx: &mut Tx<'_>, queues: Option<&[String]>) -> Result<Reclaimed> {
             let mut expired = Vec::new();
             for queue in queues {
                 expired.extend(sql::select_expired_in(
-                    tx.sql(),
+                    tx.conn(),
                     tx.tenant(),
                     queue,
                     tx.now_ms(),
@@ -654,7 +655,7 @@ fn reclaim(tx: &mut Tx<'_>, queues: Option<&[String]>) -> Result<Reclaimed> {
             }
             expired
         }
-        None => sql::select_expired(tx.sql(), tx.tenant(), tx.now_ms(), limit)?,
+        None => sql::select_expired(tx.conn(), tx.tenant(), tx.now_ms(), limit)?,
     };
     let mut reclaimed = Reclaimed::default();
     for item in &expired {
@@ -676,10 +677,18 @@ fn settle_failure(
     let now_ms = tx.now_ms();
     let outcome = if retryable && item.attempt < item.max_attempts {
         let run_at_ms = now_ms.saturating_add(item.backoff.delay_ms(item.attempt));
-        sql::schedule_retry(tx.sql(), tx.tenant(), &item.id, item.fence, now_ms, run_at_ms, error)?;
+        sql::schedule_retry(
+            tx.conn(),
+            tx.tenant(),
+            &item.id,
+            item.fence,
+            now_ms,
+            run_at_ms,
+            error,
+        )?;
         FailOutcome::Retrying { run_at_ms }
     } else {
-        sql::dead_letter(tx.sql(), tx.tenant(), &item.id, item.fence, now_ms, error)?;
+        sql::dead_letter(tx.conn(), tx.tenant(), &item.id, item.fence, now_ms, error)?;
         FailOutcome::DeadLettered
     };
     // The event carries the start of the error; the item keeps all of it.
@@ -712,11 +721,11 @@ fn shortened(text: &str, max_bytes: usize) -> &str {
 /// Requeues a dead item; false when a live item holds its dedupe key.
 fn requeue(tx: &mut Tx<'_>, item: &ItemRow, notes: &mut Notes) -> Result<bool> {
     if let Some(key) = &item.dedupe_key
-        && sql::select_live_by_dedupe(tx.sql(), tx.tenant(), &item.queue, key)?.is_some()
+        && sql::select_live_by_dedupe(tx.conn(), tx.tenant(), &item.queue, key)?.is_some()
     {
         return Ok(false);
     }
-    sql::requeue(tx.sql(), tx.tenant(), &item.id, tx.now_ms())?;
+    sql::requeue(tx.conn(), tx.tenant(), &item.id, tx.now_ms())?;
     notes.note(&item.queue, "requeued", entry(item, json!({})));
     tx.ring_bell();
     Ok(true)
@@ -771,7 +780,7 @@ fn item_in(tx: &Tx<'_>, id: &str, status: ItemStatus) -> Result<ItemRow> {
 /// The item `id` of the tenant (`NotFound` for another tenant's), after checking the id.
 fn item(tx: &Tx<'_>, id: &str) -> Result<ItemRow> {
     tx.limits().check_id("item id", id)?;
-    let row = sql::select_item(tx.sql(), tx.tenant(), id)?;
+    let row = sql::select_item(tx.conn(), tx.tenant(), id)?;
     row.ok_or_else(|| Error::not_found("queue item", id))
 }
 

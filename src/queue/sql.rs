@@ -89,7 +89,7 @@ pub(super) struct NewRow<'r> {
 pub(super) fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<()> {
     let item = row.item;
     conn.prepare_cached(
-        "INSERT INTO queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
+        "INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
              run_at_ms, attempt, max_attempts, backoff_base_ms, backoff_max_ms, dedupe_key,
              execution_id, node_id, status, fence, created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14)",
@@ -118,7 +118,7 @@ pub(super) fn select_item(conn: &Connection, tenant: &str, id: &str) -> Result<O
         .prepare_cached(concat!(
             "SELECT ",
             item_columns!(),
-            " FROM queue_items WHERE tenant_id = ?1 AND item_id = ?2"
+            " FROM main.queue_items WHERE tenant_id = ?1 AND item_id = ?2"
         ))?
         .query_row(params![tenant, id], item_from_row)
         .optional()?;
@@ -133,7 +133,7 @@ pub(super) fn select_live_by_dedupe(
 ) -> Result<Option<LiveDuplicate>> {
     let row = conn
         .prepare_cached(
-            "SELECT item_id, payload_hash FROM queue_items
+            "SELECT item_id, payload_hash FROM main.queue_items
              WHERE tenant_id = ?1 AND queue = ?2 AND dedupe_key = ?3
                AND status IN ('pending', 'claimed')",
         )?
@@ -181,14 +181,14 @@ fn select_due_in(
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
     let mut level_stmt = conn.prepare_cached(
-        "SELECT priority FROM queue_items
+        "SELECT priority FROM main.queue_items
          WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority < ?3
          ORDER BY priority DESC LIMIT 1",
     )?;
     let mut due_stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items
+        " FROM main.queue_items
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority = ?3
             AND run_at_ms <= ?4
           ORDER BY run_at_ms, item_id LIMIT ?5"
@@ -225,7 +225,7 @@ fn select_due_scanning(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items
+        " FROM main.queue_items
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND run_at_ms <= ?3
           ORDER BY priority DESC, run_at_ms, item_id LIMIT ?4"
     ))?;
@@ -242,7 +242,7 @@ pub(super) fn claim(
     expires_at_ms: i64,
 ) -> Result<ItemRow> {
     conn.prepare_cached(
-        "UPDATE queue_items
+        "UPDATE main.queue_items
          SET status = 'claimed', attempt = attempt + 1, fence = fence + 1, worker_id = ?3,
              lease_expires_at_ms = ?5, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
@@ -269,7 +269,7 @@ pub(super) fn renew_lease(
 ) -> Result<bool> {
     let changed = conn
         .prepare_cached(
-            "UPDATE queue_items SET lease_expires_at_ms = ?5, updated_at_ms = ?4
+            "UPDATE main.queue_items SET lease_expires_at_ms = ?5, updated_at_ms = ?4
              WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
                AND lease_expires_at_ms > ?4",
         )?
@@ -294,7 +294,7 @@ pub(super) fn complete(
 ) -> Result<Option<EventFields>> {
     let changed = conn
         .prepare_cached(
-            "UPDATE queue_items
+            "UPDATE main.queue_items
              SET status = 'completed', result = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
                  updated_at_ms = ?4, finished_at_ms = ?4
              WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
@@ -306,7 +306,7 @@ pub(super) fn complete(
     }
     let fields = conn
         .prepare_cached(
-            "SELECT queue, attempt FROM queue_items WHERE tenant_id = ?1 AND item_id = ?2",
+            "SELECT queue, attempt FROM main.queue_items WHERE tenant_id = ?1 AND item_id = ?2",
         )?
         .query_row(params![tenant, id], |r| {
             Ok(EventFields { queue: r.get(0)?, attempt: r.get(1)? })
@@ -323,7 +323,7 @@ pub(super) fn release(
     now_ms: i64,
 ) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE queue_items
+        "UPDATE main.queue_items
          SET status = 'pending', attempt = attempt - 1, worker_id = NULL,
              lease_expires_at_ms = NULL, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
@@ -343,7 +343,7 @@ pub(super) fn select_expired_in(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items
+        " FROM main.queue_items
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed' AND lease_expires_at_ms <= ?3
           ORDER BY lease_expires_at_ms LIMIT ?4"
     ))?;
@@ -361,7 +361,7 @@ pub(super) fn select_expired(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items INDEXED BY queue_items_leases
+        " FROM main.queue_items INDEXED BY queue_items_leases
           WHERE tenant_id = ?1 AND status = 'claimed' AND lease_expires_at_ms <= ?2
           ORDER BY lease_expires_at_ms LIMIT ?3"
     ))?;
@@ -379,7 +379,7 @@ pub(super) fn schedule_retry(
     error: &str,
 ) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE queue_items
+        "UPDATE main.queue_items
          SET status = 'pending', run_at_ms = ?5, last_error = ?6, worker_id = NULL,
              lease_expires_at_ms = NULL, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
@@ -398,7 +398,7 @@ pub(super) fn dead_letter(
     error: &str,
 ) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE queue_items
+        "UPDATE main.queue_items
          SET status = 'dead', last_error = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
              updated_at_ms = ?4, finished_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
@@ -418,7 +418,7 @@ pub(super) fn select_dead(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items INDEXED BY queue_items_dead
+        " FROM main.queue_items INDEXED BY queue_items_dead
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead' AND item_id > ?3
           ORDER BY item_id LIMIT ?4"
     ))?;
@@ -428,7 +428,7 @@ pub(super) fn select_dead(
 /// Makes a dead item pending again with fresh attempts, due now.
 pub(super) fn requeue(conn: &Connection, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE queue_items
+        "UPDATE main.queue_items
          SET status = 'pending', attempt = 0, run_at_ms = ?3, updated_at_ms = ?3,
              finished_at_ms = NULL
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'dead'",
@@ -446,9 +446,9 @@ pub(super) fn delete_dead(
 ) -> Result<u64> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM queue_items
+            "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
-                 SELECT item_id FROM queue_items INDEXED BY queue_items_dead
+                 SELECT item_id FROM main.queue_items INDEXED BY queue_items_dead
                  WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'
                  ORDER BY item_id LIMIT ?3)",
         )?
@@ -459,7 +459,7 @@ pub(super) fn delete_dead(
 /// Cancels a live item.
 pub(super) fn cancel(conn: &Connection, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE queue_items
+        "UPDATE main.queue_items
          SET status = 'cancelled', worker_id = NULL, lease_expires_at_ms = NULL,
              updated_at_ms = ?3, finished_at_ms = ?3
          WHERE tenant_id = ?1 AND item_id = ?2 AND status IN ('pending', 'claimed')",
@@ -478,7 +478,7 @@ pub(super) fn select_live_of_execution(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         item_columns!(),
-        " FROM queue_items INDEXED BY queue_items_execution
+        " FROM main.queue_items INDEXED BY queue_items_execution
           WHERE tenant_id = ?1 AND execution_id = ?2 AND status IN ('pending', 'claimed')
           ORDER BY item_id LIMIT ?3"
     ))?;
@@ -498,7 +498,7 @@ pub(super) fn select_stats(
                 SUM(CASE WHEN status = 'dead' THEN 1 ELSE 0 END),
                 SUM(CASE WHEN status = 'completed' THEN 1 ELSE 0 END),
                 MIN(CASE WHEN status = 'pending' AND run_at_ms <= ?2 THEN run_at_ms END)
-         FROM queue_items WHERE tenant_id = ?1
+         FROM main.queue_items WHERE tenant_id = ?1
          GROUP BY queue ORDER BY queue",
     )?;
     let rows = stmt.query_map(params![tenant, now_ms], |r| {
@@ -527,9 +527,9 @@ pub(super) fn delete_finished_before(
 ) -> Result<u64> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM queue_items
+            "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
-                 SELECT item_id FROM queue_items INDEXED BY queue_items_finished
+                 SELECT item_id FROM main.queue_items INDEXED BY queue_items_finished
                  WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
                    AND finished_at_ms < ?2
                  ORDER BY finished_at_ms LIMIT ?3)",
@@ -543,7 +543,7 @@ pub(super) fn delete_finished_before(
 pub(super) fn select_next_due(conn: &Connection, tenant: &str, queue: &str) -> Result<Option<i64>> {
     let due: Option<i64> = conn
         .prepare_cached(
-            "SELECT run_at_ms FROM queue_items
+            "SELECT run_at_ms FROM main.queue_items
              WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending'
              ORDER BY run_at_ms LIMIT 1",
         )?
@@ -551,7 +551,7 @@ pub(super) fn select_next_due(conn: &Connection, tenant: &str, queue: &str) -> R
         .optional()?;
     let expiry: Option<i64> = conn
         .prepare_cached(
-            "SELECT lease_expires_at_ms FROM queue_items
+            "SELECT lease_expires_at_ms FROM main.queue_items
              WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed'
              ORDER BY lease_expires_at_ms LIMIT 1",
         )?

@@ -21,7 +21,7 @@ macro_rules! list_sql {
         concat!(
             "SELECT ",
             execution_columns!(),
-            " FROM workflow_executions INDEXED BY ",
+            " FROM main.workflow_executions INDEXED BY ",
             $index,
             " WHERE tenant_id = ?1 AND ",
             $filter,
@@ -39,7 +39,7 @@ pub(super) fn insert_definition(
     def_seq: i64,
 ) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO workflow_definitions (tenant_id, workflow_id, version, ir, ir_hash, def_seq,
+        "INSERT INTO main.workflow_definitions (tenant_id, workflow_id, version, ir, ir_hash, def_seq,
                                            created_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
@@ -63,7 +63,7 @@ pub(super) fn select_definition(
     version: &str,
 ) -> Result<Option<(Definition, String)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT workflow_id, version, ir, created_at_ms, ir_hash FROM workflow_definitions
+        "SELECT workflow_id, version, ir, created_at_ms, ir_hash FROM main.workflow_definitions
          WHERE tenant_id = ?1 AND workflow_id = ?2 AND version = ?3",
     )?;
     let mut rows = stmt.query(params![tenant, workflow_id, version])?;
@@ -78,7 +78,7 @@ pub(super) fn select_latest_definition(
     workflow_id: &str,
 ) -> Result<Option<Definition>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT workflow_id, version, ir, created_at_ms FROM workflow_definitions
+        "SELECT workflow_id, version, ir, created_at_ms FROM main.workflow_definitions
          WHERE tenant_id = ?1 AND workflow_id = ?2 ORDER BY def_seq DESC LIMIT 1",
     )?;
     let mut rows = stmt.query(params![tenant, workflow_id])?;
@@ -89,7 +89,7 @@ pub(super) fn select_latest_definition(
 pub(super) fn next_def_seq(conn: &Connection, tenant: &str, workflow_id: &str) -> Result<i64> {
     let last: i64 = conn
         .prepare_cached(
-            "SELECT COALESCE(max(def_seq), 0) FROM workflow_definitions
+            "SELECT COALESCE(max(def_seq), 0) FROM main.workflow_definitions
              WHERE tenant_id = ?1 AND workflow_id = ?2",
         )?
         .query_row(params![tenant, workflow_id], |row| row.get(0))?;
@@ -104,7 +104,7 @@ pub(super) fn select_versions(
     limit: usize,
 ) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT version FROM workflow_definitions
+        "SELECT version FROM main.workflow_definitions
          WHERE tenant_id = ?1 AND workflow_id = ?2 ORDER BY def_seq LIMIT ?3",
     )?;
     let mut rows = stmt.query(params![tenant, workflow_id, sql_limit(limit)])?;
@@ -122,7 +122,7 @@ pub(super) fn insert_execution(
     execution: &Execution,
 ) -> Result<()> {
     conn.prepare_cached(concat!(
-        "INSERT INTO workflow_executions (tenant_id, ",
+        "INSERT INTO main.workflow_executions (tenant_id, ",
         execution_columns!(),
         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
     ))?
@@ -151,7 +151,7 @@ pub(super) fn select_execution(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         execution_columns!(),
-        " FROM workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2"
+        " FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2"
     ))?;
     let mut rows = stmt.query(params![tenant, id])?;
     rows.next()?.map(execution_from_row).transpose()
@@ -164,7 +164,7 @@ pub(super) fn select_status(
     id: &str,
 ) -> Result<Option<WorkflowStatus>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT status FROM workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
+        "SELECT status FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
     )?;
     let mut rows = stmt.query(params![tenant, id])?;
     rows.next()?.map(|row| status_from(&row.get::<_, String>(0)?)).transpose()
@@ -209,7 +209,7 @@ pub(super) fn list_executions(
 pub(super) fn update_status(conn: &Connection, tenant: &str, execution: &Execution) -> Result<()> {
     let changed = conn
         .prepare_cached(
-            "UPDATE workflow_executions SET status = ?3, updated_at_ms = ?4, completed_at_ms = ?5
+            "UPDATE main.workflow_executions SET status = ?3, updated_at_ms = ?4, completed_at_ms = ?5
              WHERE tenant_id = ?1 AND execution_id = ?2",
         )?
         .execute(params![
@@ -231,7 +231,7 @@ pub(super) fn update_state(
 ) -> Result<bool> {
     let changed = conn
         .prepare_cached(
-            "UPDATE workflow_executions SET state = ?3, state_version = ?4, updated_at_ms = ?5
+            "UPDATE main.workflow_executions SET state = ?3, state_version = ?4, updated_at_ms = ?5
              WHERE tenant_id = ?1 AND execution_id = ?2 AND state_version = ?6",
         )?
         .execute(params![
@@ -254,7 +254,7 @@ pub(super) fn insert_snapshot(
     state_hash: &str,
 ) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO workflow_snapshots (tenant_id, execution_id, at_seq, state, state_hash,
+        "INSERT INTO main.workflow_snapshots (tenant_id, execution_id, at_seq, state, state_hash,
                                          created_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
@@ -277,7 +277,7 @@ pub(super) fn select_snapshot(
     at_seq: u64,
 ) -> Result<Option<(Snapshot, String)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT execution_id, at_seq, state, created_at_ms, state_hash FROM workflow_snapshots
+        "SELECT execution_id, at_seq, state, created_at_ms, state_hash FROM main.workflow_snapshots
          WHERE tenant_id = ?1 AND execution_id = ?2 AND at_seq = ?3",
     )?;
     let mut rows = stmt.query(params![tenant, id, to_sql_int(at_seq)])?;
@@ -292,7 +292,7 @@ pub(super) fn select_latest_snapshot(
     id: &str,
 ) -> Result<Option<Snapshot>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT execution_id, at_seq, state, created_at_ms FROM workflow_snapshots
+        "SELECT execution_id, at_seq, state, created_at_ms FROM main.workflow_snapshots
          WHERE tenant_id = ?1 AND execution_id = ?2 ORDER BY at_seq DESC LIMIT 1",
     )?;
     let mut rows = stmt.query(params![tenant, id])?;
@@ -303,7 +303,7 @@ pub(super) fn select_latest_snapshot(
 pub(super) fn delete_execution(conn: &Connection, tenant: &str, id: &str) -> Result<bool> {
     let deleted = conn
         .prepare_cached(
-            "DELETE FROM workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
+            "DELETE FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
         )?
         .execute(params![tenant, id])?;
     Ok(deleted == 1)

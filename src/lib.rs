@@ -48,6 +48,18 @@
 //! - [`Store::transaction`]: any of the above, and the caller's own tables through
 //!   [`Tx::sql`], committed or rolled back together.
 //!
+//! # Raw SQL in a transaction
+//!
+//! [`Tx::sql`] hands a closure an [`Sql`] handle, never the connection: statements that read
+//! and write the caller's own tables inside the transaction (and create, alter or drop them),
+//! reads of the store's tables (not from a view bound to a tenant by a token), and reads of the
+//! schema and of a few pragmas. Everything that would outlive the transaction on the store's
+//! shared connection or go around its operations is refused with [`Error::Forbidden`] and
+//! writes nothing: setting pragmas, temporary objects, `ATTACH`, `ANALYZE`, transaction
+//! statements, writes, indexes and triggers on the store's tables, foreign keys into them. The
+//! store reads the connection's settings back after every closure that ran SQL and refuses a
+//! closure that changed them. [`Sql`] lists every rule.
+//!
 //! # Guarantees
 //!
 //! 1. A reply is sent only after the transaction that produced it has committed. `Ok` means

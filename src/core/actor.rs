@@ -834,6 +834,58 @@ mod tests {
         assert_eq!(published, [1, 2]);
     }
 
+    fn pragma(actor: &Actor, name: &str) -> i64 {
+        let sql = format!("PRAGMA {name}");
+        actor.conn.query_row(&sql, [], |r| r.get(0)).expect("pragma")
+    }
+
+    fn temp_objects(actor: &Actor) -> i64 {
+        let sql = "SELECT count(*) FROM temp.sqlite_master";
+        actor.conn.query_row(sql, [], |r| r.get(0)).expect("count")
+    }
+
+    #[test]
+    fn a_closure_that_changed_the_connection_past_the_guard_is_refused_and_it_is_restored() {
+        let mut actor = actor();
+        let (first, first_answer) = append(1);
+        let (sneaky, sneaky_answer) = transaction(|tx| {
+            tx.append_event(Stream::custom("batch"), "sneaky", json!(null))?;
+            tx.sql_past_the_guard(
+                "CREATE TEMP TABLE events AS SELECT * FROM main.events WHERE 0;
+                 PRAGMA recursive_triggers = ON; PRAGMA query_only = ON;",
+            )?;
+            Ok(TxOutcome::Commit(()))
+        });
+        let (last, last_answer) = append(2);
+        actor.run_batch(vec![first, sneaky, last]);
+        let refused = sneaky_answer.recv().expect("reply");
+        assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");
+        assert_eq!(first_answer.recv().expect("reply").expect("kept").seq, 1);
+        assert_eq!(last_answer.recv().expect("reply").expect("kept").seq, 2);
+        assert_eq!(events_in(&actor), 2, "the later append went to the store's table");
+        assert_eq!((pragma(&actor, "query_only"), pragma(&actor, "recursive_triggers")), (0, 0));
+        assert_eq!(temp_objects(&actor), 0);
+        assert!(actor.poisoned.is_none());
+    }
+
+    #[test]
+    fn foreign_keys_turned_off_outside_the_transaction_are_turned_back_on() {
+        let mut actor = actor();
+        let (sneaky, sneaky_answer) = transaction(|tx| {
+            // The commit is vetoed into a rollback; the pragma then runs outside any
+            // transaction, where it takes.
+            let _ = tx.sql_past_the_guard("COMMIT");
+            tx.sql_past_the_guard("PRAGMA foreign_keys = OFF")?;
+            Ok(TxOutcome::Commit(()))
+        });
+        actor.run_batch(vec![sneaky]);
+        assert!(matches!(sneaky_answer.recv().expect("reply"), Err(Error::Forbidden(_))));
+        assert_eq!(pragma(&actor, "foreign_keys"), 1);
+        let (next, next_answer) = append(1);
+        actor.run_batch(vec![next]);
+        assert_eq!(next_answer.recv().expect("reply").expect("kept").seq, 1);
+    }
+
     #[test]
     fn a_commit_outside_the_actor_is_vetoed_while_a_job_runs() {
         let actor = actor();

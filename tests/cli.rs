@@ -51,10 +51,48 @@ impl Scratch {
         text.lines().map(str::to_owned).collect()
     }
 
+    /// The binary on this scratch store; every process it starts carries the scratch
+    /// directory in `SPINDLE_TEST_MARKER`, so that `live_processes` finds them.
     fn command(&self) -> Command {
         let mut command = Command::new(BIN);
         command.arg("--db").arg(self.db()).env("SPINDLE_LEASE_MS", "1000");
+        command.env("SPINDLE_TEST_MARKER", self.dir.path());
         command
+    }
+
+    /// A run of `pipeline` in the background, its output dropped.
+    fn spawn_run(&self, pipeline: &Path) -> Child {
+        let mut command = self.command();
+        command.arg("run").arg(pipeline).stdout(Stdio::null()).stderr(Stdio::null());
+        command.spawn().expect("spawn")
+    }
+
+    /// The live (not zombie) processes started by this scratch's runs, with their command
+    /// lines.
+    fn live_processes(&self) -> Vec<(u32, String)> {
+        let marker = format!("SPINDLE_TEST_MARKER={}", self.dir.path().display());
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let read =
+                |what: &str| std::fs::read(format!("/proc/{pid}/{what}")).unwrap_or_default();
+            let environ = read("environ");
+            let marked = environ.split(|byte| *byte == 0).any(|var| var == marker.as_bytes());
+            let stat = String::from_utf8_lossy(&read("stat")).into_owned();
+            let zombie = stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with('Z'));
+            if marked && !zombie {
+                let cmdline = String::from_utf8_lossy(&read("cmdline")).replace('\0', " ");
+                found.push((pid, cmdline));
+            }
+        }
+        found
+    }
+
+    /// A file of the scratch directory.
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
     }
 
     fn run(&self, pipeline: &Path) -> Output {
@@ -64,6 +102,42 @@ impl Scratch {
 
 fn count(lines: &[String], line: &str) -> usize {
     lines.iter().filter(|l| *l == line).count()
+}
+
+/// Lines of `path` (none if it does not exist).
+fn lines_of(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(str::to_owned).collect()
+}
+
+/// A command that says `start $$` in `log`, beats its shell's pid into `beat` every 50 ms
+/// for `beats` beats (a grandchild in the command's group when `in_child`), then says
+/// `end $$`.
+fn beating(log: &Path, beat: &Path, beats: u32, in_child: bool) -> String {
+    let (log, beat) = (log.display(), beat.display());
+    let body = format!(
+        "i=0; while [ $i -lt {beats} ]; do echo $me >> '{beat}'; sleep 0.05; i=$((i+1)); done"
+    );
+    let body = if in_child { format!("( {body} ) & wait") } else { body };
+    format!("me=$$; echo \"start $me\" >> '{log}'; {body}; echo \"end $me\" >> '{log}'")
+}
+
+/// The pids in `lines` (`start PID`, `end PID`) of lines that start with `what`.
+fn pids(lines: &[String], what: &str) -> Vec<String> {
+    let prefix = format!("{what} ");
+    lines.iter().filter_map(|line| line.strip_prefix(&prefix)).map(str::to_owned).collect()
+}
+
+/// Asserts that the beats of one attempt all come before the next one's: no two attempts
+/// ever ran at the same time.
+fn assert_one_at_a_time(beats: &[String]) {
+    let mut seen: Vec<&String> = Vec::new();
+    for beat in beats {
+        if seen.last() != Some(&beat) {
+            assert!(!seen.contains(&beat), "two attempts beat at once: {beats:?}");
+            seen.push(beat);
+        }
+    }
 }
 
 #[test]
@@ -204,15 +278,154 @@ fn a_run_killed_while_a_node_sleeps_resumes_and_reruns_only_the_interrupted_node
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("resuming"), "{stderr}");
-    // The orphaned first attempt of b may still finish: wait for it before counting.
+    // The interrupted attempt died with its runner: it never finishes.
     std::thread::sleep(Duration::from_secs(3));
     let lines = s.lines();
     assert_eq!(count(&lines, "a"), 1, "a finished before the kill: {lines:?}");
     assert_eq!(count(&lines, "c"), 1, "{lines:?}");
-    assert!(count(&lines, "b-start") >= 2, "b was interrupted and ran again: {lines:?}");
+    assert_eq!(count(&lines, "b-start"), 2, "b was interrupted and ran again: {lines:?}");
+    assert_eq!(count(&lines, "b"), 1, "only the second attempt of b finished: {lines:?}");
     let again = s.run(&pipeline);
     assert_eq!(again.status.code(), Some(0));
     assert_eq!(count(&s.lines(), "a"), 2, "a finished run is not resumed: a new run starts");
+}
+
+/// Runs the node `b` of a pipeline `a -> b` (b beating as `beating` says), kills the runner
+/// with SIGKILL once b has started, and resumes the run. Returns
+/// the log and the beats.
+fn kill_mid_command_then_resume(s: &Scratch, in_child: bool) -> (Vec<String>, Vec<String>) {
+    let (log, beat) = (s.file("log"), s.file("beat"));
+    let nodes = json!({
+        "a": { "run": format!("echo a >> '{}'", log.display()) },
+        "b": { "run": beating(&log, &beat, 60, in_child), "after": ["a"] },
+    });
+    let pipeline = s.pipeline("attempts.json", nodes);
+    let mut first = s.spawn_run(&pipeline);
+    wait_for(|| lines_of(&beat).len() >= 2, Duration::from_secs(30));
+    first.kill().expect("kill -9");
+    let _ = first.wait();
+    let output = s.run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(s.live_processes().is_empty(), "left behind: {:?}", s.live_processes());
+    (lines_of(&log), lines_of(&beat))
+}
+
+/// The log of an interrupted b and its rerun: two starts, and the end of the second only.
+fn assert_interrupted_once(log: &[String], beats: &[String]) {
+    let (starts, ends) = (pids(log, "start"), pids(log, "end"));
+    assert_eq!(starts.len(), 2, "{log:?}");
+    assert_eq!(ends, [starts[1].clone()], "the first attempt never finished: {log:?}");
+    assert_one_at_a_time(beats);
+}
+
+/// Waits until none of the scratch's processes is left, at most `limit`.
+fn wait_until_none_left(s: &Scratch, limit: Duration) {
+    let began = Instant::now();
+    while !s.live_processes().is_empty() {
+        assert!(began.elapsed() < limit, "still running: {:?}", s.live_processes());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_killed_runners_command_dies_with_it_and_runs_again_instead_not_as_well() {
+    let s = Scratch::new();
+    let (log, beats) = kill_mid_command_then_resume(&s, false);
+    assert_eq!(log.first().map(String::as_str), Some("a"));
+    assert_interrupted_once(&log, &beats);
+}
+
+#[test]
+fn a_grandchild_in_the_commands_group_dies_with_the_runner_too() {
+    let s = Scratch::new();
+    let (log, beats) = kill_mid_command_then_resume(&s, true);
+    assert_interrupted_once(&log, &beats);
+}
+
+#[test]
+fn nothing_of_the_attempt_outlives_the_killed_runner() {
+    let s = Scratch::new();
+    let beat = s.file("beat");
+    let nodes = json!({ "b": { "run": beating(&s.file("log"), &beat, 200, true) } });
+    let mut runner = s.spawn_run(&s.pipeline("outlive.json", nodes));
+    wait_for(|| lines_of(&beat).len() >= 2, Duration::from_secs(30));
+    runner.kill().expect("kill -9");
+    let _ = runner.wait();
+    wait_until_none_left(&s, Duration::from_secs(2));
+    let beats = lines_of(&beat).len();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(lines_of(&beat).len(), beats, "the command kept running after its runner died");
+}
+
+#[test]
+fn a_runner_that_takes_over_a_stalled_runners_node_ends_its_attempt_before_running_it() {
+    let s = Scratch::new();
+    let (log, beat) = (s.file("log"), s.file("beat"));
+    let nodes = json!({ "b": { "run": beating(&log, &beat, 80, true) } });
+    let pipeline = s.pipeline("stalled.json", nodes);
+    let mut stalled = s.spawn_run(&pipeline);
+    wait_for(|| lines_of(&beat).len() >= 2, Duration::from_secs(30));
+    // The first runner stops between two of its transactions: its command runs on, but its
+    // lease lapses, and a second runner takes the node over.
+    stop_outside_a_write(&s, stalled.id());
+    let output = s.run(&pipeline);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    signal(stalled.id(), "-CONT");
+    assert_eq!(stalled.wait().expect("wait").code(), Some(0), "the stale runner sees the end");
+    let log = lines_of(&log);
+    assert_interrupted_once(&log, &lines_of(&beat));
+    assert!(s.live_processes().is_empty(), "left behind: {:?}", s.live_processes());
+}
+
+/// Stops process `pid` (SIGSTOP) at a moment it holds no write lock on the scratch store.
+fn stop_outside_a_write(s: &Scratch, pid: u32) {
+    for _ in 0..100 {
+        signal(pid, "-STOP");
+        let conn = rusqlite::Connection::open(s.db()).expect("open");
+        conn.busy_timeout(Duration::ZERO).expect("busy timeout");
+        if conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK").is_ok() {
+            return;
+        }
+        signal(pid, "-CONT");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the runner always held the write lock");
+}
+
+fn signal(pid: u32, which: &str) {
+    let sent = Command::new("kill").arg(which).arg(pid.to_string()).status();
+    assert!(sent.expect("kill").success(), "kill {which} {pid}");
+}
+
+#[test]
+fn two_runners_started_together_never_run_a_node_twice_at_once() {
+    let s = Scratch::new();
+    let log = s.file("log");
+    let node = |name: &str| {
+        let lock = s.file(&format!("lock-{name}"));
+        let (log, lock) = (log.display(), lock.display());
+        format!(
+            "mkdir '{lock}' || echo \"double {name}\" >> '{log}'; echo \"run {name}\" >> '{log}'; \
+             sleep 0.3; rmdir '{lock}'"
+        )
+    };
+    let nodes = json!({
+        "a": { "run": node("a") }, "b": { "run": node("b") }, "c": { "run": node("c") },
+        "d": { "run": node("d"), "after": ["a", "b"] }, "e": { "run": node("e"), "after": ["c"] },
+        "f": { "run": node("f"), "after": ["d", "e"] },
+    });
+    let pipeline = s.pipeline("together.json", nodes);
+    let runners: Vec<Child> = (0..2).map(|_| s.spawn_run(&pipeline)).collect();
+    for mut runner in runners {
+        assert_eq!(runner.wait().expect("wait").code(), Some(0));
+    }
+    let lines = lines_of(&log);
+    for name in ["a", "b", "c", "d", "e", "f"] {
+        assert_eq!(count(&lines, &format!("run {name}")), 1, "{lines:?}");
+    }
+    assert!(!lines.iter().any(|line| line.starts_with("double")), "{lines:?}");
+    let graphs = json_of(s.command().args(["--json", "graphs"]));
+    assert_eq!(graphs.as_array().map(Vec::len), Some(1), "one run, shared: {graphs}");
 }
 
 fn wait_for(condition: impl Fn() -> bool, limit: Duration) {

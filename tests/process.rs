@@ -1249,3 +1249,36 @@ fn a_subscriber_follows_an_id_registered_again_after_a_prune() {
         .collect();
     assert_eq!(again, [5, 6], "the new history continues the numbering: nothing is missed");
 }
+
+#[test]
+fn a_local_process_is_running_until_it_exits_and_unprovable_elsewhere() {
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn sleep");
+    let liveness = Liveness::local_process("host-1", child.id()).expect("/proc");
+    assert_eq!(liveness.is_running_here(), Some(true));
+    let Liveness::LocalProcess { host_id, boot_id, pid, process_start } = liveness.clone() else {
+        panic!("a local process");
+    };
+    let other_start = Liveness::LocalProcess {
+        host_id: host_id.clone(),
+        boot_id: boot_id.clone(),
+        pid,
+        process_start: "0".into(),
+    };
+    assert_eq!(other_start.is_running_here(), Some(false), "a reused pid is another process");
+    let other_boot =
+        Liveness::LocalProcess { host_id, boot_id: "another boot".into(), pid, process_start };
+    assert_eq!(other_boot.is_running_here(), None, "another boot cannot be told");
+    assert_eq!(Liveness::Opaque.is_running_here(), None);
+    child.kill().expect("kill");
+    // Exited but not reaped: a zombie keeps its pid but runs no more (the kill lands soon).
+    let killed = std::time::Instant::now();
+    while liveness.is_running_here() != Some(false) {
+        assert!(killed.elapsed() < Duration::from_secs(5), "the killed child still runs");
+        std::thread::yield_now();
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a zombie's stat");
+    assert!(stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')), "{stat}");
+    child.wait().expect("reap");
+    assert_eq!(liveness.is_running_here(), Some(false));
+    assert!(matches!(Liveness::local_process("h", pid), Err(Error::NotFound { .. })));
+}

@@ -85,6 +85,48 @@ fn an_expired_lease_goes_to_the_next_worker_with_a_higher_fence() -> spindle::Re
 }
 
 #[test]
+fn a_checkpoint_is_seen_by_the_next_claim_and_only_the_holder_may_write_one() -> spindle::Result<()>
+{
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!({ "step": 0 })).dedupe_key("k"))?.id;
+    let first = queue.claim("w1", &["q"], 10_000)?.expect("claimed");
+    queue.checkpoint(&id, first.fence, json!({ "step": 3 }))?;
+    assert_eq!(queue.get(&id)?.payload, json!({ "step": 3 }));
+    // The dedupe key still answers for the payload the item was enqueued with.
+    let again = queue.enqueue(NewItem::new("q", json!({ "step": 0 })).dedupe_key("k"))?;
+    assert!(again.deduplicated && again.id == id);
+
+    // Too large: refused, nothing written.
+    let limit = spindle::Limits::default().payload_bytes_max;
+    let big = json!("x".repeat(limit));
+    assert!(matches!(queue.checkpoint(&id, first.fence, big), Err(Error::TooLarge { .. })));
+    assert_eq!(queue.get(&id)?.payload, json!({ "step": 3 }));
+
+    // The lease lapses: the next claim sees the checkpoint, the old holder may not write one.
+    clock.advance_ms(11_000);
+    assert!(queue.claim("w2", &["q"], 10_000)?.is_none(), "the lapse is a failed attempt");
+    clock.advance_ms(1_000);
+    let second = queue.claim("w2", &["q"], 10_000)?.expect("reclaimed");
+    assert_eq!(second.item.payload, json!({ "step": 3 }));
+    let stale = queue.checkpoint(&id, first.fence, json!({ "step": 99 }));
+    assert!(matches!(stale, Err(Error::LeaseLost(_))), "{stale:?}");
+    assert_eq!(queue.get(&id)?.payload, json!({ "step": 3 }));
+
+    // A retry after a failure sees it too; a finished item takes none.
+    queue.checkpoint(&id, second.fence, json!({ "step": 4 }))?;
+    queue.fail(&id, second.fence, "boom", true)?;
+    clock.advance_ms(60_000);
+    let third = queue.claim("w3", &["q"], 10_000)?.expect("retried");
+    assert_eq!(third.item.payload, json!({ "step": 4 }));
+    queue.complete(&id, third.fence, json!("done"))?;
+    let late = queue.checkpoint(&id, third.fence, json!({ "step": 5 }));
+    assert!(matches!(late, Err(Error::LeaseLost(_))), "{late:?}");
+    assert!(matches!(queue.checkpoint("nope", 1, json!(1)), Err(Error::NotFound { .. })));
+    Ok(())
+}
+
+#[test]
 fn a_lease_that_expired_but_was_not_yet_reclaimed_cannot_complete() -> spindle::Result<()> {
     let (store, clock) = setup();
     let queue = store.queue();

@@ -202,11 +202,7 @@ pub(crate) fn is_dead_for(holder: &LeaseOwner, claimant: &LeaseOwner) -> bool {
     if host_id != claimant_host || boot_id != claimant_boot {
         return false;
     }
-    match process_start_of(*pid) {
-        Ok(Some(start)) => start != *process_start,
-        Ok(None) => true,
-        Err(_) => false,
-    }
+    runs_since(*pid, process_start) == Some(false)
 }
 
 impl Liveness {
@@ -216,21 +212,58 @@ impl Liveness {
     /// # Errors
     /// `Io` when `/proc` cannot be read.
     pub fn current_local_process(host_id: impl Into<String>) -> Result<Liveness> {
-        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
-        let pid = std::process::id();
-        let process_start = process_start_of(pid)?.ok_or_else(|| {
-            Error::Io(std::io::Error::other("this process has no /proc/<pid>/stat"))
-        })?;
+        Self::local_process(host_id, std::process::id())
+    }
+
+    /// The running process `pid` of this machine (`host_id`): its boot id and start time, read
+    /// from `/proc` (Linux). A child that has exited but is not yet reaped keeps its pid, so
+    /// one can describe it safely until it is reaped.
+    ///
+    /// # Errors
+    /// `NotFound` when no process `pid` runs; `Io` when `/proc` cannot be read.
+    pub fn local_process(host_id: impl Into<String>, pid: u32) -> Result<Liveness> {
+        let process_start =
+            process_start_of(pid)?.ok_or_else(|| Error::not_found("process", &pid.to_string()))?;
         Ok(Liveness::LocalProcess {
             host_id: host_id.into(),
-            boot_id: boot_id.trim().to_owned(),
+            boot_id: boot_id()?,
             pid,
             process_start,
         })
     }
+
+    /// Whether the process this describes still runs, as far as this machine can prove:
+    /// `Some(true)` when this boot has a live process with its pid and start time, `Some(false)`
+    /// when on this boot its pid is gone, a zombie, or another process; `None` when it cannot
+    /// be told (an opaque liveness, another boot or machine, an unreadable `/proc`).
+    pub fn is_running_here(&self) -> Option<bool> {
+        let Liveness::LocalProcess { boot_id: was_boot, pid, process_start, .. } = self else {
+            return None;
+        };
+        if boot_id().ok()? != *was_boot {
+            return None;
+        }
+        runs_since(*pid, process_start)
+    }
 }
 
-/// The start time (field 22) of `/proc/<pid>/stat`; `None` when there is no such process.
+/// This machine's boot id.
+fn boot_id() -> Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?.trim().to_owned())
+}
+
+/// Whether process `pid` runs and started at `process_start` (`Some(false)` when it is gone
+/// or another process); `None` when `/proc` cannot tell.
+fn runs_since(pid: u32, process_start: &str) -> Option<bool> {
+    match process_start_of(pid) {
+        Ok(Some(start)) => Some(start == process_start),
+        Ok(None) => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// The start time (field 22) of `/proc/<pid>/stat`; `None` when there is no such process or
+/// it is a zombie (it has exited; only its pid is left).
 fn process_start_of(pid: u32) -> std::io::Result<Option<String>> {
     let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat,
@@ -239,8 +272,12 @@ fn process_start_of(pid: u32) -> std::io::Result<Option<String>> {
     };
     // The command name (field 2) may hold spaces and parentheses: count from its last ')'.
     let after_name = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
-    match after_name.split_whitespace().nth(19) {
-        Some(start) => Ok(Some(start.to_owned())),
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    if matches!(fields.first(), Some(&"Z" | &"X")) {
+        return Ok(None);
+    }
+    match fields.get(19) {
+        Some(start) => Ok(Some((*start).to_owned())),
         None => Err(std::io::Error::other(format!("/proc/{pid}/stat has no start time"))),
     }
 }

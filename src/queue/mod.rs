@@ -32,9 +32,9 @@ use crate::page::Page;
 use crate::store::Store;
 
 pub use ops::{
-    Cancel, CancelExecution, Claim, ClaimBatch, Complete, CompleteBatch, Completion, DeadLetters,
-    Enqueue, EnqueueBatch, Fail, Get, Heartbeat, NextDue, PruneCompleted, PurgeDead, Reclaim,
-    Release, Requeue, RequeueAll, Stats,
+    Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete, CompleteBatch, Completion,
+    DeadLetters, Enqueue, EnqueueBatch, Fail, Get, Heartbeat, NextDue, PruneCompleted, PurgeDead,
+    Reclaim, Release, Requeue, RequeueAll, Stats,
 };
 
 /// How long a failed attempt waits before its retry: `base_ms` doubled per attempt, at most
@@ -390,6 +390,17 @@ impl<'a> Queue<'a> {
     /// `LeaseLost` for a stale fence or an expired lease; `NotFound` for an unknown item.
     pub fn heartbeat(&self, id: &str, fence: u64, lease_ms: i64) -> Result<i64> {
         self.store.exec(Heartbeat { id: id.into(), fence, lease_ms })
+    }
+
+    /// Replaces a held item's payload with `payload`, for the item's next claim to see (a
+    /// retry, or another worker after this one's lease lapsed): how far the work got, say.
+    /// The item's dedupe key keeps matching the payload it was enqueued with.
+    ///
+    /// # Errors
+    /// As `heartbeat`; `TooLarge` for a payload past `Limits::payload_bytes_max` (nothing is
+    /// written).
+    pub fn checkpoint(&self, id: &str, fence: u64, payload: Value) -> Result<()> {
+        self.store.exec(Checkpoint { id: id.into(), fence, payload })
     }
 
     /// Completes a held item with `result`.

@@ -71,6 +71,19 @@ pub struct Heartbeat {
     pub lease_ms: i64,
 }
 
+/// Replaces a held item's payload: progress a worker wants the item's next claim to see (a
+/// retry, or another worker after this one's lease lapsed). A lease-holder write, fenced like
+/// [`Heartbeat`]. The item's dedupe key keeps matching the payload it was enqueued with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+    /// The new payload, at most `Limits::payload_bytes_max` encoded.
+    pub payload: Value,
+}
+
 /// Completes a held item.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Complete {
@@ -282,6 +295,29 @@ impl Op for Heartbeat {
             return Err(lease_lost(tx, &self.id, self.fence)?);
         }
         Ok(expires_at_ms)
+    }
+}
+
+impl Sealed for Checkpoint {}
+impl Op for Checkpoint {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.payload)
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        let encoded = serde_json::to_string(&self.payload)?;
+        tx.limits().check_payload("payload bytes", &encoded)?;
+        let key = sql::Held { tenant: tx.tenant(), id: &self.id, fence: self.fence };
+        if !sql::replace_payload(tx.conn(), &key, tx.now_ms(), &encoded)? {
+            return Err(lease_lost(tx, &self.id, self.fence)?);
+        }
+        Ok(())
+    }
+    fn single_write(&self) -> bool {
+        true
     }
 }
 

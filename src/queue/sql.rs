@@ -277,6 +277,30 @@ pub(super) fn renew_lease(
     Ok(changed == 1)
 }
 
+/// A held item: its tenant, id and the fence of the holder's claim.
+pub(super) struct Held<'a> {
+    pub(super) tenant: &'a str,
+    pub(super) id: &'a str,
+    pub(super) fence: u64,
+}
+
+/// Replaces a held item's payload; false when `fence` no longer holds a live lease.
+pub(super) fn replace_payload(
+    conn: &Connection,
+    held: &Held<'_>,
+    now_ms: i64,
+    payload: &str,
+) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE main.queue_items SET payload = ?5, updated_at_ms = ?4
+             WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
+               AND lease_expires_at_ms > ?4",
+        )?
+        .execute(params![held.tenant, held.id, held.fence as i64, now_ms, payload])?;
+    Ok(changed == 1)
+}
+
 /// What an item event names: the queue and the attempt.
 pub(super) struct EventFields {
     pub(super) queue: String,

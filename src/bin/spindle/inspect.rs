@@ -40,13 +40,20 @@ pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
 
 /// Every graph of the view's tenant, read a page at a time.
 pub fn all_graphs(store: &Store) -> spindle::Result<Vec<Graph>> {
+    all_graphs_by(|page| store.graphs().list(page))
+}
+
+/// Every graph of the tenant, read a page at a time with `list`.
+pub fn all_graphs_by(
+    mut list: impl FnMut(Page) -> spindle::Result<Vec<Graph>>,
+) -> spindle::Result<Vec<Graph>> {
     let mut all: Vec<Graph> = Vec::new();
     loop {
         let page = match all.last() {
             Some(last) => Page::after(last.id.clone(), 1000),
             None => Page::first(1000),
         };
-        let graphs = store.graphs().list(page)?;
+        let graphs = list(page)?;
         if graphs.is_empty() {
             return Ok(all);
         }

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod attempt;
 mod inspect;
 mod pipeline;
 mod run;
@@ -97,6 +98,13 @@ enum Cmd {
     Tokens {
         #[command(subcommand)]
         action: TokenCmd,
+    },
+    /// Runs one attempt of a node's command for `run` (not for people: see attempt.rs).
+    #[command(name = "__guard", hide = true)]
+    Guard {
+        /// The command, for `sh -c`.
+        #[arg(last = true)]
+        command: String,
     },
 }
 
@@ -218,6 +226,9 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
+    if let Cmd::Guard { command } = &cli.command {
+        return Ok(attempt::guard(command));
+    }
     if let Cmd::Run { pipeline, jobs, fresh } = &cli.command {
         // The file is checked before the store is even opened: bad input writes nothing.
         let pipeline = pipeline::load(pipeline).map_err(|bad| CliError::Bad(bad.to_string()))?;
@@ -258,7 +269,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Prune { older_than } => inspect::prune(&store, &older_than, out)?,
         Cmd::Tenants { action } => admin::tenants(&store, action.unwrap_or(TenantCmd::List), out)?,
         Cmd::Tokens { action } => admin::tokens(&store, action, out)?,
-        Cmd::Run { .. } | Cmd::Check => {}
+        Cmd::Run { .. } | Cmd::Check | Cmd::Guard { .. } => {}
     }
     store.close()?;
     Ok(0)

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde::de::{MapAccess, Visitor};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use spindle::{JoinType, NodeOptions, NodeSpec, Store, TokenColor};
+use spindle::{JoinType, NodeOptions, NodeSpec, TokenColor, Tx};
 
 /// A checked pipeline.
 #[derive(Debug, Clone)]
@@ -213,39 +213,37 @@ fn find_cycle(steps: &[Step]) -> Option<String> {
 }
 
 impl Pipeline {
-    /// Builds the pipeline's graph (pending), in one transaction; returns its id.
-    pub fn build(&self, store: &Store) -> spindle::Result<String> {
+    /// Builds the pipeline's graph (pending) in the caller's transaction; returns its id.
+    pub fn build(&self, tx: &mut Tx<'_>) -> spindle::Result<String> {
         let metadata = json!({
             "kind": RUN_KIND,
             "pipeline": self.name,
             "hash": self.hash,
             "nodes": self.nodes.len(),
         });
-        let steps = self.nodes.clone();
-        store.transaction(move |tx| {
-            let graph = tx.exec(spindle::graph::Create { metadata, parent: None })?;
-            for step in &steps {
-                let spec = NodeSpec::task(json!({
-                    "run": step.run,
-                    "retries": step.retries,
-                    "timeout_s": step.timeout_s,
-                }));
-                let options = NodeOptions::new().id(step.name.clone()).join(step.join);
-                let graph = graph.clone();
-                tx.exec(spindle::graph::AddNode { graph, spec, options })?;
+        let steps = &self.nodes;
+        let graph = tx.exec(spindle::graph::Create { metadata, parent: None })?;
+        for step in steps {
+            let spec = NodeSpec::task(json!({
+                "run": step.run,
+                "retries": step.retries,
+                "timeout_s": step.timeout_s,
+            }));
+            let options = NodeOptions::new().id(step.name.clone()).join(step.join);
+            let graph = graph.clone();
+            tx.exec(spindle::graph::AddNode { graph, spec, options })?;
+        }
+        for step in steps {
+            for (pred, on) in &step.after {
+                tx.exec(spindle::graph::AddEdge {
+                    graph: graph.clone(),
+                    from: pred.clone(),
+                    to: step.name.clone(),
+                    condition: on.condition(),
+                })?;
             }
-            for step in &steps {
-                for (pred, on) in &step.after {
-                    tx.exec(spindle::graph::AddEdge {
-                        graph: graph.clone(),
-                        from: pred.clone(),
-                        to: step.name.clone(),
-                        condition: on.condition(),
-                    })?;
-                }
-            }
-            Ok(spindle::TxOutcome::Commit(graph))
-        })
+        }
+        Ok(graph)
     }
 
     /// The step named `name`.

@@ -6,29 +6,30 @@
 //! enqueues each ready node (deduplicated by node and firing, and only while it is still
 //! ready); a worker claims an item under a short lease that it renews while the command runs,
 //! and completes the item and the node in one transaction. After a crash the interrupted
-//! node's lease lapses within seconds and the node runs again.
+//! node's lease lapses within seconds and the node runs again, instead of the interrupted
+//! attempt: at most one attempt of a node's command runs at any moment (see `attempt.rs`:
+//! commands die with their runner, and a new attempt first ends what is left of the last).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use spindle::graph::GetNode;
-use spindle::queue::{Complete, Enqueue, Fail};
+use spindle::graph::{GetNode, StartNode};
+use spindle::queue::{CancelExecution, Complete, Enqueue, Fail};
 use spindle::{
-    Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Store,
-    Stream, TxOutcome,
+    Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Page, Store,
+    Stream, Tx, TxOutcome,
 };
 
+use crate::attempt::{self, kill_group};
 use crate::pipeline::{Pipeline, RUN_KIND, Step};
 use crate::{CliError, Output};
 
@@ -94,29 +95,39 @@ pub fn run(
     Ok(ended)
 }
 
-/// The unfinished run of the same pipeline (name and content), or a new one.
+/// The unfinished run of the same pipeline (name and content), or a new one, in one
+/// transaction: two runners started together on the same file run the same graph.
 fn find_or_create(
     store: &Store,
     pipeline: &Pipeline,
     fresh: bool,
     out: &Output,
 ) -> Result<String, CliError> {
-    let unfinished = unfinished_runs(store, pipeline)?;
-    if !fresh && let Some(graph) = unfinished.last() {
-        out.note(&format!("resuming run {} of {}", graph.id, pipeline.name));
-        return Ok(graph.id.clone());
+    let owned = pipeline.clone();
+    let (graph, resumed) = store.transaction(move |tx| {
+        let unfinished = unfinished_runs(tx, &owned)?;
+        if !fresh && let Some(graph) = unfinished.last() {
+            return Ok(TxOutcome::Commit((graph.id.clone(), true)));
+        }
+        for graph in &unfinished {
+            tx.exec(spindle::graph::Cancel { graph: graph.id.clone() })?;
+            let execution_id = graph.id.clone();
+            while tx.exec(CancelExecution { execution_id: execution_id.clone() })? > 0 {}
+        }
+        Ok(TxOutcome::Commit((owned.build(tx)?, false)))
+    })?;
+    let name = &pipeline.name;
+    if resumed {
+        out.note(&format!("resuming run {graph} of {name}"));
+    } else {
+        out.note(&format!("run {graph} of {name} ({} nodes)", pipeline.nodes.len()));
     }
-    for graph in &unfinished {
-        store.graphs().cancel(&graph.id)?;
-        while store.queue().cancel_execution(&graph.id)? > 0 {}
-    }
-    let graph = pipeline.build(store)?;
-    out.note(&format!("run {graph} of {} ({} nodes)", pipeline.name, pipeline.nodes.len()));
     Ok(graph)
 }
 
-fn unfinished_runs(store: &Store, pipeline: &Pipeline) -> spindle::Result<Vec<Graph>> {
-    let graphs = crate::inspect::all_graphs(store)?;
+fn unfinished_runs(tx: &mut Tx<'_>, pipeline: &Pipeline) -> spindle::Result<Vec<Graph>> {
+    let graphs =
+        crate::inspect::all_graphs_by(|page: Page| tx.exec(spindle::graph::List { page }))?;
     Ok(graphs
         .into_iter()
         .filter(|graph| {
@@ -277,6 +288,10 @@ impl Run {
         let Some(step) = self.pipeline.step(&name).cloned() else {
             return self.drop_item(job);
         };
+        if !attempt::end_previous(&job.item.payload) {
+            self.report(&format!("wait   {name} (its last attempt is still stopping)"));
+            return self.release(job);
+        }
         if !self.start(&name)? {
             return self.drop_item(job);
         }
@@ -325,18 +340,12 @@ impl Run {
 
     /// Runs the command, renewing the lease, until it exits, times out or is killed.
     fn execute(&self, step: &Step, job: &Claimed, attempt: u32) -> Result<Exit, CliError> {
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(&step.run)
-            .env("SPINDLE_RUN", &self.graph)
-            .env("SPINDLE_NODE", &step.name)
-            .env("SPINDLE_ATTEMPT", attempt.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|error| CliError::Internal(format!("cannot start sh: {error}")))?;
+        let env = [
+            ("SPINDLE_RUN", self.graph.clone()),
+            ("SPINDLE_NODE", step.name.clone()),
+            ("SPINDLE_ATTEMPT", attempt.to_string()),
+        ];
+        let mut child = attempt::spawn(&step.run, &env)?;
         let pid = child.id();
         let tail = Arc::new(Mutex::new(Tail::default()));
         let (drained_tx, drained) = crossbeam_channel::unbounded::<()>();
@@ -353,7 +362,11 @@ impl Run {
         });
         drop(drained_tx);
         let supervised = match &watched {
-            Ok((_, exited)) => self.supervise(exited, step, job),
+            Ok((_, exited)) => match self.record_attempt(job, &mut child) {
+                Ok(true) => self.supervise(exited, step, job),
+                Ok(false) => Ok(Supervised::LeaseLost),
+                Err(error) => Err(error),
+            },
             Err(_) => Ok(Supervised::Killed),
         };
         // Whatever happened, nothing of the command outlives it: a background child would
@@ -379,6 +392,20 @@ impl Run {
             Supervised::LeaseLost => Exit::LeaseLost,
             Supervised::Killed => Exit::Abandoned,
         })
+    }
+
+    /// Records the attempt's process group with the item, under its fence, then lets the
+    /// guard start the command: whoever runs the node next can make sure this attempt is gone.
+    /// False when the lease was lost first (the command never starts).
+    fn record_attempt(&self, job: &Claimed, guard: &mut Child) -> Result<bool, CliError> {
+        let payload = attempt::with_group(&job.item.payload, guard, &hostname())?;
+        match self.store.queue().checkpoint(&job.item.id, job.fence, payload) {
+            Ok(()) => {}
+            Err(spindle::Error::LeaseLost(_)) => return Ok(false),
+            Err(error) => return Err(error.into()),
+        }
+        attempt::go(guard);
+        Ok(true)
     }
 
     /// Waits for the command, heartbeating, until it exits, times out, loses its lease or is
@@ -436,6 +463,7 @@ impl Run {
         let (id, fence) = (job.item.id.clone(), job.fence);
         let done = self.store.transaction(move |tx| {
             tx.exec(Complete { id, fence, result: json!({ "ok": true }) })?;
+            started_again(tx, &graph, &node)?;
             tx.exec(spindle::graph::CompleteNode { graph, node, output: Some(output) })?;
             Ok(TxOutcome::Commit(()))
         });
@@ -461,6 +489,7 @@ impl Run {
         let (graph, node) = (self.graph.clone(), step.name.clone());
         let done = self.store.transaction(move |tx| {
             tx.exec(Fail { id, fence, error: error.clone(), retryable: false })?;
+            started_again(tx, &graph, &node)?;
             tx.exec(spindle::graph::FailNode { graph, node, error })?;
             Ok(TxOutcome::Commit(()))
         });
@@ -575,6 +604,18 @@ fn new_item(queue: &str, graph: &str, name: &str, fires: u32, attempt: u32) -> N
         .node_id(name)
 }
 
+/// Starts `node` again if a recovery set it back to ready while this worker ran it (another
+/// runner opened the store meanwhile and recovered the run): the item's holder still decides
+/// how the node ended.
+fn started_again(tx: &mut Tx<'_>, graph: &str, node: &str) -> spindle::Result<()> {
+    let (graph, node) = (graph.to_owned(), node.to_owned());
+    let state = tx.exec(GetNode { graph: graph.clone(), node: node.clone() })?;
+    if state.status == NodeStatus::Ready {
+        tx.exec(StartNode { graph, node })?;
+    }
+    Ok(())
+}
+
 /// What a worker's step returns.
 type Outcome = Result<(), CliError>;
 
@@ -681,15 +722,6 @@ fn wait_unreaped(pid: u32) -> Result<Supervised, String> {
     match waitid(Id::Pid(Pid::from_raw(pid)), flags).map_err(|e| e.to_string())? {
         WaitStatus::Exited(_, code) => Ok(Supervised::Exited(code)),
         _ => Ok(Supervised::Signalled),
-    }
-}
-
-/// Kills what is left of the command's process group (its leader, alive or not yet reaped,
-/// keeps the group's id from being reused).
-fn kill_group(group: u32) {
-    if let Ok(group) = i32::try_from(group) {
-        // The group is gone already when nothing of the command is left: nothing to do.
-        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
     }
 }
 

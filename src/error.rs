@@ -163,6 +163,11 @@ impl Error {
             ErrorCode::ReadOnly => Self::ReadOnly,
             ErrorCode::DiskFull => Self::DiskFull,
             ErrorCode::NotADatabase => Self::NotADatabase,
+            // Only a caller's own SQL is ever refused (see `core::guard`).
+            ErrorCode::AuthorizationForStatementDenied => Self::Forbidden(format!(
+                "a transaction closure's SQL may not do this: {}",
+                message.clone().unwrap_or_else(|| code.to_string())
+            )),
             ErrorCode::DatabaseCorrupt => {
                 Self::Corrupt(message.clone().unwrap_or_else(|| code.to_string()))
             }
@@ -175,6 +180,11 @@ impl From<rusqlite::Error> for Error {
     fn from(error: rusqlite::Error) -> Self {
         match &error {
             rusqlite::Error::SqliteFailure(..) => Self::from_sqlite_ref(&error),
+            rusqlite::Error::SqlInputError { error: failure, msg, .. }
+                if failure.code == ErrorCode::AuthorizationForStatementDenied =>
+            {
+                Self::Forbidden(format!("a transaction closure's SQL may not do this: {msg}"))
+            }
             _ => Self::Sqlite(error),
         }
     }

@@ -415,9 +415,16 @@ fn two_runners_started_together_never_run_a_node_twice_at_once() {
         "f": { "run": node("f"), "after": ["d", "e"] },
     });
     let pipeline = s.pipeline("together.json", nodes);
-    let runners: Vec<Child> = (0..2).map(|_| s.spawn_run(&pipeline)).collect();
-    for mut runner in runners {
-        assert_eq!(runner.wait().expect("wait").code(), Some(0));
+    let runners: Vec<Child> = (0..2)
+        .map(|_| {
+            let mut command = s.command();
+            command.arg("run").arg(&pipeline).stdout(Stdio::null()).stderr(Stdio::piped());
+            command.spawn().expect("spawn")
+        })
+        .collect();
+    for runner in runners {
+        let output = runner.wait_with_output().expect("wait");
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     }
     let lines = lines_of(&log);
     for name in ["a", "b", "c", "d", "e", "f"] {

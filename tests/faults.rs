@@ -162,3 +162,22 @@ fn while_another_connection_holds_the_write_lock_reads_run_and_writes_are_busy()
     assert_eq!(t.store.events().append(&s, "x", json!(1))?.seq, 3);
     Ok(())
 }
+
+#[test]
+fn closing_while_another_connection_reads_is_ok_and_keeps_everything() -> spindle::Result<()> {
+    let options =
+        Options { busy_timeout: std::time::Duration::from_millis(50), ..Options::default() };
+    let t = common::temp_store_with(options);
+    let s = Stream::custom("shared");
+    append_n(&t.store, &s, 3);
+    let reader = rusqlite::Connection::open(&t.path)?;
+    reader.execute_batch("BEGIN")?;
+    let seen: i64 = reader.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+    assert_eq!(seen, 3);
+    // The final checkpoint cannot truncate the WAL under the reader: the close still succeeds.
+    t.store.close()?;
+    reader.execute_batch("COMMIT")?;
+    drop(reader);
+    assert_eq!(Store::open(&t.path)?.events().head(&s)?, 3);
+    Ok(())
+}

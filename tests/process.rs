@@ -1255,6 +1255,7 @@ fn a_local_process_is_running_until_it_exits_and_unprovable_elsewhere() {
     let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn sleep");
     let liveness = Liveness::local_process("host-1", child.id()).expect("/proc");
     assert_eq!(liveness.is_running_here(), Some(true));
+    assert_eq!(liveness.holds_pid_here(), Some(true));
     let Liveness::LocalProcess { host_id, boot_id, pid, process_start } = liveness.clone() else {
         panic!("a local process");
     };
@@ -1278,7 +1279,10 @@ fn a_local_process_is_running_until_it_exits_and_unprovable_elsewhere() {
     }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("a zombie's stat");
     assert!(stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')), "{stat}");
+    assert_eq!(liveness.holds_pid_here(), Some(true), "a zombie still holds its pid");
     child.wait().expect("reap");
     assert_eq!(liveness.is_running_here(), Some(false));
+    assert_eq!(liveness.holds_pid_here(), Some(false), "reaped: its pid is free");
+    assert_eq!(other_boot.holds_pid_here(), None);
     assert!(matches!(Liveness::local_process("h", pid), Err(Error::NotFound { .. })));
 }

@@ -195,6 +195,10 @@ fn attaching_analysing_and_reshaping_the_stores_tables_are_refused() {
         "CREATE INDEX mine ON events (event_type)",
         "CREATE INDEX mine ON queue_items (payload)",
         "DROP INDEX events_by_tenant_position",
+        "DROP TABLE event_keys",
+        "DETACH DATABASE temp",
+        "SELECT fts3_tokenizer('simple')",
+        "SELECT load_extension('x')",
         "CREATE TRIGGER mine AFTER INSERT ON events BEGIN SELECT 1; END",
         "DELETE FROM events",
         "UPDATE queue_items SET fence = 0",
@@ -206,23 +210,6 @@ fn attaching_analysing_and_reshaping_the_stores_tables_are_refused() {
 }
 
 #[test]
-fn loading_an_extension_is_refused() -> spindle::Result<()> {
-    let fixture = Fixture::new();
-    for (who, view) in fixture.views() {
-        // SQLite refuses it before the authorizer is asked (extension loading is off); the
-        // authorizer would refuse it too.
-        let result = view.transaction(|tx| {
-            tx.sql().query_row("SELECT load_extension('x')", [], |_| Ok(()))?;
-            Ok(TxOutcome::Commit(()))
-        });
-        assert!(matches!(result, Err(Error::Forbidden(_) | Error::Sqlite(_))), "{who}: {result:?}");
-    }
-    write_everywhere(&fixture, 1);
-    assert_durable(fixture, 1);
-    Ok(())
-}
-
-#[test]
 fn a_foreign_key_from_a_callers_table_into_the_stores_is_refused() {
     assert_all_refused(&[
         "CREATE TABLE pin (item INTEGER REFERENCES queue_items (rowid))",
@@ -231,27 +218,107 @@ fn a_foreign_key_from_a_callers_table_into_the_stores_is_refused() {
 }
 
 #[test]
-fn a_refused_statement_swallowed_by_the_closure_writes_nothing_and_changes_nothing()
+fn a_closure_that_swallows_a_refusal_is_still_refused_whole_and_writes_nothing()
 -> spindle::Result<()> {
     let fixture = Fixture::new();
     for (who, view) in fixture.views() {
-        let refused = view.transaction(|tx| {
+        let stream = Stream::custom("swallowed");
+        let s = stream.clone();
+        let result = view.transaction(move |tx| {
+            tx.append_event(&s, "before", json!(1))?;
             let refused = ["PRAGMA query_only = ON", "CREATE TEMP TABLE events (x)"]
                 .map(|sql| matches!(tx.sql().execute_batch(sql), Err(Error::Forbidden(_))));
             tx.sql().execute_batch(
                 "CREATE TABLE IF NOT EXISTS mine (x); INSERT INTO mine VALUES (1)",
             )?;
             Ok(TxOutcome::Commit(refused))
-        })?;
-        assert_eq!(refused, [true, true], "{who}");
+        });
+        assert!(matches!(result, Err(Error::Forbidden(_))), "{who}: {result:?}");
+        assert_eq!(view.events().head(&stream)?, 0, "{who}: the closure's event");
     }
     write_everywhere(&fixture, 1);
-    let rows = fixture.t.store.transaction(|tx| {
-        let rows: i64 = tx.sql().query_row("SELECT count(*) FROM mine", [], |r| r.get(0))?;
+    let state = fixture.t.store.transaction(|tx| {
+        let tables: i64 = tx.sql().query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'mine'",
+            [],
+            |r| r.get(0),
+        )?;
         let query_only: i64 = tx.sql().query_row("PRAGMA query_only", [], |r| r.get(0))?;
-        Ok(TxOutcome::Rollback((rows, query_only)))
+        Ok(TxOutcome::Rollback((tables, query_only)))
     })?;
-    assert_eq!(rows, (2, 0), "the caller's own rows are kept; the connection is unchanged");
+    assert_eq!(state, (0, 0), "neither the caller's table nor the pragma was kept");
+    assert_durable(fixture, 1);
+    Ok(())
+}
+
+#[test]
+fn a_token_view_may_not_plant_triggers_or_virtual_tables() {
+    let fixture = Fixture::new();
+    fixture
+        .t
+        .store
+        .transaction(|tx| {
+            tx.sql().execute_batch("CREATE TABLE shared (x)")?;
+            Ok(TxOutcome::Commit(()))
+        })
+        .expect("the owner's table");
+    let token = fixture.t.store.authenticate(&fixture.secret).expect("authenticate");
+    for sql in [
+        "CREATE TABLE loot (x); CREATE TRIGGER steal AFTER INSERT ON shared \
+         BEGIN INSERT INTO loot SELECT payload FROM main.events; END",
+        "CREATE VIRTUAL TABLE pages USING dbstat",
+        "CREATE VIRTUAL TABLE copy USING fts5(payload, content='events')",
+    ] {
+        assert_refused(&token, "token", sql);
+    }
+    // The owner's own trigger and virtual table are the owner's business.
+    fixture
+        .t
+        .store
+        .transaction(|tx| {
+            tx.sql().execute_batch(
+                "CREATE TABLE log (x);
+                 CREATE TRIGGER audit AFTER INSERT ON shared BEGIN INSERT INTO log VALUES (NEW.x); END;
+                 INSERT INTO shared VALUES (1);
+                 CREATE VIRTUAL TABLE notes USING fts5(body);
+                 INSERT INTO notes (body) VALUES ('hello');
+                 REINDEX;",
+            )?;
+            Ok(TxOutcome::Commit(()))
+        })
+        .expect("the owner's trigger and virtual table");
+    write_everywhere(&fixture, 1);
+    assert_durable(fixture, 1);
+}
+
+#[test]
+fn a_token_views_closure_may_append_to_an_unregistered_process_stream() -> spindle::Result<()> {
+    let fixture = Fixture::new();
+    let token = fixture.t.store.authenticate(&fixture.secret)?;
+    // Deciding whether the stream belongs to the registry reads the store's tables: that is
+    // the store's own read, not the confined caller's.
+    let appended = token.transaction(|tx| {
+        let appended = tx.append_event(Stream::process("not-registered"), "e", json!(1))?;
+        Ok(TxOutcome::Commit(appended.seq))
+    })?;
+    assert_eq!(appended, 1);
+    Ok(())
+}
+
+#[test]
+fn a_foreign_key_made_by_another_connection_is_not_the_closures_fault() -> spindle::Result<()> {
+    let fixture = Fixture::new();
+    let path = fixture.t.path.clone();
+    let other = rusqlite::Connection::open(&path)?;
+    other.execute_batch("CREATE TABLE legacy (item INTEGER REFERENCES queue_items (rowid))")?;
+    drop(other);
+    let ran = fixture.t.store.transaction(|tx| {
+        tx.sql()
+            .execute_batch("CREATE TABLE IF NOT EXISTS mine (x); INSERT INTO mine VALUES (1)")?;
+        Ok(TxOutcome::Commit(true))
+    })?;
+    assert!(ran);
+    write_everywhere(&fixture, 1);
     assert_durable(fixture, 1);
     Ok(())
 }

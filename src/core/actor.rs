@@ -31,7 +31,7 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::core::bell::Bell;
 use crate::core::checkpoint::WalSchedule;
 use crate::core::clock::Stamp;
-use crate::core::guard::{ConnectionState, JobGuard, foreign_key_into_store, schema_version};
+use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks, schema_version};
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
@@ -152,8 +152,8 @@ struct Actor {
     guard: Arc<JobGuard>,
     /// The connection's settings as opened: what a caller's SQL must leave them as.
     connection: ConnectionState,
-    /// The schema's version when foreign keys into the store's tables were last looked for.
-    schema_version: i64,
+    /// The foreign keys from callers' tables into the store's, as of a schema version.
+    schema: SchemaLinks,
     /// When the alarm job is next due (set by committed jobs through `Tx::set_alarm`).
     alarm_ms: Option<i64>,
     /// Builds the job that runs when the alarm is due.
@@ -201,7 +201,7 @@ impl Actor {
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
         let guard = JobGuard::install(&mut conn)?;
         let connection = ConnectionState::read(&conn)?;
-        let schema_version = schema_version(&conn)?;
+        let schema = SchemaLinks::read(&conn, schema_version(&conn)?);
         Ok(Self {
             conn,
             inbox,
@@ -217,7 +217,7 @@ impl Actor {
             commit_us: 0,
             guard,
             connection,
-            schema_version,
+            schema,
             alarm_ms: None,
             alarm_job,
             writable: HashMap::new(),
@@ -375,6 +375,12 @@ impl Actor {
             let is_alarm = carried && index == 0;
             index += 1;
             self.run_job(job, now_ms, &mut batch);
+            if let Some(reason) = &self.poisoned {
+                // Nothing more runs on a connection the store cannot trust.
+                for job in jobs.drain(..) {
+                    job.refuse(Error::Poisoned(reason.clone()));
+                }
+            }
             if is_alarm {
                 alarm_kept = batch.applied.last().is_some_and(|applied| applied.keep);
             }
@@ -456,16 +462,23 @@ impl Actor {
             return self.abandon(batch, &error);
         }
         let scope = job.scope.clone();
+        let schema_before = (!job.internal).then(|| self.schema_version_now());
         let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids, &self.guard);
         tx.set_publishing(self.publisher.has_live());
         self.guard.enter(job.internal, job.scope.bound);
         let mut applied = job.run(&mut tx);
+        let refused = self.guard.take_job_refusal();
         self.guard.leave();
         let finished = tx.finish();
+        if let Some(reason) = refused {
+            let refused = format!("a transaction closure's SQL may not do this: {reason}");
+            applied = applied.overrule(Error::Forbidden(refused));
+        }
         // Defence in depth behind the job guard: a closure's SQL must leave the connection as
         // every later batch expects it.
         let problem = finished.caller_sql.then(|| self.connection_problem()).flatten();
-        if let Some(problem) = &problem {
+        let link = schema_before.and_then(|before| self.new_foreign_key(before));
+        if let Some(problem) = problem.as_ref().or(link.as_ref()) {
             let refused =
                 format!("a transaction closure's SQL changed the store's connection: {problem}");
             applied = applied.overrule(Error::Forbidden(refused));
@@ -514,38 +527,49 @@ impl Actor {
     }
 
     /// What a caller's SQL changed of the connection that every later batch runs on, if
-    /// anything: a setting, an attached database, a temporary object, or (when the schema
-    /// moved) a foreign key from a caller's table into the store's.
-    fn connection_problem(&mut self) -> Option<String> {
-        let state = match ConnectionState::read(&self.conn) {
+    /// anything: a setting, an attached database, a temporary object.
+    fn connection_problem(&self) -> Option<String> {
+        match ConnectionState::read(&self.conn) {
             Ok(state) if state == self.connection => None,
             Ok(state) => Some(format!("{state:?}, expected {:?}", self.connection)),
             Err(error) => Some(format!("its state cannot be read: {error}")),
-        };
-        state.or_else(|| self.foreign_key_problem())
+        }
     }
 
-    /// A foreign key from a caller's table into the store's, looked for only when the schema
-    /// has moved since the last look.
-    fn foreign_key_problem(&mut self) -> Option<String> {
-        let version = schema_version(&self.conn).ok()?;
-        if version == self.schema_version {
+    /// The schema's version now, with the foreign keys into the store's tables known for it
+    /// (read again only when the schema moved: another connection may have changed it).
+    fn schema_version_now(&mut self) -> i64 {
+        let version = schema_version(&self.conn).unwrap_or(-1);
+        if version != self.schema.version {
+            self.schema = SchemaLinks::read(&self.conn, version);
+        }
+        version
+    }
+
+    /// A foreign key from a caller's table into the store's that the closure just made (the
+    /// schema moved from `before`), if any: such a key would let the caller's rows block or
+    /// probe the store's own writes. Keys that were there before are not the closure's.
+    fn new_foreign_key(&mut self, before: i64) -> Option<String> {
+        let version = schema_version(&self.conn).unwrap_or(-1);
+        if version == before {
             return None;
         }
-        match foreign_key_into_store(&self.conn) {
-            Ok(None) => {
-                self.schema_version = version;
+        let after = SchemaLinks::read(&self.conn, version);
+        let made = after.links.difference(&self.schema.links).next().cloned();
+        match made {
+            Some(link) => Some(format!("a foreign key into the store's tables ({link})")),
+            None => {
+                self.schema = after;
                 None
             }
-            Ok(Some(link)) => Some(format!("a foreign key into the store's tables ({link})")),
-            Err(error) => Some(format!("its foreign keys cannot be read: {error}")),
         }
     }
 
     /// Puts the connection's settings back after a refused closure (its savepoint, with any
     /// temporary object it made, is rolled back already) and checks that they took.
     fn restore_connection(&mut self) -> Result<()> {
-        self.connection.restore(&self.conn)?;
+        let now = ConnectionState::read(&self.conn)?;
+        self.connection.restore(&self.conn, &now)?;
         match self.connection_problem() {
             None => Ok(()),
             Some(problem) => Err(Error::Poisoned(problem)),
@@ -668,8 +692,13 @@ impl Actor {
         if self.read_only || !self.wal.enabled || self.poisoned.is_some() {
             return Ok(());
         }
-        self.conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::TRUNCATE)?;
-        Ok(())
+        match self.conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::TRUNCATE) {
+            // Another connection (another process) is using the file: everything committed is
+            // safe in the WAL, which that connection, or the next open, checkpoints.
+            Err(error) if matches!(Error::from_sqlite_ref(&error), Error::Busy) => Ok(()),
+            Err(error) => Err(error.into()),
+            Ok(_) => Ok(()),
+        }
     }
 }
 

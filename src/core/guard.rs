@@ -14,8 +14,10 @@
 //! | action | verdict for the caller's SQL | why |
 //! | --- | --- | --- |
 //! | `SELECT`, `READ`, `RECURSIVE` | allowed; a view bound to a tenant by a token may not read the store's tables or `dbstat` | they hold every tenant's rows |
+//! | `CREATE TRIGGER`, `CREATE VIRTUAL TABLE` from a view bound to a tenant | refused | a trigger runs with whoever fires it (the owner's SQL, unconfined), and a virtual table (`dbstat`, an fts table over a store table) reads what its module reads |
 //! | `INSERT`, `UPDATE`, `DELETE` | refused on the store's tables and on `sqlite_stat1`, `sqlite_stat4`, `sqlite_sequence` | ops keep the store's invariants; statistics steer the store's query plans, and the sequence table keeps event positions from being reused |
 //! | `CREATE TABLE`, `CREATE VIEW`, `DROP VIEW`, `CREATE`/`DROP VIRTUAL TABLE` | allowed in `main` (virtual tables refused in `temp`) | the caller's own schema, committed with its transaction |
+//! | `VACUUM` | (no action code of its own) refused: it cannot run inside a transaction, and its `ATTACH` is refused | |
 //! | `CREATE INDEX`, `CREATE TRIGGER`, `DROP INDEX`, `DROP TRIGGER`, `DROP TABLE`, `ALTER TABLE` | refused on the store's tables, allowed on the caller's | a trigger or index on a store table would run inside every op |
 //! | every `CREATE TEMP …` and `DROP TEMP …` | refused | temporary objects live on the shared connection past the transaction, and a temporary table named like a store table would take its place in unqualified SQL |
 //! | `PRAGMA` | refused, except the read-only ones in `READ_ONLY_PRAGMAS` and `SCHEMA_PRAGMAS` | a pragma changes the connection for every later batch of every tenant (`query_only`, `foreign_keys`, `writable_schema`, `cache_size`, …) |
@@ -27,10 +29,12 @@
 //! | anything else (an action code newer than this list) | refused | unknown |
 //!
 //! Integrity checks (`integrity_check`, `quick_check`) read every table, so only the store
-//! owner's views may run them. After a closure that used `Tx::sql`, the actor reads the
+//! owner's views may run them. A job with a refused statement is refused whole: the actor
+//! rolls it back and answers `Forbidden` even if the closure swallowed the error. After a closure that used `Tx::sql`, the actor reads the
 //! connection's state back ([`ConnectionState`]) and refuses the closure if anything changed
 //! (see `Actor::run_job`); this is defence in depth behind the authorizer.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -117,6 +121,8 @@ pub(crate) struct JobGuard {
     confined: AtomicBool,
     /// Why the caller's last refused statement was refused, for its error.
     refusal: Mutex<Option<String>>,
+    /// The first refusal of the running job: the job is refused whole, whatever it returns.
+    job_refusal: Mutex<Option<String>>,
 }
 
 impl JobGuard {
@@ -133,6 +139,7 @@ impl JobGuard {
     /// A job starts running: an op's (`internal`) or a transaction closure's, for a view
     /// that is `confined` to its tenant or not.
     pub(crate) fn enter(&self, internal: bool, confined: bool) {
+        self.job_refusal.lock().take();
         self.internal.store(internal, Ordering::Relaxed);
         self.confined.store(confined, Ordering::Relaxed);
         self.in_job.store(true, Ordering::Relaxed);
@@ -158,6 +165,12 @@ impl JobGuard {
         self.refusal.lock().take()
     }
 
+    /// Why the job that just ran had a statement refused, if it had: a closure that swallowed
+    /// the error still does not commit.
+    pub(crate) fn take_job_refusal(&self) -> Option<String> {
+        self.job_refusal.lock().take()
+    }
+
     fn authorize(&self, context: &AuthContext<'_>) -> Authorization {
         let from_caller =
             self.in_job.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
@@ -167,6 +180,7 @@ impl JobGuard {
         match refusal(context, self.confined.load(Ordering::Relaxed)) {
             None => Authorization::Allow,
             Some(reason) => {
+                self.job_refusal.lock().get_or_insert_with(|| reason.clone());
                 *self.refusal.lock() = Some(reason);
                 Authorization::Deny
             }
@@ -190,7 +204,12 @@ fn refusal(context: &AuthContext<'_>, confined: bool) -> Option<String> {
         AuthAction::CreateTable { .. } | AuthAction::CreateView { .. } => None,
         AuthAction::DropView { .. } => None,
         AuthAction::CreateVtable { table_name, .. } | AuthAction::DropVtable { table_name, .. } => {
-            refuse_if(temp, || format!("temporary virtual table {table_name}"))
+            refuse_if(temp || confined, || format!("virtual table {table_name}"))
+        }
+        // A trigger runs with whoever fires it: one planted by a view bound to a tenant could
+        // copy what the owner's SQL reads.
+        AuthAction::CreateTrigger { .. } if confined => {
+            Some("a view bound to a tenant may not create triggers".into())
         }
         AuthAction::CreateIndex { table_name, .. }
         | AuthAction::CreateTrigger { table_name, .. }
@@ -271,6 +290,8 @@ pub(crate) struct ConnectionState {
     recursive_triggers: i64,
     defer_foreign_keys: i64,
     busy_timeout_ms: i64,
+    synchronous: i64,
+    max_page_count: i64,
     /// Databases attached besides `main` and `temp`.
     attached: i64,
     /// Objects in the `temp` schema.
@@ -290,6 +311,8 @@ impl ConnectionState {
             recursive_triggers: 0,
             defer_foreign_keys: 0,
             busy_timeout_ms,
+            synchronous: 2,
+            max_page_count: 0,
             attached: 0,
             temp_objects: 0,
         }
@@ -306,6 +329,8 @@ impl ConnectionState {
                     (SELECT recursive_triggers FROM pragma_recursive_triggers),
                     (SELECT defer_foreign_keys FROM pragma_defer_foreign_keys),
                     (SELECT timeout FROM pragma_busy_timeout),
+                    (SELECT synchronous FROM pragma_synchronous),
+                    (SELECT max_page_count FROM pragma_max_page_count),
                     (SELECT count(*) FROM pragma_database_list WHERE name NOT IN ('main', 'temp')),
                     (SELECT count(*) FROM temp.sqlite_master)",
         )?;
@@ -319,54 +344,76 @@ impl ConnectionState {
                 recursive_triggers: row.get(5)?,
                 defer_foreign_keys: row.get(6)?,
                 busy_timeout_ms: row.get(7)?,
-                attached: row.get(8)?,
-                temp_objects: row.get(9)?,
+                synchronous: row.get(8)?,
+                max_page_count: row.get(9)?,
+                attached: row.get(10)?,
+                temp_objects: row.get(11)?,
             })
         })?)
     }
 
-    /// Sets the settings back (the caller's temporary objects went with its rolled-back
-    /// savepoint; `foreign_keys` does not change inside a transaction, so setting it there
-    /// does nothing and the check after it tells).
-    pub(crate) fn restore(&self, conn: &Connection) -> Result<()> {
-        conn.execute_batch(&format!(
-            "PRAGMA query_only = {};
-             PRAGMA foreign_keys = {};
-             PRAGMA writable_schema = {};
-             PRAGMA ignore_check_constraints = {};
-             PRAGMA reverse_unordered_selects = {};
-             PRAGMA recursive_triggers = {};
-             PRAGMA defer_foreign_keys = {};
-             PRAGMA busy_timeout = {};",
-            self.query_only,
-            self.foreign_keys,
-            self.writable_schema,
-            self.ignore_check_constraints,
-            self.reverse_unordered_selects,
-            self.recursive_triggers,
-            self.defer_foreign_keys,
-            self.busy_timeout_ms,
-        ))?;
+    /// Sets back every setting of `now` that differs from `self` (the caller's temporary
+    /// objects went with its rolled-back savepoint). Some cannot change inside a transaction
+    /// (`foreign_keys` silently, `synchronous` with an error): the check after it tells.
+    pub(crate) fn restore(&self, conn: &Connection, now: &ConnectionState) -> Result<()> {
+        for ((name, expected), (_, found)) in self.settings().into_iter().zip(now.settings()) {
+            if expected != found {
+                conn.execute_batch(&format!("PRAGMA {name} = {expected}"))?;
+            }
+        }
         Ok(())
+    }
+
+    /// The settings, by pragma name.
+    fn settings(&self) -> [(&'static str, i64); 10] {
+        [
+            ("query_only", self.query_only),
+            ("foreign_keys", self.foreign_keys),
+            ("writable_schema", self.writable_schema),
+            ("ignore_check_constraints", self.ignore_check_constraints),
+            ("reverse_unordered_selects", self.reverse_unordered_selects),
+            ("recursive_triggers", self.recursive_triggers),
+            ("defer_foreign_keys", self.defer_foreign_keys),
+            ("busy_timeout", self.busy_timeout_ms),
+            ("synchronous", self.synchronous),
+            ("max_page_count", self.max_page_count),
+        ]
     }
 }
 
-/// A table of the caller's whose foreign key points at one of the store's tables, if any: such
-/// a key would let the caller's rows block or probe the store's own deletes and inserts.
-pub(crate) fn foreign_key_into_store(conn: &Connection) -> Result<Option<String>> {
+/// The foreign keys from callers' tables into the store's tables (`from -> to`), as of a
+/// schema version.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SchemaLinks {
+    pub(crate) version: i64,
+    pub(crate) links: BTreeSet<String>,
+}
+
+impl SchemaLinks {
+    /// Reads the links of `conn`'s schema at `version` (none if they cannot be read: the
+    /// check after the closure then sees every link as new and refuses it).
+    pub(crate) fn read(conn: &Connection, version: i64) -> Self {
+        let links = foreign_keys_into_store(conn).unwrap_or_default();
+        Self { version, links }
+    }
+}
+
+/// Every foreign key from a table of the caller's into one of the store's tables.
+fn foreign_keys_into_store(conn: &Connection) -> Result<BTreeSet<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT m.name, f.\"table\"
          FROM main.sqlite_master AS m, pragma_foreign_key_list(m.name) AS f
          WHERE m.type = 'table'",
     )?;
     let mut rows = stmt.query([])?;
+    let mut links = BTreeSet::new();
     while let Some(row) = rows.next()? {
         let (from, to): (String, String) = (row.get(0)?, row.get(1)?);
         if is_own_table(&to) && !is_own_table(&from) {
-            return Ok(Some(format!("{from} -> {to}")));
+            links.insert(format!("{from} -> {to}"));
         }
     }
-    Ok(None)
+    Ok(links)
 }
 
 /// The schema's version counter: it moves whenever any schema object is created, changed or
@@ -402,42 +449,67 @@ mod tests {
     #[test]
     fn a_fresh_connection_with_the_schema_has_the_expected_state() -> Result<()> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 1234;")?;
+        conn.execute_batch(
+            "PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 1234; PRAGMA synchronous = FULL;
+",
+        )?;
         conn.execute_batch(include_str!("../../schema.sql"))?;
-        assert_eq!(ConnectionState::read(&conn)?, ConnectionState::expected(1234));
-        assert_eq!(foreign_key_into_store(&conn)?, None, "the store's own keys are not counted");
+        let state = ConnectionState::read(&conn)?;
+        assert_eq!(
+            state,
+            ConnectionState {
+                max_page_count: state.max_page_count,
+                ..ConnectionState::expected(1234)
+            }
+        );
+        assert!(foreign_keys_into_store(&conn)?.is_empty(), "the store's own keys are not counted");
         conn.execute_batch("CREATE TABLE mine (p INTEGER REFERENCES queue_items (rowid))")?;
-        assert_eq!(foreign_key_into_store(&conn)?.as_deref(), Some("mine -> queue_items"));
+        let links: Vec<String> = foreign_keys_into_store(&conn)?.into_iter().collect();
+        assert_eq!(links, ["mine -> queue_items"]);
         Ok(())
     }
 
-    /// Every statement of the store's SQL names the schema of the store's tables, so nothing a
-    /// connection holds (a temporary table of the same name) can take their place.
+    /// Every statement of the store's SQL (every source file of the crate) names the schema
+    /// of the store's tables, so nothing a connection holds (a temporary table of the same
+    /// name) can take their place.
     #[test]
-    fn the_stores_statements_name_the_main_schema() {
-        let sources = [
-            include_str!("../log.rs"),
-            include_str!("../auth.rs"),
-            include_str!("actor.rs"),
-            include_str!("publish.rs"),
-            include_str!("../queue/sql.rs"),
-            include_str!("../graph/sql.rs"),
-            include_str!("../process/sql.rs"),
-            include_str!("../workflow/sql.rs"),
-        ];
-        let keywords = ["FROM", "JOIN", "INTO", "UPDATE"];
+    fn the_stores_statements_name_the_main_schema() -> Result<()> {
         let mut unqualified = Vec::new();
-        for source in sources {
-            let words: Vec<&str> = source
-                .split(|c: char| c.is_whitespace() || c == '"' || c == '(' || c == ',')
-                .filter(|word| !word.is_empty())
-                .collect();
-            for pair in words.windows(2) {
-                if keywords.contains(&pair[0]) && is_own_table(pair[1]) {
-                    unqualified.push(format!("{} {}", pair[0], pair[1]));
+        let mut folders =
+            vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder)? {
+                let path = entry?.path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if path.extension().is_some_and(|ext| ext == "rs") {
+                    let source = std::fs::read_to_string(&path)?;
+                    unqualified.extend(
+                        unqualified_tables(&source)
+                            .into_iter()
+                            .map(|found| format!("{}: {found}", path.display())),
+                    );
                 }
             }
         }
         assert!(unqualified.is_empty(), "unqualified: {unqualified:?}");
+        Ok(())
+    }
+
+    /// `FROM t`, `JOIN t`, `INTO t`, `UPDATE t` for a store table `t` without its schema, in
+    /// any case, inside the string literals of `source`.
+    fn unqualified_tables(source: &str) -> Vec<String> {
+        let keywords = ["from", "join", "into", "update"];
+        let literals = source.split('"').skip(1).step_by(2);
+        let words: Vec<&str> = literals
+            .flat_map(|literal| literal.split(|c: char| c.is_whitespace() || c == '(' || c == ','))
+            .filter(|word| !word.is_empty())
+            .collect();
+        words
+            .windows(2)
+            .filter(|pair| keywords.iter().any(|k| k.eq_ignore_ascii_case(pair[0])))
+            .filter(|pair| is_own_table(pair[1]))
+            .map(|pair| format!("{} {}", pair[0], pair[1]))
+            .collect()
     }
 }

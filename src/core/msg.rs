@@ -113,8 +113,9 @@ impl Applied {
             Err(error) => Self {
                 keep: false,
                 failure: Some(error.replicate()),
-                deliver: Box::new(move |_| {
-                    let _ = reply.send(Err(error));
+                // Its own error, unless the actor overruled it with another.
+                deliver: Box::new(move |overruled: Option<Error>| {
+                    let _ = reply.send(Err(overruled.unwrap_or(error)));
                 }),
             },
         }

@@ -18,8 +18,9 @@ use crate::error::{Error, Result};
 /// indexes, views and triggers) in the same transaction as the store's operations: everything
 /// commits or rolls back together. It may not change anything that would outlive the
 /// transaction on the store's shared connection, nor go around the store's operations. Refused,
-/// with [`Error::Forbidden`] naming what was refused (the closure's transaction then rolls
-/// back if it returns the error, and nothing is written):
+/// with [`Error::Forbidden`] naming what was refused; a closure with a refused statement is
+/// refused whole (rolled back and answered `Forbidden`, even if it swallowed the error), so
+/// nothing is written:
 ///
 /// - writing, altering, dropping, indexing or putting triggers on the store's tables (use the
 ///   operations), and writing `sqlite_stat1`, `sqlite_stat4` or `sqlite_sequence`;
@@ -38,7 +39,11 @@ use crate::error::{Error, Result};
 /// - a foreign key from a table of the caller's to one of the store's tables (checked when the
 ///   closure returns: the whole closure is refused);
 /// - for a view bound to its tenant by a token ([`Store::authenticate`]), reading the store's
-///   tables or `dbstat` at all: they hold every tenant's rows.
+///   tables or `dbstat` at all (they hold every tenant's rows), and creating triggers or
+///   virtual tables (a trigger runs with whoever fires it).
+///
+/// The caller's own tables are shared by every view of the store: keeping one tenant's rows
+/// of them from another is the application's business.
 ///
 /// [`Store::transaction`]: crate::Store::transaction
 /// [`Store::authenticate`]: crate::Store::authenticate
@@ -110,9 +115,10 @@ impl<'a> Sql<'a> {
 }
 
 fn is_auth(error: &rusqlite::Error) -> bool {
-    matches!(
-        error,
-        rusqlite::Error::SqliteFailure(failure, _)
-            if failure.code == rusqlite::ErrorCode::AuthorizationForStatementDenied
-    )
+    let code = match error {
+        rusqlite::Error::SqliteFailure(failure, _) => failure.code,
+        rusqlite::Error::SqlInputError { error, .. } => error.code,
+        _ => return false,
+    };
+    code == rusqlite::ErrorCode::AuthorizationForStatementDenied
 }

@@ -178,7 +178,7 @@ impl<'a> Tx<'a> {
         payload: Value,
     ) -> Result<Appended> {
         let (stream, guard) = (stream.borrow(), self.guard);
-        log::check_open_to_callers(self, stream)?;
+        guard.internal(|| log::check_open_to_callers(self, stream))?;
         guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, None)))
     }
 
@@ -197,7 +197,7 @@ impl<'a> Tx<'a> {
     ) -> Result<Appended> {
         let (stream, guard) = (stream.borrow(), self.guard);
         let key = Some(idem_key);
-        log::check_open_to_callers(self, stream)?;
+        guard.internal(|| log::check_open_to_callers(self, stream))?;
         guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, key)))
     }
 

@@ -245,6 +245,24 @@ impl Liveness {
         }
         runs_since(*pid, process_start)
     }
+
+    /// Whether the pid this describes is still this process's on this machine: `Some(true)`
+    /// while it runs or has exited but is not yet reaped (a zombie: a process group it led
+    /// cannot have been handed to another process), `Some(false)` when its pid is gone or
+    /// another process's, `None` when it cannot be told (as [`Liveness::is_running_here`]).
+    pub fn holds_pid_here(&self) -> Option<bool> {
+        let Liveness::LocalProcess { boot_id: was_boot, pid, process_start, .. } = self else {
+            return None;
+        };
+        if boot_id().ok()? != *was_boot {
+            return None;
+        }
+        match read_stat(*pid) {
+            Ok(Some(stat)) => Some(stat.start == *process_start),
+            Ok(None) => Some(false),
+            Err(_) => None,
+        }
+    }
 }
 
 /// This machine's boot id.
@@ -265,6 +283,19 @@ fn runs_since(pid: u32, process_start: &str) -> Option<bool> {
 /// The start time (field 22) of `/proc/<pid>/stat`; `None` when there is no such process or
 /// it is a zombie (it has exited; only its pid is left).
 fn process_start_of(pid: u32) -> std::io::Result<Option<String>> {
+    Ok(read_stat(pid)?.filter(|stat| !stat.exited).map(|stat| stat.start))
+}
+
+/// What `/proc/<pid>/stat` says of a process.
+struct Stat {
+    /// Exited, not yet reaped (a zombie) or being reaped.
+    exited: bool,
+    /// The start time (field 22), in clock ticks since boot.
+    start: String,
+}
+
+/// `/proc/<pid>/stat`, or `None` when there is no such process.
+fn read_stat(pid: u32) -> std::io::Result<Option<Stat>> {
     let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -273,11 +304,9 @@ fn process_start_of(pid: u32) -> std::io::Result<Option<String>> {
     // The command name (field 2) may hold spaces and parentheses: count from its last ')'.
     let after_name = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
     let fields: Vec<&str> = after_name.split_whitespace().collect();
-    if matches!(fields.first(), Some(&"Z" | &"X")) {
-        return Ok(None);
-    }
+    let exited = matches!(fields.first(), Some(&"Z" | &"X"));
     match fields.get(19) {
-        Some(start) => Ok(Some((*start).to_owned())),
+        Some(start) => Ok(Some(Stat { exited, start: (*start).to_owned() })),
         None => Err(std::io::Error::other(format!("/proc/{pid}/stat has no start time"))),
     }
 }

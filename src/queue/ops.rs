@@ -283,15 +283,8 @@ impl Op for Heartbeat {
     fn apply(self, tx: &mut Tx<'_>) -> Result<i64> {
         tx.limits().check_lease(self.lease_ms)?;
         let expires_at_ms = tx.now_ms().saturating_add(self.lease_ms);
-        let renewed = sql::renew_lease(
-            tx.conn(),
-            tx.tenant(),
-            &self.id,
-            self.fence,
-            tx.now_ms(),
-            expires_at_ms,
-        )?;
-        if !renewed {
+        let held = sql::Held { tenant: tx.tenant(), id: &self.id, fence: self.fence };
+        if !sql::renew_lease(tx.conn(), &held, tx.now_ms(), expires_at_ms)? {
             return Err(lease_lost(tx, &self.id, self.fence)?);
         }
         Ok(expires_at_ms)
@@ -310,8 +303,8 @@ impl Op for Checkpoint {
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         let encoded = serde_json::to_string(&self.payload)?;
         tx.limits().check_payload("payload bytes", &encoded)?;
-        let key = sql::Held { tenant: tx.tenant(), id: &self.id, fence: self.fence };
-        if !sql::replace_payload(tx.conn(), &key, tx.now_ms(), &encoded)? {
+        let held = sql::Held { tenant: tx.tenant(), id: &self.id, fence: self.fence };
+        if !sql::replace_payload(tx.conn(), &held, tx.now_ms(), &encoded)? {
             return Err(lease_lost(tx, &self.id, self.fence)?);
         }
         Ok(())

@@ -258,12 +258,17 @@ pub(super) fn claim(
     Ok(row)
 }
 
+/// A held item: its tenant, id and the fence of the holder's claim.
+pub(super) struct Held<'a> {
+    pub(super) tenant: &'a str,
+    pub(super) id: &'a str,
+    pub(super) fence: u64,
+}
+
 /// Moves a live lease's expiry; false when `fence` no longer holds one.
 pub(super) fn renew_lease(
     conn: &Connection,
-    tenant: &str,
-    id: &str,
-    fence: u64,
+    held: &Held<'_>,
     now_ms: i64,
     expires_at_ms: i64,
 ) -> Result<bool> {
@@ -273,15 +278,8 @@ pub(super) fn renew_lease(
              WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
                AND lease_expires_at_ms > ?4",
         )?
-        .execute(params![tenant, id, fence as i64, now_ms, expires_at_ms])?;
+        .execute(params![held.tenant, held.id, held.fence as i64, now_ms, expires_at_ms])?;
     Ok(changed == 1)
-}
-
-/// A held item: its tenant, id and the fence of the holder's claim.
-pub(super) struct Held<'a> {
-    pub(super) tenant: &'a str,
-    pub(super) id: &'a str,
-    pub(super) fence: u64,
 }
 
 /// Replaces a held item's payload; false when `fence` no longer holds a live lease.

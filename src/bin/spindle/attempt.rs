@@ -70,7 +70,7 @@ pub fn guard(command: &str) -> u8 {
 pub fn spawn(command: &str, env: &[(&str, String)]) -> Result<Child, CliError> {
     // The running binary itself, even if its file was replaced since it started.
     let mut guard = Command::new("/proc/self/exe");
-    guard.args([GUARD_COMMAND, "--", command]);
+    guard.arg0("spindle").args([GUARD_COMMAND, "--", command]);
     for (name, value) in env {
         guard.env(name, value);
     }
@@ -87,12 +87,12 @@ pub fn spawn(command: &str, env: &[(&str, String)]) -> Result<Child, CliError> {
 /// recorded in it.
 pub fn with_group(payload: &Value, guard: &Child, host: &str) -> Result<Value, CliError> {
     let liveness = Liveness::local_process(host, guard.id())?;
+    let cannot = |why: String| CliError::Internal(format!("cannot record an attempt: {why}"));
     let mut payload = payload.clone();
-    if let Some(fields) = payload.as_object_mut() {
-        let group = serde_json::to_value(liveness)
-            .map_err(|error| CliError::Internal(format!("cannot record an attempt: {error}")))?;
-        fields.insert(GROUP_KEY.into(), group);
-    }
+    let fields =
+        payload.as_object_mut().ok_or_else(|| cannot("its item is not a node's".into()))?;
+    let group = serde_json::to_value(liveness).map_err(|error| cannot(error.to_string()))?;
+    fields.insert(GROUP_KEY.into(), group);
     Ok(payload)
 }
 
@@ -105,15 +105,17 @@ pub fn go(guard: &mut Child) {
     }
 }
 
-/// Ends an earlier attempt recorded in an item's `payload`, if its group still runs here with
-/// the same leader: kills the group and waits until none of its processes is left. Returns
+/// Ends an earlier attempt recorded in an item's `payload`, if its group is still led here by
+/// the same guard (running, or exited and not yet reaped while children of the command live
+/// on): kills the group and waits until none of its processes is left. Returns
 /// false if some are still there after `END_WAIT` (the caller must not run the node now).
 pub fn end_previous(payload: &Value) -> bool {
     let Some(group) = payload.get(GROUP_KEY) else { return true };
     let Ok(liveness) = serde_json::from_value::<Liveness>(group.clone()) else { return true };
     let Liveness::LocalProcess { pid, .. } = liveness else { return true };
-    if liveness.is_running_here() != Some(true) {
-        // Gone, or not provably the same group: nothing of ours to end.
+    if liveness.holds_pid_here() != Some(true) {
+        // Its leader is gone (reaped) or another process, or this is another boot: the group
+        // cannot be proven ours, so it is left alone.
         return true;
     }
     kill_group(pid);

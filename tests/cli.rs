@@ -608,3 +608,16 @@ fn events_follow_in_a_second_process_sees_a_run_of_the_first() {
     assert_eq!(runner.join().expect("runner").status.code(), Some(0));
     assert_eq!(done, 2, "the follower saw the first run's end and the second's");
 }
+
+#[test]
+fn a_guard_started_outside_a_run_refuses_rather_than_kill_its_callers_group() {
+    // Not the leader of its process group (the test's is), it must not run, and above all not
+    // kill "its" group when its stdin closes: that group is the caller's.
+    let output = Command::new(BIN)
+        .args(["__guard", "--", "echo ran"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the guard");
+    assert_eq!(output.status.code(), Some(125), "{output:?}");
+    assert!(output.stdout.is_empty(), "{output:?}");
+}

@@ -22,7 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg, raise};
-use nix::unistd::{Pid, getpgrp};
+use nix::unistd::{Pid, getpgrp, getpid};
 use serde_json::Value;
 use spindle::Liveness;
 
@@ -43,6 +43,14 @@ const END_WAIT: Duration = Duration::from_secs(10);
 /// whole process group as soon as the runner's end of stdin closes, and otherwise exits as the
 /// shell did (the same code, or the same signal).
 pub fn guard(command: &str) -> u8 {
+    // Killing "its group" is only safe for the group's leader: started by hand from a shell,
+    // the group would be the shell's.
+    if getpgrp() != getpid() {
+        eprintln!(
+            "spindle: {GUARD_COMMAND} runs only as the leader of a command's group, under `spindle run`"
+        );
+        return NOT_STARTED;
+    }
     let mut go = [0_u8; 1];
     if !matches!(std::io::stdin().read(&mut go), Ok(1)) || go[0] != GO {
         return NOT_STARTED;

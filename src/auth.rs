@@ -12,13 +12,14 @@
 //! once a minute. `TokenSecret`'s `Debug` never prints the secret.
 
 use std::fmt;
+use std::sync::Arc;
 
 use rusqlite::{OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::core::op::{Access, Op, Role, sealed::Sealed};
-use crate::core::tx::Tx;
+use crate::core::tx::{Scope, Tx};
 use crate::error::{Error, Result};
 use crate::page::sql_limit;
 use crate::store::Store;
@@ -622,6 +623,25 @@ fn parse_role(text: &str) -> Result<Role> {
         "writer" => Ok(Role::Writer),
         "reader" => Ok(Role::Reader),
         other => Err(Error::Corrupt(format!("unknown role {other:?}"))),
+    }
+}
+
+impl Store {
+    /// Tenants and API tokens: administration needs the `admin` role.
+    pub fn auth(&self) -> Auth<'_> {
+        Auth::new(self)
+    }
+
+    /// A view bound to the tenant and role of the API token `secret`.
+    ///
+    /// # Errors
+    /// `Unauthorized` for a malformed, unknown, revoked or expired token (nothing is said of
+    /// which).
+    pub fn authenticate(&self, secret: &str) -> Result<Store> {
+        let token = authenticate(self, secret)?;
+        let scope =
+            Scope { tenant: Arc::from(token.tenant_id.as_str()), role: token.role, bound: true };
+        Ok(self.with_scope(scope))
     }
 }
 

@@ -90,6 +90,7 @@
 #![deny(clippy::unwrap_used)]
 
 mod core;
+mod domains;
 mod error;
 mod hash;
 mod ids;

@@ -15,24 +15,19 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
-use crate::auth::Auth;
-use crate::core::actor::{self, ActorState, spin_recv};
+use crate::core::actor::{self, ActorState, EngineHooks, spin_recv};
 use crate::core::bell::Bell;
 use crate::core::clock::Clock;
+use crate::core::events::Stream;
 use crate::core::msg::{Job, Msg};
 use crate::core::op::{Op, Role, TxOutcome};
 use crate::core::publish::Filter;
 use crate::core::schema::Location;
 use crate::core::tx::{Scope, Tx};
 use crate::error::{Error, Result};
-use crate::graph::{ExpireDeadlines, Graphs, RunningTenants};
 use crate::limits::Limits;
-use crate::log::{Events, Stream};
 use crate::options::Options;
-use crate::process::Processes;
-use crate::queue::Queue;
 use crate::subscription::Subscription;
-use crate::workflow::Workflows;
 
 /// How long a lone caller spins for its reply before parking.
 const CALLER_SPIN: Duration = Duration::from_micros(60);
@@ -70,6 +65,17 @@ impl std::fmt::Debug for Store {
             .field("closed", &self.shared.closed.load(Ordering::Relaxed))
             .finish()
     }
+}
+
+/// What the engine and the handle need from the domains, which they do not name: built in
+/// one place, `crate::domains`.
+#[derive(Debug)]
+pub(crate) struct DomainHooks {
+    /// What the engine needs (the alarm job, the streams only their domain may write).
+    pub(crate) engine: EngineHooks,
+    /// Run once a writable store is open, in order; `recover` is `Options::recover_on_open`
+    /// (recovering interrupted work, the graphs' for one).
+    pub(crate) at_open: &'static [fn(&Store, bool) -> Result<()>],
 }
 
 /// What every handle of one store shares.
@@ -122,7 +128,8 @@ impl Store {
         let clock = Arc::clone(&options.clock);
         let (recover, read_only) = (options.recover_on_open, options.read_only);
         let state = Arc::new(ActorState::default());
-        let spawned = actor::spawn(location, options, Arc::clone(&state), Some(alarm_job()))?;
+        let hooks = &crate::domains::HOOKS;
+        let spawned = actor::spawn(location, options, Arc::clone(&state), &hooks.engine)?;
         let shared = Shared {
             mailbox: spawned.mailbox,
             closed: AtomicBool::new(false),
@@ -134,25 +141,11 @@ impl Store {
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
         let store = Store { shared: Arc::new(shared), scope };
         if !read_only {
-            if recover {
-                store.recover_graphs()?;
-            }
-            // Deadlines that passed while no store was open, and the alarm for the next one.
-            // Another process holding the write lock runs its own sweeps: `Busy` is no failure.
-            match store.exec(ExpireDeadlines) {
-                Ok(_) | Err(Error::Busy) => {}
-                Err(error) => return Err(error),
+            for at_open in hooks.at_open {
+                at_open(&store, recover)?;
             }
         }
         Ok(store)
-    }
-
-    /// Recovers the running graphs of every tenant (at open).
-    fn recover_graphs(&self) -> Result<()> {
-        for tenant in self.exec(RunningTenants)? {
-            self.tenant(&tenant)?.graphs().recover()?;
-        }
-        Ok(())
     }
 
     /// Runs one operation in its own savepoint of the next batch; returns its output once the
@@ -307,54 +300,14 @@ impl Store {
         &self.shared.limits
     }
 
-    /// The event log: append, read, follow by cursor, truncate.
-    pub fn events(&self) -> Events<'_> {
-        Events::new(self)
-    }
-
-    /// The work queue: enqueue, claim under fenced leases, complete, fail and retry, dead
-    /// letters.
-    pub fn queue(&self) -> Queue<'_> {
-        Queue::new(self)
-    }
-
-    /// Workflows: definitions, executions with their state and events, snapshots.
-    pub fn workflows(&self) -> Workflows<'_> {
-        Workflows::new(self)
-    }
-
-    /// The process registry: processes with idempotent event logs, wake-ups, handle grants
-    /// and fenced leases.
-    pub fn processes(&self) -> Processes<'_> {
-        Processes::new(self)
-    }
-
-    /// Tenants and API tokens: administration needs the `admin` role.
-    pub fn auth(&self) -> Auth<'_> {
-        Auth::new(self)
-    }
-
-    /// A view bound to the tenant and role of the API token `secret`.
-    ///
-    /// # Errors
-    /// `Unauthorized` for a malformed, unknown, revoked or expired token (nothing is said of
-    /// which).
-    pub fn authenticate(&self, secret: &str) -> Result<Store> {
-        let token = crate::auth::authenticate(self, secret)?;
-        let scope =
-            Scope { tenant: Arc::from(token.tenant_id.as_str()), role: token.role, bound: true };
-        Ok(Store { shared: Arc::clone(&self.shared), scope })
+    /// Another view of the same store, as `scope`.
+    pub(crate) fn with_scope(&self, scope: Scope) -> Store {
+        Store { shared: Arc::clone(&self.shared), scope }
     }
 
     /// The store clock's time, in epoch milliseconds.
     pub(crate) fn now_ms(&self) -> i64 {
         self.shared.clock.now_ms()
-    }
-
-    /// The graph engine: graphs of nodes and coloured tokens, run by callers and finished by
-    /// the engine.
-    pub fn graphs(&self) -> Graphs<'_> {
-        Graphs::new(self)
     }
 
     /// The bell the actor rings after a commit that made work available.
@@ -463,14 +416,6 @@ fn reentrant() -> Error {
 
 /// The job the store's thread runs when an alarm is due: the graphs' deadline sweep, as the
 /// administrator of the default tenant (it visits every tenant). Nobody waits for its reply.
-fn alarm_job() -> actor::AlarmJob {
-    Box::new(|| {
-        let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
-        let (reply, _) = bounded(1);
-        Job::op(ExpireDeadlines, scope, reply)
-    })
-}
-
 /// Waits for a reply, checking now and then that the actor is still alive: a job that reached
 /// the mailbox after the actor's last look is never answered, and must not block forever.
 pub(crate) fn wait_reply<T>(answer: &Receiver<Result<T>>, state: &ActorState) -> Result<T> {

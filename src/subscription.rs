@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError, bounded};
 
 use crate::core::actor::ActorState;
+use crate::core::events::{Event, Read, ReadAll};
 use crate::core::msg::Msg;
 use crate::core::publish::{Filter, LiveRequest};
 use crate::core::tx::Scope;
 use crate::error::{Error, Result};
-use crate::log::{Event, Read, ReadAll};
 use crate::store::{LIVENESS_CHECK, Shared};
 
 /// A cursor over a stream (or over all of a tenant's streams): the backlog, then live events,

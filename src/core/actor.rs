@@ -31,12 +31,13 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::core::bell::Bell;
 use crate::core::checkpoint::WalSchedule;
 use crate::core::clock::Stamp;
+use crate::core::events::OwnedStreams;
 use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks, schema_version};
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
 use crate::core::schema::{self, Location};
-use crate::core::tx::{Finished, Tx, forbidden};
+use crate::core::tx::{Engine, Finished, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
@@ -89,7 +90,7 @@ pub(crate) fn spawn(
     location: Location,
     options: Options,
     state: Arc<ActorState>,
-    alarm_job: Option<AlarmJob>,
+    hooks: &'static EngineHooks,
 ) -> Result<Spawned> {
     let (mailbox, inbox) = bounded(options.mailbox_capacity);
     let (opened_tx, opened_rx) = bounded::<Result<()>>(1);
@@ -97,7 +98,7 @@ pub(crate) fn spawn(
         let _ = state.thread.set(std::thread::current().id());
         let exited = ExitFlag(Arc::clone(&state));
         match schema::open(&location, &options) {
-            Ok(conn) => match Actor::new(conn, inbox, &location, options, state, alarm_job) {
+            Ok(conn) => match Actor::new(conn, inbox, &location, options, state, hooks) {
                 Ok(actor) => {
                     let _ = opened_tx.send(Ok(()));
                     actor.run();
@@ -158,6 +159,8 @@ struct Actor {
     alarm_ms: Option<i64>,
     /// Builds the job that runs when the alarm is due.
     alarm_job: Option<AlarmJob>,
+    /// Streams only their domain may write.
+    owned_streams: &'static [OwnedStreams],
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
     writable: HashMap<Arc<str>, bool>,
 }
@@ -165,9 +168,20 @@ struct Actor {
 /// How long after a failed alarm job it runs again, in milliseconds.
 const ALARM_RETRY_MS: i64 = 1_000;
 
-/// Builds the job the actor runs when an alarm set through `Tx::set_alarm` is due. The store
+/// Builds the job the actor runs when an alarm set through `Tx::set_alarm` is due. A domain
 /// supplies it; the engine does not know what it does.
-pub(crate) type AlarmJob = Box<dyn Fn() -> Job + Send>;
+pub(crate) type AlarmJob = fn() -> Job;
+
+/// What the engine needs from the domains, which it does not name: built in one place
+/// (`crate::domains`) and handed to `spawn`.
+#[derive(Debug)]
+pub(crate) struct EngineHooks {
+    /// The job to run when an alarm is due (the graphs' deadline sweep).
+    pub(crate) alarm_job: Option<AlarmJob>,
+    /// Streams only their domain may write (a registered process's, an execution's): the
+    /// event log refuses callers' writes to them.
+    pub(crate) owned_streams: &'static [OwnedStreams],
+}
 
 /// The earlier of two optional times.
 fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
@@ -196,7 +210,7 @@ impl Actor {
         location: &Location,
         options: Options,
         state: Arc<ActorState>,
-        alarm_job: Option<AlarmJob>,
+        hooks: &'static EngineHooks,
     ) -> Result<Self> {
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
         let guard = JobGuard::install(&mut conn)?;
@@ -219,7 +233,8 @@ impl Actor {
             connection,
             schema,
             alarm_ms: None,
-            alarm_job,
+            alarm_job: hooks.alarm_job,
+            owned_streams: hooks.owned_streams,
             writable: HashMap::new(),
         })
     }
@@ -463,7 +478,14 @@ impl Actor {
         }
         let scope = job.scope.clone();
         let schema_before = (!job.internal).then(|| self.schema_version_now());
-        let mut tx = Tx::new(&self.conn, now_ms, &scope, &self.limits, &self.ids, &self.guard);
+        let engine = Engine {
+            conn: &self.conn,
+            limits: &self.limits,
+            ids: &self.ids,
+            guard: &self.guard,
+            owned_streams: self.owned_streams,
+        };
+        let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(self.publisher.has_live());
         self.guard.enter(job.internal, job.scope.bound);
         let mut applied = job.run(&mut tx);
@@ -721,9 +743,9 @@ mod tests {
     //! than likely.
 
     use super::*;
+    use crate::core::events::{Append, Appended, Stream};
     use crate::core::op::{Op, Role, TxOutcome};
     use crate::core::tx::Scope;
-    use crate::log::{Append, Appended, Stream};
     use serde_json::json;
 
     fn actor() -> Actor {
@@ -731,7 +753,8 @@ mod tests {
         let conn = schema::open(&Location::Memory, &options).expect("open");
         let (_mailbox, inbox) = bounded(1);
         let state = Arc::new(ActorState::default());
-        Actor::new(conn, inbox, &Location::Memory, options, state, None).expect("actor")
+        static NO_HOOKS: EngineHooks = EngineHooks { alarm_job: None, owned_streams: &[] };
+        Actor::new(conn, inbox, &Location::Memory, options, state, &NO_HOOKS).expect("actor")
     }
 
     fn scope() -> Scope {
@@ -762,7 +785,7 @@ mod tests {
     }
 
     /// A live subscriber to every event, and the token that keeps it alive.
-    fn live_subscriber(actor: &mut Actor) -> (Receiver<crate::log::Event>, Arc<()>) {
+    fn live_subscriber(actor: &mut Actor) -> (Receiver<crate::core::events::Event>, Arc<()>) {
         let (receiver, token) = go_live(actor, 0, 1024);
         assert!(actor.publisher.has_live());
         (receiver, token)
@@ -772,7 +795,7 @@ mod tests {
         actor: &mut Actor,
         after: u64,
         capacity: usize,
-    ) -> (Receiver<crate::log::Event>, Arc<()>) {
+    ) -> (Receiver<crate::core::events::Event>, Arc<()>) {
         let (sender, receiver) = bounded(capacity);
         let token = Arc::new(());
         let request = LiveRequest {
@@ -835,7 +858,7 @@ mod tests {
         drop(token);
         let (reply, answer) = bounded(1);
         actor.run_batch(vec![Job::op(
-            crate::log::Head { stream: Stream::custom("q") },
+            crate::core::events::Head { stream: Stream::custom("q") },
             scope(),
             reply,
         )]);
@@ -1040,7 +1063,7 @@ mod tests {
     fn a_read_only_batch_runs_deferred_and_a_poisoned_actor_refuses_work() {
         let mut actor = actor();
         let (reply, answer) = bounded(1);
-        let read = crate::log::Head { stream: Stream::custom("x") };
+        let read = crate::core::events::Head { stream: Stream::custom("x") };
         actor.run_batch(vec![Job::op(read, scope(), reply)]);
         assert_eq!(answer.recv().expect("reply").expect("ok"), 0);
 

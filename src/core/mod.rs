@@ -1,7 +1,7 @@
 //! The engine: the actor thread, the mailbox, the operation contract, transactions, publishing,
 //! opening and the schema, and time.
 //!
-//! Nothing here names a domain except the event log (`crate::log`), which is what publishing is
+//! Nothing here names a domain except the event log (`crate::core::events`), which is what publishing is
 //! made of. Domains see only [`Tx`](tx::Tx) and [`Op`](op::Op): never a channel, a thread or
 //! the raw connection outside a transaction.
 
@@ -9,6 +9,7 @@ pub(crate) mod actor;
 pub(crate) mod bell;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
+pub(crate) mod events;
 pub(crate) mod guard;
 pub(crate) mod msg;
 pub(crate) mod op;

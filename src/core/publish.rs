@@ -11,8 +11,8 @@ use std::sync::{Arc, Weak};
 use crossbeam_channel::{Sender, TrySendError};
 use rusqlite::Connection;
 
+use crate::core::events::{self, Event, Stream};
 use crate::error::Result;
-use crate::log::{self, Event, Stream};
 
 /// An event that committed, with the tenant it belongs to.
 #[derive(Debug, Clone)]
@@ -111,7 +111,7 @@ impl Publisher {
         self.live.retain(|subscriber| subscriber.alive.strong_count() > 0);
         let limit = request.capacity + 1;
         let backlog =
-            log::read_filtered(conn, &request.tenant, &request.filter, request.after, limit)?;
+            events::read_filtered(conn, &request.tenant, &request.filter, request.after, limit)?;
         if backlog.len() > request.capacity {
             return Ok(());
         }

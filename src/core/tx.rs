@@ -12,6 +12,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 use serde_json::Value;
 
+use crate::core::events::{self, Appended, OwnedStreams, Stream};
 use crate::core::guard::JobGuard;
 use crate::core::op::{Op, Role};
 use crate::core::publish::Published;
@@ -19,18 +20,14 @@ use crate::core::sql::Sql;
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
-use crate::log::{self, Appended, Stream};
 
 /// The open transaction, as seen by one operation or one [`Store::transaction`] closure.
 ///
 /// [`Store::transaction`]: crate::Store::transaction
 pub struct Tx<'a> {
-    conn: &'a Connection,
+    engine: Engine<'a>,
     now_ms: i64,
     scope: &'a Scope,
-    limits: &'a Limits,
-    ids: &'a IdGen,
-    guard: &'a JobGuard,
     published: Vec<Published>,
     publishing: bool,
     rang: bool,
@@ -39,6 +36,17 @@ pub struct Tx<'a> {
     /// Whether the caller's closure asked for [`Tx::sql`]: the actor then checks the
     /// connection afterwards.
     caller_sql: Cell<bool>,
+}
+
+/// What the actor lends every `Tx` of a batch.
+#[derive(Clone, Copy)]
+pub(crate) struct Engine<'a> {
+    pub(crate) conn: &'a Connection,
+    pub(crate) limits: &'a Limits,
+    pub(crate) ids: &'a IdGen,
+    pub(crate) guard: &'a JobGuard,
+    /// The domains' checks of which streams only they may write.
+    pub(crate) owned_streams: &'a [OwnedStreams],
 }
 
 /// Who a job runs as: the tenant whose data it may touch and the role it holds.
@@ -87,12 +95,12 @@ impl<'a> Tx<'a> {
 
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
-        self.limits
+        self.engine.limits
     }
 
     /// A new UUID v7 id, time-ordered by the batch's timestamp.
     pub fn new_id(&self) -> String {
-        self.ids.next(self.now_ms)
+        self.engine.ids.next(self.now_ms)
     }
 
     /// Runs another operation inside this transaction, under its own savepoint: if it fails,
@@ -109,7 +117,7 @@ impl<'a> Tx<'a> {
             crate::core::op::forget_if_deep(op, &error);
             return Err(error);
         }
-        let guard = self.guard;
+        let guard = self.engine.guard;
         guard.internal(|| self.nested(|tx| op.apply(tx)))
     }
 
@@ -147,7 +155,7 @@ impl<'a> Tx<'a> {
     ) -> Result<T> {
         let scope =
             Scope { tenant: Arc::from(tenant), role: self.scope.role, bound: self.scope.bound };
-        let mut other = Tx::new(self.conn, self.now_ms, &scope, self.limits, self.ids, self.guard);
+        let mut other = Tx::new(self.engine, self.now_ms, &scope);
         other.publishing = self.publishing;
         let result = other.nested(work);
         let finished = other.finish();
@@ -162,7 +170,8 @@ impl<'a> Tx<'a> {
 
     /// Runs one of the crate's own savepoint statements, past the job guard.
     fn control(&self, sql: &str) -> Result<()> {
-        self.guard.internal(|| self.conn.prepare_cached(sql)?.execute([]).map(|_| ()))?;
+        let Engine { conn, guard, .. } = self.engine;
+        guard.internal(|| conn.prepare_cached(sql)?.execute([]).map(|_| ()))?;
         Ok(())
     }
 
@@ -177,9 +186,9 @@ impl<'a> Tx<'a> {
         event_type: &str,
         payload: Value,
     ) -> Result<Appended> {
-        let (stream, guard) = (stream.borrow(), self.guard);
-        guard.internal(|| log::check_open_to_callers(self, stream))?;
-        guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, None)))
+        let (stream, guard) = (stream.borrow(), self.engine.guard);
+        guard.internal(|| events::check_open_to_callers(self, stream))?;
+        guard.internal(|| self.nested(|tx| events::append(tx, stream, event_type, payload, None)))
     }
 
     /// Appends an event unless one with the same `idem_key` exists on the stream: the same type
@@ -195,10 +204,10 @@ impl<'a> Tx<'a> {
         payload: Value,
         idem_key: &str,
     ) -> Result<Appended> {
-        let (stream, guard) = (stream.borrow(), self.guard);
+        let (stream, guard) = (stream.borrow(), self.engine.guard);
         let key = Some(idem_key);
-        guard.internal(|| log::check_open_to_callers(self, stream))?;
-        guard.internal(|| self.nested(|tx| log::append(tx, stream, event_type, payload, key)))
+        guard.internal(|| events::check_open_to_callers(self, stream))?;
+        guard.internal(|| self.nested(|tx| events::append(tx, stream, event_type, payload, key)))
     }
 
     /// SQL of the caller's own, for its own tables, inside this transaction: statements only,
@@ -206,7 +215,7 @@ impl<'a> Tx<'a> {
     /// what it may not is refused with `Forbidden` and writes nothing.
     pub fn sql(&self) -> Sql<'_> {
         self.caller_sql.set(true);
-        Sql::new(self.conn, self.guard)
+        Sql::new(self.engine.conn, self.engine.guard)
     }
 
     /// Runs `sql` as the caller's SQL but past the job guard: what the guard would refuse,
@@ -214,39 +223,39 @@ impl<'a> Tx<'a> {
     #[cfg(test)]
     pub(crate) fn sql_past_the_guard(&self, sql: &str) -> Result<()> {
         self.caller_sql.set(true);
-        self.guard.internal(|| self.conn.execute_batch(sql))?;
+        let Engine { conn, guard, .. } = self.engine;
+        guard.internal(|| conn.execute_batch(sql))?;
         Ok(())
     }
 
     /// The connection, for the crate's own statements (ops' SQL is trusted).
     pub(crate) fn conn(&self) -> &'a Connection {
-        self.conn
+        self.engine.conn
+    }
+
+    /// Whether `stream` is one only its domain may write (a registered process's, an
+    /// execution's), as the domains registered with the engine say.
+    pub(crate) fn stream_is_owned(&self, stream: &Stream) -> Result<bool> {
+        for owns in self.engine.owned_streams {
+            if owns(self.engine.conn, self.tenant(), stream)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn new(
-        conn: &'a Connection,
-        now_ms: i64,
-        scope: &'a Scope,
-        limits: &'a Limits,
-        ids: &'a IdGen,
-        guard: &'a JobGuard,
-    ) -> Self {
-        let published = Vec::new();
-        let (publishing, rang, alarm_ms, tenants_changed) = (true, false, None, false);
+    pub(crate) fn new(engine: Engine<'a>, now_ms: i64, scope: &'a Scope) -> Self {
         Self {
-            conn,
+            engine,
             now_ms,
             scope,
-            limits,
-            ids,
-            guard,
-            published,
-            publishing,
-            rang,
-            alarm_ms,
-            tenants_changed,
+            published: Vec::new(),
+            publishing: true,
+            rang: false,
+            alarm_ms: None,
+            tenants_changed: false,
             caller_sql: Cell::new(false),
         }
     }

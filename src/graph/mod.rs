@@ -35,15 +35,19 @@ mod net;
 mod ops;
 mod sql;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::core::events::Event;
+use crate::core::msg::Job;
+use crate::core::op::Role;
+use crate::core::tx::Scope;
 use crate::error::{Error, Result};
-use crate::log::Event;
 use crate::page::Page;
-use crate::store::Store;
+use crate::store::{DEFAULT_TENANT, Store};
 
 pub use ops::{
     AddEdge, AddNode, Audit, Cancel, Children, CompleteNode, Create, Edges, ExpireOverdue,
@@ -805,5 +809,37 @@ impl<'a> Graphs<'a> {
             total.expired += page.expired;
             total.last = page.last;
         }
+    }
+}
+
+/// The job the actor runs when an alarm set by a graph is due: the deadline sweep
+/// (registered with the engine in `crate::domains`).
+pub(crate) fn alarm_job() -> Job {
+    let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
+    // Nobody waits for the sweep's answer.
+    let (reply, _) = crossbeam_channel::bounded(1);
+    Job::op(ExpireDeadlines, scope, reply)
+}
+
+/// What a writable store does with graphs when it opens: recovers the running graphs of every
+/// tenant (if `recover`), then fails those past their deadline and sets the alarm for the next
+/// one. Another process holding the write lock runs its own sweeps: `Busy` is no failure.
+pub(crate) fn at_open(store: &Store, recover: bool) -> Result<()> {
+    if recover {
+        for tenant in store.exec(RunningTenants)? {
+            store.tenant(&tenant)?.graphs().recover()?;
+        }
+    }
+    match store.exec(ExpireDeadlines) {
+        Ok(_) | Err(Error::Busy) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+impl Store {
+    /// The graph engine: graphs of nodes and coloured tokens, run by callers and finished by
+    /// the engine.
+    pub fn graphs(&self) -> Graphs<'_> {
+        Graphs::new(self)
     }
 }

@@ -15,10 +15,10 @@ use super::{
     GatherStrategy, GraphEvent, GraphStatus, JoinType, NodeOutput, NodeSpec, NodeStatus, Token,
     TokenColor,
 };
+use crate::core::events::{self, Stream};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::limits::Limits;
-use crate::log::{self, Stream};
 
 /// How a node finished.
 #[derive(Debug, Clone, PartialEq)]
@@ -565,7 +565,7 @@ impl<'t, 'a> Net<'t, 'a> {
 
     fn emit(&mut self, event: &GraphEvent) -> Result<()> {
         let payload = serde_json::to_value(event)?;
-        log::append(self.tx, &self.stream, event.event_type(), payload, None)?;
+        events::append(self.tx, &self.stream, event.event_type(), payload, None)?;
         Ok(())
     }
 }

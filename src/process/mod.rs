@@ -42,8 +42,8 @@ mod types;
 use std::borrow::Borrow;
 use std::time::{Duration, Instant};
 
+use crate::core::events::Stream;
 use crate::error::{Error, Result};
-use crate::log::Stream;
 use crate::page::Page;
 use crate::store::Store;
 
@@ -63,10 +63,17 @@ pub use types::{
     WakeSpec,
 };
 
-/// Whether `id` is a registered process of `tenant` (the event log asks before it lets a
-/// caller write a process stream).
-pub(crate) fn is_registered(conn: &rusqlite::Connection, tenant: &str, id: &str) -> Result<bool> {
-    Ok(sql::select_hash(conn, tenant, id)?.is_some())
+/// Whether `stream` is the stream of a registered process of `tenant`: only the registry
+/// writes it (registered with the engine in `crate::domains`).
+pub(crate) fn owns_stream(
+    conn: &rusqlite::Connection,
+    tenant: &str,
+    stream: &crate::core::events::Stream,
+) -> Result<bool> {
+    if stream.kind() != crate::core::events::StreamKind::Process {
+        return Ok(false);
+    }
+    Ok(sql::select_hash(conn, tenant, stream.id())?.is_some())
 }
 
 /// The process registry of a store view: `store.processes()`.
@@ -364,5 +371,13 @@ impl<'a> Processes<'a> {
     /// `LeaseLost` when another holder has been granted it since.
     pub fn complete_lease(&self, lease: &ProcessLease) -> Result<()> {
         self.store.exec(CompleteLease { lease: lease.clone() })
+    }
+}
+
+impl Store {
+    /// The process registry: processes with idempotent event logs, wake-ups, handle grants
+    /// and fenced leases.
+    pub fn processes(&self) -> Processes<'_> {
+        Processes::new(self)
     }
 }

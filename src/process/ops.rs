@@ -13,11 +13,11 @@ use super::types::{
     HandleGrant, ListFilter, ProcessEvent, ProcessRecord, ProcessStatus, PruneReport, Registration,
     SessionDeleteReport, SessionScope, WaitKind, WaitState, WakeDelivery,
 };
+use crate::core::events::{self, Event, Stream};
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::limits::Limits;
-use crate::log::{self, Event, Stream};
 
 /// Registers a process. The same content again returns the first record and writes
 /// nothing; different content under the same id is `Conflict`.
@@ -234,7 +234,7 @@ impl Op for Register {
             return Ok(existing);
         }
         let stream = Stream::process(&prepared.registration.id);
-        if log::has_events(tx.conn(), tx.tenant(), &stream)? {
+        if events::has_events(tx.conn(), tx.tenant(), &stream)? {
             return Err(Error::Conflict(format!(
                 "{stream} already holds events appended without the registry"
             )));
@@ -466,7 +466,7 @@ impl Op for AppendEvent {
         if let Some(key) = &self.request.replay_key {
             let stream = Stream::process(&self.id);
             let request = &self.request;
-            let found = log::keyed_event(
+            let found = events::keyed_event(
                 tx.conn(),
                 tx.tenant(),
                 &stream,
@@ -554,7 +554,7 @@ fn append_new(
     }
     semantics::check_payload(event_type, &request.payload)?;
     let stream = Stream::process(&record.id);
-    let seq = log::select_head(tx.conn(), tx.tenant(), &stream)? + 1;
+    let seq = events::select_head(tx.conn(), tx.tenant(), &stream)? + 1;
     let limit_bytes = tx.limits().payload_bytes_max;
     let semantics =
         semantics::materialize(event_type, &record.id, seq, &request.payload, limit_bytes)?;
@@ -564,8 +564,8 @@ fn append_new(
     let (event_type, payload) = (request.event_type.as_str(), request.payload.clone());
     let appended = match request.replay_key.as_deref() {
         // `apply` has just found the key unused.
-        Some(key) => log::append_under_unused_key(tx, &stream, event_type, payload, key)?,
-        None => log::append(tx, &stream, event_type, payload, None)?,
+        Some(key) => events::append_under_unused_key(tx, &stream, event_type, payload, key)?,
+        None => events::append(tx, &stream, event_type, payload, None)?,
     };
     record_semantics(tx, &record.id, appended.seq, &semantics)?;
     match &semantics.terminal {
@@ -648,7 +648,7 @@ impl Op for EventsAfter {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessEvent>> {
         require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
-        let events = log::read_stream(
+        let events = events::read_stream(
             tx.conn(),
             tx.tenant(),
             &Stream::process(&self.id),
@@ -669,7 +669,7 @@ impl Op for CountEventsThrough {
         require(tx, &self.id)?;
         tx.limits().check_id("event type", &self.event_type)?;
         let stream = Stream::process(&self.id);
-        log::count_through(tx.conn(), tx.tenant(), &stream, &self.event_type, self.upto_seq)
+        events::count_through(tx.conn(), tx.tenant(), &stream, &self.event_type, self.upto_seq)
     }
 }
 
@@ -683,7 +683,7 @@ impl Op for RecentEvents {
         require(tx, &self.id)?;
         tx.limits().check_page(self.limit)?;
         let stream = Stream::process(&self.id);
-        let events = log::read_recent(tx.conn(), tx.tenant(), &stream, self.limit)?;
+        let events = events::read_recent(tx.conn(), tx.tenant(), &stream, self.limit)?;
         with_semantics(tx, &self.id, events)
     }
 }
@@ -703,7 +703,7 @@ impl Op for WakeEventsAfter {
         let mut events = Vec::with_capacity(seqs.len());
         for seq in seqs {
             let found =
-                log::read_stream(tx.conn(), tx.tenant(), &stream, seq.saturating_sub(1), 1)?;
+                events::read_stream(tx.conn(), tx.tenant(), &stream, seq.saturating_sub(1), 1)?;
             events.extend(found.into_iter().filter(|event| event.seq == seq));
         }
         with_semantics(tx, &self.id, events)
@@ -817,7 +817,7 @@ impl Op for PruneTerminal {
         let mut report = PruneReport::default();
         for id in ids {
             let stream = Stream::process(&id);
-            report.pruned_events += log::delete_history(tx.conn(), tx.tenant(), &stream)?;
+            report.pruned_events += events::delete_history(tx.conn(), tx.tenant(), &stream)?;
             sql::raise_fence_floor(tx.conn(), tx.tenant(), &id)?;
             sql::delete(tx.conn(), tx.tenant(), &id)?;
             report.pruned_processes += 1;

@@ -526,3 +526,11 @@ impl<'a> Queue<'a> {
 fn owned(queues: &[&str]) -> Vec<String> {
     queues.iter().map(|queue| (*queue).to_owned()).collect()
 }
+
+impl Store {
+    /// The work queue: enqueue, claim under fenced leases, complete, fail and retry, dead
+    /// letters.
+    pub fn queue(&self) -> Queue<'_> {
+        Queue::new(self)
+    }
+}

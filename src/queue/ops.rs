@@ -11,12 +11,12 @@ use super::sql::{self, ItemRow};
 use super::{
     Claimed, Enqueued, FailOutcome, ItemStatus, NewItem, QueueItem, QueueStats, Reclaimed,
 };
+use crate::core::events::{self, Stream};
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
 use crate::limits::Limits;
-use crate::log::{self, Stream};
 use crate::page::Page;
 
 /// Enqueues one item. With a dedupe key held by a live item of the queue, the same payload
@@ -576,7 +576,13 @@ impl Notes {
     /// Appends the gathered events; the op's own savepoint makes them atomic with its changes.
     fn append(self, tx: &mut Tx<'_>) -> Result<()> {
         for ((queue, event_type), items) in self.pending {
-            log::append(tx, &Stream::queue(&queue), event_type, json!({ "items": items }), None)?;
+            events::append(
+                tx,
+                &Stream::queue(&queue),
+                event_type,
+                json!({ "items": items }),
+                None,
+            )?;
         }
         Ok(())
     }

@@ -29,8 +29,8 @@ use std::borrow::Borrow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::core::events::{Event, Stream};
 use crate::error::Result;
-use crate::log::{Event, Stream};
 use crate::page::Page;
 use crate::store::Store;
 
@@ -186,10 +186,17 @@ pub struct Loaded {
     pub events: Vec<Event>,
 }
 
-/// Whether `id` is an execution of `tenant` (the event log asks before it lets a caller write
-/// an execution stream).
-pub(crate) fn exists(conn: &rusqlite::Connection, tenant: &str, id: &str) -> Result<bool> {
-    Ok(sql::select_status(conn, tenant, id)?.is_some())
+/// Whether `stream` is the stream of an existing execution of `tenant`: only its workflow
+/// writes it (registered with the engine in `crate::domains`).
+pub(crate) fn owns_stream(
+    conn: &rusqlite::Connection,
+    tenant: &str,
+    stream: &crate::core::events::Stream,
+) -> Result<bool> {
+    if stream.kind() != crate::core::events::StreamKind::Execution {
+        return Ok(false);
+    }
+    Ok(sql::select_status(conn, tenant, stream.id())?.is_some())
 }
 
 /// The workflows of a store view: `store.workflows()`.
@@ -319,7 +326,7 @@ impl<'a> Workflows<'a> {
         id: &str,
         event_type: &str,
         payload: Value,
-    ) -> Result<crate::log::Appended> {
+    ) -> Result<crate::core::events::Appended> {
         let op = AppendEvent { id: id.into(), event_type: event_type.into(), payload };
         self.store.exec(op)
     }
@@ -404,4 +411,11 @@ impl<'a> Workflows<'a> {
 /// The event stream of an execution.
 fn stream_of(id: &str) -> Stream {
     Stream::execution(id)
+}
+
+impl Store {
+    /// Workflows: definitions, executions with their state and events, snapshots.
+    pub fn workflows(&self) -> Workflows<'_> {
+        Workflows::new(self)
+    }
 }

@@ -8,12 +8,12 @@ use serde_json::{Value, json};
 
 use super::patch::merge_patch;
 use super::{Definition, Execution, ExecutionFilter, Snapshot, WorkflowStatus, sql, stream_of};
+use crate::core::events::{self, Appended, Event};
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
 use crate::limits::Limits;
-use crate::log::{self, Appended, Event};
 use crate::page::Page;
 
 /// Puts a definition version; the same content again returns it and writes nothing, other
@@ -339,7 +339,7 @@ impl Op for SetStatus {
             "workflow_id": execution.workflow_id,
             "workflow_version": execution.workflow_version,
         });
-        log::append(tx, &stream_of(&execution.id), lifecycle_event(from, to), payload, None)?;
+        events::append(tx, &stream_of(&execution.id), lifecycle_event(from, to), payload, None)?;
         Ok(execution)
     }
 }
@@ -465,7 +465,7 @@ impl Op for AppendEvent {
             )));
         }
         check_running(&self.id, status_of(tx, &self.id)?)?;
-        log::append(tx, &stream_of(&self.id), &self.event_type, self.payload, None)
+        events::append(tx, &stream_of(&self.id), &self.event_type, self.payload, None)
     }
     fn single_write(&self) -> bool {
         true
@@ -481,7 +481,7 @@ impl Op for ReadEvents {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Event>> {
         status_of(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
-        log::read_stream(tx.conn(), tx.tenant(), &stream_of(&self.id), self.after_seq, limit)
+        events::read_stream(tx.conn(), tx.tenant(), &stream_of(&self.id), self.after_seq, limit)
     }
 }
 
@@ -498,7 +498,7 @@ impl Op for WriteSnapshot {
         status_of(tx, &self.id)?;
         let encoded = serde_json::to_string(&self.state)?;
         tx.limits().check_payload("snapshot state bytes", &encoded)?;
-        let head = log::select_head(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
+        let head = events::select_head(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
         if self.at_seq > head {
             return Err(Error::InvalidInput(format!(
                 "a snapshot at {} is past the head {head} of execution {}",
@@ -549,7 +549,7 @@ impl Op for LoadStart {
     fn apply(self, tx: &mut Tx<'_>) -> Result<(Execution, Option<Snapshot>, u64)> {
         let execution = execution(tx, &self.id)?;
         let snapshot = sql::select_latest_snapshot(tx.conn(), tx.tenant(), &self.id)?;
-        let head = log::select_head(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
+        let head = events::select_head(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
         Ok((execution, snapshot, head))
     }
 }
@@ -565,7 +565,7 @@ impl Op for DeleteExecution {
         if !sql::delete_execution(tx.conn(), tx.tenant(), &self.id)? {
             return Ok(false);
         }
-        log::delete_stream(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
+        events::delete_stream(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
         Ok(true)
     }
 }

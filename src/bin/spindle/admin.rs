@@ -3,8 +3,44 @@
 use serde_json::json;
 use spindle::{Role, Store, TenantStatus, TenantUpdate};
 
-use crate::inspect::parse_duration_ms;
-use crate::{CliError, Output, TenantCmd, TokenCmd};
+use clap::Subcommand;
+
+use crate::common::{CliError, Output, now_ms, parse_duration_ms};
+
+#[derive(Subcommand)]
+pub enum TenantCmd {
+    /// Every tenant (the default).
+    List,
+    /// A new active tenant.
+    Create {
+        id: String,
+        /// Its display name (the id when absent).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Refuse the tenant's writes (it can still read).
+    Suspend { id: String },
+    /// Let a suspended or archived tenant write again.
+    Activate { id: String },
+}
+
+#[derive(Subcommand)]
+pub enum TokenCmd {
+    /// A new token; its secret is printed once.
+    Create {
+        name: String,
+        /// `admin`, `writer` or `reader`.
+        #[arg(long, default_value = "reader")]
+        role: String,
+        /// How long it works (`30d`, `12h`); forever when absent.
+        #[arg(long)]
+        expires_in: Option<String>,
+    },
+    /// The tenant's tokens (never their secrets).
+    List,
+    /// Stop a token from working.
+    Revoke { id: String },
+}
 
 /// Lists tenants, or creates, suspends or activates one.
 pub fn tenants(store: &Store, action: TenantCmd, out: &Output) -> Result<(), CliError> {
@@ -84,10 +120,4 @@ fn parse_role(text: &str) -> Result<Role, CliError> {
         "reader" => Ok(Role::Reader),
         other => Err(CliError::Bad(format!("a role is admin, writer or reader, not {other:?}"))),
     }
-}
-
-/// The wall clock in epoch milliseconds (the store has its own clock; this is the caller's).
-pub fn now_ms() -> i64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    since.map_or(0, |elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
 }

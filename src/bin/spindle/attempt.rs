@@ -26,7 +26,7 @@ use nix::unistd::{Pid, getpgrp, getpid};
 use serde_json::Value;
 use spindle::Liveness;
 
-use crate::CliError;
+use crate::common::CliError;
 
 /// The hidden subcommand that runs a guard.
 pub const GUARD_COMMAND: &str = "__guard";

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
-use spindle::{Event, Graph, Page, Store, Stream, StreamKind};
+use spindle::{Event, Page, Store, Stream, StreamKind};
 
-use crate::{CliError, Output};
+use crate::common::{self, CliError, Output, all_graphs, parse_duration_ms};
 
 /// Every graph, in creation order.
 pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
@@ -36,29 +36,6 @@ pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
         );
     }
     Ok(())
-}
-
-/// Every graph of the view's tenant, read a page at a time.
-pub fn all_graphs(store: &Store) -> spindle::Result<Vec<Graph>> {
-    all_graphs_by(|page| store.graphs().list(page))
-}
-
-/// Every graph of the tenant, read a page at a time with `list`.
-pub fn all_graphs_by(
-    mut list: impl FnMut(Page) -> spindle::Result<Vec<Graph>>,
-) -> spindle::Result<Vec<Graph>> {
-    let mut all: Vec<Graph> = Vec::new();
-    loop {
-        let page = match all.last() {
-            Some(last) => Page::after(last.id.clone(), 1000),
-            None => Page::first(1000),
-        };
-        let graphs = list(page)?;
-        if graphs.is_empty() {
-            return Ok(all);
-        }
-        all.extend(graphs);
-    }
 }
 
 /// One graph: its nodes with status, runs and errors.
@@ -298,7 +275,7 @@ pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliErr
             break;
         }
     }
-    let cutoff_ms = crate::admin::now_ms().saturating_sub(older_than_ms);
+    let cutoff_ms = common::now_ms().saturating_sub(older_than_ms);
     let mut processes = spindle::process::PruneReport::default();
     loop {
         let pruned = store.processes().prune_terminal(cutoff_ms)?;
@@ -330,23 +307,6 @@ fn report_count(out: &Output, what: &str, count: u64) {
     } else {
         println!("{what} {count}");
     }
-}
-
-/// `500ms`, `45s`, `30m`, `12h`, `7d` in milliseconds.
-pub fn parse_duration_ms(text: &str) -> Result<i64, CliError> {
-    let bad = || CliError::Bad(format!("a duration is a number and ms, s, m, h or d: {text:?}"));
-    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (number, unit) = text.split_at(split);
-    let number: i64 = number.parse().map_err(|_| bad())?;
-    let unit_ms = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(bad()),
-    };
-    number.checked_mul(unit_ms).ok_or_else(bad)
 }
 
 /// What `Graphs::audit` finds in every graph of the tenant.
@@ -392,7 +352,7 @@ pub fn check(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
         report[pragma] = value;
     }
     drop(conn);
-    let store = crate::open(path, tenant, crate::Access::Reader)?;
+    let store = common::open(path, tenant, common::Access::Reader)?;
     let graph_problems = audit_graphs(&store)?;
     store.close()?;
     report["graph_problems"] = json!(graph_problems);

@@ -7,15 +7,18 @@
 
 mod admin;
 mod attempt;
+mod common;
 mod inspect;
 mod pipeline;
 mod run;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use spindle::{Options, Store};
+
+use crate::admin::{TenantCmd, TokenCmd};
+use crate::common::{Access, CliError, Output, open};
 
 #[derive(Parser)]
 #[command(name = "spindle", version, about = "Durable pipelines and a store inspector")]
@@ -109,41 +112,6 @@ enum Cmd {
 }
 
 #[derive(Subcommand)]
-pub enum TenantCmd {
-    /// Every tenant (the default).
-    List,
-    /// A new active tenant.
-    Create {
-        id: String,
-        /// Its display name (the id when absent).
-        #[arg(long)]
-        name: Option<String>,
-    },
-    /// Refuse the tenant's writes (it can still read).
-    Suspend { id: String },
-    /// Let a suspended or archived tenant write again.
-    Activate { id: String },
-}
-
-#[derive(Subcommand)]
-pub enum TokenCmd {
-    /// A new token; its secret is printed once.
-    Create {
-        name: String,
-        /// `admin`, `writer` or `reader`.
-        #[arg(long, default_value = "reader")]
-        role: String,
-        /// How long it works (`30d`, `12h`); forever when absent.
-        #[arg(long)]
-        expires_in: Option<String>,
-    },
-    /// The tenant's tokens (never their secrets).
-    List,
-    /// Stop a token from working.
-    Revoke { id: String },
-}
-
-#[derive(Subcommand)]
 enum GraphCmd {
     /// A graph's nodes, their status, attempts and errors.
     Show { id: String },
@@ -163,46 +131,6 @@ enum QueueCmd {
         #[arg(long, conflicts_with = "id")]
         all: Option<String>,
     },
-}
-
-/// Why a command failed, and so its exit code.
-#[derive(Debug)]
-pub enum CliError {
-    /// Bad input: exit 2.
-    Bad(String),
-    /// The store failed: exit 3.
-    Store(spindle::Error),
-    /// Something else went wrong on this machine (a thread, a process): exit 3.
-    Internal(String),
-}
-
-impl From<spindle::Error> for CliError {
-    fn from(error: spindle::Error) -> Self {
-        match error {
-            spindle::Error::InvalidInput(message) => CliError::Bad(message),
-            spindle::Error::NotFound { kind, id } => CliError::Bad(format!("no {kind} {id}")),
-            spindle::Error::Conflict(message) => CliError::Bad(message),
-            too_large @ spindle::Error::TooLarge { .. } => CliError::Bad(too_large.to_string()),
-            other => CliError::Store(other),
-        }
-    }
-}
-
-/// Where results go: JSON or tables on stdout, notes on stderr.
-pub struct Output {
-    pub json: bool,
-}
-
-impl Output {
-    /// A note for the person at the terminal (stderr, so stdout stays clean for `--json`).
-    pub fn note(&self, text: &str) {
-        eprintln!("{text}");
-    }
-
-    /// One JSON document on stdout.
-    pub fn print_json(&self, value: &serde_json::Value) {
-        println!("{value}");
-    }
 }
 
 fn main() -> ExitCode {
@@ -273,30 +201,4 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     }
     store.close()?;
     Ok(0)
-}
-
-/// How a command uses the store.
-enum Access {
-    /// Runs pipelines: recovers interrupted runs at open.
-    Runner,
-    /// Changes the store, leaving other processes' running nodes alone.
-    Writer,
-    /// Administers tenants and tokens: like `Writer`, and may create the store.
-    Administrator,
-    /// Only reads (the file must exist).
-    Reader,
-}
-
-fn open(path: &Path, tenant: &str, access: Access) -> Result<Store, CliError> {
-    let creates = matches!(access, Access::Runner | Access::Administrator);
-    if !creates && !path.exists() {
-        return Err(CliError::Bad(format!("no store at {}", path.display())));
-    }
-    let options = Options {
-        recover_on_open: matches!(access, Access::Runner),
-        read_only: matches!(access, Access::Reader),
-        ..Options::default()
-    };
-    let store = Store::open_with(path, options)?;
-    Ok(store.tenant(tenant)?)
 }

@@ -30,8 +30,8 @@ use spindle::{
 };
 
 use crate::attempt::{self, kill_group};
+use crate::common::{CliError, Output};
 use crate::pipeline::{Pipeline, RUN_KIND, Step};
-use crate::{CliError, Output};
 
 /// How long a worker's claim lasts without a heartbeat: what a resumed run waits at most for
 /// the node a killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short
@@ -126,8 +126,7 @@ fn find_or_create(
 }
 
 fn unfinished_runs(tx: &mut Tx<'_>, pipeline: &Pipeline) -> spindle::Result<Vec<Graph>> {
-    let graphs =
-        crate::inspect::all_graphs_by(|page: Page| tx.exec(spindle::graph::List { page }))?;
+    let graphs = crate::common::all_graphs_by(|page: Page| tx.exec(spindle::graph::List { page }))?;
     Ok(graphs
         .into_iter()
         .filter(|graph| {

@@ -35,8 +35,8 @@
 //! (see `Actor::run_job`); this is defence in depth behind the authorizer.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use parking_lot::Mutex;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
@@ -44,28 +44,19 @@ use rusqlite::{Connection, OptionalExtension};
 
 use crate::error::Result;
 
-/// The store's own tables (every table `schema.sql` creates).
-pub(crate) const OWN_TABLES: &[&str] = &[
-    "tenants",
-    "events",
-    "event_keys",
-    "stream_heads",
-    "queue_items",
-    "graphs",
-    "graph_nodes",
-    "graph_edges",
-    "graph_tokens",
-    "api_tokens",
-    "processes",
-    "process_event_semantics",
-    "process_wake_acks",
-    "process_handle_grants",
-    "process_leases",
-    "process_fence_floors",
-    "workflow_definitions",
-    "workflow_executions",
-    "workflow_snapshots",
-];
+/// The store's own tables: every table `schema.sql` creates, read from it once, so that a
+/// domain's new table is guarded without a list to keep.
+fn own_tables() -> &'static [String] {
+    static TABLES: LazyLock<Vec<String>> = LazyLock::new(|| {
+        let schema = include_str!("../../schema.sql");
+        let names = schema.lines().filter_map(|line| line.trim().strip_prefix("CREATE TABLE "));
+        names
+            .filter_map(|rest| rest.split(|c: char| c.is_whitespace() || c == '(').next())
+            .map(str::to_owned)
+            .collect()
+    });
+    &TABLES
+}
 
 /// Pragmas a caller's SQL may read (never set): `PRAGMA name` or `pragma_name` with no value.
 pub(crate) const READ_ONLY_PRAGMAS: &[&str] = &[
@@ -276,7 +267,7 @@ fn refuse_if(refused: bool, reason: impl FnOnce() -> String) -> Option<String> {
 }
 
 fn is_own_table(name: &str) -> bool {
-    OWN_TABLES.iter().any(|own| own.eq_ignore_ascii_case(name))
+    own_tables().iter().any(|own| own.eq_ignore_ascii_case(name))
 }
 
 /// The connection settings every batch relies on, read back after a closure ran its own SQL.
@@ -440,7 +431,7 @@ mod tests {
         )?;
         let tables: Vec<String> =
             stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
-        let mut own: Vec<&str> = OWN_TABLES.to_vec();
+        let mut own: Vec<&str> = own_tables().iter().map(String::as_str).collect();
         own.sort_unstable();
         assert_eq!(tables, own);
         Ok(())

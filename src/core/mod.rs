@@ -1,9 +1,10 @@
-//! The engine: the actor thread, the mailbox, the operation contract, transactions, publishing,
-//! opening and the schema, and time.
+//! The engine: the actor thread, the mailbox, the operation contract, transactions, the event
+//! store and publishing, opening and the schema, and time.
 //!
-//! Nothing here names a domain except the event log (`crate::core::events`), which is what publishing is
-//! made of. Domains see only [`Tx`](tx::Tx) and [`Op`](op::Op): never a channel, a thread or
-//! the raw connection outside a transaction.
+//! Nothing here names a domain or the handle: what the engine needs from a domain is
+//! registered in `crate::domains` and handed in (`actor::EngineHooks`). Domains see only
+//! [`Tx`](tx::Tx) and [`Op`](op::Op): never a channel, a thread or the raw connection outside
+//! a transaction.
 
 pub(crate) mod actor;
 pub(crate) mod bell;

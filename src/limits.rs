@@ -8,6 +8,9 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 
+/// How many SQLite virtual-machine steps pass between two looks at `Limits::sql_steps_max`.
+pub(crate) const SQL_STEPS_PER_CHECK: u64 = 1_000;
+
 /// The limits a store enforces. `Limits::default()` gives the documented defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -38,6 +41,11 @@ pub struct Limits {
     /// Deepest nesting of arrays and objects in a JSON value the store keeps. Default 64; at
     /// most 100 (serde_json refuses to read back values nested past 128).
     pub json_depth_max: usize,
+    /// Most SQLite virtual-machine steps a transaction closure's own SQL (`Tx::sql`) may take,
+    /// counted in thousands: past it the statement is interrupted and the closure refused
+    /// with `TooLarge`, so one caller cannot hold the store's thread. Default 100,000,000
+    /// (about a second here).
+    pub sql_steps_max: u64,
 }
 
 impl Default for Limits {
@@ -55,6 +63,7 @@ impl Default for Limits {
             graph_edges_max: 100_000,
             loop_refires_max: 10_000,
             json_depth_max: 64,
+            sql_steps_max: 100_000_000,
         }
     }
 }
@@ -164,6 +173,11 @@ impl Limits {
         if self.id_len_max < ID_LEN_MIN {
             return Err(Error::InvalidInput(format!(
                 "id_len_max must be at least {ID_LEN_MIN}: the store's own ids and keys take up to 40"
+            )));
+        }
+        if self.sql_steps_max < SQL_STEPS_PER_CHECK {
+            return Err(Error::InvalidInput(format!(
+                "sql_steps_max must be at least {SQL_STEPS_PER_CHECK}"
             )));
         }
         if !(1..=100).contains(&self.json_depth_max) {

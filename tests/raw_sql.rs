@@ -368,3 +368,66 @@ fn a_token_view_may_not_read_the_stores_tables_or_check_their_integrity() -> spi
     assert_eq!(owner, 2, "the owner reads the store's tables (the default tenant and acme)");
     Ok(())
 }
+
+#[test]
+fn sql_that_would_hold_the_stores_thread_is_cut_off_and_refused() -> spindle::Result<()> {
+    let limits = spindle::Limits { sql_steps_max: 1_000_000, ..spindle::Limits::default() };
+    let options = spindle::Options { limits, ..spindle::Options::default() };
+    let store = Store::open_in_memory_with(options)?;
+    let stream = Stream::custom("budget");
+    // Within the budget: a short recursive count.
+    let small = store.transaction(|tx| {
+        let n: i64 = tx.sql().query_row(
+            "WITH c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000) SELECT count(*) FROM c",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(TxOutcome::Commit(n))
+    })?;
+    assert_eq!(small, 1000);
+    // An endless count is cut off at the step budget (the closure is refused even if it
+    // swallows the error); a string past the size bound is refused at once.
+    for sql in [
+        "WITH c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+        "SELECT length(hex(randomblob(100000000)))",
+    ] {
+        let s = stream.clone();
+        let result = store.transaction(move |tx| {
+            tx.append_event(&s, "before", json!(1))?;
+            tx.sql().query_row(sql, [], |r| r.get::<_, i64>(0))?;
+            Ok(TxOutcome::Commit(()))
+        });
+        assert!(matches!(result, Err(Error::TooLarge { .. })), "{sql}: {result:?}");
+        assert_eq!(store.events().head(&stream)?, 0, "{sql}: the closure wrote nothing");
+    }
+    assert_eq!(store.events().append(&stream, "after", json!(2))?.seq, 1, "the store works on");
+    Ok(())
+}
+
+#[test]
+fn a_closure_that_swallows_a_cut_off_is_still_refused() -> spindle::Result<()> {
+    let limits = spindle::Limits { sql_steps_max: 1_000_000, ..spindle::Limits::default() };
+    let store = Store::open_in_memory_with(spindle::Options { limits, ..Default::default() })?;
+    let stream = Stream::custom("swallow");
+    let s = stream.clone();
+    let result = store.transaction(move |tx| {
+        tx.append_event(&s, "before", json!(1))?;
+        let endless =
+            "WITH c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
+        let _ = tx.sql().query_row(endless, [], |r| r.get::<_, i64>(0));
+        Ok(TxOutcome::Commit(()))
+    });
+    assert!(matches!(result, Err(Error::TooLarge { .. })), "{result:?}");
+    assert_eq!(store.events().head(&stream)?, 0);
+    Ok(())
+}
+
+#[test]
+fn the_step_budget_must_allow_one_check() {
+    let at = spindle::Limits { sql_steps_max: 1_000, ..spindle::Limits::default() };
+    let below = spindle::Limits { sql_steps_max: 999, ..spindle::Limits::default() };
+    let open =
+        |limits| Store::open_in_memory_with(spindle::Options { limits, ..Default::default() });
+    assert!(open(at).is_ok());
+    assert!(matches!(open(below), Err(Error::InvalidInput(_))));
+}

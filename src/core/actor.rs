@@ -32,7 +32,7 @@ use crate::core::bell::Bell;
 use crate::core::checkpoint::WalSchedule;
 use crate::core::clock::Stamp;
 use crate::core::events::OwnedStreams;
-use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks, schema_version};
+use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks, schema_version, virtual_tables};
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
@@ -213,9 +213,10 @@ impl Actor {
         hooks: &'static EngineHooks,
     ) -> Result<Self> {
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
-        let guard = JobGuard::install(&mut conn)?;
+        let guard = JobGuard::install(&mut conn, &options.limits)?;
         let connection = ConnectionState::read(&conn)?;
         let schema = SchemaLinks::read(&conn, schema_version(&conn)?);
+        guard.set_virtual_tables(virtual_tables(&conn)?);
         Ok(Self {
             conn,
             inbox,
@@ -490,11 +491,14 @@ impl Actor {
         self.guard.enter(job.internal, job.scope.bound);
         let mut applied = job.run(&mut tx);
         let refused = self.guard.take_job_refusal();
+        let exhausted = self.guard.take_exhausted();
         self.guard.leave();
         let finished = tx.finish();
         if let Some(reason) = refused {
             let refused = format!("a transaction closure's SQL may not do this: {reason}");
             applied = applied.overrule(Error::Forbidden(refused));
+        } else if exhausted {
+            applied = applied.overrule(self.guard.too_many_steps());
         }
         // Defence in depth behind the job guard: a closure's SQL must leave the connection as
         // every later batch expects it.
@@ -563,9 +567,16 @@ impl Actor {
     fn schema_version_now(&mut self) -> i64 {
         let version = schema_version(&self.conn).unwrap_or(-1);
         if version != self.schema.version {
-            self.schema = SchemaLinks::read(&self.conn, version);
+            self.schema_moved(SchemaLinks::read(&self.conn, version));
         }
         version
+    }
+
+    /// Takes in a schema that moved: its foreign keys into the store's tables, and its virtual
+    /// tables for the job guard.
+    fn schema_moved(&mut self, schema: SchemaLinks) {
+        self.schema = schema;
+        self.guard.set_virtual_tables(virtual_tables(&self.conn).unwrap_or_default());
     }
 
     /// A foreign key from a caller's table into the store's that the closure just made (the
@@ -581,7 +592,7 @@ impl Actor {
         match made {
             Some(link) => Some(format!("a foreign key into the store's tables ({link})")),
             None => {
-                self.schema = after;
+                self.schema_moved(after);
                 None
             }
         }

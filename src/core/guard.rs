@@ -14,6 +14,7 @@
 //! | action | verdict for the caller's SQL | why |
 //! | --- | --- | --- |
 //! | `SELECT`, `READ`, `RECURSIVE` | allowed; a view bound to a tenant by a token may not read the store's tables or `dbstat` | they hold every tenant's rows |
+//! | `READ` of a virtual table from a view bound to a tenant | refused | a module (fts5 over a store table) may read with statements it prepared and authorized for another caller |
 //! | `CREATE TRIGGER`, `CREATE VIRTUAL TABLE` from a view bound to a tenant | refused | a trigger runs with whoever fires it (the owner's SQL, unconfined), and a virtual table (`dbstat`, an fts table over a store table) reads what its module reads |
 //! | `INSERT`, `UPDATE`, `DELETE` | refused on the store's tables and on `sqlite_stat1`, `sqlite_stat4`, `sqlite_sequence` | ops keep the store's invariants; statistics steer the store's query plans, and the sequence table keeps event positions from being reused |
 //! | `CREATE TABLE`, `CREATE VIEW`, `DROP VIEW`, `CREATE`/`DROP VIRTUAL TABLE` | allowed in `main` (virtual tables refused in `temp`) | the caller's own schema, committed with its transaction |
@@ -35,14 +36,16 @@
 //! (see `Actor::run_job`); this is defence in depth behind the authorizer.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use parking_lot::Mutex;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::limits::Limit;
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::limits::{Limits, SQL_STEPS_PER_CHECK};
 
 /// The store's own tables: every table `schema.sql` creates, read from it once, so that a
 /// domain's new table is guarded without a list to keep.
@@ -114,12 +117,33 @@ pub(crate) struct JobGuard {
     refusal: Mutex<Option<String>>,
     /// The first refusal of the running job: the job is refused whole, whatever it returns.
     job_refusal: Mutex<Option<String>>,
+    /// The virtual tables of the schema (lowercase names): a view bound to a tenant may not
+    /// read them, since a module may read the store's tables with statements it prepared for
+    /// another caller (an fts table with `content='events'`, say).
+    virtual_tables: Mutex<BTreeSet<String>>,
+    /// Checks of the running caller job's steps so far (one per `SQL_STEPS_PER_CHECK`).
+    checks: AtomicU64,
+    /// The most checks a caller job may take (`Limits::sql_steps_max`).
+    checks_max: AtomicU64,
+    /// Whether the running job's SQL was interrupted for taking too many steps.
+    exhausted: AtomicBool,
+    /// The connection's longest string or blob.
+    string_bytes_max: AtomicI64,
 }
 
 impl JobGuard {
-    /// Installs the hooks on `conn`; they stay idle until `enter`.
-    pub(crate) fn install(conn: &mut Connection) -> Result<Arc<JobGuard>> {
+    /// Installs the hooks on `conn`; they stay idle until `enter`. A caller's SQL may take at
+    /// most `limits.sql_steps_max` steps per job, and handle values of at most
+    /// `string_bytes_max(limits)` bytes.
+    pub(crate) fn install(conn: &mut Connection, limits: &Limits) -> Result<Arc<JobGuard>> {
         let guard = Arc::new(JobGuard::default());
+        guard.checks_max.store(limits.sql_steps_max / SQL_STEPS_PER_CHECK, Ordering::Relaxed);
+        let for_progress = Arc::clone(&guard);
+        let every = i32::try_from(SQL_STEPS_PER_CHECK).unwrap_or(i32::MAX);
+        conn.progress_handler(every, Some(move || for_progress.past_its_steps()))?;
+        let bytes_max = string_bytes_max(limits);
+        conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, bytes_max)?;
+        guard.string_bytes_max.store(i64::from(bytes_max), Ordering::Relaxed);
         let for_commits = Arc::clone(&guard);
         conn.commit_hook(Some(move || for_commits.in_job.load(Ordering::Relaxed)))?;
         let for_statements = Arc::clone(&guard);
@@ -131,6 +155,8 @@ impl JobGuard {
     /// that is `confined` to its tenant or not.
     pub(crate) fn enter(&self, internal: bool, confined: bool) {
         self.job_refusal.lock().take();
+        self.checks.store(0, Ordering::Relaxed);
+        self.exhausted.store(false, Ordering::Relaxed);
         self.internal.store(internal, Ordering::Relaxed);
         self.confined.store(confined, Ordering::Relaxed);
         self.in_job.store(true, Ordering::Relaxed);
@@ -162,13 +188,58 @@ impl JobGuard {
         self.job_refusal.lock().take()
     }
 
+    /// The longest string or blob a statement may make (see `string_bytes_max`).
+    pub(crate) fn string_bytes_max(&self) -> i64 {
+        self.string_bytes_max.load(Ordering::Relaxed)
+    }
+
+    /// Whether the job that just ran had its SQL interrupted for taking too many steps.
+    pub(crate) fn take_exhausted(&self) -> bool {
+        self.exhausted.swap(false, Ordering::Relaxed)
+    }
+
+    /// The error for SQL that took too many steps.
+    pub(crate) fn too_many_steps(&self) -> Error {
+        let max = self.checks_max.load(Ordering::Relaxed).saturating_mul(SQL_STEPS_PER_CHECK);
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        Error::too_large("a transaction closure's SQL steps", max, max.saturating_add(1))
+    }
+
+    /// The progress handler: interrupts a caller's SQL past its steps (the store's own SQL
+    /// runs unbounded).
+    fn past_its_steps(&self) -> bool {
+        let from_caller =
+            self.in_job.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
+        if !from_caller {
+            return false;
+        }
+        let checks = self.checks.fetch_add(1, Ordering::Relaxed) + 1;
+        let past = checks > self.checks_max.load(Ordering::Relaxed);
+        if past {
+            self.exhausted.store(true, Ordering::Relaxed);
+        }
+        past
+    }
+
+    /// Tells the guard the schema's virtual tables (read again whenever the schema moves).
+    pub(crate) fn set_virtual_tables(&self, names: BTreeSet<String>) {
+        *self.virtual_tables.lock() = names;
+    }
+
     fn authorize(&self, context: &AuthContext<'_>) -> Authorization {
         let from_caller =
             self.in_job.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
         if !from_caller {
             return Authorization::Allow;
         }
-        match refusal(context, self.confined.load(Ordering::Relaxed)) {
+        let confined = self.confined.load(Ordering::Relaxed);
+        let refused = match context.action {
+            AuthAction::Read { table_name, .. } if confined && self.is_virtual(table_name) => Some(
+                format!("a view bound to a tenant may not read the virtual table {table_name}"),
+            ),
+            _ => refusal(context, confined),
+        };
+        match refused {
             None => Authorization::Allow,
             Some(reason) => {
                 self.job_refusal.lock().get_or_insert_with(|| reason.clone());
@@ -177,6 +248,20 @@ impl JobGuard {
             }
         }
     }
+}
+
+impl JobGuard {
+    fn is_virtual(&self, table: &str) -> bool {
+        self.virtual_tables.lock().contains(&table.to_ascii_lowercase())
+    }
+}
+
+/// The longest string or blob any statement may make: four times the largest payload, and at
+/// least 64 MiB (the store's own values are at most a payload; a caller's SQL building a
+/// gigabyte string in the store's thread is refused).
+pub(crate) fn string_bytes_max(limits: &Limits) -> i32 {
+    let bytes = limits.payload_bytes_max.saturating_mul(4).max(64 * 1024 * 1024);
+    i32::try_from(bytes).unwrap_or(i32::MAX)
 }
 
 /// Why the caller's SQL may not do what `context` describes, or `None` if it may. The table
@@ -387,6 +472,16 @@ impl SchemaLinks {
         let links = foreign_keys_into_store(conn).unwrap_or_default();
         Self { version, links }
     }
+}
+
+/// The names (lowercase) of the schema's virtual tables.
+pub(crate) fn virtual_tables(conn: &Connection) -> Result<BTreeSet<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT lower(name) FROM main.sqlite_master
+         WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'",
+    )?;
+    let names = stmt.query_map([], |row| row.get(0))?;
+    Ok(names.collect::<rusqlite::Result<_>>()?)
 }
 
 /// Every foreign key from a table of the caller's into one of the store's tables.

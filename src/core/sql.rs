@@ -38,6 +38,9 @@ use crate::error::{Error, Result};
 /// - `ATTACH`, `DETACH`, `ANALYZE`, and the functions `load_extension` and `fts3_tokenizer`;
 /// - a foreign key from a table of the caller's to one of the store's tables (checked when the
 ///   closure returns: the whole closure is refused);
+/// - taking more than `Limits::sql_steps_max` steps in one closure (`TooLarge`), or making a
+///   string or blob longer than four payloads (at least 64 MiB): one caller cannot hold the
+///   store's thread or its memory;
 /// - for a view bound to its tenant by a token ([`Store::authenticate`]), reading the store's
 ///   tables or `dbstat` at all (they hold every tenant's rows), and creating triggers or
 ///   virtual tables (a trigger runs with whoever fires it).
@@ -106,6 +109,13 @@ impl<'a> Sql<'a> {
     /// usual.
     fn error(&self, error: rusqlite::Error) -> Error {
         let reason = self.guard.take_refusal();
+        if is_interrupt(&error) {
+            return self.guard.too_many_steps();
+        }
+        if code_of(&error) == Some(rusqlite::ErrorCode::TooBig) {
+            let max = usize::try_from(self.guard.string_bytes_max()).unwrap_or(usize::MAX);
+            return Error::too_large("a string or blob of a closure's SQL", max, max + 1);
+        }
         if !is_auth(&error) {
             return Error::from(error);
         }
@@ -114,11 +124,18 @@ impl<'a> Sql<'a> {
     }
 }
 
+fn code_of(error: &rusqlite::Error) -> Option<rusqlite::ErrorCode> {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, _) => Some(failure.code),
+        rusqlite::Error::SqlInputError { error, .. } => Some(error.code),
+        _ => None,
+    }
+}
+
+fn is_interrupt(error: &rusqlite::Error) -> bool {
+    code_of(error) == Some(rusqlite::ErrorCode::OperationInterrupted)
+}
+
 fn is_auth(error: &rusqlite::Error) -> bool {
-    let code = match error {
-        rusqlite::Error::SqliteFailure(failure, _) => failure.code,
-        rusqlite::Error::SqlInputError { error, .. } => error.code,
-        _ => return false,
-    };
-    code == rusqlite::ErrorCode::AuthorizationForStatementDenied
+    code_of(error) == Some(rusqlite::ErrorCode::AuthorizationForStatementDenied)
 }

@@ -414,8 +414,6 @@ fn reentrant() -> Error {
     )
 }
 
-/// The job the store's thread runs when an alarm is due: the graphs' deadline sweep, as the
-/// administrator of the default tenant (it visits every tenant). Nobody waits for its reply.
 /// Waits for a reply, checking now and then that the actor is still alive: a job that reached
 /// the mailbox after the actor's last look is never answered, and must not block forever.
 pub(crate) fn wait_reply<T>(answer: &Receiver<Result<T>>, state: &ActorState) -> Result<T> {

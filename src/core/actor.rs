@@ -176,7 +176,7 @@ pub(crate) type AlarmJob = fn() -> Job;
 /// (`crate::domains`) and handed to `spawn`.
 #[derive(Debug)]
 pub(crate) struct EngineHooks {
-    /// The job to run when an alarm is due (the graphs' deadline sweep).
+    /// The job to run when an alarm is due (a domain's sweep: today the graphs' deadlines).
     pub(crate) alarm_job: Option<AlarmJob>,
     /// Streams only their domain may write (a registered process's, an execution's): the
     /// event log refuses callers' writes to them.

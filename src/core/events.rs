@@ -9,10 +9,10 @@
 //! trusted. An append with an idempotency key writes once: the same key with the same type and
 //! payload returns the first event, with different content it is `Conflict`.
 //!
-//! Ops: [`Append`], [`Read`], [`ReadAll`], [`Head`], [`Truncate`]; the facade is
-//! `crate::core::events::Events`. Domains append to their own streams through `append` here; a stream
-//! a domain owns (a registered process's, an execution's) is closed to callers through the
-//! owned-stream checks the domains register (`OwnedStreams`).
+//! Ops: [`Append`], [`Read`], [`ReadAll`], [`Head`], [`Truncate`]; the callers' facade is
+//! `Events`, in the event log domain. Domains append to their own streams through `append`
+//! here; a stream a domain owns is closed to callers through the owned-stream checks the
+//! domains register (`OwnedStreams`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -518,16 +518,14 @@ pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) ->
     Ok(deleted as u64)
 }
 
-/// Refuses a caller's append or truncation on a stream a domain owns: a registered
-/// process's (the registry writes it: declared types, required replay keys, the record kept in
-/// step) or an existing workflow execution's (its events go through `store.workflows()`,
-/// which checks the execution). Each is deleted with its owner. A process or execution
-/// stream without an owner is an ordinary stream.
+/// Refuses a caller's append or truncation on a stream a domain owns (as the owned-stream
+/// checks the domains registered say: today a registered process's and an existing
+/// execution's), which only that domain writes, keeping its records in step.
 pub(crate) fn check_open_to_callers(tx: &Tx<'_>, stream: &Stream) -> Result<()> {
     if tx.stream_is_owned(stream)? {
         return Err(Error::InvalidInput(format!(
-            "{stream} belongs to a registered process or an execution: write it through \
-             store.processes() or store.workflows()"
+            "{stream} belongs to its domain (a registered process, an execution, ...): write \
+             it through that domain (store.processes(), store.workflows(), ...)"
         )));
     }
     Ok(())

@@ -351,7 +351,7 @@ fn nothing_of_the_attempt_outlives_the_killed_runner() {
     wait_for(|| lines_of(&beat).len() >= 2, Duration::from_secs(30));
     runner.kill().expect("kill -9");
     let _ = runner.wait();
-    wait_until_none_left(&s, Duration::from_secs(2));
+    wait_until_none_left(&s, Duration::from_secs(5));
     let beats = lines_of(&beat).len();
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(lines_of(&beat).len(), beats, "the command kept running after its runner died");

@@ -42,8 +42,8 @@ use crate::error::{Error, Result};
 ///   string or blob longer than four payloads (at least 64 MiB): one caller cannot hold the
 ///   store's thread or its memory;
 /// - for a view bound to its tenant by a token ([`Store::authenticate`]), reading the store's
-///   tables or `dbstat` at all (they hold every tenant's rows), and creating triggers or
-///   virtual tables (a trigger runs with whoever fires it).
+///   tables, `dbstat` or any virtual table at all (they hold, or may read, every tenant's
+///   rows), and creating triggers or virtual tables (a trigger runs with whoever fires it).
 ///
 /// The caller's own tables are shared by every view of the store: keeping one tenant's rows
 /// of them from another is the application's business.
@@ -114,7 +114,11 @@ impl<'a> Sql<'a> {
         }
         if code_of(&error) == Some(rusqlite::ErrorCode::TooBig) {
             let max = usize::try_from(self.guard.string_bytes_max()).unwrap_or(usize::MAX);
-            return Error::too_large("a string or blob of a closure's SQL", max, max + 1);
+            return Error::too_large(
+                "a string or blob of a closure's SQL",
+                max,
+                max.saturating_add(1),
+            );
         }
         if !is_auth(&error) {
             return Error::from(error);

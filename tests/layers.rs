@@ -27,7 +27,12 @@ const NOT_DOMAINS: &[&str] = &[
 
 /// The domains: every module `lib.rs` declares that is not in `NOT_DOMAINS` (a new domain is
 /// checked as soon as it is declared).
-fn domains() -> Vec<String> {
+fn domains() -> &'static [String] {
+    static DOMAINS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    DOMAINS.get_or_init(read_domains)
+}
+
+fn read_domains() -> Vec<String> {
     let lib = std::fs::read_to_string(src().join("lib.rs")).expect("read lib.rs");
     let declared = lib.lines().filter_map(|line| {
         let line = line.trim();
@@ -42,7 +47,12 @@ fn domains() -> Vec<String> {
 
 /// The names `lib.rs` re-exports from each domain (`pub use crate::queue::{Queue, ..}`): naming
 /// `crate::Queue` is naming the queue.
-fn reexports() -> BTreeMap<String, String> {
+fn reexports() -> &'static BTreeMap<String, String> {
+    static NAMES: std::sync::OnceLock<BTreeMap<String, String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(read_reexports)
+}
+
+fn read_reexports() -> BTreeMap<String, String> {
     let lib = std::fs::read_to_string(src().join("lib.rs")).expect("read lib.rs");
     let code = without_comments(&lib);
     let mut names = BTreeMap::new();
@@ -186,11 +196,11 @@ fn the_engine_and_the_handle_name_no_domain() {
 fn no_domain_names_another() {
     let mut found = Vec::new();
     for domain in domains() {
-        let files = domain_files(&domain);
+        let files = domain_files(domain);
         assert!(!files.is_empty(), "domain {domain} has files");
         for file in files {
             for other in domains_named(&file) {
-                if other != domain {
+                if other != *domain {
                     found.push(format!("{} ({domain}) names {other}", file.display()));
                 }
             }

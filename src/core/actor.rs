@@ -18,6 +18,7 @@
 //! The actor also schedules WAL checkpoints (auto-checkpoint is off): a passive one when the
 //! mailbox is idle or the WAL passes a quarter of its limit, a truncating one past the limit.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -32,7 +33,7 @@ use crate::core::bell::Bell;
 use crate::core::checkpoint::WalSchedule;
 use crate::core::clock::Stamp;
 use crate::core::events::OwnedStreams;
-use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks, schema_version, virtual_tables};
+use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks};
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
@@ -153,8 +154,9 @@ struct Actor {
     guard: Arc<JobGuard>,
     /// The connection's settings as opened: what a caller's SQL must leave them as.
     connection: ConnectionState,
-    /// The foreign keys from callers' tables into the store's, as of a schema version.
-    schema: SchemaLinks,
+    /// The foreign keys from callers' tables into the store's, as of a schema version
+    /// (refreshed by a closure's first `Tx::sql`, read again after it).
+    schema: RefCell<SchemaLinks>,
     /// When the alarm job is next due (set by committed jobs through `Tx::set_alarm`).
     alarm_ms: Option<i64>,
     /// Builds the job that runs when the alarm is due.
@@ -215,8 +217,7 @@ impl Actor {
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
         let guard = JobGuard::install(&mut conn, &options.limits)?;
         let connection = ConnectionState::read(&conn)?;
-        let schema = SchemaLinks::read(&conn, schema_version(&conn)?);
-        guard.set_virtual_tables(virtual_tables(&conn)?);
+        let schema = RefCell::new(SchemaLinks::new(&conn, &guard));
         Ok(Self {
             conn,
             inbox,
@@ -478,37 +479,21 @@ impl Actor {
             return self.abandon(batch, &error);
         }
         let scope = job.scope.clone();
-        let schema_before = (!job.internal).then(|| self.schema_version_now());
         let engine = Engine {
             conn: &self.conn,
             limits: &self.limits,
             ids: &self.ids,
             guard: &self.guard,
             owned_streams: self.owned_streams,
+            schema: &self.schema,
         };
         let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(self.publisher.has_live());
         self.guard.enter(job.internal, job.scope.bound);
-        let mut applied = job.run(&mut tx);
-        let refused = self.guard.take_job_refusal();
-        let exhausted = self.guard.take_exhausted();
-        self.guard.leave();
+        let applied = job.run(&mut tx);
         let finished = tx.finish();
-        if let Some(reason) = refused {
-            let refused = format!("a transaction closure's SQL may not do this: {reason}");
-            applied = applied.overrule(Error::Forbidden(refused));
-        } else if exhausted {
-            applied = applied.overrule(self.guard.too_many_steps());
-        }
-        // Defence in depth behind the job guard: a closure's SQL must leave the connection as
-        // every later batch expects it.
-        let problem = finished.caller_sql.then(|| self.connection_problem()).flatten();
-        let link = schema_before.and_then(|before| self.new_foreign_key(before));
-        if let Some(problem) = problem.as_ref().or(link.as_ref()) {
-            let refused =
-                format!("a transaction closure's SQL changed the store's connection: {problem}");
-            applied = applied.overrule(Error::Forbidden(refused));
-        }
+        self.guard.leave();
+        let (applied, problem) = self.vet(applied, finished.caller_sql);
         self.settle(applied, finished, savepoint, batch);
         if let Some(problem) = problem
             && let Err(unrepaired) = self.restore_connection()
@@ -552,6 +537,31 @@ impl Actor {
         }
     }
 
+    /// The verdict on a job that just ran, before its savepoint is settled: it is overruled
+    /// (rolled back, answered with the error) if the guard refused one of its statements or
+    /// cut its SQL off, or if its SQL changed the connection (the problem is returned: the
+    /// connection must be put back) or made a foreign key into the store's tables. Defence in
+    /// depth behind the guard: a closure's SQL must leave the connection as every later batch
+    /// expects it.
+    fn vet(&self, mut applied: Applied, caller_sql: bool) -> (Applied, Option<String>) {
+        if let Some(reason) = self.guard.take_job_refusal() {
+            let refused = format!("a transaction closure's SQL may not do this: {reason}");
+            applied = applied.overrule(Error::Forbidden(refused));
+        } else if self.guard.take_exhausted() {
+            applied = applied.overrule(self.guard.too_many_steps());
+        }
+        if !caller_sql {
+            return (applied, None);
+        }
+        let problem = self.connection_problem();
+        if let Some(changed) = problem.clone().or_else(|| self.new_foreign_key()) {
+            let refused =
+                format!("a transaction closure's SQL changed the store's connection: {changed}");
+            applied = applied.overrule(Error::Forbidden(refused));
+        }
+        (applied, problem)
+    }
+
     /// What a caller's SQL changed of the connection that every later batch runs on, if
     /// anything: a setting, an attached database, a temporary object.
     fn connection_problem(&self) -> Option<String> {
@@ -562,40 +572,15 @@ impl Actor {
         }
     }
 
-    /// The schema's version now, with the foreign keys into the store's tables known for it
-    /// (read again only when the schema moved: another connection may have changed it).
-    fn schema_version_now(&mut self) -> i64 {
-        let version = schema_version(&self.conn).unwrap_or(-1);
-        if version != self.schema.version {
-            self.schema_moved(SchemaLinks::read(&self.conn, version));
-        }
-        version
-    }
-
-    /// Takes in a schema that moved: its foreign keys into the store's tables, and its virtual
-    /// tables for the job guard.
-    fn schema_moved(&mut self, schema: SchemaLinks) {
-        self.schema = schema;
-        self.guard.set_virtual_tables(virtual_tables(&self.conn).unwrap_or_default());
-    }
-
-    /// A foreign key from a caller's table into the store's that the closure just made (the
-    /// schema moved from `before`), if any: such a key would let the caller's rows block or
-    /// probe the store's own writes. Keys that were there before are not the closure's.
-    fn new_foreign_key(&mut self, before: i64) -> Option<String> {
-        let version = schema_version(&self.conn).unwrap_or(-1);
-        if version == before {
-            return None;
-        }
-        let after = SchemaLinks::read(&self.conn, version);
-        let made = after.links.difference(&self.schema.links).next().cloned();
-        match made {
-            Some(link) => Some(format!("a foreign key into the store's tables ({link})")),
-            None => {
-                self.schema_moved(after);
-                None
-            }
-        }
+    /// A foreign key from a caller's table into the store's that the closure just made, if
+    /// any: such a key would let the caller's rows block or probe the store's own writes. The
+    /// closure's first `Tx::sql` brought the schema up to date, so keys that were there before
+    /// (another connection's) are not counted.
+    fn new_foreign_key(&self) -> Option<String> {
+        let mut schema = self.schema.borrow_mut();
+        let before = schema.refresh(&self.conn, &self.guard)?;
+        let made = schema.made_since(&before)?;
+        Some(format!("a foreign key into the store's tables ({made})"))
     }
 
     /// Puts the connection's settings back after a refused closure (its savepoint, with any

@@ -457,25 +457,48 @@ impl ConnectionState {
     }
 }
 
-/// The foreign keys from callers' tables into the store's tables (`from -> to`), as of a
-/// schema version.
+/// What the checks of a caller's SQL know of the schema: its version, and the foreign keys
+/// from callers' tables into the store's tables (`from -> to`) at that version.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct SchemaLinks {
-    pub(crate) version: i64,
-    pub(crate) links: BTreeSet<String>,
+    version: i64,
+    links: BTreeSet<String>,
 }
 
 impl SchemaLinks {
-    /// Reads the links of `conn`'s schema at `version` (none if they cannot be read: the
-    /// check after the closure then sees every link as new and refuses it).
-    pub(crate) fn read(conn: &Connection, version: i64) -> Self {
+    /// Reads `conn`'s schema (and tells `guard` its virtual tables).
+    pub(crate) fn new(conn: &Connection, guard: &JobGuard) -> Self {
+        let mut schema = Self { version: i64::MIN, links: BTreeSet::new() };
+        schema.refresh(conn, guard);
+        schema
+    }
+
+    /// Reads the schema again if it moved since the last look (`guard` is told its virtual
+    /// tables); returns the links it knew before, if it moved. Links that cannot be read count
+    /// as none, so that the check after a closure sees every link as new and refuses it.
+    pub(crate) fn refresh(
+        &mut self,
+        conn: &Connection,
+        guard: &JobGuard,
+    ) -> Option<BTreeSet<String>> {
+        let version = schema_version(conn).unwrap_or(-1);
+        if version == self.version {
+            return None;
+        }
+        self.version = version;
+        guard.set_virtual_tables(virtual_tables(conn).unwrap_or_default());
         let links = foreign_keys_into_store(conn).unwrap_or_default();
-        Self { version, links }
+        Some(std::mem::replace(&mut self.links, links))
+    }
+
+    /// A link the schema has that `before` did not.
+    pub(crate) fn made_since(&self, before: &BTreeSet<String>) -> Option<&String> {
+        self.links.iter().find(|link| !before.contains(*link))
     }
 }
 
 /// The names (lowercase) of the schema's virtual tables.
-pub(crate) fn virtual_tables(conn: &Connection) -> Result<BTreeSet<String>> {
+fn virtual_tables(conn: &Connection) -> Result<BTreeSet<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT lower(name) FROM main.sqlite_master
          WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%'",
@@ -504,7 +527,7 @@ fn foreign_keys_into_store(conn: &Connection) -> Result<BTreeSet<String>> {
 
 /// The schema's version counter: it moves whenever any schema object is created, changed or
 /// dropped.
-pub(crate) fn schema_version(conn: &Connection) -> Result<i64> {
+fn schema_version(conn: &Connection) -> Result<i64> {
     let version: Option<i64> = conn
         .prepare_cached("SELECT schema_version FROM pragma_schema_version")?
         .query_row([], |row| row.get(0))

@@ -6,14 +6,14 @@
 //! collected here and published by the actor only after `COMMIT` succeeds.
 
 use std::borrow::Borrow;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use rusqlite::Connection;
 use serde_json::Value;
 
 use crate::core::events::{self, Appended, OwnedStreams, Stream};
-use crate::core::guard::JobGuard;
+use crate::core::guard::{JobGuard, SchemaLinks};
 use crate::core::op::{Op, Role};
 use crate::core::publish::Published;
 use crate::core::sql::Sql;
@@ -47,6 +47,8 @@ pub(crate) struct Engine<'a> {
     pub(crate) guard: &'a JobGuard,
     /// The domains' checks of which streams only they may write.
     pub(crate) owned_streams: &'a [OwnedStreams],
+    /// What the checks of a caller's SQL know of the schema.
+    pub(crate) schema: &'a RefCell<SchemaLinks>,
 }
 
 /// Who a job runs as: the tenant whose data it may touch and the role it holds.
@@ -214,15 +216,24 @@ impl<'a> Tx<'a> {
     /// never the store's connection. See [`Sql`] for exactly what it may and may not do;
     /// what it may not is refused with `Forbidden` and writes nothing.
     pub fn sql(&self) -> Sql<'_> {
-        self.caller_sql.set(true);
+        self.note_caller_sql();
         Sql::new(self.engine.conn, self.engine.guard)
+    }
+
+    /// Marks that the caller's own SQL runs in this job; before its first statement, brings
+    /// the schema the checks know up to date (another connection may have moved it).
+    fn note_caller_sql(&self) {
+        if !self.caller_sql.replace(true) {
+            let Engine { conn, guard, schema, .. } = self.engine;
+            guard.internal(|| schema.borrow_mut().refresh(conn, guard));
+        }
     }
 
     /// Runs `sql` as the caller's SQL but past the job guard: what the guard would refuse,
     /// done anyway, for tests of the actor's check behind it.
     #[cfg(test)]
     pub(crate) fn sql_past_the_guard(&self, sql: &str) -> Result<()> {
-        self.caller_sql.set(true);
+        self.note_caller_sql();
         let Engine { conn, guard, .. } = self.engine;
         guard.internal(|| conn.execute_batch(sql))?;
         Ok(())

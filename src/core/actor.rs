@@ -43,7 +43,7 @@ use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks};
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
-use crate::core::schema::{self, Location, Opened};
+use crate::core::schema::{self, Kept, Location, Opened};
 use crate::core::tx::{Engine, Finished, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
@@ -314,15 +314,19 @@ impl Actor {
         let spare_at_close = matches!(location, Location::Memory)
             && !options.read_only
             && options.file_bytes_max.is_none();
-        let guard = match opened.guard {
-            Some(guard) => {
+        let (guard, schema) = match opened.kept {
+            Some(Kept { guard, schema }) => {
                 guard.configure(&conn, &options.limits)?;
-                guard
+                (guard, schema)
             }
-            None => JobGuard::install(&mut conn, &options.limits)?,
+            None => {
+                let guard = JobGuard::install(&mut conn, &options.limits)?;
+                let schema = SchemaLinks::new(&conn, &guard);
+                (guard, schema)
+            }
         };
         let connection = ConnectionState::read(&conn)?;
-        let schema = RefCell::new(SchemaLinks::new(&conn, &guard));
+        let schema = RefCell::new(schema);
         Ok(Self {
             conn,
             inbox,
@@ -832,7 +836,8 @@ impl Actor {
         // guard missed, could have changed it behind the checks).
         let unchanged = self.poisoned.is_none() && self.connection_problem().is_none();
         let closed = if self.spare_at_close && unchanged {
-            fresh::retire(self.conn, self.guard)
+            let kept = Kept { guard: self.guard, schema: self.schema.into_inner() };
+            fresh::retire(self.conn, kept)
         } else {
             self.conn.close().map_err(|(_, error)| Error::from(error))
         };

@@ -17,21 +17,20 @@
 //! File stores are untouched: they initialise under the file's own locks.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 use rusqlite::types::Value;
 use rusqlite::{Connection, MAIN_DB, OpenFlags};
 
-use crate::core::guard::JobGuard;
-use crate::core::schema::{self, Opened};
+use crate::core::schema::{self, Kept, Opened};
 use crate::error::Result;
 
 /// Most spare connections kept (one per thread that opens in-memory stores is plenty).
 const SPARES_MAX: usize = 4;
 
-/// Connections of closed in-memory stores, wiped, with the guard installed on them, waiting for
-/// the next one.
+/// Connections of closed in-memory stores, wiped, with what they keep, waiting for the next
+/// in-memory store.
 static SPARES: Mutex<Vec<Opened>> = Mutex::new(Vec::new());
 
 /// A connection holding a fresh in-memory store: a spare, or a new copy of the fresh image.
@@ -45,20 +44,20 @@ pub(crate) fn memory_connection() -> Result<Opened> {
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let mut conn = Connection::open_in_memory_with_flags(flags)?;
     conn.deserialize_read_exact(MAIN_DB, image.bytes.as_slice(), image.bytes.len(), false)?;
-    Ok(Opened { conn, guard: None })
+    Ok(Opened { conn, kept: None })
 }
 
 /// Closes a writable in-memory store's connection: wiped, it is kept as a spare (with its
-/// guard, whose hooks stay installed and idle) when there is room; a connection that cannot be
-/// wiped exactly is closed.
+/// guard, whose hooks stay installed and idle between jobs) when there is room; a connection
+/// that cannot be wiped exactly is closed.
 ///
 /// # Errors
 /// Closing's error, for a connection that is closed.
-pub(crate) fn retire(conn: Connection, guard: Arc<JobGuard>) -> Result<()> {
+pub(crate) fn retire(conn: Connection, kept: Kept) -> Result<()> {
     if matches!(wipe(&conn), Ok(true)) {
         let mut spares = SPARES.lock();
         if spares.len() < SPARES_MAX {
-            spares.push(Opened { conn, guard: Some(guard) });
+            spares.push(Opened { conn, kept: Some(kept) });
             return Ok(());
         }
     }

@@ -12,7 +12,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::core::fresh;
-use crate::core::guard::JobGuard;
+use crate::core::guard::{JobGuard, SchemaLinks};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -48,19 +48,28 @@ pub(crate) enum Location {
     Memory,
 }
 
-/// An open connection, and the guard already installed on it if it is a spare (see `fresh`).
+/// An open connection, and what a spare connection keeps of the store that used it (see
+/// `fresh`).
 pub(crate) struct Opened {
     pub(crate) conn: Connection,
-    pub(crate) guard: Option<Arc<JobGuard>>,
+    pub(crate) kept: Option<Kept>,
+}
+
+/// What a spare connection keeps: the guard whose hooks stay installed on it (installing them
+/// again would make SQLite prepare every cached statement again), and the schema the guard's
+/// checks know (a fresh store's).
+pub(crate) struct Kept {
+    pub(crate) guard: Arc<JobGuard>,
+    pub(crate) schema: SchemaLinks,
 }
 
 /// Opens, configures and prepares the connection the actor will own.
 pub(crate) fn open(location: &Location, options: &Options) -> Result<Opened> {
     check_sqlite_version(rusqlite::version_number())?;
-    let Opened { mut conn, guard } = match location {
+    let Opened { mut conn, kept } = match location {
         // A writable in-memory store starts as a copy of a fresh one, or on a spare connection.
         Location::Memory if !options.read_only => fresh::memory_connection()?,
-        _ => Opened { conn: open_connection(location, options.read_only)?, guard: None },
+        _ => Opened { conn: open_connection(location, options.read_only)?, kept: None },
     };
     conn.busy_timeout(options.busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
@@ -76,7 +85,7 @@ pub(crate) fn open(location: &Location, options: &Options) -> Result<Opened> {
     check_identity(&conn, found)?;
     configure(&conn, location, options)?;
     prepare_schema(&mut conn, found, options.read_only)?;
-    Ok(Opened { conn, guard })
+    Ok(Opened { conn, kept })
 }
 
 fn open_connection(location: &Location, read_only: bool) -> Result<Connection> {

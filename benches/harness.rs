@@ -5,7 +5,13 @@
 //! ```text
 //! cargo bench --bench harness             # 3 s per configuration
 //! cargo bench --bench harness -- --smoke  # a moment each: does it still run?
+//! cargo bench --bench harness -- --count 200  # exactly 200 runs of each, for callgrind:
+//! valgrind --tool=callgrind target/release/deps/harness-<hash> --count 200
 //! ```
+//!
+//! Under callgrind, the inclusive instructions of `store_iteration`, `raw_copy_iteration` and
+//! `raw_schema_iteration` divided by the count are each one's cost, repeatable on a noisy
+//! machine.
 //!
 //! - iteration: open in memory, 20 mixed operations over every domain, close. The store inline
 //!   and seeded (as a harness runs it), and on its own thread; baselines: raw rusqlite opening an
@@ -28,8 +34,14 @@ const SCHEMA_SQL: &str = include_str!("../schema.sql");
 const T0: i64 = 1_700_000_000_000;
 
 fn main() {
-    let smoke = std::env::args().any(|arg| arg == "--smoke");
-    let run = if smoke { Duration::from_millis(200) } else { Duration::from_secs(3) };
+    let args: Vec<String> = std::env::args().collect();
+    let smoke = args.iter().any(|arg| arg == "--smoke");
+    let count = args.iter().position(|arg| arg == "--count").and_then(|i| args.get(i + 1));
+    let run = match count.and_then(|count| count.parse().ok()) {
+        Some(count) => Run::Count(count),
+        None if smoke => Run::For(Duration::from_millis(200)),
+        None => Run::For(Duration::from_secs(3)),
+    };
     println!("harness iteration (open in memory, 20 mixed operations, close): median, p90");
     let schema = sample("raw rusqlite: open, run schema.sql, close", run, raw_schema_iteration);
     let image = fresh_image();
@@ -78,11 +90,27 @@ impl Sampled {
     }
 }
 
+/// How long each configuration runs.
+#[derive(Clone, Copy)]
+enum Run {
+    For(Duration),
+    Count(usize),
+}
+
+impl Run {
+    fn more(self, started: Instant, done: usize) -> bool {
+        match self {
+            Run::For(run) => started.elapsed() < run || done < 5,
+            Run::Count(count) => done < count,
+        }
+    }
+}
+
 /// Runs `action` again and again for `run`, timing each.
-fn sample(label: &'static str, run: Duration, mut action: impl FnMut()) -> Sampled {
+fn sample(label: &'static str, run: Run, mut action: impl FnMut()) -> Sampled {
     let mut nanos = Vec::new();
     let started = Instant::now();
-    while started.elapsed() < run || nanos.len() < 5 {
+    while run.more(started, nanos.len()) {
         let one = Instant::now();
         action();
         nanos.push(u64::try_from(one.elapsed().as_nanos()).unwrap_or(u64::MAX));
@@ -102,6 +130,7 @@ fn options(inline: bool, seed: u64) -> Options {
 }
 
 /// Open, 20 operations over every domain, close: what a fuzz harness does per input.
+#[inline(never)]
 fn store_iteration(options: Options) {
     let store = Store::open_in_memory_with(options).expect("open");
     let events = store.events();
@@ -134,6 +163,7 @@ fn store_iteration(options: Options) {
     store.close().expect("close");
 }
 
+#[inline(never)]
 fn raw_schema_iteration() {
     let conn = Connection::open_in_memory().expect("open");
     conn.execute_batch(SCHEMA_SQL).expect("schema");
@@ -146,6 +176,7 @@ fn fresh_image() -> Vec<u8> {
     conn.serialize(MAIN_DB).expect("serialize").to_vec()
 }
 
+#[inline(never)]
 fn raw_copy_iteration(image: &[u8]) {
     let mut conn = Connection::open_in_memory().expect("open");
     conn.deserialize_read_exact(MAIN_DB, image, image.len(), false).expect("deserialize");
@@ -155,7 +186,7 @@ fn raw_copy_iteration(image: &[u8]) {
     conn.close().expect("close");
 }
 
-fn raw_append_figures(run: Duration) -> Sampled {
+fn raw_append_figures(run: Run) -> Sampled {
     let mut conn = Connection::open_in_memory().expect("open");
     conn.execute_batch(SCHEMA_SQL).expect("schema");
     let mut n = 0;
@@ -190,7 +221,7 @@ fn raw_append(conn: &Connection, n: u64) {
     .expect("insert");
 }
 
-fn inline_append_figures(run: Duration) -> Sampled {
+fn inline_append_figures(run: Run) -> Sampled {
     let store = Store::open_in_memory_with(options(true, 1)).expect("open");
     let stream = Stream::custom("s");
     let mut n = 0;

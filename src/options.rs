@@ -53,6 +53,11 @@ pub struct Options {
     /// freed by deletions is used again. `None` (the default) leaves SQLite's own bound. A file
     /// already larger is capped at its current size.
     pub file_bytes_max: Option<u64>,
+    /// The name of a registered SQLite VFS (virtual file system) to open the file through,
+    /// for a test that injects faults or a file system of the caller's own; it must already be
+    /// registered (`sqlite3_vfs_register`) in the SQLite library this crate links. `None` (the
+    /// default) uses SQLite's default VFS.
+    pub vfs: Option<String>,
 }
 
 impl Default for Options {
@@ -68,6 +73,7 @@ impl Default for Options {
             wal_bytes_max: 64 * 1024 * 1024,
             recover_on_open: true,
             file_bytes_max: None,
+            vfs: None,
         }
     }
 }

@@ -48,7 +48,7 @@ pub(crate) enum Location {
 /// Opens, configures and prepares the connection the actor will own.
 pub(crate) fn open(location: &Location, options: &Options) -> Result<Connection> {
     check_sqlite_version(rusqlite::version_number())?;
-    let mut conn = open_connection(location, options.read_only)?;
+    let mut conn = open_connection(location, options)?;
     conn.busy_timeout(options.busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
@@ -66,17 +66,19 @@ pub(crate) fn open(location: &Location, options: &Options) -> Result<Connection>
     Ok(conn)
 }
 
-fn open_connection(location: &Location, read_only: bool) -> Result<Connection> {
-    let mode = if read_only {
+fn open_connection(location: &Location, options: &Options) -> Result<Connection> {
+    let mode = if options.read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY
     } else {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
     };
     // No URI flag: a path is a path, whatever it looks like.
     let flags = mode | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = match location {
-        Location::File(path) => Connection::open_with_flags(path, flags)?,
-        Location::Memory => Connection::open_in_memory_with_flags(flags)?,
+    let conn = match (location, options.vfs.as_deref()) {
+        (Location::File(path), None) => Connection::open_with_flags(path, flags)?,
+        (Location::File(path), Some(vfs)) => Connection::open_with_flags_and_vfs(path, flags, vfs)?,
+        (Location::Memory, None) => Connection::open_in_memory_with_flags(flags)?,
+        (Location::Memory, Some(vfs)) => Connection::open_in_memory_with_flags_and_vfs(flags, vfs)?,
     };
     Ok(conn)
 }

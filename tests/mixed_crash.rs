@@ -416,6 +416,10 @@ mod checks {
                 _ => continue,
             };
             let entry = model.items.entry(id.clone()).or_default();
+            if op[0] == "claim" {
+                // A lapsed lease is claimed again under a higher fence, never the same one.
+                assert!(fence > entry.0, "round {}: {id} claimed at fence {fence}", run.round);
+            }
             entry.0 = entry.0.max(fence);
             entry.1 = status.or(entry.1);
             touched.insert(id);

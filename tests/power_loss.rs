@@ -119,7 +119,9 @@ fn cut_many(name: &str, durability: Durability) {
         }
         workload += 1;
     }
-    eprintln!("{name}: {done} cuts over {workload} workloads: {stats:?}");
+    let damage = vfs.damage();
+    eprintln!("{name}: {done} cuts over {workload} workloads: {stats:?}, {damage:?}");
+    assert!(damage.dropped > 0 && damage.torn > 0 && damage.garbage > 0, "{damage:?}");
     assert!(stats.before_any_ack > 0 && stats.after_an_ack > 0, "{stats:?}");
     assert!(stats.acks_kept > 0, "{stats:?}");
     if durability == Durability::Normal {

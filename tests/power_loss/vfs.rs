@@ -2,7 +2,9 @@
 //! in memory): every file keeps its last synced image and the writes (and truncations) made
 //! since that sync, in order. At the armed I/O number the power is cut: each file's surviving
 //! image is its synced image plus a random prefix of its unsynced writes, the first write past
-//! the prefix possibly torn (a prefix of its bytes, whole 512-byte sectors). From the cut on,
+//! the prefix possibly torn (a prefix of its bytes, whole 512-byte sectors; one time in four
+//! the sector after that prefix holds garbage, since the device promises no power-safe
+//! overwrite). From the cut on,
 //! every write, truncation and sync fails with an I/O error, as a dead machine would; the test
 //! then drops the store, restores the surviving images and reopens.
 //!
@@ -64,16 +66,26 @@ impl FileData {
 
     /// What survives a power cut: the synced image, a prefix of the later changes, and
     /// perhaps part of the next one.
-    fn survivor(&self, dice: &mut u64) -> Vec<u8> {
+    fn survivor(&self, dice: &mut u64, damage: &mut Damage) -> Vec<u8> {
         let mut image = self.synced.clone();
         let kept = roll(dice, self.unsynced.len() as u64 + 1) as usize;
         for change in &self.unsynced[..kept] {
             change.apply(&mut image);
         }
+        damage.dropped += (self.unsynced.len() - kept) as u64;
         if let Some(Change::Write { offset, data }) = self.unsynced.get(kept) {
             let sectors = data.len().div_ceil(SECTOR) as u64;
             let torn = (roll(dice, sectors) as usize * SECTOR).min(data.len());
             write_at(&mut image, *offset, &data[..torn]);
+            damage.torn += u64::from(torn > 0);
+            // One time in four the sector being written when the power went holds garbage
+            // (the device promises nothing: no power-safe overwrite).
+            if roll(dice, 4) == 0 {
+                let end = (torn + SECTOR).min(data.len());
+                let garbage: Vec<u8> = (torn..end).map(|_| roll(dice, 256) as u8).collect();
+                write_at(&mut image, offset + torn, &garbage);
+                damage.garbage += 1;
+            }
         }
         image
     }
@@ -85,6 +97,17 @@ fn roll(state: &mut u64, n: u64) -> u64 {
     *state ^= *state << 25;
     *state ^= *state >> 27;
     state.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+}
+
+/// What the power cuts so far did to unsynced writes (over every reset).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Damage {
+    /// Unsynced writes and truncations lost whole.
+    pub dropped: u64,
+    /// Writes kept in part.
+    pub torn: u64,
+    /// Sectors left holding garbage.
+    pub garbage: u64,
 }
 
 #[derive(Default)]
@@ -106,6 +129,7 @@ struct State {
     survivors: Option<HashMap<String, Vec<u8>>>,
     dice: u64,
     temp_files: u64,
+    damage: Damage,
 }
 
 impl State {
@@ -123,13 +147,14 @@ impl State {
     }
 
     fn cut(&mut self) {
-        let mut dice = self.dice;
+        let (mut dice, mut damage) = (self.dice, self.damage);
         let survivors = self
             .files
             .iter()
-            .map(|(name, file)| (name.clone(), file.survivor(&mut dice)))
+            .map(|(name, file)| (name.clone(), file.survivor(&mut dice, &mut damage)))
             .collect();
         self.survivors = Some(survivors);
+        self.damage = damage;
     }
 }
 
@@ -184,8 +209,8 @@ impl CrashVfs {
     /// Forgets everything and starts from `files`, all synced, the power on and no cut armed.
     pub fn reset(&self, files: &HashMap<String, Vec<u8>>) {
         let mut state = self.lock();
-        let temp_files = state.temp_files;
-        *state = State { temp_files, ..State::default() };
+        let (temp_files, damage) = (state.temp_files, state.damage);
+        *state = State { temp_files, damage, ..State::default() };
         for (name, bytes) in files {
             state.files.insert(name.clone(), FileData::synced_as(bytes.clone()));
         }
@@ -203,6 +228,11 @@ impl CrashVfs {
         let mut state = self.lock();
         state.cut_at = Some(at);
         state.dice = seed | 1;
+    }
+
+    /// What the cuts so far did to unsynced writes.
+    pub fn damage(&self) -> Damage {
+        self.lock().damage
     }
 
     /// Writes, truncations and syncs since the last reset.

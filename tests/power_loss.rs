@@ -17,9 +17,10 @@
 //! transaction, enqueues, claims, completions, workflow array pushes) first runs once without a
 //! cut to count its I/O; then it is cut at random I/O numbers: three in four among the
 //! operations (the store's open included), the rest anywhere up to the end of the close's
-//! checkpoint, or after everything. `SPINDLE_POWER_CUTS` raises the
-//! number of cuts per durability (default 1,000). A failure names the workload seed, the I/O
-//! number and the cut seed: enough to replay it.
+//! checkpoint, or after everything. One case in five cuts the power a second time while the
+//! rebooted store recovers (opens and closes, checkpointing), before the checks.
+//! `SPINDLE_POWER_CUTS` raises the number of cuts per durability (default 1,000). A failure
+//! names the workload seed, the I/O numbers and the cut seed: enough to replay it.
 
 mod common;
 #[path = "power_loss/vfs.rs"]
@@ -113,7 +114,9 @@ fn cut_many(name: &str, durability: Durability) {
             let span = if i % 4 == 3 { total } else { work };
             let at = 1 + dice.below(span + 1);
             let cut_seed = dice.next();
-            let case = Case { durability, workload, at, cut_seed };
+            // One time in five the power goes again while the store recovers.
+            let again = (i % 5 == 1).then(|| 1 + dice.below(12));
+            let case = Case { durability, workload, at, cut_seed, again };
             stats.add(&cut_once(vfs, &base, &case));
             done += 1;
         }
@@ -123,7 +126,7 @@ fn cut_many(name: &str, durability: Durability) {
     eprintln!("{name}: {done} cuts over {workload} workloads: {stats:?}, {damage:?}");
     assert!(damage.dropped > 0 && damage.torn > 0 && damage.garbage > 0, "{damage:?}");
     assert!(stats.before_any_ack > 0 && stats.after_an_ack > 0, "{stats:?}");
-    assert!(stats.acks_kept > 0, "{stats:?}");
+    assert!(stats.acks_kept > 0 && stats.recovery_cuts > 0, "{stats:?}");
     if durability == Durability::Normal {
         assert!(stats.acks_lost > 0, "a power cut under Normal never lost a commit: {stats:?}");
     }
@@ -134,6 +137,8 @@ struct Stats {
     /// Cuts before the store acknowledged anything (in its open, or the first op).
     before_any_ack: u64,
     after_an_ack: u64,
+    /// Second cuts that fell inside the recovery.
+    recovery_cuts: u64,
     acks_kept: u64,
     acks_lost: u64,
 }
@@ -145,6 +150,7 @@ impl Stats {
         } else {
             self.after_an_ack += 1;
         }
+        self.recovery_cuts += u64::from(outcome.recovery_cut);
         self.acks_kept += outcome.kept;
         self.acks_lost += outcome.lost;
     }
@@ -157,9 +163,12 @@ struct Case {
     workload: u64,
     at: u64,
     cut_seed: u64,
+    /// A second cut, during the recovery after the first (its I/O number there).
+    again: Option<u64>,
 }
 
 struct Outcome {
+    recovery_cut: bool,
     kept: u64,
     lost: u64,
 }
@@ -200,6 +209,16 @@ fn cut_once(vfs: &CrashVfs, base: &Base, case: &Case) -> Outcome {
     };
     vfs.cut_now();
     vfs.reboot();
+    let mut recovery_cut = false;
+    if let Some(at) = case.again {
+        vfs.arm(at, case.cut_seed.rotate_left(17));
+        if let Ok(store) = Store::open_with(PATH, options(vfs, case.durability)) {
+            let _ = store.close();
+        }
+        recovery_cut = vfs.is_cut();
+        vfs.cut_now();
+        vfs.reboot();
+    }
     check_file(vfs, case);
     let store = Store::open_with(PATH, options(vfs, Durability::Full))
         .unwrap_or_else(|e| panic!("{case:?}: the store does not open after the cut: {e}"));
@@ -210,7 +229,7 @@ fn cut_once(vfs: &CrashVfs, base: &Base, case: &Case) -> Outcome {
     store.events().append(stream(0), "after", json!(null)).expect("a write after the reboot");
     store.close().expect("close after the reboot");
     let kept = present.iter().filter(|p| **p).count() as u64;
-    Outcome { kept, lost: present.len() as u64 - kept }
+    Outcome { kept, lost: present.len() as u64 - kept, recovery_cut }
 }
 
 /// SQLite's own checks on the file as the cut left it.

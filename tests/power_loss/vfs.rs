@@ -240,6 +240,11 @@ impl CrashVfs {
         self.lock().io
     }
 
+    /// Whether the power has been cut (since the last reset).
+    pub fn is_cut(&self) -> bool {
+        self.lock().survivors.is_some()
+    }
+
     /// Cuts the power now, unless it has gone already.
     pub fn cut_now(&self) {
         let mut state = self.lock();

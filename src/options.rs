@@ -69,6 +69,11 @@ pub struct Options {
     /// (the default) keys the store's randomness from the operating system. A seeded store's
     /// token secrets are as predictable as its seed: for tests and fuzzing only.
     pub seed: Option<u64>,
+    /// The name of a registered SQLite VFS (virtual file system) to open the file through,
+    /// for a test that injects faults or a file system of the caller's own; it must already be
+    /// registered (`sqlite3_vfs_register`) in the SQLite library this crate links. `None` (the
+    /// default) uses SQLite's default VFS.
+    pub vfs: Option<String>,
 }
 
 impl Default for Options {
@@ -86,6 +91,7 @@ impl Default for Options {
             file_bytes_max: None,
             inline: false,
             seed: None,
+            vfs: None,
         }
     }
 }

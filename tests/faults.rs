@@ -83,6 +83,10 @@ fn a_full_disk_fails_every_op_of_the_batch_and_writes_succeed_once_space_is_free
         assert!(matches!(result, Err(Error::DiskFull)), "got {result:?}");
     }
     assert_eq!(t.store.events().head(&s)?, 0, "nothing was written");
+    // Every earlier commit is intact.
+    let earlier = common::read_stream(&t.store, &filler);
+    common::assert_dense(&earlier);
+    assert!(earlier.len() == 5 && earlier.iter().all(|e| e.payload == big), "the filler");
 
     // Free space by deleting the filler, then write again.
     assert_eq!(t.store.events().truncate(&filler, 100)?, 5);
@@ -158,6 +162,7 @@ fn while_another_connection_holds_the_write_lock_reads_run_and_writes_are_busy()
     assert_eq!(t.store.events().head(&s)?, 2);
     assert_eq!(t.store.events().read(&s, 0, 10)?.len(), 2);
     assert!(matches!(t.store.events().append(&s, "x", json!(1)), Err(Error::Busy)));
+    assert_eq!(t.store.events().read(&s, 0, 10)?.len(), 2, "earlier commits intact");
     blocker.execute_batch("ROLLBACK")?;
     assert_eq!(t.store.events().append(&s, "x", json!(1))?.seq, 3);
     Ok(())

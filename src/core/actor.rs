@@ -257,7 +257,8 @@ struct Actor {
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
     writable: HashMap<Arc<str>, bool>,
     /// Whether the connection is a writable in-memory store's, which serves the next one once
-    /// this one closes (see `fresh`). One capped by `Options::file_bytes_max` is not.
+    /// this one closes (see `fresh`). One capped by `Options::file_bytes_max`, or on another
+    /// VFS, is not.
     spare_at_close: bool,
 }
 
@@ -313,6 +314,7 @@ impl Actor {
         let ids = IdGen::new(options.seed)?;
         let spare_at_close = matches!(location, Location::Memory)
             && !options.read_only
+            && options.vfs.is_none()
             && options.file_bytes_max.is_none();
         let (guard, schema) = match opened.kept {
             Some(Kept { guard, schema }) => {

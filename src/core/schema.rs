@@ -67,9 +67,12 @@ pub(crate) struct Kept {
 pub(crate) fn open(location: &Location, options: &Options) -> Result<Opened> {
     check_sqlite_version(rusqlite::version_number())?;
     let Opened { mut conn, kept } = match location {
-        // A writable in-memory store starts as a copy of a fresh one, or on a spare connection.
-        Location::Memory if !options.read_only => fresh::memory_connection()?,
-        _ => Opened { conn: open_connection(location, options.read_only)?, kept: None },
+        // A writable in-memory store on SQLite's own VFS starts as a copy of a fresh one, or
+        // on a spare connection.
+        Location::Memory if !options.read_only && options.vfs.is_none() => {
+            fresh::memory_connection()?
+        }
+        _ => Opened { conn: open_connection(location, options)?, kept: None },
     };
     conn.busy_timeout(options.busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
@@ -88,17 +91,19 @@ pub(crate) fn open(location: &Location, options: &Options) -> Result<Opened> {
     Ok(Opened { conn, kept })
 }
 
-fn open_connection(location: &Location, read_only: bool) -> Result<Connection> {
-    let mode = if read_only {
+fn open_connection(location: &Location, options: &Options) -> Result<Connection> {
+    let mode = if options.read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY
     } else {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
     };
     // No URI flag: a path is a path, whatever it looks like.
     let flags = mode | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = match location {
-        Location::File(path) => Connection::open_with_flags(path, flags)?,
-        Location::Memory => Connection::open_in_memory_with_flags(flags)?,
+    let conn = match (location, options.vfs.as_deref()) {
+        (Location::File(path), None) => Connection::open_with_flags(path, flags)?,
+        (Location::File(path), Some(vfs)) => Connection::open_with_flags_and_vfs(path, flags, vfs)?,
+        (Location::Memory, None) => Connection::open_in_memory_with_flags(flags)?,
+        (Location::Memory, Some(vfs)) => Connection::open_in_memory_with_flags_and_vfs(flags, vfs)?,
     };
     Ok(conn)
 }

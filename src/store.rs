@@ -332,7 +332,9 @@ impl Store {
     /// return `Closed`; closing again returns `Ok`.
     ///
     /// # Errors
-    /// The first error met while closing (a failed checkpoint or close).
+    /// The first error met while closing (a failed checkpoint or close). On a full disk the
+    /// final checkpoint may fail with `DiskFull`: every commit is still safe in the WAL, and
+    /// the next open has them all.
     pub fn close(&self) -> Result<()> {
         if self.shared.state.on_actor_thread() {
             return Err(reentrant());

@@ -40,6 +40,7 @@ use crate::core::clock::Stamp;
 use crate::core::events::OwnedStreams;
 use crate::core::fresh;
 use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks};
+use crate::core::identity::FileWatch;
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
@@ -256,6 +257,12 @@ struct Actor {
     owned_streams: &'static [OwnedStreams],
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
     writable: HashMap<Arc<str>, bool>,
+    /// The store's file as opened: a writing batch commits only while its path still names it
+    /// (`None` in memory, read-only, or where identities cannot be read).
+    file: Option<FileWatch>,
+    /// Why writes are refused after SQLite found the file corrupt (reads go on: what is
+    /// undamaged still reads).
+    corrupt: Option<String>,
     /// Whether the connection is a writable in-memory store's, which serves the next one once
     /// this one closes (see `fresh`). One capped by `Options::file_bytes_max`, or on another
     /// VFS, is not.
@@ -329,6 +336,10 @@ impl Actor {
         };
         let connection = ConnectionState::read(&conn)?;
         let schema = RefCell::new(schema);
+        let file = match location {
+            Location::File(path) if !options.read_only => FileWatch::new(path),
+            _ => None,
+        };
         Ok(Self {
             conn,
             inbox,
@@ -349,6 +360,8 @@ impl Actor {
             alarm_job: hooks.alarm_job,
             owned_streams: hooks.owned_streams,
             writable: HashMap::new(),
+            file,
+            corrupt: None,
             spare_at_close,
         })
     }
@@ -581,6 +594,11 @@ impl Actor {
             job.refuse(Error::ReadOnly);
             return None;
         }
+        if let (Some(found), false) = (&self.corrupt, job.access == Access::Read) {
+            let refused = format!("writes are refused since the file was found corrupt: {found}");
+            job.refuse(Error::Corrupt(refused));
+            return None;
+        }
         Some(job)
     }
 
@@ -637,6 +655,7 @@ impl Actor {
     /// Keeps a job's work in the batch (releasing its savepoint) or rolls it back; abandons the
     /// batch if its transaction was lost.
     fn settle(&mut self, applied: Applied, finished: Finished, savepoint: bool, batch: &mut Batch) {
+        self.notice_corruption(applied.failure.as_ref());
         if self.conn.is_autocommit() {
             let cause = applied.failure.as_ref().map_or_else(
                 || Error::InvalidInput("an operation ended the batch's transaction".into()),
@@ -734,8 +753,21 @@ impl Actor {
         self.poisoned = Some(reason);
     }
 
-    /// Commits the batch; returns whether it committed.
+    /// After SQLite reports the file corrupt, writes are refused: writing into damaged pages
+    /// could spread the damage.
+    fn notice_corruption(&mut self, error: Option<&Error>) {
+        if let Some(Error::Corrupt(found)) = error {
+            self.corrupt.get_or_insert_with(|| found.clone());
+        }
+    }
+
+    /// Commits the batch (a writing one only while the store's file is still at its path);
+    /// returns whether it committed.
     fn commit(&mut self, mut batch: Batch, writes: bool) -> bool {
+        if let Some(Err(gone)) = self.file.as_ref().filter(|_| writes).map(FileWatch::check) {
+            self.abandon(&mut batch, &gone);
+            return false;
+        }
         let started = Instant::now();
         let committed = self.statement("COMMIT");
         if writes {
@@ -768,6 +800,7 @@ impl Actor {
     /// The transaction is lost: roll back whatever is left of it, answer every job of the
     /// batch (kept work with `cause`, rolled-back work with its own result), publish nothing.
     fn abandon(&mut self, batch: &mut Batch, cause: &Error) {
+        self.notice_corruption(Some(cause));
         if !self.conn.is_autocommit()
             && let Err(error) = self.conn.execute_batch("ROLLBACK")
         {
@@ -1086,6 +1119,19 @@ mod tests {
         let rows: i64 =
             actor.conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).expect("count");
         assert_eq!(rows, 0);
+    }
+
+    #[test]
+    fn a_caller_that_dropped_its_reply_costs_nobody_else_anything() {
+        let mut actor = actor();
+        let (gone, dropped) = append(0);
+        drop(dropped);
+        let (kept, answer) = append(1);
+        actor.run_batch(vec![gone, kept]);
+        assert_eq!(answer.recv().expect("reply").expect("appended").seq, 2);
+        assert_eq!(events_in(&actor), 2, "the abandoned call's write committed too");
+        commit_appends(&mut actor, 1);
+        assert_eq!(events_in(&actor), 3, "the actor goes on");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub(crate) mod clock;
 pub(crate) mod events;
 pub(crate) mod fresh;
 pub(crate) mod guard;
+pub(crate) mod identity;
 pub(crate) mod msg;
 pub(crate) mod op;
 pub(crate) mod publish;

@@ -67,7 +67,9 @@ pub struct Options {
     /// Seed of everything random the store makes (generated ids, token secrets): with the same
     /// seed, a `ManualClock` and the same calls, two runs give byte-identical results. `None`
     /// (the default) keys the store's randomness from the operating system. A seeded store's
-    /// token secrets are as predictable as its seed: for tests and fuzzing only.
+    /// token secrets are as predictable as its seed: for tests and fuzzing only. A seeded file
+    /// store also folds in what the file holds (it counts every table's rows at open) and the
+    /// time, so that a reopened store's ids do not repeat an earlier session's.
     pub seed: Option<u64>,
     /// The name of a registered SQLite VFS (virtual file system) to open the file through,
     /// for a test that injects faults or a file system of the caller's own; it must already be

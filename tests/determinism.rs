@@ -198,3 +198,32 @@ fn another_seed_gives_other_ids_and_secrets() {
     let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count();
     assert!(differing > 100, "only {differing} steps differ");
 }
+
+/// Sessions of a seeded file store, each enqueueing three items at the same clock time: every
+/// id returned.
+fn file_sessions(dir: &std::path::Path) -> Vec<String> {
+    let clock = ManualClock::new(T0);
+    let options =
+        || Options { seed: Some(3), clock: Arc::new(clock.clone()), ..Options::default() };
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let store = Store::open_with(dir.join("store.db"), options()).expect("open");
+        for n in 0..3 {
+            let item = NewItem::new("q", json!({ "n": n }));
+            ids.push(store.queue().enqueue(item).expect("a new id, not a collision").id);
+        }
+        store.close().expect("close");
+    }
+    ids
+}
+
+#[test]
+fn a_reopened_seeded_file_store_makes_new_ids_and_the_same_ones_every_run() {
+    let (first, second) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
+    let ids = file_sessions(first.path());
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 9, "no session repeated an earlier one's ids: {ids:?}");
+    assert_eq!(file_sessions(second.path()), ids, "the same seed, clock and calls");
+}

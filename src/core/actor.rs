@@ -287,6 +287,20 @@ pub(crate) struct EngineHooks {
     pub(crate) owned_streams: &'static [OwnedStreams],
 }
 
+/// The seed of the store's randomness: `Options::seed`, and for a file store also what the file
+/// holds and the time, so that each session of a seeded file store makes ids of its own.
+fn seed_at_open(conn: &Connection, location: &Location, options: &Options) -> Result<Option<u64>> {
+    let Some(seed) = options.seed else {
+        return Ok(None);
+    };
+    if matches!(location, Location::Memory) {
+        return Ok(Some(seed));
+    }
+    let held = schema::content_fingerprint(conn)?;
+    let now_ms = options.clock.now_ms();
+    Ok(Some(seed ^ held.rotate_left(17) ^ (now_ms as u64).rotate_left(41)))
+}
+
 /// The earlier of two optional times.
 fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     match (a, b) {
@@ -318,7 +332,7 @@ impl Actor {
     ) -> Result<Self> {
         let mut conn = opened.conn;
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
-        let ids = IdGen::new(options.seed)?;
+        let ids = IdGen::new(seed_at_open(&conn, location, &options)?)?;
         let spare_at_close = matches!(location, Location::Memory)
             && !options.read_only
             && options.vfs.is_none()

@@ -108,6 +108,27 @@ fn open_connection(location: &Location, options: &Options) -> Result<Connection>
     Ok(conn)
 }
 
+/// What a store holds, in a number: the rows of every table and the autoincrement counters.
+/// A seeded file store folds it into its seed at open, so that a reopened store's ids do not
+/// repeat those of an earlier session (its id stream would otherwise start over). A scan of
+/// every table: fine for the tests and harnesses that seed a store.
+pub(crate) fn content_fingerprint(conn: &Connection) -> Result<u64> {
+    let mut statement = conn.prepare(
+        "SELECT name FROM main.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+         ORDER BY name",
+    )?;
+    let tables = statement.query_map([], |row| row.get::<_, String>(0))?;
+    let mut fingerprint = 0_u64;
+    for table in tables {
+        let sql = format!("SELECT count(*) FROM main.\"{}\"", table?);
+        let rows: i64 = conn.query_row(&sql, [], |row| row.get(0))?;
+        fingerprint = fingerprint.rotate_left(7) ^ u64::try_from(rows).unwrap_or(0);
+    }
+    let sequences = "SELECT coalesce(sum(seq), 0) FROM main.sqlite_sequence";
+    let counted: i64 = conn.query_row(sequences, [], |row| row.get(0))?;
+    Ok(fingerprint.rotate_left(7) ^ u64::try_from(counted).unwrap_or(0))
+}
+
 fn check_sqlite_version(version: i32) -> Result<()> {
     if version < SQLITE_VERSION_MIN {
         return Err(Error::InvalidInput(format!(

@@ -446,7 +446,7 @@ fn count_refusal(coverage: &mut Coverage, refused: Refusal) {
         Refusal::NotFound => coverage.not_found += 1,
         Refusal::InvalidInput => coverage.invalid_input += 1,
         Refusal::LeaseLost => coverage.lease_lost += 1,
-        Refusal::Conflict | Refusal::TooLarge => {}
+        _ => {}
     }
 }
 

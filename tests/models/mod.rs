@@ -32,6 +32,12 @@ pub enum Refusal {
     LeaseLost,
     /// `Error::TooLarge`.
     TooLarge,
+    /// `Error::Forbidden`.
+    Forbidden,
+    /// `Error::TenantSuspended`.
+    TenantSuspended,
+    /// `Error::Unauthorized`.
+    Unauthorized,
 }
 
 /// The refusal `error` is, if it is one of the refusals.
@@ -42,6 +48,9 @@ pub fn refusal(error: &Error) -> Option<Refusal> {
         Error::InvalidInput(_) => Some(Refusal::InvalidInput),
         Error::LeaseLost(_) => Some(Refusal::LeaseLost),
         Error::TooLarge { .. } => Some(Refusal::TooLarge),
+        Error::Forbidden(_) => Some(Refusal::Forbidden),
+        Error::TenantSuspended(_) => Some(Refusal::TenantSuspended),
+        Error::Unauthorized => Some(Refusal::Unauthorized),
         _ => None,
     }
 }

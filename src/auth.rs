@@ -299,7 +299,7 @@ impl Op for CreateToken {
         if self.expires_at_ms.is_some_and(|at_ms| at_ms <= tx.now_ms()) {
             return Err(Error::InvalidInput("a token must expire in the future".into()));
         }
-        let secret = new_secret()?;
+        let secret = new_secret(tx);
         let id = tx.new_id();
         tx.conn()
             .prepare_cached(
@@ -490,14 +490,17 @@ pub(crate) fn authenticate(store: &Store, secret: &str) -> Result<TokenInfo> {
     Ok(info)
 }
 
-/// 32 random bytes as `spn_<body><checksum>`.
-fn new_secret() -> Result<TokenSecret> {
+/// 32 random bytes (from the store's randomness) as `spn_<body><checksum>`.
+fn new_secret(tx: &Tx<'_>) -> TokenSecret {
     let mut bytes = [0_u8; 32];
-    getrandom::fill(&mut bytes)
-        .map_err(|error| Error::Io(std::io::Error::other(error.to_string())))?;
-    let body = base62(&bytes, BODY_CHARS);
+    tx.fill_random(&mut bytes);
+    secret_from(&bytes)
+}
+
+fn secret_from(bytes: &[u8; 32]) -> TokenSecret {
+    let body = base62(bytes, BODY_CHARS);
     let checksum = checksum_of(&body);
-    Ok(TokenSecret(format!("{PREFIX}{body}{checksum}")))
+    TokenSecret(format!("{PREFIX}{body}{checksum}"))
 }
 
 /// The checksum of a body: the first 4 bytes of its SHA-256, in 6 base62 characters.
@@ -651,7 +654,9 @@ mod tests {
 
     #[test]
     fn a_new_secret_has_the_token_shape_and_its_checksum_holds() -> Result<()> {
-        let secret = new_secret()?;
+        let mut bytes = [0_u8; 32];
+        crate::ids::IdGen::new(None)?.fill(&mut bytes);
+        let secret = secret_from(&bytes);
         let text = secret.expose();
         assert_eq!(text.len(), PREFIX.len() + BODY_CHARS + CHECKSUM_CHARS);
         assert!(checksum_holds(text));

@@ -1,4 +1,5 @@
-//! How a store is opened: durability, batching, the mailbox, the clock, limits, read-only.
+//! How a store is opened: durability, batching, the mailbox, the clock, limits, read-only, and
+//! what fuzz harnesses need (the inline mode, a seed).
 //!
 //! `Options::default()` gives the safe defaults: WAL with `synchronous=FULL`, a 5 s busy
 //! timeout, batches of up to 64 operations, a mailbox of 1024 messages, the system clock and the
@@ -53,6 +54,21 @@ pub struct Options {
     /// freed by deletions is used again. `None` (the default) leaves SQLite's own bound. A file
     /// already larger is capped at its current size.
     pub file_bytes_max: Option<u64>,
+    /// Run the store on the caller's thread instead of a thread of its own: each call takes the
+    /// store's lock and runs the actor's loop for that one call (same operations, transactions,
+    /// savepoints, events and errors), with no hand-off between threads. For fuzz harnesses
+    /// and single-threaded tools: an operation costs a few microseconds instead of a thread
+    /// round trip, and the order of everything is the order of the calls. Several threads may
+    /// share an inline store and stay correct (their calls are serialised), but there is no
+    /// group commit (each call commits alone, holding the lock through its fsync), and time-driven
+    /// work (graph deadlines, checkpoints of an idle store, events committed by another process
+    /// for live subscribers) happens at the next call rather than on its own. Default false.
+    pub inline: bool,
+    /// Seed of everything random the store makes (generated ids, token secrets): with the same
+    /// seed, a `ManualClock` and the same calls, two runs give byte-identical results. `None`
+    /// (the default) keys the store's randomness from the operating system. A seeded store's
+    /// token secrets are as predictable as its seed: for tests and fuzzing only.
+    pub seed: Option<u64>,
 }
 
 impl Default for Options {
@@ -68,6 +84,8 @@ impl Default for Options {
             wal_bytes_max: 64 * 1024 * 1024,
             recover_on_open: true,
             file_bytes_max: None,
+            inline: false,
+            seed: None,
         }
     }
 }

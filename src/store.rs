@@ -15,7 +15,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
-use crate::core::actor::{self, ActorState, EngineHooks, spin_recv};
+use crate::core::actor::{self, ActorState, EngineHooks, Inline, spin_recv};
 use crate::core::bell::Bell;
 use crate::core::clock::Clock;
 use crate::core::events::Stream;
@@ -80,12 +80,19 @@ pub(crate) struct DomainHooks {
 
 /// What every handle of one store shares.
 pub(crate) struct Shared {
-    mailbox: Sender<Msg>,
+    runner: Runner,
     closed: AtomicBool,
     state: Arc<ActorState>,
-    thread: Mutex<Option<JoinHandle<()>>>,
     limits: Limits,
     clock: Arc<dyn Clock>,
+}
+
+/// Where the actor runs.
+enum Runner {
+    /// On a thread of its own, fed through its mailbox.
+    Thread { mailbox: Sender<Msg>, thread: Mutex<Option<JoinHandle<()>>> },
+    /// On the callers' threads, one call at a time (`Options::inline`).
+    Inline(Box<Inline>),
 }
 
 impl Store {
@@ -129,15 +136,14 @@ impl Store {
         let (recover, read_only) = (options.recover_on_open, options.read_only);
         let state = Arc::new(ActorState::default());
         let hooks = &crate::domains::HOOKS;
-        let spawned = actor::spawn(location, options, Arc::clone(&state), &hooks.engine)?;
-        let shared = Shared {
-            mailbox: spawned.mailbox,
-            closed: AtomicBool::new(false),
-            state,
-            thread: Mutex::new(Some(spawned.thread)),
-            limits,
-            clock,
+        let runner = if options.inline {
+            let inline = Inline::open(&location, options, Arc::clone(&state), &hooks.engine)?;
+            Runner::Inline(Box::new(inline))
+        } else {
+            let spawned = actor::spawn(location, options, Arc::clone(&state), &hooks.engine)?;
+            Runner::Thread { mailbox: spawned.mailbox, thread: Mutex::new(Some(spawned.thread)) }
         };
+        let shared = Shared { runner, closed: AtomicBool::new(false), state, limits, clock };
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
         let store = Store { shared: Arc::new(shared), scope };
         if !read_only {
@@ -345,10 +351,14 @@ impl Shared {
         self.call(Msg::Run(Job::op(op, scope.clone(), reply)), &answer)
     }
 
-    /// Sends a message to the actor (blocking while the mailbox is full).
+    /// Sends a message to the actor (blocking while the mailbox is full); an inline store
+    /// handles it before this returns.
     pub(crate) fn send(&self, message: Msg) -> Result<()> {
         self.check_open()?;
-        self.mailbox.send(message).map_err(|_| Error::Closed)
+        match &self.runner {
+            Runner::Thread { mailbox, .. } => mailbox.send(message).map_err(|_| Error::Closed),
+            Runner::Inline(inline) => inline.handle(message),
+        }
     }
 
     /// `Closed` after close; `InvalidInput` on the store's own thread, where waiting for the
@@ -379,7 +389,24 @@ impl Shared {
     }
 
     fn close(&self) -> Result<()> {
-        let mut thread = self.thread.lock();
+        match &self.runner {
+            Runner::Thread { mailbox, thread } => self.close_thread(mailbox, thread),
+            Runner::Inline(inline) => {
+                if self.state.on_actor_thread() {
+                    return Err(reentrant());
+                }
+                self.closed.store(true, Ordering::Release);
+                inline.close()
+            }
+        }
+    }
+
+    fn close_thread(
+        &self,
+        mailbox: &Sender<Msg>,
+        thread: &Mutex<Option<JoinHandle<()>>>,
+    ) -> Result<()> {
+        let mut thread = thread.lock();
         let Some(handle) = thread.take() else {
             return Ok(());
         };
@@ -391,7 +418,7 @@ impl Shared {
             return Err(reentrant());
         }
         let (reply, answer) = bounded(1);
-        let result = match self.mailbox.send(Msg::Close(reply)) {
+        let result = match mailbox.send(Msg::Close(reply)) {
             Ok(()) => wait_reply(&answer, &self.state),
             Err(_) => Ok(()),
         };

@@ -17,15 +17,20 @@
 //!
 //! The actor also schedules WAL checkpoints (auto-checkpoint is off): a passive one when the
 //! mailbox is idle or the WAL passes a quarter of its limit, a truncating one past the limit.
+//!
+//! An inline store (`Options::inline`) has no thread: [`Inline`] runs the same batch for each
+//! call on the caller's thread, under a lock.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::thread::{JoinHandle, ThreadId};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounded};
+use parking_lot::Mutex;
 use rusqlite::wal::CheckpointMode;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -33,11 +38,12 @@ use crate::core::bell::Bell;
 use crate::core::checkpoint::WalSchedule;
 use crate::core::clock::Stamp;
 use crate::core::events::OwnedStreams;
+use crate::core::fresh;
 use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks};
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
-use crate::core::schema::{self, Location};
+use crate::core::schema::{self, Location, Opened};
 use crate::core::tx::{Engine, Finished, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
@@ -61,21 +67,47 @@ const IDLE_CHECKPOINT_AFTER: Duration = Duration::from_millis(100);
 pub(crate) struct ActorState {
     /// Callers waiting for a reply; spinning helps only when there is at most one.
     pub(crate) waiting: AtomicUsize,
-    /// Set when the actor thread has stopped: nobody will answer any more.
+    /// Set when the actor has stopped: nobody will answer any more.
     pub(crate) exited: AtomicBool,
     /// Open subscriptions, held under `Limits::subscriptions_max`.
     pub(crate) subscriptions: AtomicUsize,
     /// Rung after a commit that made work available, for callers blocked waiting for some.
     pub(crate) bell: Bell,
-    /// The actor's thread: a call made from it (an op calling back into the store) would wait
-    /// for itself forever, so it is refused.
-    thread: OnceLock<ThreadId>,
+}
+
+thread_local! {
+    /// The address of the `ActorState` whose actor this thread is running right now (0: none).
+    /// A call made from there (an op calling back into its own store) would wait for itself
+    /// forever, so it is refused.
+    static ACTING: Cell<usize> = const { Cell::new(0) };
 }
 
 impl ActorState {
-    /// Whether the current thread is the actor's.
+    /// Whether the current thread is running this store's actor.
     pub(crate) fn on_actor_thread(&self) -> bool {
-        self.thread.get() == Some(&std::thread::current().id())
+        ACTING.with(|acting| acting.get() == self.address())
+    }
+
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+}
+
+/// Marks the current thread as running an actor while it lives, and restores what it was
+/// before (an inline store's op may call another inline store).
+struct Acting {
+    before: usize,
+}
+
+impl Acting {
+    fn enter(state: &ActorState) -> Self {
+        Self { before: ACTING.with(|acting| acting.replace(state.address())) }
+    }
+}
+
+impl Drop for Acting {
+    fn drop(&mut self) {
+        ACTING.with(|acting| acting.set(self.before));
     }
 }
 
@@ -96,10 +128,10 @@ pub(crate) fn spawn(
     let (mailbox, inbox) = bounded(options.mailbox_capacity);
     let (opened_tx, opened_rx) = bounded::<Result<()>>(1);
     let thread = std::thread::Builder::new().name("spindle-store".into()).spawn(move || {
-        let _ = state.thread.set(std::thread::current().id());
+        let _acting = Acting::enter(&state);
         let exited = ExitFlag(Arc::clone(&state));
         match schema::open(&location, &options) {
-            Ok(conn) => match Actor::new(conn, inbox, &location, options, state, hooks) {
+            Ok(opened) => match Actor::new(opened, inbox, &location, options, state, hooks) {
                 Ok(actor) => {
                     let _ = opened_tx.send(Ok(()));
                     actor.run();
@@ -124,6 +156,65 @@ pub(crate) fn spawn(
             let _ = thread.join();
             Err(Error::Poisoned("the store thread stopped while opening".into()))
         }
+    }
+}
+
+/// An actor run on its callers' threads (`Options::inline`): each message is handled at once,
+/// under a lock, by the thread that sends it. There is no mailbox and no thread of its own.
+pub(crate) struct Inline {
+    actor: Mutex<Option<Actor>>,
+    state: Arc<ActorState>,
+}
+
+impl Inline {
+    /// Opens the database on the calling thread.
+    pub(crate) fn open(
+        location: &Location,
+        options: Options,
+        state: Arc<ActorState>,
+        hooks: &'static EngineHooks,
+    ) -> Result<Self> {
+        let opened = schema::open(location, &options)?;
+        // A mailbox whose sender is gone: the loop's helpers find it empty and never wait.
+        let (_, inbox) = bounded(0);
+        let actor = Actor::new(opened, inbox, location, options, Arc::clone(&state), hooks)?;
+        Ok(Self { actor: Mutex::new(Some(actor)), state })
+    }
+
+    /// Handles `message` on this thread: runs a job (replying on its channel before this
+    /// returns) or registers a subscriber. A panic of the store's own code (not an op's: those
+    /// are answered as `OpPanicked`) closes the store, as it would stop the store's thread.
+    ///
+    /// # Errors
+    /// `Closed` after close; `Poisoned` if the store's code panicked.
+    pub(crate) fn handle(&self, message: Msg) -> Result<()> {
+        let mut slot = self.actor.lock();
+        let Some(actor) = slot.as_mut() else {
+            return Err(Error::Closed);
+        };
+        let _acting = Acting::enter(&self.state);
+        let handled = catch_unwind(AssertUnwindSafe(|| actor.handle_inline(message)));
+        if handled.is_err() {
+            // Dropping the connection rolls back whatever transaction the panic left open.
+            slot.take();
+            self.state.exited.store(true, Ordering::SeqCst);
+            return Err(Error::Poisoned("the store panicked".into()));
+        }
+        Ok(())
+    }
+
+    /// Closes the store: commits, checkpoints and closes the connection. Closing again is `Ok`.
+    ///
+    /// # Errors
+    /// The first error met while closing.
+    pub(crate) fn close(&self) -> Result<()> {
+        let Some(actor) = self.actor.lock().take() else {
+            return Ok(());
+        };
+        let _acting = Acting::enter(&self.state);
+        let closed = actor.shutdown();
+        self.state.exited.store(true, Ordering::SeqCst);
+        closed
     }
 }
 
@@ -165,6 +256,9 @@ struct Actor {
     owned_streams: &'static [OwnedStreams],
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
     writable: HashMap<Arc<str>, bool>,
+    /// Whether the connection is a writable in-memory store's, which serves the next one once
+    /// this one closes (see `fresh`). One capped by `Options::file_bytes_max` is not.
+    spare_at_close: bool,
 }
 
 /// How long after a failed alarm job it runs again, in milliseconds.
@@ -207,15 +301,26 @@ struct Batch {
 
 impl Actor {
     fn new(
-        mut conn: Connection,
+        opened: Opened,
         inbox: Receiver<Msg>,
         location: &Location,
         options: Options,
         state: Arc<ActorState>,
         hooks: &'static EngineHooks,
     ) -> Result<Self> {
+        let mut conn = opened.conn;
         let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
-        let guard = JobGuard::install(&mut conn, &options.limits)?;
+        let ids = IdGen::new(options.seed)?;
+        let spare_at_close = matches!(location, Location::Memory)
+            && !options.read_only
+            && options.file_bytes_max.is_none();
+        let guard = match opened.guard {
+            Some(guard) => {
+                guard.configure(&conn, &options.limits)?;
+                guard
+            }
+            None => JobGuard::install(&mut conn, &options.limits)?,
+        };
         let connection = ConnectionState::read(&conn)?;
         let schema = RefCell::new(SchemaLinks::new(&conn, &guard));
         Ok(Self {
@@ -223,7 +328,7 @@ impl Actor {
             inbox,
             stamp: Stamp::new(options.clock),
             limits: options.limits,
-            ids: IdGen::default(),
+            ids,
             batch_max: options.batch_max,
             read_only: options.read_only,
             publisher: Publisher::default(),
@@ -238,7 +343,28 @@ impl Actor {
             alarm_job: hooks.alarm_job,
             owned_streams: hooks.owned_streams,
             writable: HashMap::new(),
+            spare_at_close,
         })
+    }
+
+    /// One message of an inline store: a job runs in a batch of its own (after a due alarm, which
+    /// an idle store's thread would have run by now); a subscriber goes live.
+    fn handle_inline(&mut self, message: Msg) {
+        match message {
+            Msg::Run(job) => {
+                if job.access == Access::Read && self.alarm_wait().is_some_and(|w| w.is_zero()) {
+                    self.run_batch(Vec::new());
+                }
+                self.run_batch(vec![job]);
+                self.schedule_checkpoint();
+            }
+            Msg::GoLive(request) => self.go_live(request),
+            // `Inline::close` closes; a close message has nobody else to come from.
+            Msg::Close(reply) => {
+                let _ =
+                    reply.send(Err(Error::InvalidInput("close an inline store directly".into())));
+            }
+        }
     }
 
     fn run(mut self) {
@@ -702,7 +828,14 @@ impl Actor {
         }
         self.publisher.clear();
         let checkpointed = self.final_checkpoint();
-        let closed = self.conn.close().map_err(|(_, error)| Error::from(error));
+        // A connection serves the next store only as it was opened (tests, and a closure the
+        // guard missed, could have changed it behind the checks).
+        let unchanged = self.poisoned.is_none() && self.connection_problem().is_none();
+        let closed = if self.spare_at_close && unchanged {
+            fresh::retire(self.conn, self.guard)
+        } else {
+            self.conn.close().map_err(|(_, error)| Error::from(error))
+        };
         checkpointed.and(closed)
     }
 
@@ -746,11 +879,11 @@ mod tests {
 
     fn actor() -> Actor {
         let options = Options::default();
-        let conn = schema::open(&Location::Memory, &options).expect("open");
+        let opened = schema::open(&Location::Memory, &options).expect("open");
         let (_mailbox, inbox) = bounded(1);
         let state = Arc::new(ActorState::default());
         static NO_HOOKS: EngineHooks = EngineHooks { alarm_job: None, owned_streams: &[] };
-        Actor::new(conn, inbox, &Location::Memory, options, state, &NO_HOOKS).expect("actor")
+        Actor::new(opened, inbox, &Location::Memory, options, state, &NO_HOOKS).expect("actor")
     }
 
     fn scope() -> Scope {

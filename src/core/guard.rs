@@ -137,18 +137,26 @@ impl JobGuard {
     /// `string_bytes_max(limits)` bytes.
     pub(crate) fn install(conn: &mut Connection, limits: &Limits) -> Result<Arc<JobGuard>> {
         let guard = Arc::new(JobGuard::default());
-        guard.checks_max.store(limits.sql_steps_max / SQL_STEPS_PER_CHECK, Ordering::Relaxed);
         let for_progress = Arc::clone(&guard);
         let every = i32::try_from(SQL_STEPS_PER_CHECK).unwrap_or(i32::MAX);
         conn.progress_handler(every, Some(move || for_progress.past_its_steps()))?;
-        let bytes_max = string_bytes_max(limits);
-        conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, bytes_max)?;
-        guard.string_bytes_max.store(i64::from(bytes_max), Ordering::Relaxed);
         let for_commits = Arc::clone(&guard);
         conn.commit_hook(Some(move || for_commits.in_job.load(Ordering::Relaxed)))?;
         let for_statements = Arc::clone(&guard);
         conn.authorizer(Some(move |context: AuthContext<'_>| for_statements.authorize(&context)))?;
+        guard.configure(conn, limits)?;
         Ok(guard)
+    }
+
+    /// Sets the bounds of a caller's SQL from `limits`: on a new guard, or on the guard a
+    /// spare connection keeps installed (setting an authorizer again would make SQLite
+    /// prepare every cached statement again).
+    pub(crate) fn configure(&self, conn: &Connection, limits: &Limits) -> Result<()> {
+        self.checks_max.store(limits.sql_steps_max / SQL_STEPS_PER_CHECK, Ordering::Relaxed);
+        let bytes_max = string_bytes_max(limits);
+        conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, bytes_max)?;
+        self.string_bytes_max.store(i64::from(bytes_max), Ordering::Relaxed);
+        Ok(())
     }
 
     /// A job starts running: an op's (`internal`) or a transaction closure's, for a view

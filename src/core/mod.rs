@@ -11,6 +11,7 @@ pub(crate) mod bell;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
 pub(crate) mod events;
+pub(crate) mod fresh;
 pub(crate) mod guard;
 pub(crate) mod msg;
 pub(crate) mod op;

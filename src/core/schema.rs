@@ -4,12 +4,15 @@
 //! Runs on the actor thread, before the actor takes its first message; `Store::open` reports
 //! whatever fails here.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
+use crate::core::fresh;
+use crate::core::guard::JobGuard;
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -45,10 +48,20 @@ pub(crate) enum Location {
     Memory,
 }
 
+/// An open connection, and the guard already installed on it if it is a spare (see `fresh`).
+pub(crate) struct Opened {
+    pub(crate) conn: Connection,
+    pub(crate) guard: Option<Arc<JobGuard>>,
+}
+
 /// Opens, configures and prepares the connection the actor will own.
-pub(crate) fn open(location: &Location, options: &Options) -> Result<Connection> {
+pub(crate) fn open(location: &Location, options: &Options) -> Result<Opened> {
     check_sqlite_version(rusqlite::version_number())?;
-    let mut conn = open_connection(location, options.read_only)?;
+    let Opened { mut conn, guard } = match location {
+        // A writable in-memory store starts as a copy of a fresh one, or on a spare connection.
+        Location::Memory if !options.read_only => fresh::memory_connection()?,
+        _ => Opened { conn: open_connection(location, options.read_only)?, guard: None },
+    };
     conn.busy_timeout(options.busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true)?;
@@ -63,7 +76,7 @@ pub(crate) fn open(location: &Location, options: &Options) -> Result<Connection>
     check_identity(&conn, found)?;
     configure(&conn, location, options)?;
     prepare_schema(&mut conn, found, options.read_only)?;
-    Ok(conn)
+    Ok(Opened { conn, guard })
 }
 
 fn open_connection(location: &Location, read_only: bool) -> Result<Connection> {
@@ -154,8 +167,12 @@ fn set_wal(conn: &Connection, busy_timeout: Duration) -> Result<()> {
     }
 }
 
+/// Sets a pragma, unless it already has that value (setting a flag such as `foreign_keys`
+/// makes SQLite prepare every cached statement again), and reads it back.
 fn set_pragma(conn: &Connection, name: &str, value: &str) -> Result<()> {
-    conn.pragma_update(None, name, value)?;
+    if !read_pragma(conn, name)?.eq_ignore_ascii_case(value) {
+        conn.pragma_update(None, name, value)?;
+    }
     expect_pragma(conn, name, value)
 }
 
@@ -213,6 +230,11 @@ fn upgrade(conn: &mut Connection, steps: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Creates the current schema in an empty database.
+pub(crate) fn create(conn: &mut Connection) -> Result<()> {
+    upgrade(conn, MIGRATIONS)
+}
+
 fn initialise(conn: &Connection) -> Result<()> {
     check_empty(conn)?;
     conn.execute_batch(SCHEMA_SQL)?;
@@ -252,7 +274,7 @@ fn check_application_id(conn: &Connection) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn memory() -> Connection {
@@ -278,7 +300,7 @@ mod tests {
     }
 
     /// Every table, index and trigger, by name, with its SQL.
-    fn schema_of(conn: &Connection) -> Result<Vec<(String, String)>> {
+    pub(crate) fn schema_of(conn: &Connection) -> Result<Vec<(String, String)>> {
         let mut statement = conn.prepare(
             "SELECT name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY type, name",
         )?;

@@ -105,6 +105,11 @@ impl<'a> Tx<'a> {
         self.engine.ids.next(self.now_ms)
     }
 
+    /// Fills `out` with random bytes from the store's randomness (seeded by `Options::seed`).
+    pub(crate) fn fill_random(&self, out: &mut [u8]) {
+        self.engine.ids.fill(out);
+    }
+
     /// Runs another operation inside this transaction, under its own savepoint: if it fails,
     /// its writes and events are rolled back and the error is returned, and the rest of this
     /// transaction carries on (or not) as the caller decides.

@@ -58,6 +58,7 @@ fn open(path: Option<PathBuf>, clock: &ManualClock) -> Vec<Store> {
     let options = Options {
         clock: Arc::new(clock.clone()),
         durability: Durability::Normal,
+        inline: true,
         ..Options::default()
     };
     let store = match path {

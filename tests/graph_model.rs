@@ -254,6 +254,7 @@ fn open_store(path: Option<PathBuf>, clock: &ManualClock) -> Store {
     let options = Options {
         clock: Arc::new(clock.clone()),
         durability: Durability::Normal,
+        inline: true,
         ..Options::default()
     };
     match path {

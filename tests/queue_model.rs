@@ -60,6 +60,7 @@ fn open(path: Option<PathBuf>, clock: &ManualClock) -> Store {
     let options = Options {
         clock: Arc::new(clock.clone()),
         durability: Durability::Normal,
+        inline: true,
         ..Options::default()
     };
     match path {

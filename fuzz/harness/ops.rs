@@ -161,7 +161,12 @@ struct Harness {
 }
 
 fn options(clock: &ManualClock) -> Options {
-    Options { clock: Arc::new(clock.clone()), durability: Durability::Normal, ..Options::default() }
+    Options {
+        clock: Arc::new(clock.clone()),
+        durability: Durability::Normal,
+        inline: true,
+        ..Options::default()
+    }
 }
 
 impl Harness {

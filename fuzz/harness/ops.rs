@@ -156,6 +156,8 @@ struct Harness {
     tokens: Vec<Issued>,
     /// The fingerprint of the store's tables, when known to be current.
     fingerprint: Option<u64>,
+    /// The query the fingerprint reads (built at the first fingerprint).
+    dump_sql: String,
     /// What the last steps did, for failure messages.
     trace: Vec<String>,
 }
@@ -191,6 +193,7 @@ impl Harness {
             suspended: false,
             tokens: Vec::new(),
             fingerprint: None,
+            dump_sql: String::new(),
             trace: Vec::new(),
         }
     }
@@ -301,34 +304,57 @@ impl Harness {
         refusal
     }
 
-    /// A hash of the content of every table of the store, read in a closure that rolls back.
+    /// A hash of the content of every table of the store, read in a closure that rolls back
+    /// with one statement (built once: every row of every table, quoted).
     fn fingerprint_now(&mut self) -> u64 {
         self.now();
-        let got = self.owner.transaction(|tx| {
-            let sql = tx.sql();
-            let mut names: Vec<String> = Vec::new();
-            let mut stmt =
-                sql.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?;
+        if self.dump_sql.is_empty() {
+            self.dump_sql = dump_sql(&self.owner);
+        }
+        let sql = self.dump_sql.clone();
+        let got = self.owner.transaction(move |tx| {
+            let mut hasher = DefaultHasher::new();
+            let sql_handle = tx.sql();
+            let mut stmt = sql_handle.prepare(&sql)?;
             let mut rows = stmt.query([])?;
             while let Some(row) = rows.next()? {
-                names.push(row.get(0)?);
-            }
-            let mut hasher = DefaultHasher::new();
-            for name in names {
-                name.hash(&mut hasher);
-                let mut stmt = sql.prepare(&format!("SELECT * FROM \"{name}\" "))?;
-                let columns = stmt.column_count();
-                let mut rows = stmt.query([])?;
-                while let Some(row) = rows.next()? {
-                    for i in 0..columns {
-                        format!("{:?}", row.get_ref(i)?).hash(&mut hasher);
-                    }
-                }
+                row.get_ref(0)?.as_bytes().unwrap_or_default().hash(&mut hasher);
             }
             Ok(TxOutcome::Rollback(hasher.finish()))
         });
         got.expect("fingerprint the store")
     }
+}
+
+/// One query that reads every row of every table of the store as text: `table:quote(c1),..`.
+fn dump_sql(store: &Store) -> String {
+    let got = store.transaction(|tx| {
+        let sql = tx.sql();
+        let mut tables: Vec<String> = Vec::new();
+        let mut stmt =
+            sql.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            tables.push(row.get(0)?);
+        }
+        let mut selects: Vec<String> = Vec::new();
+        for table in tables {
+            let mut stmt =
+                sql.prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?;
+            let mut rows = stmt.query([])?;
+            let mut columns: Vec<String> = Vec::new();
+            while let Some(row) = rows.next()? {
+                let column: String = row.get(0)?;
+                columns.push(format!("quote(\"{column}\")"));
+            }
+            selects.push(format!(
+                "SELECT '{table}:' || {} FROM \"{table}\"",
+                columns.join(" || ',' || ")
+            ));
+        }
+        Ok(TxOutcome::Rollback(selects.join(" UNION ALL ")))
+    });
+    got.expect("list the store's tables")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -912,7 +912,7 @@ impl Harness {
         let leases: Vec<ProcessLease> =
             self.sides[t].leases.iter().filter(|(q, _)| *q == p).map(|(_, l)| l.clone()).collect();
         let Some(lease) = leases.get(leases.len().saturating_sub(1 + byte / 2 % 3)).cloned() else {
-            return;
+            return self.ack_wake(t, p, byte);
         };
         let now_ms = self.now();
         let release = byte.is_multiple_of(2);
@@ -939,6 +939,28 @@ impl Harness {
             self.sides[t].leases.push((p, renewed.clone()));
         }
         self.settle(&context, got, expected);
+    }
+
+    /// No event type of the model's processes has a wake: none is listed, and acknowledging
+    /// one is refused and writes nothing.
+    fn ack_wake(&mut self, t: usize, p: usize, byte: usize) {
+        let seq = (byte % 4) as u64;
+        self.now();
+        let context = self.context(&format!("{} ack_wake {} {seq}", TENANTS[t], PROCESSES[p]));
+        let wakes = self.sides[t].view.processes().wake_events_after(PROCESSES[p], 0);
+        let registered = self.sides[t].processes.processes.contains_key(&p);
+        if !registered {
+            models::assert_refused(&context, &wakes, Refusal::NotFound);
+        } else {
+            assert_eq!(wakes.unwrap_or_else(|e| panic!("{context}: {e}")), vec![], "{context}");
+        }
+        self.before_write();
+        let Some(got) = self.write(t, &context, |v| v.processes().ack_wake(PROCESSES[p], seq))
+        else {
+            return;
+        };
+        let refusal = if registered { Refusal::InvalidInput } else { Refusal::NotFound };
+        self.refused(&context, &got, refusal);
     }
 
     /// The process's record and events agree with the model.

@@ -247,7 +247,7 @@ impl Harness {
 /// Runs one sequence; panics with the seed and step on the first disagreement.
 fn run(seed: u64, coverage: &mut Coverage) {
     let mut dice = Dice::new(seed);
-    let steps = 20 + dice.below(81) as usize;
+    let steps = 1 + dice.below(100) as usize;
     let clock = ManualClock::new(T0);
     let scratch = (dice.below(4) == 0).then(Scratch::new);
     let path = scratch.as_ref().map(Scratch::file);
@@ -620,7 +620,7 @@ fn random_registry_sequences_agree_with_the_model() {
     models::assert_floors(
         "process registry",
         &[
-            ("new events", c.new_events, 10_000),
+            ("new events", c.new_events, 8_000),
             ("replays of the same content", c.replays, 1_000),
             ("replay-hash conflicts", c.replay_conflicts, 50),
             ("terminal events on finished processes", c.terminal_conflicts, 50),

@@ -34,7 +34,8 @@ const GRAPHS: u64 = 250;
 
 #[test]
 fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
-    let store = Store::open_in_memory().expect("open");
+    let options = Options { inline: true, ..Options::default() };
+    let store = Store::open_in_memory_with(options).expect("open");
     let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
     for seed in 0..GRAPHS {
         let mut dice = Dice::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -57,7 +58,8 @@ fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
 #[test]
 fn random_graphs_with_loops_always_finish_and_keep_their_counts() {
     let limits = Limits { loop_refires_max: 5, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let options = Options { limits, inline: true, ..Options::default() };
+    let store = Store::open_in_memory_with(options).expect("open");
     let mut refired = 0;
     for seed in 0..GRAPHS {
         let mut dice = Dice::new(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5EED);

@@ -268,152 +268,10 @@ fn run(seed: u64, coverage: &mut Coverage) {
     };
     for step in 0..steps {
         h.step = step;
-        let now_ms = h.stamp.peek(h.clock.now_ms());
-        let p = dice.below(PROCESSES.len() as u64) as usize;
-        // Registrations are likelier while the process is missing.
-        let register_weight = if h.model.processes.contains_key(&p) { 1 } else { 10 };
-        let roll = dice.below(24 + register_weight);
-        match roll {
-            0..=5 => append(&mut h, &mut dice, p, now_ms, coverage),
-            6 => {
-                let output = outputs()[dice.below(4) as usize].clone();
-                let context = h.context(&format!("complete {} with {output:?}", PROCESSES[p]));
-                let expected = h.model.append(p, &terminal_request(&output), now_ms);
-                let actual = h.store.processes().complete(PROCESSES[p], output.clone());
-                match expected {
-                    Ok((event, replayed)) => {
-                        let record = actual.unwrap_or_else(|e| panic!("{context}: {e}"));
-                        let model = &h.model.processes[&p];
-                        assert_eq!(record, model.record, "{context}: the record");
-                        if !replayed {
-                            patch_position(&mut h, p, event.seq);
-                            h.first_output.entry(p).or_insert(output);
-                            coverage.completions += 1;
-                        }
-                    }
-                    Err(refused) => {
-                        count_refusal(coverage, refused);
-                        assert_refused(&context, &actual, refused);
-                    }
-                }
-                h.check_process(p, &context);
-            }
-            7 => {
-                let name = ["go", "stop", "not a name"][dice.below(3) as usize];
-                let ordinal = 1 + dice.below(3);
-                let wait = WaitKind::Signal {
-                    name: name.into(),
-                    event_type: format!("signal.{name}"),
-                    key: format!("process:{}:signal.{name}:{ordinal}", PROCESSES[p]),
-                    ordinal,
-                };
-                let context = h.context(&format!("set_wait {} {name}", PROCESSES[p]));
-                let expected = h.model.set_wait(p, &wait, now_ms);
-                let actual = h.store.processes().set_wait(PROCESSES[p], wait);
-                compare(&context, actual, expected, coverage);
-                h.check_process(p, &context);
-            }
-            8 => {
-                let context = h.context(&format!("clear_wait {}", PROCESSES[p]));
-                let expected = h.model.clear_wait(p, now_ms);
-                let actual = h.store.processes().clear_wait(PROCESSES[p]);
-                compare(&context, actual, expected, coverage);
-                h.check_process(p, &context);
-            }
-            9..=11 => claim(&mut h, &mut dice, p, now_ms, false, coverage),
-            12 => claim(&mut h, &mut dice, p, now_ms, true, coverage),
-            13..=14 => {
-                let Some(lease) = h.pick_lease(&mut dice, p) else { continue };
-                let ttl_ms = Harness::ttl(&mut dice);
-                let context = h.context(&format!(
-                    "renew {} fence {} for {ttl_ms} ms at {now_ms}",
-                    PROCESSES[p], lease.fencing_token
-                ));
-                let expected = h.model.renew(p, &lease, ttl_ms, now_ms);
-                let actual = h.store.processes().renew_lease(&lease, ttl_ms);
-                if let (Ok(renewed), Ok(_)) = (&actual, &expected) {
-                    h.extend_grant(p, renewed, &context);
-                    h.remember_lease(p, renewed);
-                    coverage.renewals += 1;
-                }
-                compare(&context, actual, expected, coverage);
-            }
-            15..=16 => {
-                let Some(lease) = h.pick_lease(&mut dice, p) else { continue };
-                let context = h.context(&format!(
-                    "complete_lease {} fence {} at {now_ms}",
-                    PROCESSES[p], lease.fencing_token
-                ));
-                let expected = h.model.complete_lease(p, &lease);
-                let actual = h.store.processes().complete_lease(&lease);
-                if let (Ok(()), Ok(())) = (&actual, &expected) {
-                    h.release_grant(p, &lease, now_ms);
-                    coverage.releases += 1;
-                }
-                compare(&context, actual, expected, coverage);
-            }
-            17..=21 => {
-                let delta_ms = ADVANCES[dice.below(ADVANCES.len() as u64) as usize];
-                if dice.below(6) == 0 {
-                    h.clock.advance_ms(-delta_ms);
-                    coverage.clock_back += 1;
-                } else {
-                    h.clock.advance_ms(delta_ms);
-                }
-                continue;
-            }
-            22 => {
-                if dice.below(2) == 0 && h.reopen() {
-                    coverage.reopens += 1;
-                    h.check_all(&h.context("reopen"));
-                }
-                continue;
-            }
-            _ => {
-                let variant = u64::from(dice.below(4) == 0);
-                let context = h.context(&format!("register {} v{variant}", PROCESSES[p]));
-                let expected = h.model.register(p, variant);
-                let actual = h.store.processes().register(registration(p, variant));
-                match expected {
-                    Ok(None) => {
-                        let record = actual.unwrap_or_else(|e| panic!("{context}: {e}"));
-                        assert_eq!(
-                            (record.id.as_str(), &record.status, &record.wait),
-                            (PROCESSES[p], &ProcessStatus::Running, &None),
-                            "{context}"
-                        );
-                        assert_eq!(
-                            (record.created_at_ms, record.updated_at_ms),
-                            (now_ms, now_ms),
-                            "{context}"
-                        );
-                        assert_eq!(record.input, json!({ "variant": variant }), "{context}");
-                        assert_eq!(record.event_types.len(), 7, "{context}: note + 6 defaults");
-                        let process = ModelProcess {
-                            variant,
-                            record,
-                            events: Vec::new(),
-                            keys: BTreeMap::new(),
-                        };
-                        h.model.processes.insert(p, process);
-                    }
-                    Ok(Some(record)) => {
-                        assert_eq!(
-                            actual.expect("register again"),
-                            record,
-                            "{context}: the first record"
-                        );
-                    }
-                    Err(refused) => {
-                        count_refusal(coverage, refused);
-                        assert_refused(&context, &actual, refused);
-                    }
-                }
-                h.check_process(p, &context);
-            }
+        if step_once(&mut h, &mut dice, coverage) {
+            // The step called the store: its time is at least the clock's now.
+            h.stamp.next(h.clock.now_ms());
         }
-        // The step called the store: its time is at least the clock's now.
-        h.stamp.next(h.clock.now_ms());
     }
     let context = h.context("end of sequence");
     h.check_all(&context);
@@ -436,6 +294,163 @@ fn run(seed: u64, coverage: &mut Coverage) {
         assert_eq!(lease.fencing_token, last + 1, "{context}: fence after reopen");
     }
     h.store.close().expect("close");
+}
+
+/// One random step; whether it called the store.
+fn step_once(h: &mut Harness, dice: &mut Dice, coverage: &mut Coverage) -> bool {
+    let now_ms = h.stamp.peek(h.clock.now_ms());
+    let p = dice.below(PROCESSES.len() as u64) as usize;
+    // Registrations are likelier while the process is missing.
+    let register_weight = if h.model.processes.contains_key(&p) { 1 } else { 10 };
+    match dice.below(24 + register_weight) {
+        0..=5 => append(h, dice, p, now_ms, coverage),
+        6 => complete_step(h, dice, p, now_ms, coverage),
+        7 => wait_step(h, dice, p, now_ms, coverage),
+        8 => {
+            let context = h.context(&format!("clear_wait {}", PROCESSES[p]));
+            let expected = h.model.clear_wait(p, now_ms);
+            let actual = h.store.processes().clear_wait(PROCESSES[p]);
+            compare(&context, actual, expected, coverage);
+            h.check_process(p, &context);
+        }
+        9..=11 => claim(h, dice, p, now_ms, false, coverage),
+        12 => claim(h, dice, p, now_ms, true, coverage),
+        13..=14 => return renew_step(h, dice, p, now_ms, coverage),
+        15..=16 => return release_step(h, dice, p, now_ms, coverage),
+        17..=21 => {
+            let delta_ms = ADVANCES[dice.below(ADVANCES.len() as u64) as usize];
+            let back = dice.below(6) == 0;
+            h.clock.advance_ms(if back { -delta_ms } else { delta_ms });
+            coverage.clock_back += u64::from(back);
+            return false;
+        }
+        22 => {
+            if dice.below(2) == 0 && h.reopen() {
+                coverage.reopens += 1;
+                h.check_all(&h.context("reopen"));
+            }
+            return false;
+        }
+        _ => register_step(h, dice, p, now_ms, coverage),
+    }
+    true
+}
+
+fn complete_step(h: &mut Harness, dice: &mut Dice, p: usize, now_ms: i64, coverage: &mut Coverage) {
+    let output = outputs()[dice.below(4) as usize].clone();
+    let context = h.context(&format!("complete {} with {output:?}", PROCESSES[p]));
+    let expected = h.model.append(p, &terminal_request(&output), now_ms);
+    let actual = h.store.processes().complete(PROCESSES[p], output.clone());
+    match expected {
+        Ok((event, replayed)) => {
+            let record = actual.unwrap_or_else(|e| panic!("{context}: {e}"));
+            let model = &h.model.processes[&p];
+            assert_eq!(record, model.record, "{context}: the record");
+            if !replayed {
+                patch_position(h, p, event.seq);
+                h.first_output.entry(p).or_insert(output);
+                coverage.completions += 1;
+            }
+        }
+        Err(refused) => {
+            count_refusal(coverage, refused);
+            assert_refused(&context, &actual, refused);
+        }
+    }
+    h.check_process(p, &context);
+}
+
+fn wait_step(h: &mut Harness, dice: &mut Dice, p: usize, now_ms: i64, coverage: &mut Coverage) {
+    let name = ["go", "stop", "not a name"][dice.below(3) as usize];
+    let ordinal = 1 + dice.below(3);
+    let wait = WaitKind::Signal {
+        name: name.into(),
+        event_type: format!("signal.{name}"),
+        key: format!("process:{}:signal.{name}:{ordinal}", PROCESSES[p]),
+        ordinal,
+    };
+    let context = h.context(&format!("set_wait {} {name}", PROCESSES[p]));
+    let expected = h.model.set_wait(p, &wait, now_ms);
+    let actual = h.store.processes().set_wait(PROCESSES[p], wait);
+    compare(&context, actual, expected, coverage);
+    h.check_process(p, &context);
+}
+
+fn renew_step(
+    h: &mut Harness,
+    dice: &mut Dice,
+    p: usize,
+    now_ms: i64,
+    coverage: &mut Coverage,
+) -> bool {
+    let Some(lease) = h.pick_lease(dice, p) else { return false };
+    let ttl_ms = Harness::ttl(dice);
+    let context = h.context(&format!(
+        "renew {} fence {} for {ttl_ms} ms at {now_ms}",
+        PROCESSES[p], lease.fencing_token
+    ));
+    let expected = h.model.renew(p, &lease, ttl_ms, now_ms);
+    let actual = h.store.processes().renew_lease(&lease, ttl_ms);
+    if let (Ok(renewed), Ok(_)) = (&actual, &expected) {
+        h.extend_grant(p, renewed, &context);
+        h.remember_lease(p, renewed);
+        coverage.renewals += 1;
+    }
+    compare(&context, actual, expected, coverage);
+    true
+}
+
+fn release_step(
+    h: &mut Harness,
+    dice: &mut Dice,
+    p: usize,
+    now_ms: i64,
+    coverage: &mut Coverage,
+) -> bool {
+    let Some(lease) = h.pick_lease(dice, p) else { return false };
+    let context = h.context(&format!(
+        "complete_lease {} fence {} at {now_ms}",
+        PROCESSES[p], lease.fencing_token
+    ));
+    let expected = h.model.complete_lease(p, &lease);
+    let actual = h.store.processes().complete_lease(&lease);
+    if let (Ok(()), Ok(())) = (&actual, &expected) {
+        h.release_grant(p, &lease, now_ms);
+        coverage.releases += 1;
+    }
+    compare(&context, actual, expected, coverage);
+    true
+}
+
+fn register_step(h: &mut Harness, dice: &mut Dice, p: usize, now_ms: i64, coverage: &mut Coverage) {
+    let variant = u64::from(dice.below(4) == 0);
+    let context = h.context(&format!("register {} v{variant}", PROCESSES[p]));
+    let expected = h.model.register(p, variant);
+    let actual = h.store.processes().register(registration(p, variant));
+    match expected {
+        Ok(None) => {
+            let record = actual.unwrap_or_else(|e| panic!("{context}: {e}"));
+            assert_eq!(
+                (record.id.as_str(), &record.status, &record.wait),
+                (PROCESSES[p], &ProcessStatus::Running, &None),
+                "{context}"
+            );
+            assert_eq!((record.created_at_ms, record.updated_at_ms), (now_ms, now_ms), "{context}");
+            assert_eq!(record.input, json!({ "variant": variant }), "{context}");
+            assert_eq!(record.event_types.len(), 7, "{context}: note + 6 defaults");
+            let process =
+                ModelProcess { variant, record, events: Vec::new(), keys: BTreeMap::new() };
+            h.model.processes.insert(p, process);
+        }
+        Ok(Some(record)) => {
+            assert_eq!(actual.expect("register again"), record, "{context}: the first record");
+        }
+        Err(refused) => {
+            count_refusal(coverage, refused);
+            assert_refused(&context, &actual, refused);
+        }
+    }
+    h.check_process(p, &context);
 }
 
 /// Puts the position the store chose into the model's newest event of `p` (at `seq`).

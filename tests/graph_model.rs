@@ -1,24 +1,41 @@
-//! Property test of the graph engine: random DAGs (random joins, gathers and edge conditions)
-//! driven with random outcomes, sometimes grown while they run, always reach a terminal status;
-//! and the end state obeys the firing rule, checked against the edges' token counts. Each
-//! graph comes from a printed seed, so a failure is reproduced by running that seed again.
+//! Property and model tests of the graph engine. Random DAGs (random joins, gathers and edge
+//! conditions) driven with random outcomes, sometimes grown while they run, always reach a
+//! terminal status, and the end state obeys the firing rule, checked against the edges' token
+//! counts; with loops, they still finish within the re-fire limit.
+//!
+//! The model test (`random_graph_sequences_agree_with_the_model`) runs `SPINDLE_MODEL_CASES`
+//! seeded sequences (default 2,000) of up to 100 calls: graphs built, started, their nodes
+//! started, completed and failed in any order (calls the engine must refuse included), grown
+//! while running, cancelled, with clock moves backwards and reopens of a tmpfs store file
+//! (recovery puts running nodes back to ready), checked after every call against the model of
+//! `tests/models/graph.rs` (shared with the `ops` fuzz harness): exactly the nodes and edges
+//! added, counts that match, finished nodes and graphs staying finished, nodes of a DAG firing
+//! at most once, the audit clean. It fails when the rare paths were not reached often enough.
+//! Every graph and sequence comes from a printed seed; `GRAPH_MODEL_SEED=<seed>` runs one
+//! sequence alone.
 
 mod common;
+mod models;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use common::Dice;
+use models::Scratch;
+use models::graph::{GraphModel, check_counts, check_join};
 use serde_json::json;
 use spindle::{
-    GatherStrategy, Graph, GraphStatus, JoinType, Limits, Node, NodeOptions, NodeOutput, NodeSpec,
-    NodeStatus, Options, Store, Token, TokenColor,
+    Durability, GatherStrategy, GraphStatus, JoinType, Limits, ManualClock, Node, NodeOptions,
+    NodeOutput, NodeSpec, NodeStatus, Options, Store, Token, TokenColor,
 };
 
 const GRAPHS: u64 = 250;
 
 #[test]
 fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
-    let store = Store::open_in_memory().expect("open");
+    let options = Options { inline: true, ..Options::default() };
+    let store = Store::open_in_memory_with(options).expect("open");
     let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
     for seed in 0..GRAPHS {
         let mut dice = Dice::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -41,7 +58,8 @@ fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
 #[test]
 fn random_graphs_with_loops_always_finish_and_keep_their_counts() {
     let limits = Limits { loop_refires_max: 5, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let options = Options { limits, inline: true, ..Options::default() };
+    let store = Store::open_in_memory_with(options).expect("open");
     let mut refired = 0;
     for seed in 0..GRAPHS {
         let mut dice = Dice::new(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5EED);
@@ -54,7 +72,7 @@ fn random_graphs_with_loops_always_finish_and_keep_their_counts() {
         let problems = store.graphs().audit(&graph).expect("audit");
         assert!(problems.is_empty(), "seed {seed}: {problems:?}");
         let all = nodes(&store, &graph);
-        check_counts(&summary, &all, seed);
+        check_counts(&summary, &all, &format!("seed {seed}"));
         for node in &all {
             assert!(node.fires <= 6, "seed {seed}: {node:?} past the loop limit");
             if summary.status == GraphStatus::Complete {
@@ -182,7 +200,8 @@ fn check_end_state(store: &Store, graph: &str, seed: u64) {
     let summary = store.graphs().get(graph).expect("get");
     assert!(summary.status.is_terminal(), "seed {seed}: {summary:?}");
     let all = nodes(store, graph);
-    check_counts(&summary, &all, seed);
+    let context = format!("seed {seed}");
+    check_counts(&summary, &all, &context);
     let inbound = inbound_tokens(store, graph);
     for node in &all {
         assert!(node.fires <= 1, "seed {seed}: {} fired {} times in a DAG", node.id, node.fires);
@@ -191,31 +210,10 @@ fn check_end_state(store: &Store, graph: &str, seed: u64) {
             assert!(finished.contains(&node.status), "seed {seed}: {node:?} left unfinished");
         }
         let tokens = inbound.get(&node.id).cloned().unwrap_or_default();
-        check_join(node, &tokens, summary.status, seed);
+        // A node added to a running graph runs at once, before its edge exists.
+        let late = node.id.starts_with("late");
+        check_join(node, &tokens, summary.status, late, &context);
     }
-}
-
-fn check_counts(summary: &Graph, all: &[Node], seed: u64) {
-    let count = |status| all.iter().filter(|node| node.status == status).count() as u64;
-    let counts = summary.counts;
-    let tallied = [
-        counts.pending,
-        counts.ready,
-        counts.running,
-        counts.complete,
-        counts.failed,
-        counts.skipped,
-    ];
-    let expected = [
-        count(NodeStatus::Pending),
-        count(NodeStatus::Ready),
-        count(NodeStatus::Running),
-        count(NodeStatus::Complete),
-        count(NodeStatus::Failed),
-        count(NodeStatus::Skipped),
-    ];
-    assert_eq!(tallied, expected, "seed {seed}: the graph's counts drifted");
-    assert_eq!(summary.node_count, all.len() as u64, "seed {seed}");
 }
 
 /// For each node, the token count of each of its inbound edges.
@@ -227,18 +225,274 @@ fn inbound_tokens(store: &Store, graph: &str) -> BTreeMap<String, Vec<u64>> {
     inbound
 }
 
-/// A node that ran had its join met; a skipped node of a complete graph could not have it met.
-fn check_join(node: &Node, tokens: &[u64], status: GraphStatus, seed: u64) {
-    let filled = tokens.iter().filter(|&&count| count > 0).count();
-    let met = match node.join {
-        JoinType::All => filled == tokens.len(),
-        JoinType::Any => tokens.is_empty() || filled > 0,
+/// What the sequence test reached, summed over every sequence.
+#[derive(Debug, Default)]
+struct Coverage {
+    graphs: u64,
+    completed: u64,
+    failed: u64,
+    cancelled: u64,
+    skipped_nodes: u64,
+    late_nodes: u64,
+    node_runs: u64,
+    refused: u64,
+    refused_on_finished: u64,
+    recovered_running: u64,
+    reopens: u64,
+    clock_back: u64,
+}
+
+struct Sequence {
+    seed: u64,
+    step: usize,
+    clock: ManualClock,
+    scratch: Option<Scratch>,
+    store: Store,
+    graph: GraphModel,
+    nodes_made: usize,
+}
+
+fn open_store(path: Option<PathBuf>, clock: &ManualClock) -> Store {
+    let options = Options {
+        clock: Arc::new(clock.clone()),
+        durability: Durability::Normal,
+        inline: true,
+        ..Options::default()
     };
-    // A node added to a running graph runs at once, before its edge exists.
-    let late = node.id.starts_with("late");
-    let ran = matches!(node.status, NodeStatus::Complete | NodeStatus::Failed);
-    assert!(!ran || met || late, "seed {seed}: {node:?} ran with inputs {tokens:?}");
-    if status == GraphStatus::Complete && node.status == NodeStatus::Skipped {
-        assert!(!met || tokens.is_empty(), "seed {seed}: {node:?} skipped with {tokens:?}");
+    match path {
+        Some(path) => Store::open_with(path, options).expect("open the store file"),
+        None => Store::open_in_memory_with(options).expect("open in memory"),
     }
+}
+
+impl Sequence {
+    /// Names the call for failure messages (and prints it with `GRAPH_MODEL_TRACE=1`).
+    fn context(&self, op: &str) -> String {
+        let context =
+            format!("seed {} step {} graph {} ({op})", self.seed, self.step, self.graph.id);
+        if std::env::var_os("GRAPH_MODEL_TRACE").is_some() {
+            eprintln!("{context}");
+        }
+        context
+    }
+
+    fn new_graph(&mut self, c: &mut Coverage) {
+        let id = self.store.graphs().create(json!({ "step": self.step })).expect("create");
+        self.graph = GraphModel::new(&id);
+        c.graphs += 1;
+    }
+
+    /// Adds a node and, often, edges into it from earlier nodes.
+    fn add_node(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let id = format!("n{}", self.nodes_made);
+        self.nodes_made += 1;
+        let join = if dice.below(3) == 0 { JoinType::Any } else { JoinType::All };
+        let context = self.context(&format!("add_node {id}"));
+        let expected = self.graph.add_node(&id, join);
+        let spec = match dice.below(6) {
+            0 => NodeSpec::Gather { strategy: GatherStrategy::All },
+            _ => NodeSpec::task(json!({ "id": id })),
+        };
+        let got = self.store.graphs().add_node(
+            &self.graph.id,
+            spec,
+            NodeOptions::new().id(&id).join(join),
+        );
+        if models::compare(&context, got.map(|_| ()), expected).is_some() {
+            return;
+        }
+        c.late_nodes += u64::from(self.graph.status == GraphStatus::Running);
+        let earlier: Vec<String> = self.graph.nodes.keys().filter(|n| **n != id).cloned().collect();
+        for from in earlier {
+            if dice.below(3) == 0 {
+                let context = self.context(&format!("add_edge {from} -> {id}"));
+                let expected = self.graph.add_edge(&from, &id);
+                let got = self.store.graphs().add_edge(
+                    &self.graph.id,
+                    &from,
+                    &id,
+                    random_condition(dice),
+                );
+                models::compare(&context, got.map(|_| ()), expected);
+            }
+        }
+    }
+
+    /// A node to act on: mostly one in `wanted`, sometimes any, sometimes an unknown one.
+    fn pick(&self, dice: &mut Dice, wanted: NodeStatus) -> String {
+        let nodes = &self.graph.nodes;
+        let matching: Vec<&String> =
+            nodes.iter().filter(|(_, n)| n.status == wanted).map(|(id, _)| id).collect();
+        let all: Vec<&String> = nodes.keys().collect();
+        match dice.below(10) {
+            0 => "no-such-node".into(),
+            1 | 2 if !all.is_empty() => all[dice.below(all.len() as u64) as usize].clone(),
+            _ if !matching.is_empty() => {
+                matching[dice.below(matching.len() as u64) as usize].clone()
+            }
+            _ => "no-such-node".into(),
+        }
+    }
+
+    fn start_node(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let node = self.pick(dice, NodeStatus::Ready);
+        let context = self.context(&format!("start_node {node}"));
+        let expected = self.graph.start_node(&node);
+        let got = self.store.graphs().start_node(&self.graph.id, &node);
+        c.refused += u64::from(models::compare(&context, got, expected).is_some());
+    }
+
+    fn finish_node(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let node = self.pick(dice, NodeStatus::Running);
+        let context = self.context(&format!("finish {node}"));
+        let expected = self.graph.finish_node(&node);
+        let graphs = self.store.graphs();
+        let got = match dice.below(6) {
+            0 => graphs.fail_node(&self.graph.id, &node, "random failure"),
+            1 => graphs.complete_node(
+                &self.graph.id,
+                &node,
+                Some(NodeOutput::Single(Token::named("x", None))),
+            ),
+            2 => graphs.complete_node(
+                &self.graph.id,
+                &node,
+                Some(NodeOutput::Many { tokens: vec![Token::ok(), Token::named("x", None)] }),
+            ),
+            _ => graphs.complete_node(&self.graph.id, &node, None),
+        };
+        let refused = models::compare(&context, got, expected);
+        c.node_runs += u64::from(refused.is_none());
+        c.refused += u64::from(refused.is_some());
+        let finished = self.graph.status.is_terminal();
+        c.refused_on_finished += u64::from(finished && refused == Some(models::Refusal::Conflict));
+    }
+
+    fn cancel(&mut self) {
+        let context = self.context("cancel");
+        let expected = self.graph.cancel();
+        models::compare(&context, self.store.graphs().cancel(&self.graph.id), expected);
+    }
+
+    /// Closes and opens the store file: recovery puts every running node back to ready.
+    fn reopen(&mut self, c: &mut Coverage) -> bool {
+        let Some(scratch) = &self.scratch else { return false };
+        self.store.close().expect("close");
+        self.store = open_store(Some(scratch.file()), &self.clock);
+        let context = self.context("reopened");
+        let running: Vec<String> = self
+            .graph
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.status == NodeStatus::Running)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let nodes = self.store.graphs().nodes(&self.graph.id).expect("nodes");
+        for node in nodes.iter().filter(|node| running.contains(&node.id)) {
+            let expected = if self.graph.status == GraphStatus::Running {
+                NodeStatus::Ready
+            } else {
+                NodeStatus::Running
+            };
+            assert_eq!(node.status, expected, "{context}: {} after recovery", node.id);
+            c.recovered_running += 1;
+        }
+        true
+    }
+
+    /// The checks at the end of a graph; counts how it ended.
+    fn ended(&mut self, c: &mut Coverage) {
+        let context = self.context("ended");
+        self.graph.check_deep(&self.store, &context);
+        match self.graph.status {
+            GraphStatus::Complete => c.completed += 1,
+            GraphStatus::Failed => c.failed += 1,
+            _ => c.cancelled += 1,
+        }
+        let skipped = self.graph.nodes.values().filter(|n| n.status == NodeStatus::Skipped);
+        c.skipped_nodes += skipped.count() as u64;
+    }
+}
+
+fn sequence_step(s: &mut Sequence, dice: &mut Dice, c: &mut Coverage) {
+    match (s.graph.status, dice.below(20)) {
+        (_, 0) => {
+            if s.reopen(c) {
+                c.reopens += 1;
+            }
+        }
+        (_, 1 | 2) => {
+            let back = dice.below(3) == 0;
+            s.clock.advance_ms(if back { -1_000 } else { 1_000 });
+            c.clock_back += u64::from(back);
+        }
+        (GraphStatus::Pending, roll) if roll < 14 || s.graph.nodes.is_empty() => {
+            s.add_node(dice, c)
+        }
+        (GraphStatus::Pending, _) => {
+            let context = s.context("start");
+            let status = s.store.graphs().start(&s.graph.id).expect("start");
+            assert_eq!(s.graph.check(&s.store, &context).status, status, "{context}");
+        }
+        (GraphStatus::Running, 3) => s.add_node(dice, c),
+        (GraphStatus::Running, 4) if dice.below(8) == 0 => s.cancel(),
+        (GraphStatus::Running, roll) if roll < 11 => s.start_node(dice, c),
+        (GraphStatus::Running, _) => s.finish_node(dice, c),
+        (_, roll) if roll < 8 => {
+            s.finish_node(dice, c);
+            if dice.below(2) == 0 {
+                s.add_node(dice, c);
+            }
+        }
+        (_, _) => {
+            s.ended(c);
+            s.new_graph(c);
+        }
+    }
+}
+
+fn run_sequence(seed: u64, c: &mut Coverage) {
+    let mut dice = Dice::new(seed);
+    let steps = 1 + dice.below(100) as usize;
+    let clock = ManualClock::new(1_700_000_000_000);
+    let scratch = (dice.below(4) == 0).then(Scratch::new);
+    let store = open_store(scratch.as_ref().map(Scratch::file), &clock);
+    let graph = GraphModel::new("");
+    let mut s = Sequence { seed, step: 0, clock, scratch, store, graph, nodes_made: 0 };
+    s.new_graph(c);
+    for step in 0..steps {
+        s.step = step;
+        sequence_step(&mut s, &mut dice, c);
+        let context = s.context("check");
+        s.graph.check(&s.store, &context);
+    }
+    let context = s.context("end of sequence");
+    s.graph.check_deep(&s.store, &context);
+    s.store.close().expect("close");
+}
+
+#[test]
+fn random_graph_sequences_agree_with_the_model() {
+    let mut c = Coverage::default();
+    if !models::run_cases("GRAPH_MODEL_SEED", |seed| run_sequence(seed, &mut c)) {
+        return;
+    }
+    println!("{c:?}");
+    models::assert_floors(
+        "graphs",
+        &[
+            ("graphs", c.graphs, 2_000),
+            ("graphs completed", c.completed, 200),
+            ("graphs failed", c.failed, 50),
+            ("graphs cancelled", c.cancelled, 50),
+            ("skipped nodes", c.skipped_nodes, 50),
+            ("nodes added while running", c.late_nodes, 200),
+            ("nodes run", c.node_runs, 2_000),
+            ("calls refused", c.refused, 500),
+            ("completions refused on a finished graph", c.refused_on_finished, 50),
+            ("running nodes recovered at reopen", c.recovered_running, 50),
+            ("reopens", c.reopens, 50),
+            ("clock moves backwards", c.clock_back, 50),
+        ],
+    );
 }

@@ -11,311 +11,39 @@
 //! grant and never go back, across reopens too; at most one holder is live per process at any
 //! clock value; a new replay key takes the next dense sequence, the same key with the same
 //! content returns the first sequence and writes nothing, with other content is `Conflict` and
-//! writes nothing; a finished process keeps its first output. Every sequence comes from a
-//! printed seed; `PROCESS_MODEL_SEED=<seed>` runs one sequence alone.
+//! writes nothing; a finished process keeps its first output.
+//!
+//! The clock also jumps backwards (the store's time then stays where it was until the clock
+//! catches up, and starts from the clock again after a reopen: `models::Stamp`). A quarter of
+//! the sequences run on a store file in a tmpfs and reopen it now and then and at the end; the
+//! others run in memory. The model lives in `tests/models/process.rs` (shared with the `ops`
+//! fuzz harness). `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000); every
+//! sequence comes from a printed seed, and `PROCESS_MODEL_SEED=<seed>` runs one alone.
 
 mod common;
+mod models;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::Dice;
+use models::process::{
+    ExpectClaim, Model, ModelProcess, PROCESSES, outputs, registration, terminal_request,
+};
+use models::{Expect, Refusal, Scratch, Stamp, assert_refused};
 use serde_json::json;
 use spindle::process::{
-    AppendRequest, AwaitOutput, EventSemantics, EventType, LeaseClaim, LeaseOwner, ProcessEvent,
-    ProcessLease, ProcessRecord, ProcessStatus, Registration, TerminalSemantics, WaitKind,
-    WaitState,
+    AppendRequest, AwaitOutput, LeaseClaim, LeaseOwner, ProcessLease, ProcessStatus, WaitKind,
 };
-use spindle::{Durability, Error, ManualClock, Options, Store, Stream};
+use spindle::{Durability, ManualClock, Options, Store, Stream};
 
 const T0: i64 = 1_700_000_000_000;
-const PROCESSES: [&str; 3] = ["a", "b", "c"];
 /// Two incarnations of one owner and another owner: all three are different holders.
 const OWNERS: [(&str, &str); 3] = [("o1", "i1"), ("o1", "i2"), ("o2", "i1")];
 const TTLS: [i64; 3] = [500, 1_000, 3_000];
 const ADVANCES: [i64; 4] = [100, 600, 1_500, 4_000];
-const SEQUENCES: u64 = 300;
-
-/// The error variants the registry answers with; anything else fails the test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Refusal {
-    NotFound,
-    Conflict,
-    InvalidInput,
-    LeaseLost,
-}
-
-fn refusal(error: &Error) -> Option<Refusal> {
-    match error {
-        Error::NotFound { .. } => Some(Refusal::NotFound),
-        Error::Conflict(_) => Some(Refusal::Conflict),
-        Error::InvalidInput(_) => Some(Refusal::InvalidInput),
-        Error::LeaseLost(_) => Some(Refusal::LeaseLost),
-        _ => None,
-    }
-}
-
-/// Checks that `actual` failed with `expected`.
-fn assert_refused<T: Debug>(context: &str, actual: &spindle::Result<T>, expected: Refusal) {
-    match actual {
-        Err(error) if refusal(error) == Some(expected) => {}
-        other => panic!("{context}: expected {expected:?}, got {other:?}"),
-    }
-}
-
-/// The answer the model expects, or the refusal.
-type Expect<T> = Result<T, Refusal>;
-
-/// The model of one registered process: its record and its events, by sequence from 1.
-#[derive(Debug, Clone)]
-struct ModelProcess {
-    variant: u64,
-    record: ProcessRecord,
-    events: Vec<ProcessEvent>,
-    keys: BTreeMap<String, u64>,
-}
-
-/// The model of one process's lease row: the holder (live or lapsed) and the last fence.
-#[derive(Debug, Clone, Default)]
-struct ModelLease {
-    holder: Option<ProcessLease>,
-    last_fence: u64,
-}
-
-/// What the model expects of a claim or reclaim.
-#[derive(Debug, Clone, PartialEq)]
-enum ExpectClaim {
-    /// A new grant: everything but the lease token (the store draws it) is known.
-    Granted(ProcessLease),
-    /// The same incarnation re-entered its live lease: exactly this lease.
-    Reentered(ProcessLease),
-    /// Somebody else holds it: exactly this holder.
-    Busy(ProcessLease),
-}
-
-#[derive(Debug, Default)]
-struct Model {
-    processes: BTreeMap<usize, ModelProcess>,
-    leases: BTreeMap<usize, ModelLease>,
-}
-
-fn registration(p: usize, variant: u64) -> Registration {
-    Registration::new(PROCESSES[p], "tool", json!({ "variant": variant }))
-        .label(format!("process {p}"))
-        .event_type(EventType::new("note"))
-}
-
-fn terminal_request(output: &AwaitOutput) -> AppendRequest {
-    let event_type = output.terminal_state().event_type();
-    let payload = json!({ "await_output": serde_json::to_value(output).expect("output") });
-    let key = format!("terminal:{event_type}");
-    AppendRequest::new(event_type, payload).replay_key(key)
-}
-
-fn outputs() -> [AwaitOutput; 4] {
-    [
-        AwaitOutput::Success { value: json!(1), control: None },
-        AwaitOutput::Success { value: json!({ "two": 2 }), control: None },
-        AwaitOutput::Failure {
-            class: "execution".into(),
-            code: "boom".into(),
-            message: "it broke".into(),
-            raw: None,
-            control: None,
-        },
-        AwaitOutput::Cancelled { message: "stopped".into(), raw: None, control: None },
-    ]
-}
-
-fn is_terminal_type(event_type: &str) -> bool {
-    matches!(event_type, "process.completed" | "process.failed" | "process.cancelled")
-}
-
-fn valid_ttl(ttl_ms: i64) -> bool {
-    (1..=24 * 60 * 60 * 1000).contains(&ttl_ms)
-}
-
-fn valid_owner(owner: &LeaseOwner) -> bool {
-    !owner.owner_id.is_empty() && !owner.incarnation_id.is_empty()
-}
-
-fn same_grant(a: &ProcessLease, b: &ProcessLease) -> bool {
-    a.owner.same_incarnation(&b.owner)
-        && a.lease_token == b.lease_token
-        && a.fencing_token == b.fencing_token
-}
-
-impl Model {
-    /// `None` for a new process (the store's record is then taken as the model's), the record
-    /// for the same content again, `Conflict` for other content.
-    fn register(&self, p: usize, variant: u64) -> Expect<Option<ProcessRecord>> {
-        match self.processes.get(&p) {
-            None => Ok(None),
-            Some(process) if process.variant == variant => Ok(Some(process.record.clone())),
-            Some(_) => Err(Refusal::Conflict),
-        }
-    }
-
-    /// The event an append returns (its position is 0 for a new event: the store picks it)
-    /// and whether it is a replay; applies a new event to the model.
-    fn append(
-        &mut self,
-        p: usize,
-        request: &AppendRequest,
-        now_ms: i64,
-    ) -> Expect<(ProcessEvent, bool)> {
-        let process = self.processes.get_mut(&p).ok_or(Refusal::NotFound)?;
-        if let Some(key) = &request.replay_key
-            && let Some(&seq) = process.keys.get(key)
-        {
-            let existing = &process.events[seq as usize - 1];
-            let same =
-                existing.event_type == request.event_type && existing.payload == request.payload;
-            return if same { Ok((existing.clone(), true)) } else { Err(Refusal::Conflict) };
-        }
-        let declared = request.event_type == "note"
-            || request.event_type == "process.cancel_requested"
-            || is_terminal_type(&request.event_type);
-        if !declared {
-            return Err(Refusal::InvalidInput);
-        }
-        let needs_key = request.event_type == "process.cancel_requested"
-            || is_terminal_type(&request.event_type);
-        if needs_key && request.replay_key.is_none() {
-            return Err(Refusal::InvalidInput);
-        }
-        let mut semantics = EventSemantics::default();
-        if is_terminal_type(&request.event_type) {
-            let output: AwaitOutput =
-                serde_json::from_value(request.payload["await_output"].clone()).expect("output");
-            if process.record.is_terminal() {
-                return Err(Refusal::Conflict);
-            }
-            let state = output.terminal_state();
-            semantics.terminal = Some(TerminalSemantics { state, await_output: output.clone() });
-            process.record.status = ProcessStatus::from_output(output);
-            process.record.wait = None;
-        }
-        process.record.updated_at_ms = now_ms;
-        let seq = process.events.len() as u64 + 1;
-        let event = ProcessEvent {
-            process_id: PROCESSES[p].to_owned(),
-            seq,
-            position: 0,
-            event_type: request.event_type.clone(),
-            payload: request.payload.clone(),
-            replay_key: request.replay_key.clone(),
-            semantics,
-            occurred_at_ms: now_ms,
-        };
-        if let Some(key) = &request.replay_key {
-            process.keys.insert(key.clone(), seq);
-        }
-        process.events.push(event.clone());
-        Ok((event, false))
-    }
-
-    fn set_wait(&mut self, p: usize, wait: &WaitKind, now_ms: i64) -> Expect<ProcessRecord> {
-        let process = self.processes.get_mut(&p).ok_or(Refusal::NotFound)?;
-        let WaitKind::Signal { name, .. } = wait;
-        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-            return Err(Refusal::InvalidInput);
-        }
-        if process.record.is_terminal() {
-            return Err(Refusal::Conflict);
-        }
-        process.record.wait = Some(WaitState { kind: wait.clone(), since_ms: now_ms });
-        process.record.updated_at_ms = now_ms;
-        Ok(process.record.clone())
-    }
-
-    fn clear_wait(&mut self, p: usize, now_ms: i64) -> Expect<ProcessRecord> {
-        let process = self.processes.get_mut(&p).ok_or(Refusal::NotFound)?;
-        process.record.wait = None;
-        process.record.updated_at_ms = now_ms;
-        Ok(process.record.clone())
-    }
-
-    /// A claim (`reclaim == false`) or a reclaim by an opaque claimant, which never proves a
-    /// live holder dead. A new grant is applied once the store has drawn its token.
-    fn claim(
-        &mut self,
-        p: usize,
-        owner: &LeaseOwner,
-        ttl_ms: i64,
-        now_ms: i64,
-        reclaim: bool,
-    ) -> Expect<ExpectClaim> {
-        if !self.processes.contains_key(&p) {
-            return Err(Refusal::NotFound);
-        }
-        if !valid_owner(owner) || !valid_ttl(ttl_ms) {
-            return Err(Refusal::InvalidInput);
-        }
-        let lease = self.leases.entry(p).or_default();
-        match lease.holder.as_mut().filter(|holder| holder.expires_at_ms > now_ms) {
-            Some(holder) if !reclaim && holder.owner.same_incarnation(owner) => {
-                holder.expires_at_ms = now_ms + ttl_ms;
-                Ok(ExpectClaim::Reentered(holder.clone()))
-            }
-            Some(holder) => Ok(ExpectClaim::Busy(holder.clone())),
-            None => Ok(ExpectClaim::Granted(ProcessLease {
-                process_id: PROCESSES[p].to_owned(),
-                owner: owner.clone(),
-                lease_token: String::new(),
-                fencing_token: lease.last_fence + 1,
-                claimed_at_ms: now_ms,
-                expires_at_ms: now_ms + ttl_ms,
-            })),
-        }
-    }
-
-    fn granted(&mut self, p: usize, lease: ProcessLease) {
-        let row = self.leases.entry(p).or_default();
-        row.last_fence = lease.fencing_token;
-        row.holder = Some(lease);
-    }
-
-    fn renew(
-        &mut self,
-        p: usize,
-        lease: &ProcessLease,
-        ttl_ms: i64,
-        now_ms: i64,
-    ) -> Expect<ProcessLease> {
-        if !valid_owner(&lease.owner) || !valid_ttl(ttl_ms) {
-            return Err(Refusal::InvalidInput);
-        }
-        let row = self.leases.entry(p).or_default();
-        match row.holder.as_mut() {
-            Some(holder) if same_grant(holder, lease) && holder.expires_at_ms > now_ms => {
-                holder.expires_at_ms = now_ms + ttl_ms;
-                Ok(ProcessLease { expires_at_ms: now_ms + ttl_ms, ..lease.clone() })
-            }
-            _ => Err(Refusal::LeaseLost),
-        }
-    }
-
-    /// Releases the lease when it is the current grant (lapsed or not); completing a released
-    /// lease that was not granted again since is a no-op.
-    fn complete_lease(&mut self, p: usize, lease: &ProcessLease) -> Expect<()> {
-        let row = self.leases.entry(p).or_default();
-        match &row.holder {
-            Some(holder)
-                if holder.lease_token == lease.lease_token
-                    && holder.fencing_token == lease.fencing_token =>
-            {
-                row.holder = None;
-                Ok(())
-            }
-            None if row.last_fence == lease.fencing_token => Ok(()),
-            _ => Err(Refusal::LeaseLost),
-        }
-    }
-}
 
 /// One grant as the invariant checker sees it: from its grant until its last expiry, cut
 /// short by a release.
@@ -325,6 +53,7 @@ struct Grant {
     token: String,
     claimed_at_ms: i64,
     end_ms: i64,
+    released: bool,
 }
 
 /// What a run exercised, summed over every sequence; the test fails if a path was missed.
@@ -346,6 +75,7 @@ struct Coverage {
     not_found: u64,
     invalid_input: u64,
     reopens: u64,
+    clock_back: u64,
 }
 
 /// The store under test with everything the checks keep beside the model.
@@ -353,7 +83,10 @@ struct Harness {
     seed: u64,
     step: usize,
     clock: ManualClock,
-    path: PathBuf,
+    /// The store's time as the model sees it.
+    stamp: Stamp,
+    /// The store file, for sequences that reopen it (`None`: in memory).
+    path: Option<PathBuf>,
     store: Store,
     model: Model,
     /// Every lease value the store handed out, per process (for renewals, releases and stale
@@ -370,11 +103,19 @@ struct Harness {
 }
 
 fn options(clock: &ManualClock) -> Options {
-    Options { clock: Arc::new(clock.clone()), durability: Durability::Normal, ..Options::default() }
+    Options {
+        clock: Arc::new(clock.clone()),
+        durability: Durability::Normal,
+        inline: true,
+        ..Options::default()
+    }
 }
 
-fn open(path: &Path, clock: &ManualClock) -> Store {
-    Store::open_with(path, options(clock)).expect("open the store file")
+fn open(path: Option<&PathBuf>, clock: &ManualClock) -> Store {
+    match path {
+        Some(path) => Store::open_with(path, options(clock)).expect("open the store file"),
+        None => Store::open_in_memory_with(options(clock)).expect("open in memory"),
+    }
 }
 
 impl Harness {
@@ -442,17 +183,18 @@ impl Harness {
     }
 
     /// Records a new grant and checks the fencing and single-holder invariants.
-    fn new_grant(&mut self, p: usize, lease: &ProcessLease, context: &str) {
-        let now_ms = self.clock.now_ms();
+    fn new_grant(&mut self, p: usize, lease: &ProcessLease, now_ms: i64, context: &str) {
         let grants = self.grants.entry(p).or_default();
         if let Some(last) = grants.last() {
             assert_eq!(lease.fencing_token, last.fence + 1, "{context}: the next fencing token");
         } else {
             assert_eq!(lease.fencing_token, 1, "{context}: the first fencing token");
         }
-        for earlier in grants.iter() {
+        // The grant before it (superseding all before it) is released or lapsed by the
+        // store's time (which a reopen may have set back with the clock).
+        if let Some(earlier) = grants.last() {
             assert!(
-                earlier.end_ms <= now_ms,
+                earlier.released || earlier.end_ms <= now_ms,
                 "{context}: fence {} granted while fence {} is live until {}",
                 lease.fencing_token,
                 earlier.fence,
@@ -465,6 +207,7 @@ impl Harness {
             token: lease.lease_token.clone(),
             claimed_at_ms: lease.claimed_at_ms,
             end_ms: lease.expires_at_ms,
+            released: false,
         });
     }
 
@@ -480,33 +223,40 @@ impl Harness {
         last.end_ms = lease.expires_at_ms;
     }
 
-    fn release_grant(&mut self, p: usize, lease: &ProcessLease) {
-        let now_ms = self.clock.now_ms();
+    fn release_grant(&mut self, p: usize, lease: &ProcessLease, now_ms: i64) {
         if let Some(last) = self.grants.get_mut(&p).and_then(|grants| grants.last_mut())
             && last.fence == lease.fencing_token
         {
             last.end_ms = last.end_ms.min(now_ms);
+            last.released = true;
         }
     }
 
-    fn reopen(&mut self) {
+    /// Closes and opens the store file again (a no-op for an in-memory store).
+    fn reopen(&mut self) -> bool {
+        if self.path.is_none() {
+            return false;
+        }
         self.store.close().expect("close");
-        self.store = open(&self.path, &self.clock);
+        self.store = open(self.path.as_ref(), &self.clock);
+        self.stamp.reopened(self.clock.now_ms());
+        true
     }
 }
 
 /// Runs one sequence; panics with the seed and step on the first disagreement.
 fn run(seed: u64, coverage: &mut Coverage) {
     let mut dice = Dice::new(seed);
-    let steps = 20 + dice.below(81) as usize;
+    let steps = 1 + dice.below(100) as usize;
     let clock = ManualClock::new(T0);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("model.db");
-    let store = open(&path, &clock);
+    let scratch = (dice.below(4) == 0).then(Scratch::new);
+    let path = scratch.as_ref().map(Scratch::file);
+    let store = open(path.as_ref(), &clock);
     let mut h = Harness {
         seed,
         step: 0,
         clock,
+        stamp: Stamp::opened(T0),
         path,
         store,
         model: Model::default(),
@@ -518,147 +268,17 @@ fn run(seed: u64, coverage: &mut Coverage) {
     };
     for step in 0..steps {
         h.step = step;
-        let now_ms = h.clock.now_ms();
-        let p = dice.below(PROCESSES.len() as u64) as usize;
-        // Registrations are likelier while the process is missing.
-        let register_weight = if h.model.processes.contains_key(&p) { 1 } else { 10 };
-        let roll = dice.below(24 + register_weight);
-        match roll {
-            0..=5 => append(&mut h, &mut dice, p, now_ms, coverage),
-            6 => {
-                let output = outputs()[dice.below(4) as usize].clone();
-                let context = h.context(&format!("complete {} with {output:?}", PROCESSES[p]));
-                let expected = h.model.append(p, &terminal_request(&output), now_ms);
-                let actual = h.store.processes().complete(PROCESSES[p], output.clone());
-                match expected {
-                    Ok((event, replayed)) => {
-                        let record = actual.unwrap_or_else(|e| panic!("{context}: {e}"));
-                        let model = &h.model.processes[&p];
-                        assert_eq!(record, model.record, "{context}: the record");
-                        if !replayed {
-                            patch_position(&mut h, p, event.seq);
-                            h.first_output.entry(p).or_insert(output);
-                            coverage.completions += 1;
-                        }
-                    }
-                    Err(refused) => {
-                        count_refusal(coverage, refused);
-                        assert_refused(&context, &actual, refused);
-                    }
-                }
-                h.check_process(p, &context);
-            }
-            7 => {
-                let name = ["go", "stop", "not a name"][dice.below(3) as usize];
-                let ordinal = 1 + dice.below(3);
-                let wait = WaitKind::Signal {
-                    name: name.into(),
-                    event_type: format!("signal.{name}"),
-                    key: format!("process:{}:signal.{name}:{ordinal}", PROCESSES[p]),
-                    ordinal,
-                };
-                let context = h.context(&format!("set_wait {} {name}", PROCESSES[p]));
-                let expected = h.model.set_wait(p, &wait, now_ms);
-                let actual = h.store.processes().set_wait(PROCESSES[p], wait);
-                compare(&context, actual, expected, coverage);
-                h.check_process(p, &context);
-            }
-            8 => {
-                let context = h.context(&format!("clear_wait {}", PROCESSES[p]));
-                let expected = h.model.clear_wait(p, now_ms);
-                let actual = h.store.processes().clear_wait(PROCESSES[p]);
-                compare(&context, actual, expected, coverage);
-                h.check_process(p, &context);
-            }
-            9..=11 => claim(&mut h, &mut dice, p, now_ms, false, coverage),
-            12 => claim(&mut h, &mut dice, p, now_ms, true, coverage),
-            13..=14 => {
-                let Some(lease) = h.pick_lease(&mut dice, p) else { continue };
-                let ttl_ms = Harness::ttl(&mut dice);
-                let context = h.context(&format!(
-                    "renew {} fence {} for {ttl_ms} ms at {now_ms}",
-                    PROCESSES[p], lease.fencing_token
-                ));
-                let expected = h.model.renew(p, &lease, ttl_ms, now_ms);
-                let actual = h.store.processes().renew_lease(&lease, ttl_ms);
-                if let (Ok(renewed), Ok(_)) = (&actual, &expected) {
-                    h.extend_grant(p, renewed, &context);
-                    h.remember_lease(p, renewed);
-                    coverage.renewals += 1;
-                }
-                compare(&context, actual, expected, coverage);
-            }
-            15..=16 => {
-                let Some(lease) = h.pick_lease(&mut dice, p) else { continue };
-                let context = h.context(&format!(
-                    "complete_lease {} fence {} at {now_ms}",
-                    PROCESSES[p], lease.fencing_token
-                ));
-                let expected = h.model.complete_lease(p, &lease);
-                let actual = h.store.processes().complete_lease(&lease);
-                if let (Ok(()), Ok(())) = (&actual, &expected) {
-                    h.release_grant(p, &lease);
-                    coverage.releases += 1;
-                }
-                compare(&context, actual, expected, coverage);
-            }
-            17..=21 => h.clock.advance_ms(ADVANCES[dice.below(ADVANCES.len() as u64) as usize]),
-            22 => {
-                if dice.below(3) == 0 {
-                    let context = h.context("reopen");
-                    h.reopen();
-                    coverage.reopens += 1;
-                    h.check_all(&context);
-                }
-            }
-            _ => {
-                let variant = u64::from(dice.below(4) == 0);
-                let context = h.context(&format!("register {} v{variant}", PROCESSES[p]));
-                let expected = h.model.register(p, variant);
-                let actual = h.store.processes().register(registration(p, variant));
-                match expected {
-                    Ok(None) => {
-                        let record = actual.unwrap_or_else(|e| panic!("{context}: {e}"));
-                        assert_eq!(
-                            (record.id.as_str(), &record.status, &record.wait),
-                            (PROCESSES[p], &ProcessStatus::Running, &None),
-                            "{context}"
-                        );
-                        assert_eq!(
-                            (record.created_at_ms, record.updated_at_ms),
-                            (now_ms, now_ms),
-                            "{context}"
-                        );
-                        assert_eq!(record.input, json!({ "variant": variant }), "{context}");
-                        assert_eq!(record.event_types.len(), 7, "{context}: note + 6 defaults");
-                        let process = ModelProcess {
-                            variant,
-                            record,
-                            events: Vec::new(),
-                            keys: BTreeMap::new(),
-                        };
-                        h.model.processes.insert(p, process);
-                    }
-                    Ok(Some(record)) => {
-                        assert_eq!(
-                            actual.expect("register again"),
-                            record,
-                            "{context}: the first record"
-                        );
-                    }
-                    Err(refused) => {
-                        count_refusal(coverage, refused);
-                        assert_refused(&context, &actual, refused);
-                    }
-                }
-                h.check_process(p, &context);
-            }
+        if step_once(&mut h, &mut dice, coverage) {
+            // The step called the store: its time is at least the clock's now.
+            h.stamp.next(h.clock.now_ms());
         }
     }
     let context = h.context("end of sequence");
     h.check_all(&context);
-    h.reopen();
-    h.check_all(&format!("{context}, reopened"));
+    if h.reopen() {
+        coverage.reopens += 1;
+        h.check_all(&format!("{context}, reopened"));
+    }
     // The next grant of each process still takes the next fencing token.
     for (p, name) in PROCESSES.iter().enumerate() {
         if !h.model.processes.contains_key(&p) {
@@ -676,6 +296,163 @@ fn run(seed: u64, coverage: &mut Coverage) {
     h.store.close().expect("close");
 }
 
+/// One random step; whether it called the store.
+fn step_once(h: &mut Harness, dice: &mut Dice, coverage: &mut Coverage) -> bool {
+    let now_ms = h.stamp.peek(h.clock.now_ms());
+    let p = dice.below(PROCESSES.len() as u64) as usize;
+    // Registrations are likelier while the process is missing.
+    let register_weight = if h.model.processes.contains_key(&p) { 1 } else { 10 };
+    match dice.below(24 + register_weight) {
+        0..=5 => append(h, dice, p, now_ms, coverage),
+        6 => complete_step(h, dice, p, now_ms, coverage),
+        7 => wait_step(h, dice, p, now_ms, coverage),
+        8 => {
+            let context = h.context(&format!("clear_wait {}", PROCESSES[p]));
+            let expected = h.model.clear_wait(p, now_ms);
+            let actual = h.store.processes().clear_wait(PROCESSES[p]);
+            compare(&context, actual, expected, coverage);
+            h.check_process(p, &context);
+        }
+        9..=11 => claim(h, dice, p, now_ms, false, coverage),
+        12 => claim(h, dice, p, now_ms, true, coverage),
+        13..=14 => return renew_step(h, dice, p, now_ms, coverage),
+        15..=16 => return release_step(h, dice, p, now_ms, coverage),
+        17..=21 => {
+            let delta_ms = ADVANCES[dice.below(ADVANCES.len() as u64) as usize];
+            let back = dice.below(6) == 0;
+            h.clock.advance_ms(if back { -delta_ms } else { delta_ms });
+            coverage.clock_back += u64::from(back);
+            return false;
+        }
+        22 => {
+            if dice.below(2) == 0 && h.reopen() {
+                coverage.reopens += 1;
+                h.check_all(&h.context("reopen"));
+            }
+            return false;
+        }
+        _ => register_step(h, dice, p, now_ms, coverage),
+    }
+    true
+}
+
+fn complete_step(h: &mut Harness, dice: &mut Dice, p: usize, now_ms: i64, coverage: &mut Coverage) {
+    let output = outputs()[dice.below(4) as usize].clone();
+    let context = h.context(&format!("complete {} with {output:?}", PROCESSES[p]));
+    let expected = h.model.append(p, &terminal_request(&output), now_ms);
+    let actual = h.store.processes().complete(PROCESSES[p], output.clone());
+    match expected {
+        Ok((event, replayed)) => {
+            let record = actual.unwrap_or_else(|e| panic!("{context}: {e}"));
+            let model = &h.model.processes[&p];
+            assert_eq!(record, model.record, "{context}: the record");
+            if !replayed {
+                patch_position(h, p, event.seq);
+                h.first_output.entry(p).or_insert(output);
+                coverage.completions += 1;
+            }
+        }
+        Err(refused) => {
+            count_refusal(coverage, refused);
+            assert_refused(&context, &actual, refused);
+        }
+    }
+    h.check_process(p, &context);
+}
+
+fn wait_step(h: &mut Harness, dice: &mut Dice, p: usize, now_ms: i64, coverage: &mut Coverage) {
+    let name = ["go", "stop", "not a name"][dice.below(3) as usize];
+    let ordinal = 1 + dice.below(3);
+    let wait = WaitKind::Signal {
+        name: name.into(),
+        event_type: format!("signal.{name}"),
+        key: format!("process:{}:signal.{name}:{ordinal}", PROCESSES[p]),
+        ordinal,
+    };
+    let context = h.context(&format!("set_wait {} {name}", PROCESSES[p]));
+    let expected = h.model.set_wait(p, &wait, now_ms);
+    let actual = h.store.processes().set_wait(PROCESSES[p], wait);
+    compare(&context, actual, expected, coverage);
+    h.check_process(p, &context);
+}
+
+fn renew_step(
+    h: &mut Harness,
+    dice: &mut Dice,
+    p: usize,
+    now_ms: i64,
+    coverage: &mut Coverage,
+) -> bool {
+    let Some(lease) = h.pick_lease(dice, p) else { return false };
+    let ttl_ms = Harness::ttl(dice);
+    let context = h.context(&format!(
+        "renew {} fence {} for {ttl_ms} ms at {now_ms}",
+        PROCESSES[p], lease.fencing_token
+    ));
+    let expected = h.model.renew(p, &lease, ttl_ms, now_ms);
+    let actual = h.store.processes().renew_lease(&lease, ttl_ms);
+    if let (Ok(renewed), Ok(_)) = (&actual, &expected) {
+        h.extend_grant(p, renewed, &context);
+        h.remember_lease(p, renewed);
+        coverage.renewals += 1;
+    }
+    compare(&context, actual, expected, coverage);
+    true
+}
+
+fn release_step(
+    h: &mut Harness,
+    dice: &mut Dice,
+    p: usize,
+    now_ms: i64,
+    coverage: &mut Coverage,
+) -> bool {
+    let Some(lease) = h.pick_lease(dice, p) else { return false };
+    let context = h.context(&format!(
+        "complete_lease {} fence {} at {now_ms}",
+        PROCESSES[p], lease.fencing_token
+    ));
+    let expected = h.model.complete_lease(p, &lease);
+    let actual = h.store.processes().complete_lease(&lease);
+    if let (Ok(()), Ok(())) = (&actual, &expected) {
+        h.release_grant(p, &lease, now_ms);
+        coverage.releases += 1;
+    }
+    compare(&context, actual, expected, coverage);
+    true
+}
+
+fn register_step(h: &mut Harness, dice: &mut Dice, p: usize, now_ms: i64, coverage: &mut Coverage) {
+    let variant = u64::from(dice.below(4) == 0);
+    let context = h.context(&format!("register {} v{variant}", PROCESSES[p]));
+    let expected = h.model.register(p, variant);
+    let actual = h.store.processes().register(registration(p, variant));
+    match expected {
+        Ok(None) => {
+            let record = actual.unwrap_or_else(|e| panic!("{context}: {e}"));
+            assert_eq!(
+                (record.id.as_str(), &record.status, &record.wait),
+                (PROCESSES[p], &ProcessStatus::Running, &None),
+                "{context}"
+            );
+            assert_eq!((record.created_at_ms, record.updated_at_ms), (now_ms, now_ms), "{context}");
+            assert_eq!(record.input, json!({ "variant": variant }), "{context}");
+            assert_eq!(record.event_types.len(), 7, "{context}: note + 6 defaults");
+            let process =
+                ModelProcess { variant, record, events: Vec::new(), keys: BTreeMap::new() };
+            h.model.processes.insert(p, process);
+        }
+        Ok(Some(record)) => {
+            assert_eq!(actual.expect("register again"), record, "{context}: the first record");
+        }
+        Err(refused) => {
+            count_refusal(coverage, refused);
+            assert_refused(&context, &actual, refused);
+        }
+    }
+    h.check_process(p, &context);
+}
+
 /// Puts the position the store chose into the model's newest event of `p` (at `seq`).
 fn patch_position(h: &mut Harness, p: usize, seq: u64) {
     let stored = h.store.processes().events_after(PROCESSES[p], seq - 1).expect("events");
@@ -689,7 +466,7 @@ fn count_refusal(coverage: &mut Coverage, refused: Refusal) {
         Refusal::NotFound => coverage.not_found += 1,
         Refusal::InvalidInput => coverage.invalid_input += 1,
         Refusal::LeaseLost => coverage.lease_lost += 1,
-        Refusal::Conflict => {}
+        _ => {}
     }
 }
 
@@ -821,7 +598,7 @@ fn claim(
             };
             let without_token = ProcessLease { lease_token: String::new(), ..lease.clone() };
             assert_eq!(without_token, expected, "{context}: the new grant");
-            h.new_grant(p, &lease, &context);
+            h.new_grant(p, &lease, now_ms, &context);
             h.model.granted(p, lease.clone());
             h.remember_lease(p, &lease);
             coverage.grants += 1;
@@ -850,40 +627,31 @@ fn claim(
 #[test]
 fn random_registry_sequences_agree_with_the_model() {
     let mut coverage = Coverage::default();
-    if let Ok(seed) = std::env::var("PROCESS_MODEL_SEED") {
-        let seed = seed.parse().expect("PROCESS_MODEL_SEED is a number");
-        run(seed, &mut coverage);
+    if !models::run_cases("PROCESS_MODEL_SEED", |seed| run(seed, &mut coverage)) {
         return;
     }
-    for n in 1..=SEQUENCES {
-        let seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| run(seed, &mut coverage)));
-        if let Err(panic) = outcome {
-            eprintln!("failing seed: PROCESS_MODEL_SEED={seed}");
-            std::panic::resume_unwind(panic);
-        }
-    }
-    println!("{coverage:?}");
     let c = &coverage;
-    let floors = [
-        ("new events", c.new_events, 2_000),
-        ("replays of the same content", c.replays, 250),
-        ("replay conflicts", c.replay_conflicts, 100),
-        ("terminal events on finished processes", c.terminal_conflicts, 50),
-        ("completions", c.completions, 100),
-        ("grants", c.grants, 500),
-        ("grants after a lapse", c.grants_after_expiry, 100),
-        ("re-entries", c.reentries, 50),
-        ("busy", c.busy, 200),
-        ("reclaims granted", c.reclaims_granted, 50),
-        ("renewals", c.renewals, 200),
-        ("releases", c.releases, 100),
-        ("lost leases", c.lease_lost, 200),
-        ("not found", c.not_found, 50),
-        ("invalid input", c.invalid_input, 100),
-        ("reopens", c.reopens, 50),
-    ];
-    for (what, count, floor) in floors {
-        assert!(count >= floor, "only {count} {what} (at least {floor} expected): {c:?}");
-    }
+    println!("{c:?}");
+    models::assert_floors(
+        "process registry",
+        &[
+            ("new events", c.new_events, 8_000),
+            ("replays of the same content", c.replays, 1_000),
+            ("replay-hash conflicts", c.replay_conflicts, 50),
+            ("terminal events on finished processes", c.terminal_conflicts, 50),
+            ("completions", c.completions, 300),
+            ("grants", c.grants, 2_000),
+            ("lease expiries with a new grant (reclaim)", c.grants_after_expiry, 50),
+            ("re-entries", c.reentries, 50),
+            ("busy", c.busy, 500),
+            ("reclaims granted", c.reclaims_granted, 50),
+            ("renewals", c.renewals, 500),
+            ("releases", c.releases, 300),
+            ("stale fences (LeaseLost)", c.lease_lost, 50),
+            ("not found", c.not_found, 50),
+            ("invalid input", c.invalid_input, 300),
+            ("reopens", c.reopens, 50),
+            ("clock moves backwards", c.clock_back, 50),
+        ],
+    );
 }

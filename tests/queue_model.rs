@@ -1,219 +1,332 @@
-//! Model-based test of the queue (reliability plan T1, small): random sequences of queue calls
-//! and clock moves, run against the store and against a plain in-memory model of the queue's
-//! rules; every answer must agree. Each sequence comes from a printed seed, so a failure is
-//! reproduced by running that seed again.
+//! Model-based test of the work queue (reliability plan T1, queue part): seeded random
+//! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release with
+//! the current or a stale fence, reclaim of expired leases, dead letters, requeue, cancel, get),
+//! clock moves forwards and backwards, and reopens of the store file, run against the store and
+//! against the plain model in `tests/models/queue.rs` (shared with the `ops` fuzz harness).
+//! Every answer must agree, down to the error variant; at the end every item agrees on status,
+//! attempt, fence, due time and lease.
+//!
+//! A quarter of the sequences run on a store file in a tmpfs and reopen it now and then; the
+//! others run in memory. `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000);
+//! the test fails when the generators did not reach the rare paths (lease expiry with reclaim,
+//! dead-lettering, stale fences, reopen, clock moves back) often enough. Every sequence comes
+//! from a printed seed; `QUEUE_MODEL_SEED=<seed>` runs one alone.
 
 mod common;
+mod models;
 
-use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::Dice;
+use models::queue::{QueueModel, Swept, check_item};
+use models::{Expect, Refusal, Scratch, Stamp, compare};
 use serde_json::json;
-use spindle::{Error, FailOutcome, ItemStatus, ManualClock, NewItem, Options, Store};
+use spindle::{Durability, FailOutcome, ItemStatus, ManualClock, NewItem, Options, Page, Store};
 
 const T0: i64 = 1_700_000_000_000;
 const QUEUES: [&str; 2] = ["a", "b"];
-const LEASE_MS: i64 = 2_000;
+const LEASES: [i64; 4] = [500, 2_000, 2_000, 5_000];
+const ADVANCES: [i64; 5] = [100, 1_000, 2_500, 10_000, 70_000];
 
-/// The model's view of one item.
-#[derive(Debug, Clone)]
-struct Item {
-    id: String,
-    order: usize,
-    queue: &'static str,
-    priority: i64,
-    run_at_ms: i64,
-    attempt: u32,
-    max_attempts: u32,
-    status: ItemStatus,
-    fence: u64,
-    lease_expires_at_ms: i64,
+/// What a run reached, summed over every sequence.
+#[derive(Debug, Default)]
+struct Coverage {
+    claims: u64,
+    completions: u64,
+    heartbeats: u64,
+    retries: u64,
+    expiries_reclaimed: u64,
+    dead_lettered: u64,
+    requeued: u64,
+    cancelled: u64,
+    stale_fences: u64,
+    refusals: u64,
+    reopens: u64,
+    clock_back: u64,
 }
 
-#[derive(Default)]
-struct Model {
-    items: Vec<Item>,
+struct Harness {
+    seed: u64,
+    step: usize,
+    clock: ManualClock,
+    stamp: Stamp,
+    scratch: Option<Scratch>,
+    store: Store,
+    model: QueueModel,
 }
 
-impl Model {
-    fn backoff_ms(attempt: u32) -> i64 {
-        (1_000_i64 << attempt.saturating_sub(1).min(62)).min(64_000)
+fn open(path: Option<PathBuf>, clock: &ManualClock) -> Store {
+    let options = Options {
+        clock: Arc::new(clock.clone()),
+        durability: Durability::Normal,
+        inline: true,
+        ..Options::default()
+    };
+    match path {
+        Some(path) => Store::open_with(path, options).expect("open the store file"),
+        None => Store::open_in_memory_with(options).expect("open in memory"),
+    }
+}
+
+impl Harness {
+    fn new(seed: u64, dice: &mut Dice) -> Self {
+        let clock = ManualClock::new(T0);
+        let scratch = (dice.below(4) == 0).then(Scratch::new);
+        let store = open(scratch.as_ref().map(Scratch::file), &clock);
+        let stamp = Stamp::opened(T0);
+        Self { seed, step: 0, clock, stamp, scratch, store, model: QueueModel::default() }
     }
 
-    /// Expired leases of `queues` become retries or dead letters, as a claim does first.
-    fn reclaim(&mut self, queues: &[&str], now_ms: i64) {
-        for item in &mut self.items {
-            let expired = item.status == ItemStatus::Claimed && item.lease_expires_at_ms <= now_ms;
-            if expired && queues.contains(&item.queue) {
-                Self::settle(item, now_ms, true);
+    fn context(&self, op: &str) -> String {
+        format!("seed {} step {} ({op})", self.seed, self.step)
+    }
+
+    /// The store's time for the call about to be made.
+    fn now(&mut self) -> i64 {
+        self.stamp.next(self.clock.now_ms())
+    }
+
+    fn reopen(&mut self) -> bool {
+        let Some(scratch) = &self.scratch else { return false };
+        self.store.close().expect("close");
+        self.store = open(Some(scratch.file()), &self.clock);
+        self.stamp.reopened(self.clock.now_ms());
+        true
+    }
+
+    /// Every item of the model agrees with the store.
+    fn check_all(&self, context: &str) {
+        for item in &self.model.items {
+            let stored = self.store.queue().get(&item.id).expect("get");
+            check_item(context, &stored, item);
+        }
+    }
+
+    fn enqueue(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let queue = QUEUES[dice.below(2) as usize];
+        let priority = dice.below(3) as i64 - 1;
+        let delay_ms = [0, 0, 500, 3_000][dice.below(4) as usize];
+        let max_attempts = if dice.below(30) == 0 { 0 } else { 1 + dice.below(3) as u32 };
+        let now_ms = self.now();
+        let new = NewItem::new(queue, json!(self.step))
+            .priority(priority)
+            .run_at_ms(now_ms + delay_ms)
+            .max_attempts(max_attempts);
+        let context = self.context(&format!("enqueue {queue} max {max_attempts}"));
+        let result = self.store.queue().enqueue(new);
+        if max_attempts == 0 {
+            models::assert_refused(&context, &result, Refusal::InvalidInput);
+            c.refusals += 1;
+            return;
+        }
+        let enqueued = result.unwrap_or_else(|e| panic!("{context}: {e}"));
+        assert!(!enqueued.deduplicated, "{context}");
+        self.model.enqueue(enqueued.id, queue, priority, now_ms + delay_ms, max_attempts);
+    }
+
+    fn claim(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let queues: &[&str] = [&QUEUES[..1], &QUEUES[1..], &QUEUES[..]][dice.below(3) as usize];
+        let lease_ms = if dice.below(30) == 0 { 0 } else { LEASES[dice.below(4) as usize] };
+        let now_ms = self.now();
+        let context = self.context(&format!("claim {queues:?} for {lease_ms} at {now_ms}"));
+        let got = self.store.queue().claim("w", queues, lease_ms);
+        let expected = self.model.claim(queues, lease_ms, now_ms);
+        let swept = expected.as_ref().map_or(Swept::default(), |(_, swept)| *swept);
+        count_sweep(c, swept);
+        let got = got.map(|claimed| {
+            claimed.map(|claimed| {
+                let index = self.model.index(&claimed.item.id).expect("a known item");
+                check_item(&context, &claimed.item, &self.model.items[index]);
+                (claimed.item.id, claimed.fence, claimed.lease_expires_at_ms)
+            })
+        });
+        let expected = expected.map(|(claimed, _)| claimed);
+        c.claims += u64::from(matches!(expected, Ok(Some(_))));
+        c.refusals += u64::from(compare(&context, got, expected).is_some());
+    }
+
+    /// A fenced write (heartbeat, complete, fail or release) with the item's fence or a stale
+    /// one.
+    /// An item: mostly one in status `wanted` (if any), else any.
+    fn pick(&self, dice: &mut Dice, wanted: ItemStatus) -> Option<usize> {
+        let items = &self.model.items;
+        let matching: Vec<usize> =
+            (0..items.len()).filter(|&i| items[i].status == wanted).collect();
+        if !matching.is_empty() && dice.below(4) != 0 {
+            return Some(matching[dice.below(matching.len() as u64) as usize]);
+        }
+        (!items.is_empty()).then(|| dice.below(items.len() as u64) as usize)
+    }
+
+    fn fenced(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let Some(index) = self.pick(dice, ItemStatus::Claimed) else { return };
+        let item = &self.model.items[index];
+        let (id, fence) = (item.id.clone(), item.fence);
+        let fence = match dice.below(5) {
+            0 => fence.saturating_sub(1),
+            1 => fence + 1,
+            _ => fence,
+        };
+        let now_ms = self.now();
+        let action = dice.below(4);
+        let context = self.context(&format!("fenced {action} on {id} fence {fence} at {now_ms}"));
+        let refused = match action {
+            0 => {
+                let lease_ms = LEASES[dice.below(4) as usize];
+                let expected = self.model.heartbeat(index, fence, lease_ms, now_ms);
+                c.heartbeats += u64::from(expected.is_ok());
+                let got = self.store.queue().heartbeat(&id, fence, lease_ms);
+                compare(&context, got, expected)
             }
-        }
+            1 => {
+                let expected = self.model.complete(index, fence, now_ms);
+                c.completions += u64::from(expected.is_ok());
+                compare(&context, self.store.queue().complete(&id, fence, json!(1)), expected)
+            }
+            2 => self.fail(dice, index, fence, c),
+            _ => {
+                let expected = self.model.release(index, fence, now_ms);
+                compare(&context, self.store.queue().release(&id, fence), expected)
+            }
+        };
+        c.stale_fences += u64::from(refused == Some(Refusal::LeaseLost));
+        let stored = self.store.queue().get(&id).expect("get");
+        check_item(&context, &stored, &self.model.items[index]);
     }
 
-    fn settle(item: &mut Item, now_ms: i64, retryable: bool) -> FailOutcome {
-        if retryable && item.attempt < item.max_attempts {
-            item.status = ItemStatus::Pending;
-            item.run_at_ms = now_ms + Self::backoff_ms(item.attempt);
-            FailOutcome::Retrying { run_at_ms: item.run_at_ms }
+    fn fail(
+        &mut self,
+        dice: &mut Dice,
+        index: usize,
+        fence: u64,
+        c: &mut Coverage,
+    ) -> Option<Refusal> {
+        let retryable = dice.below(3) != 0;
+        let now_ms = self.stamp.peek(self.clock.now_ms());
+        let id = self.model.items[index].id.clone();
+        let context = self.context(&format!("fail {id} fence {fence} retryable {retryable}"));
+        let expected: Expect<FailOutcome> = self.model.fail(index, fence, retryable, now_ms);
+        match expected {
+            Ok(FailOutcome::DeadLettered) => c.dead_lettered += 1,
+            Ok(FailOutcome::Retrying { .. }) => c.retries += 1,
+            Err(_) => {}
+        }
+        compare(&context, self.store.queue().fail(&id, fence, "boom", retryable), expected)
+    }
+
+    fn reclaim(&mut self, c: &mut Coverage) {
+        let now_ms = self.now();
+        let context = self.context(&format!("reclaim_expired at {now_ms}"));
+        let swept = self.model.reclaim(None, now_ms);
+        count_sweep(c, swept);
+        let got = self.store.queue().reclaim_expired().expect("reclaim");
+        assert_eq!(
+            (got.retried, got.dead_lettered),
+            (swept.retried, swept.dead_lettered),
+            "{context}"
+        );
+    }
+
+    fn requeue_or_cancel(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let requeue = dice.below(2) == 0;
+        let wanted = if requeue { ItemStatus::Dead } else { ItemStatus::Pending };
+        let Some(index) = self.pick(dice, wanted) else { return };
+        let id = self.model.items[index].id.clone();
+        let now_ms = self.now();
+        let refused = if requeue {
+            let context = self.context(&format!("requeue {id}"));
+            let expected = self.model.requeue(index, now_ms);
+            c.requeued += u64::from(expected.is_ok());
+            compare(&context, self.store.queue().requeue(&id), expected)
         } else {
-            item.status = ItemStatus::Dead;
-            FailOutcome::DeadLettered
+            let context = self.context(&format!("cancel {id}"));
+            let expected = self.model.cancel(index);
+            c.cancelled += u64::from(expected.is_ok());
+            compare(&context, self.store.queue().cancel(&id), expected)
+        };
+        c.refusals += u64::from(refused.is_some());
+    }
+
+    fn dead_letters(&mut self, dice: &mut Dice) {
+        let queue = QUEUES[dice.below(2) as usize];
+        self.now();
+        let dead = self.store.queue().dead_letters(queue, Page::first(1_000)).expect("dead");
+        let mut got: Vec<String> = dead.into_iter().map(|item| item.id).collect();
+        got.sort();
+        assert_eq!(got, self.model.dead(queue), "{}", self.context("dead_letters"));
+    }
+
+    fn move_clock(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let delta_ms = ADVANCES[dice.below(ADVANCES.len() as u64) as usize];
+        if dice.below(5) == 0 {
+            self.clock.advance_ms(-delta_ms);
+            c.clock_back += 1;
+        } else {
+            self.clock.advance_ms(delta_ms);
         }
     }
-
-    fn claim(&mut self, queues: &[&str], now_ms: i64) -> Option<(String, u64)> {
-        self.reclaim(queues, now_ms);
-        let next = self
-            .items
-            .iter_mut()
-            .filter(|i| i.status == ItemStatus::Pending && i.run_at_ms <= now_ms)
-            .filter(|i| queues.contains(&i.queue))
-            .min_by_key(|i| (-i.priority, i.run_at_ms, i.order))?;
-        next.status = ItemStatus::Claimed;
-        next.attempt += 1;
-        next.fence += 1;
-        next.lease_expires_at_ms = now_ms + LEASE_MS;
-        Some((next.id.clone(), next.fence))
-    }
-
-    /// The item if `fence` holds its live lease.
-    fn held(&mut self, index: usize, fence: u64, now_ms: i64) -> Option<&mut Item> {
-        let item = self.items.get_mut(index)?;
-        let live = item.status == ItemStatus::Claimed
-            && item.fence == fence
-            && item.lease_expires_at_ms > now_ms;
-        live.then_some(item)
-    }
 }
 
-fn store(clock: &ManualClock) -> Store {
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    Store::open_in_memory_with(options).expect("open")
-}
-
-fn lease_lost<T: std::fmt::Debug>(result: &spindle::Result<T>) -> bool {
-    matches!(result, Err(Error::LeaseLost(_)))
+fn count_sweep(c: &mut Coverage, swept: Swept) {
+    c.expiries_reclaimed += swept.retried + swept.dead_lettered;
+    c.dead_lettered += swept.dead_lettered;
 }
 
 /// Runs one sequence; panics with the seed and step on the first disagreement.
-fn run(seed: u64, steps: usize) {
-    let mut dice = Dice(seed | 1);
-    let clock = ManualClock::new(T0);
-    let store = store(&clock);
-    let queue = store.queue();
-    let mut model = Model::default();
-    let mut ids: BTreeMap<String, usize> = BTreeMap::new();
+fn run(seed: u64, c: &mut Coverage) {
+    let mut dice = Dice::new(seed);
+    let steps = 1 + dice.below(100) as usize;
+    let mut h = Harness::new(seed, &mut dice);
     for step in 0..steps {
-        let now_ms = clock.now_ms();
-        let context = format!("seed {seed}, step {step}");
-        let pick = |dice: &mut Dice, n: usize| dice.below(n.max(1) as u64) as usize;
-        match dice.below(9) {
-            0 | 1 => {
-                let q = QUEUES[pick(&mut dice, 2)];
-                let priority = dice.below(3) as i64 - 1;
-                let delay_ms = [0, 0, 500, 3_000][pick(&mut dice, 4)];
-                let max_attempts = 1 + dice.below(3) as u32;
-                let new = NewItem::new(q, json!(step))
-                    .priority(priority)
-                    .run_at_ms(now_ms + delay_ms)
-                    .max_attempts(max_attempts);
-                let id = queue.enqueue(new).expect("enqueue").id;
-                ids.insert(id.clone(), model.items.len());
-                model.items.push(Item {
-                    id,
-                    order: model.items.len(),
-                    queue: q,
-                    priority,
-                    run_at_ms: now_ms + delay_ms,
-                    attempt: 0,
-                    max_attempts,
-                    status: ItemStatus::Pending,
-                    fence: 0,
-                    lease_expires_at_ms: 0,
-                });
-            }
-            2 | 3 => {
-                let queues: &[&str] = [&QUEUES[..1], &QUEUES[1..], &QUEUES[..]][pick(&mut dice, 3)];
-                let got = queue.claim("w", queues, LEASE_MS).expect("claim");
-                let expected = model.claim(queues, now_ms);
-                let got = got.map(|c| (c.item.id, c.fence));
-                assert_eq!(got, expected, "claim of {queues:?} at {context}");
-            }
-            4 | 5 => {
-                // Complete, fail or release with the current fence, or a stale one.
-                let index = pick(&mut dice, model.items.len());
-                let Some(item) = model.items.get(index) else { continue };
-                let (id, stale) = (item.id.clone(), dice.below(4) == 0);
-                let fence = if stale { item.fence.saturating_sub(1) } else { item.fence };
-                let action = dice.below(3);
-                let held = model.held(index, fence, now_ms).is_some();
-                match action {
-                    0 => {
-                        let result = queue.complete(&id, fence, json!(null));
-                        assert_eq!(result.is_ok(), held, "complete at {context}: {result:?}");
-                        assert!(held || lease_lost(&result), "complete at {context}: {result:?}");
-                        if let Some(item) = model.held(index, fence, now_ms) {
-                            item.status = ItemStatus::Completed;
-                        }
-                    }
-                    1 => {
-                        let retryable = dice.below(3) != 0;
-                        let result = queue.fail(&id, fence, "boom", retryable);
-                        let expected = model
-                            .held(index, fence, now_ms)
-                            .map(|i| Model::settle(i, now_ms, retryable));
-                        match (result, expected) {
-                            (Ok(got), Some(expected)) => {
-                                assert_eq!(got, expected, "fail at {context}")
-                            }
-                            (Err(Error::LeaseLost(_)), None) => {}
-                            (got, expected) => panic!("fail at {context}: {got:?} vs {expected:?}"),
-                        }
-                    }
-                    _ => {
-                        let result = queue.release(&id, fence);
-                        assert_eq!(result.is_ok(), held, "release at {context}: {result:?}");
-                        if let Some(item) = model.held(index, fence, now_ms) {
-                            item.status = ItemStatus::Pending;
-                            item.attempt -= 1;
-                        }
-                    }
+        h.step = step;
+        match dice.below(20) {
+            0..=3 => h.enqueue(&mut dice, c),
+            4..=7 => h.claim(&mut dice, c),
+            8..=12 => h.fenced(&mut dice, c),
+            13 => h.reclaim(c),
+            14 => h.requeue_or_cancel(&mut dice, c),
+            15 => h.dead_letters(&mut dice),
+            16 => {
+                if dice.below(2) == 0 && h.reopen() {
+                    c.reopens += 1;
+                    h.check_all(&h.context("reopened"));
                 }
             }
-            6 => {
-                let index = pick(&mut dice, model.items.len());
-                let Some(item) = model.items.get_mut(index) else { continue };
-                let result = queue.requeue(&item.id);
-                assert_eq!(result.is_ok(), item.status == ItemStatus::Dead, "requeue at {context}");
-                if item.status == ItemStatus::Dead {
-                    item.status = ItemStatus::Pending;
-                    item.attempt = 0;
-                    item.run_at_ms = now_ms;
-                }
-            }
-            _ => clock.advance_ms([100, 1_000, 2_500, 10_000][pick(&mut dice, 4)]),
+            _ => h.move_clock(&mut dice, c),
         }
     }
-    // Finally every item agrees on status, attempt and fence.
-    for item in &model.items {
-        let stored = queue.get(&item.id).expect("get");
-        let lapsed =
-            item.status == ItemStatus::Claimed && item.lease_expires_at_ms <= clock.now_ms();
-        if !lapsed {
-            assert_eq!(
-                (stored.status, stored.attempt, stored.fence),
-                (item.status, item.attempt, item.fence),
-                "item {} at the end of seed {seed}",
-                ids[&item.id]
-            );
-        }
+    h.now();
+    h.check_all(&h.context("end of sequence"));
+    if h.reopen() {
+        c.reopens += 1;
+        h.check_all(&h.context("end of sequence, reopened"));
     }
+    h.store.close().expect("close");
 }
 
 #[test]
 fn random_call_sequences_agree_with_the_model() {
-    for seed in 1..=300_u64 {
-        run(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15), 60);
+    let mut c = Coverage::default();
+    if !models::run_cases("QUEUE_MODEL_SEED", |seed| run(seed, &mut c)) {
+        return;
     }
+    println!("{c:?}");
+    models::assert_floors(
+        "queue",
+        &[
+            ("claims", c.claims, 5_000),
+            ("completions", c.completions, 500),
+            ("heartbeats", c.heartbeats, 300),
+            ("retries", c.retries, 300),
+            ("lease expiries reclaimed", c.expiries_reclaimed, 50),
+            ("dead letters", c.dead_lettered, 50),
+            ("requeues", c.requeued, 50),
+            ("cancels", c.cancelled, 50),
+            ("stale fences (LeaseLost)", c.stale_fences, 50),
+            ("refusals", c.refusals, 300),
+            ("reopens", c.reopens, 50),
+            ("clock moves backwards", c.clock_back, 50),
+        ],
+    );
 }

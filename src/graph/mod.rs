@@ -824,10 +824,15 @@ pub(crate) fn alarm_job() -> Job {
 /// What a writable store does with graphs when it opens: recovers the running graphs of every
 /// tenant (if `recover`), then fails those past their deadline and sets the alarm for the next
 /// one. Another process holding the write lock runs its own sweeps: `Busy` is no failure.
+/// A suspended tenant's graphs are left as they are (its writes are refused: it cannot finish
+/// a node either); they are recovered at the first open after it is active again.
 pub(crate) fn at_open(store: &Store, recover: bool) -> Result<()> {
     if recover {
         for tenant in store.exec(RunningTenants)? {
-            store.tenant(&tenant)?.graphs().recover()?;
+            match store.tenant(&tenant)?.graphs().recover() {
+                Ok(_) | Err(Error::TenantSuspended(_)) => {}
+                Err(error) => return Err(error),
+            }
         }
     }
     match store.exec(ExpireDeadlines) {

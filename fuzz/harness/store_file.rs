@@ -19,15 +19,25 @@
 //! length); then each 4 bytes are one edit: page (modulo the page count), offset in the page
 //! (two bytes, little-endian, modulo 4096), and the byte written there; with `APPEND` the
 //! last edit's 4 bytes are appended instead. At most [`EDITS_MAX`] edits.
+//!
+//! Every `Error` variant but those three counts as typed. Damaged rows surface today not only
+//! as `Corrupt` but also as `Sqlite` (a text column that is not UTF-8, a NULL where a value
+//! belongs, a table or column renamed in the schema text) and `Json` (a payload that no longer
+//! parses); and on a read-only store `auth().tenants()` and `auth().tokens()` answer
+//! `ReadOnly`. [`Outcome::errors`] names each (call and variant), so the replay test can show
+//! them. The template's ids and secrets are random, so an edit may hit other bytes of a row in
+//! another process: a seed keeps its kind of damage, not always its exact effect.
 
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::json;
 use spindle::process::StatusFilter;
 use spindle::{
-    AppendRequest, Error, EventType, ExecutionFilter, LeaseOwner, ListFilter, ManualClock, NewItem,
-    NodeOptions, NodeSpec, Options, Page, Registration, Role, Store, Stream, TokenColor,
+    AppendRequest, Durability, Error, EventType, ExecutionFilter, LeaseOwner, ListFilter,
+    ManualClock, NewItem, NodeOptions, NodeSpec, Options, Page, Registration, Role, Store, Stream,
+    TokenColor,
 };
 
 /// Flag bit: open the copy read-only.
@@ -77,12 +87,13 @@ pub fn outcome(data: &[u8]) -> Outcome {
     let template = template();
     let flags = data.first().copied().unwrap_or(0);
     let bytes = mutate(&template.bytes, data);
-    let dir = tempfile::tempdir().expect("temporary directory");
+    let dir = scratch_dir();
     let path = dir.path().join("store.db");
     std::fs::write(&path, &bytes).expect("write the copy");
     let options = Options {
         clock: Arc::new(ManualClock::new(START_MS)),
         busy_timeout: Duration::from_millis(50),
+        durability: Durability::Normal,
         read_only: flags & READ_ONLY != 0,
         ..Options::default()
     };
@@ -100,6 +111,14 @@ pub fn outcome(data: &[u8]) -> Outcome {
         outcome.errors.push(format!("close: {}", typed(&error)));
     }
     outcome
+}
+
+/// A fresh directory for one copy: in memory (`/dev/shm`) where there is one, as the copy is
+/// thrown away and syncing it to a disk would only slow the fuzzer down.
+fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let in_memory = if shm.is_dir() { tempfile::tempdir_in(shm).ok() } else { None };
+    in_memory.unwrap_or_else(|| tempfile::tempdir().expect("temporary directory"))
 }
 
 /// The template's bytes with the input's edits.

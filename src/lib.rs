@@ -101,6 +101,9 @@ mod store;
 mod subscription;
 
 pub mod auth;
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod graph;
 pub mod log;
 pub mod process;

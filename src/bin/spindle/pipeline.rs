@@ -10,6 +10,9 @@
 //!
 //! Everything is checked before anything is written: a bad file is one error naming the file,
 //! the node and the reason.
+//!
+//! The fuzz harness `fuzz/harness/pipeline.rs` includes this file as it is (`#[path]`), so it
+//! uses only `spindle`, `serde`, `serde_json`, `sha2` and std.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -89,14 +92,24 @@ const RUN_BYTES_MAX: usize = 64 * 1024;
 /// Reads and checks a pipeline file.
 pub fn load(path: &Path) -> Result<Pipeline, BadPipeline> {
     let file = path.display().to_string();
-    let bad = |node: Option<&str>, reason: String| BadPipeline {
+    let text = std::fs::read_to_string(path).map_err(|e| BadPipeline {
         file: file.clone(),
+        node: None,
+        reason: format!("cannot read: {e}"),
+    })?;
+    parse(&file, &text)
+}
+
+/// Checks the text of a pipeline file; `file` names it in the error. What [`load`] does once
+/// it has read the file (the fuzz harness `fuzz/harness/pipeline.rs` calls it directly).
+pub fn parse(file: &str, text: &str) -> Result<Pipeline, BadPipeline> {
+    let bad = |node: Option<&str>, reason: String| BadPipeline {
+        file: file.to_owned(),
         node: node.map(str::to_owned),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(None, format!("cannot read: {e}")))?;
-    let value: Value = serde_json::from_str(&text).map_err(|e| bad(None, format!("{e}")))?;
-    let raw: RawPipeline = serde_json::from_str(&text).map_err(|e| bad(None, format!("{e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| bad(None, format!("{e}")))?;
+    let raw: RawPipeline = serde_json::from_str(text).map_err(|e| bad(None, format!("{e}")))?;
     let hash = hex(&Sha256::digest(value.to_string().as_bytes()));
     check(raw, hash).map_err(|(node, reason)| bad(node.as_deref(), reason))
 }

@@ -169,11 +169,24 @@ impl Error {
                 message.clone().unwrap_or_else(|| code.to_string())
             )),
             ErrorCode::DatabaseCorrupt => {
+                SQLITE_FOUND_CORRUPTION.with(|found| found.set(true));
                 Self::Corrupt(message.clone().unwrap_or_else(|| code.to_string()))
             }
             _ => Self::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone())),
         }
     }
+}
+
+thread_local! {
+    /// Set when an error SQLite itself reported as corruption was mapped on this thread (an
+    /// `Error::Corrupt` a caller or a row decoder makes does not set it): the actor reads it
+    /// after each job to refuse writes to a damaged file.
+    static SQLITE_FOUND_CORRUPTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether SQLite reported corruption on this thread since the last call (and forgets it).
+pub(crate) fn take_sqlite_corruption() -> bool {
+    SQLITE_FOUND_CORRUPTION.with(|found| found.replace(false))
 }
 
 impl From<rusqlite::Error> for Error {

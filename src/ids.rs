@@ -51,8 +51,12 @@ impl IdGen {
     /// A new id stamped with `now_ms`, as lowercase hyphenated text.
     pub(crate) fn next(&self, now_ms: i64) -> String {
         let mut state = self.state.borrow_mut();
-        let ms = u64::try_from(now_ms).unwrap_or(0).max(state.last_ms);
-        if ms == state.last_ms && state.counter < (1 << COUNTER_BITS) - 1 {
+        let mut ms = u64::try_from(now_ms).unwrap_or(0).max(state.last_ms);
+        if ms == state.last_ms && state.counter == (1 << COUNTER_BITS) - 1 {
+            // The millisecond's counter is spent: the id moves to the next one, still in order.
+            ms += 1;
+        }
+        if ms == state.last_ms {
             state.counter += 1;
         } else {
             // A new millisecond starts the counter at a random point in its lower half, as

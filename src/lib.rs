@@ -80,7 +80,8 @@
 //!
 //! # How it works
 //!
-//! A [`Store`] sends each call to one actor thread through a bounded mailbox. The actor takes
+//! A [`Store`] sends each call to one actor thread through a bounded mailbox (or, with
+//! [`Options::inline`], runs the actor's loop on the calling thread). The actor takes
 //! a message, drains up to `batch_max` more, and runs them in one transaction with one
 //! savepoint per operation that needs one (group commit: one fsync for the whole batch). After `COMMIT` it
 //! replies to every caller and publishes every event. See `ARCHITECTURE.md` for the map.

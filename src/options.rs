@@ -65,11 +65,13 @@ pub struct Options {
     /// for live subscribers) happens at the next call rather than on its own. Default false.
     pub inline: bool,
     /// Seed of everything random the store makes (generated ids, token secrets): with the same
-    /// seed, a `ManualClock` and the same calls, two runs give byte-identical results. `None`
-    /// (the default) keys the store's randomness from the operating system. A seeded store's
-    /// token secrets are as predictable as its seed: for tests and fuzzing only. A seeded file
-    /// store also folds in what the file holds (it counts every table's rows at open) and the
-    /// time, so that a reopened store's ids do not repeat an earlier session's.
+    /// seed, a `ManualClock` and the same calls, two runs of an inline store give byte-identical
+    /// results (a store on its own thread too, but for graph deadlines, which its thread runs
+    /// when it is idle, so whether one ran before a read depends on timing). `None` (the
+    /// default) keys the store's randomness from the operating system. A seeded store's token
+    /// secrets are as predictable as its seed: for tests and fuzzing only. A seeded writable
+    /// file store also folds in what the file holds (it reads every row at open) and the time,
+    /// so that a reopened store's ids do not repeat an earlier session's.
     pub seed: Option<u64>,
     /// The name of a registered SQLite VFS (virtual file system) to open the file through,
     /// for a test that injects faults or a file system of the caller's own; it must already be

@@ -121,7 +121,10 @@ impl Store {
         Self::open_in_memory_with(Options::default())
     }
 
-    /// Opens a private in-memory store with `options` (a `ManualClock`, say).
+    /// Opens a private in-memory store with `options` (a `ManualClock`, say). It starts as a
+    /// copy of a fresh store (or on a closed in-memory store's connection, wiped), so opening
+    /// one costs a fraction of a millisecond; it holds at most 1 GiB (SQLite's bound for such
+    /// copies), past which writes fail with `DiskFull`.
     ///
     /// # Errors
     /// `InvalidInput` for unusable options.
@@ -328,7 +331,7 @@ impl Store {
     }
 
     /// Closes the store for every handle: finishes the queued work, commits, checkpoints and
-    /// truncates the WAL, closes the file and stops the thread. Later calls on any handle
+    /// truncates the WAL, closes the file and stops the thread (if it has one). Later calls on any handle
     /// return `Closed`; closing again returns `Ok`.
     ///
     /// # Errors

@@ -198,3 +198,37 @@ fn fill(store: &Store) {
     store.auth().create_tenant("acme", "Acme").expect("tenant");
     store.tenant("acme").expect("view").auth().create_token("t", Role::Admin, None).expect("token");
 }
+
+#[test]
+fn a_call_back_into_an_outer_store_through_an_inner_one_is_refused_not_a_deadlock() {
+    for outer_inline in [true, false] {
+        let options = Options { inline: outer_inline, ..Options::default() };
+        let outer = Store::open_in_memory_with(options).expect("open outer");
+        let inner = inline_store();
+        let back = outer.clone();
+        let answer = outer.transaction(move |_tx| {
+            // The inner store's closure runs on this same thread and calls the outer store.
+            let nested = inner.transaction(move |_tx| {
+                Ok(TxOutcome::Commit(back.events().head(Stream::custom("s"))))
+            });
+            Ok(TxOutcome::Commit(nested))
+        });
+        let nested = answer.expect("outer closure ran").expect("inner closure ran");
+        assert!(matches!(nested, Err(Error::InvalidInput(_))), "{nested:?}");
+        assert!(outer.events().head(Stream::custom("s")).is_ok(), "the outer store goes on");
+    }
+}
+
+#[test]
+fn a_closure_that_returns_corrupt_does_not_stop_anyone_writing() {
+    let store = inline_store();
+    let said = store.transaction(|_tx| -> spindle::Result<TxOutcome<()>> {
+        Err(Error::Corrupt("not really".into()))
+    });
+    assert!(matches!(said, Err(Error::Corrupt(_))));
+    let appended = store.events().append(Stream::custom("s"), "a", json!(1));
+    assert!(
+        appended.is_ok(),
+        "only SQLite's own report of corruption refuses writes: {appended:?}"
+    );
+}

@@ -21,7 +21,7 @@
 //! An inline store (`Options::inline`) has no thread: [`Inline`] runs the same batch for each
 //! call on the caller's thread, under a lock.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -33,6 +33,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounde
 use parking_lot::Mutex;
 use rusqlite::wal::CheckpointMode;
 use rusqlite::{Connection, OptionalExtension};
+use sha2::{Digest, Sha256};
 
 use crate::core::bell::Bell;
 use crate::core::checkpoint::WalSchedule;
@@ -77,16 +78,17 @@ pub(crate) struct ActorState {
 }
 
 thread_local! {
-    /// The address of the `ActorState` whose actor this thread is running right now (0: none).
-    /// A call made from there (an op calling back into its own store) would wait for itself
-    /// forever, so it is refused.
-    static ACTING: Cell<usize> = const { Cell::new(0) };
+    /// The addresses of the `ActorState`s whose actors this thread is running right now,
+    /// innermost last (an inline store's op may call another store). A call from there into one
+    /// of them (an op calling back into its own store) would wait for itself forever, so it is
+    /// refused.
+    static ACTING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 impl ActorState {
-    /// Whether the current thread is running this store's actor.
+    /// Whether the current thread is running this store's actor (at any depth).
     pub(crate) fn on_actor_thread(&self) -> bool {
-        ACTING.with(|acting| acting.get() == self.address())
+        ACTING.with(|acting| acting.borrow().contains(&self.address()))
     }
 
     fn address(&self) -> usize {
@@ -94,21 +96,19 @@ impl ActorState {
     }
 }
 
-/// Marks the current thread as running an actor while it lives, and restores what it was
-/// before (an inline store's op may call another inline store).
-struct Acting {
-    before: usize,
-}
+/// Marks the current thread as running an actor while it lives.
+struct Acting;
 
 impl Acting {
     fn enter(state: &ActorState) -> Self {
-        Self { before: ACTING.with(|acting| acting.replace(state.address())) }
+        ACTING.with(|acting| acting.borrow_mut().push(state.address()));
+        Acting
     }
 }
 
 impl Drop for Acting {
     fn drop(&mut self) {
-        ACTING.with(|acting| acting.set(self.before));
+        ACTING.with(|acting| acting.borrow_mut().pop());
     }
 }
 
@@ -287,18 +287,25 @@ pub(crate) struct EngineHooks {
     pub(crate) owned_streams: &'static [OwnedStreams],
 }
 
-/// The seed of the store's randomness: `Options::seed`, and for a file store also what the file
-/// holds and the time, so that each session of a seeded file store makes ids of its own.
+/// The seed of the store's randomness: `Options::seed`, and for a writable file store also
+/// what the file holds and the time, so that each session of a seeded file store makes ids of
+/// its own.
 fn seed_at_open(conn: &Connection, location: &Location, options: &Options) -> Result<Option<u64>> {
     let Some(seed) = options.seed else {
         return Ok(None);
     };
-    if matches!(location, Location::Memory) {
+    if matches!(location, Location::Memory) || options.read_only {
         return Ok(Some(seed));
     }
-    let held = schema::content_fingerprint(conn)?;
+    let held = schema::content_digest(conn)?;
     let now_ms = options.clock.now_ms();
-    Ok(Some(seed ^ held.rotate_left(17) ^ (now_ms as u64).rotate_left(41)))
+    let mut hasher = Sha256::new();
+    hasher.update(seed.to_le_bytes());
+    hasher.update(held);
+    hasher.update(now_ms.to_le_bytes());
+    let mut first = [0_u8; 8];
+    first.copy_from_slice(&hasher.finalize()[..8]);
+    Ok(Some(u64::from_le_bytes(first)))
 }
 
 /// The earlier of two optional times.
@@ -350,8 +357,11 @@ impl Actor {
         };
         let connection = ConnectionState::read(&conn)?;
         let schema = RefCell::new(schema);
+        // A VFS of the caller's own need not keep its files in the operating system's.
         let file = match location {
-            Location::File(path) if !options.read_only => FileWatch::new(path),
+            Location::File(path) if !options.read_only && options.vfs.is_none() => {
+                FileWatch::new(path)
+            }
             _ => None,
         };
         Ok(Self {
@@ -643,6 +653,8 @@ impl Actor {
             return self.abandon(batch, &error);
         }
         let scope = job.scope.clone();
+        // Only what SQLite reports while this job runs counts against the file.
+        crate::error::take_sqlite_corruption();
         let engine = Engine {
             conn: &self.conn,
             limits: &self.limits,
@@ -767,11 +779,16 @@ impl Actor {
         self.poisoned = Some(reason);
     }
 
-    /// After SQLite reports the file corrupt, writes are refused: writing into damaged pages
-    /// could spread the damage.
+    /// After SQLite itself reports the file corrupt (not an op or a closure returning
+    /// `Error::Corrupt`), writes are refused: writing into damaged pages could spread the
+    /// damage.
     fn notice_corruption(&mut self, error: Option<&Error>) {
-        if let Some(Error::Corrupt(found)) = error {
-            self.corrupt.get_or_insert_with(|| found.clone());
+        if crate::error::take_sqlite_corruption() {
+            let found = match error {
+                Some(Error::Corrupt(found)) => found.clone(),
+                _ => "SQLite reported the file corrupt".to_owned(),
+            };
+            self.corrupt.get_or_insert(found);
         }
     }
 

@@ -58,6 +58,8 @@ pub(crate) fn retire(conn: Connection, kept: Kept) -> Result<()> {
         let mut spares = SPARES.lock();
         if spares.len() < SPARES_MAX {
             spares.push(Opened { conn, kept: Some(kept) });
+            #[cfg(test)]
+            tests::KEPT_HERE.with(|kept| kept.set(kept.get() + 1));
             return Ok(());
         }
     }
@@ -69,6 +71,8 @@ struct Image {
     bytes: Vec<u8>,
     /// `PRAGMA schema_version` of a fresh store.
     schema_version: i64,
+    /// `PRAGMA page_count` of a fresh store.
+    page_count: i64,
     /// Every table of a fresh store with the rows it holds, each before the tables its foreign
     /// keys point to (so deleting in this order breaks no key, and inserting backwards neither).
     tables: Vec<(String, Vec<Row>)>,
@@ -93,6 +97,7 @@ impl Image {
         let mut conn = Connection::open_in_memory()?;
         schema::create(&mut conn)?;
         let schema_version = schema_version(&conn)?;
+        let page_count = pragma(&conn, "page_count")?;
         let tables = children_first(&conn)?
             .into_iter()
             .map(|name| {
@@ -101,15 +106,19 @@ impl Image {
             })
             .collect::<Result<_>>()?;
         let bytes = conn.serialize(MAIN_DB)?.to_vec();
-        Ok(Image { bytes, schema_version, tables })
+        Ok(Image { bytes, schema_version, page_count, tables })
     }
 }
 
-/// Puts a fresh store's rows back in a connection whose schema is a fresh store's; whether it
-/// did. The guard is idle between jobs, so these statements are the store's own.
+/// Puts a fresh store's rows back in a connection whose schema and size are a fresh store's;
+/// whether it did. One that grew is not kept: deleting rows does not shrink a database, and
+/// its size would show (to `file_bytes_max`, to a caller's `PRAGMA page_count`). The guard is
+/// idle between jobs, so these statements are the store's own.
 fn wipe(conn: &Connection) -> Result<bool> {
     let image = Image::get()?;
-    if !conn.is_autocommit() || schema_version(conn)? != image.schema_version {
+    let fresh_shape = schema_version(conn)? == image.schema_version
+        && pragma(conn, "page_count")? == image.page_count;
+    if !conn.is_autocommit() || !fresh_shape {
         return Ok(false);
     }
     conn.execute_batch("BEGIN")?;
@@ -170,13 +179,42 @@ fn rows_of(conn: &Connection, table: &str) -> Result<Vec<Row>> {
 }
 
 fn schema_version(conn: &Connection) -> Result<i64> {
-    Ok(conn.pragma_query_value(None, "schema_version", |row| row.get(0))?)
+    pragma(conn, "schema_version")
+}
+
+fn pragma(conn: &Connection, name: &str) -> Result<i64> {
+    Ok(conn.pragma_query_value(None, name, |row| row.get(0))?)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::core::schema::tests::schema_of;
+
+    thread_local! {
+        /// Connections this thread kept as spares (an inline store closes on its caller's
+        /// thread, so a test sees its own).
+        pub(crate) static KEPT_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    #[test]
+    fn an_inline_store_that_wrote_in_every_domain_leaves_its_connection_as_a_spare() -> Result<()> {
+        use serde_json::json;
+        let options = crate::Options { inline: true, ..crate::Options::default() };
+        let store = crate::Store::open_in_memory_with(options)?;
+        let flows = store.workflows();
+        flows.put_definition("w", "v1", json!({}))?;
+        let execution = flows.create_execution("w", "v1", json!({}))?;
+        flows.write_snapshot(&execution.id, 0, json!({}))?;
+        let registration = crate::Registration::new("p", "tool", json!({}));
+        store.processes().register(registration)?;
+        store.processes().append_event("p", crate::AppendRequest::cancel_requested("test"))?;
+        store.queue().enqueue(crate::NewItem::new("q", json!({})))?;
+        let before = KEPT_HERE.with(std::cell::Cell::get);
+        store.close()?;
+        assert_eq!(KEPT_HERE.with(std::cell::Cell::get), before + 1, "wiped and kept");
+        Ok(())
+    }
 
     fn count(conn: &Connection, table: &str) -> Result<i64> {
         let sql = format!("SELECT count(*) FROM main.{table}");
@@ -200,6 +238,12 @@ mod tests {
         zeroblob(4000), 0 FROM (WITH RECURSIVE n(value) AS (SELECT 1 UNION ALL
         SELECT value + 1 FROM n WHERE value < 500) SELECT value FROM n)";
 
+    /// A few small rows: they fit in the tables' first pages, so the database does not grow.
+    const SMALL_FILL: &str = "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq,
+        event_type, payload, created_at_ms) SELECT 'default', 'custom', 's', value, 't', '{}', 0
+        FROM (WITH RECURSIVE n(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM n
+        WHERE value < 5) SELECT value FROM n)";
+
     /// Rows linked by foreign keys: a snapshot of an execution of a definition.
     const LINKED: &str = "INSERT INTO main.workflow_definitions VALUES ('default', 'w', 'v1',
         '{}', 'h', 1, 0);
@@ -220,13 +264,13 @@ mod tests {
     #[test]
     fn a_wiped_connection_holds_nothing_and_counts_from_the_start_again() -> Result<()> {
         let conn = fresh()?;
-        conn.execute_batch(FILL)?;
+        conn.execute_batch(SMALL_FILL)?;
         conn.execute_batch(LINKED)?;
         let positions = "SELECT max(position) FROM main.events";
         let first: i64 = conn.query_row(positions, [], |row| row.get(0))?;
         assert!(wipe(&conn)?);
         assert_eq!(dump(&conn)?, dump(&fresh()?)?, "a fresh store's rows, and only those");
-        conn.execute_batch(FILL)?;
+        conn.execute_batch(SMALL_FILL)?;
         let again: i64 = conn.query_row(positions, [], |row| row.get(0))?;
         assert_eq!(again, first, "positions start again from 1");
         assert_eq!(schema::read_pragma(&conn, "foreign_keys")?, "1");
@@ -250,6 +294,15 @@ mod tests {
             }
         }
         assert!(links >= 6, "the schema's foreign keys were seen ({links})");
+        Ok(())
+    }
+
+    #[test]
+    fn a_connection_that_grew_is_not_kept() -> Result<()> {
+        let conn = fresh()?;
+        conn.execute_batch(FILL)?;
+        assert!(!wipe(&conn)?, "its size would show to the next store");
+        assert_eq!(count(&conn, "events")?, 500, "nothing was deleted");
         Ok(())
     }
 

@@ -27,10 +27,12 @@ pub(crate) struct FileWatch {
 }
 
 impl FileWatch {
-    /// Notes what `path` names now (`None` where identities cannot be read: not on Unix).
+    /// Notes what `path` names now (`None` where identities cannot be read: not on Unix). The
+    /// path is made absolute first, so that the process changing its directory changes nothing.
     pub(crate) fn new(path: &Path) -> Option<Self> {
-        let opened = identity(path).ok()??;
-        Some(Self { path: path.to_path_buf(), opened })
+        let path = std::path::absolute(path).ok()?;
+        let opened = identity(&path).ok()??;
+        Some(Self { path, opened })
     }
 
     /// `Ok` while the path names the file the store opened.

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
-use rusqlite::types::Value;
+use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use sha2::{Digest, Sha256};
 
 use crate::core::fresh;
 use crate::core::guard::{JobGuard, SchemaLinks};
@@ -108,25 +109,47 @@ fn open_connection(location: &Location, options: &Options) -> Result<Connection>
     Ok(conn)
 }
 
-/// What a store holds, in a number: the rows of every table and the autoincrement counters.
-/// A seeded file store folds it into its seed at open, so that a reopened store's ids do not
-/// repeat those of an earlier session (its id stream would otherwise start over). A scan of
-/// every table: fine for the tests and harnesses that seed a store.
-pub(crate) fn content_fingerprint(conn: &Connection) -> Result<u64> {
-    let mut statement = conn.prepare(
-        "SELECT name FROM main.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
-         ORDER BY name",
-    )?;
+/// What a store holds, digested: every row of every table, the autoincrement counters
+/// included. A seeded file store folds it into its seed at open, so that a reopened store's ids
+/// do not repeat those of an earlier session (its id stream would otherwise start over). A
+/// read of the whole file: fine for the tests and harnesses that seed a store.
+pub(crate) fn content_digest(conn: &Connection) -> Result<[u8; 32]> {
+    let mut statement =
+        conn.prepare("SELECT name FROM main.sqlite_schema WHERE type = 'table' ORDER BY name")?;
     let tables = statement.query_map([], |row| row.get::<_, String>(0))?;
-    let mut fingerprint = 0_u64;
+    let mut hasher = Sha256::new();
     for table in tables {
-        let sql = format!("SELECT count(*) FROM main.\"{}\"", table?);
-        let rows: i64 = conn.query_row(&sql, [], |row| row.get(0))?;
-        fingerprint = fingerprint.rotate_left(7) ^ u64::try_from(rows).unwrap_or(0);
+        let table = table?;
+        hasher.update(table.as_bytes());
+        let mut rows = conn.prepare(&format!("SELECT * FROM main.\"{table}\""))?;
+        let columns = rows.column_count();
+        let mut rows = rows.query([])?;
+        while let Some(row) = rows.next()? {
+            for column in 0..columns {
+                digest_value(&mut hasher, row.get_ref(column)?);
+            }
+        }
     }
-    let sequences = "SELECT coalesce(sum(seq), 0) FROM main.sqlite_sequence";
-    let counted: i64 = conn.query_row(sequences, [], |row| row.get(0))?;
-    Ok(fingerprint.rotate_left(7) ^ u64::try_from(counted).unwrap_or(0))
+    Ok(hasher.finalize().into())
+}
+
+fn digest_value(hasher: &mut Sha256, value: ValueRef<'_>) {
+    match value {
+        ValueRef::Null => hasher.update([0]),
+        ValueRef::Integer(number) => {
+            hasher.update([1]);
+            hasher.update(number.to_le_bytes());
+        }
+        ValueRef::Real(number) => {
+            hasher.update([2]);
+            hasher.update(number.to_le_bytes());
+        }
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            hasher.update([3]);
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        }
+    }
 }
 
 fn check_sqlite_version(version: i32) -> Result<()> {

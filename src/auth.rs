@@ -233,6 +233,9 @@ impl Op for GetTenant {
     fn access(&self) -> Access {
         Access::Admin
     }
+    fn writes(&self) -> bool {
+        false
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Tenant> {
         tx.limits().check_id("tenant id", &self.id)?;
         let visible = tx.is_system() || self.id == tx.tenant();
@@ -246,6 +249,9 @@ impl Op for ListTenants {
     type Output = Vec<Tenant>;
     fn access(&self) -> Access {
         Access::Admin
+    }
+    fn writes(&self) -> bool {
+        false
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Tenant>> {
         require_system(tx)?;
@@ -348,6 +354,9 @@ impl Op for ListTokens {
     type Output = Vec<TokenInfo>;
     fn access(&self) -> Access {
         Access::Admin
+    }
+    fn writes(&self) -> bool {
+        false
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<TokenInfo>> {
         let limit = sql_limit(tx.limits().page_size_max);

@@ -209,3 +209,26 @@ fn a_token_views_raw_sql_cannot_read_the_stores_tables() {
     let ghost = store.tenant("ghost").expect("view").auth().create_token("t", Role::Reader, None);
     assert!(matches!(ghost, Err(Error::NotFound { .. })), "a token needs its tenant's row");
 }
+
+#[test]
+fn a_read_only_store_lists_tenants_and_tokens_and_refuses_administration() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("store.db");
+    let store = Store::open(&path).expect("open");
+    store.auth().create_tenant("acme", "Acme").expect("tenant");
+    let acme = store.tenant("acme").expect("view");
+    acme.auth().create_token("ci", Role::Writer, None).expect("token");
+    store.close().expect("close");
+
+    let options = Options { read_only: true, ..Options::default() };
+    let store = Store::open_with(&path, options).expect("open read-only");
+    let tenants = store.auth().tenants().expect("listing tenants writes nothing");
+    assert!(tenants.iter().any(|tenant| tenant.id == "acme"));
+    assert_eq!(store.auth().tenant("acme").expect("one tenant").name, "Acme");
+    let acme = store.tenant("acme").expect("view");
+    let tokens = acme.auth().tokens().expect("listing tokens writes nothing");
+    assert_eq!(tokens.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["ci"]);
+    let refused = store.auth().create_tenant("other", "Other");
+    assert!(matches!(refused, Err(Error::ReadOnly)), "{refused:?}");
+    store.close().expect("close");
+}

@@ -395,7 +395,7 @@ impl Actor {
     fn handle_inline(&mut self, message: Msg) {
         match message {
             Msg::Run(job) => {
-                if job.access == Access::Read && self.alarm_wait().is_some_and(|w| w.is_zero()) {
+                if !job.writes && self.alarm_wait().is_some_and(|w| w.is_zero()) {
                     self.run_batch(Vec::new());
                 }
                 self.run_batch(vec![job]);
@@ -534,12 +534,12 @@ impl Actor {
         let now_ms = self.stamp.next_ms();
         // A due alarm joins a batch that writes anyway (or runs alone when idle): a batch of
         // reads stays a deferred transaction that another process's writer cannot block.
-        let writing = jobs.iter().any(|job| job.access != Access::Read);
+        let writing = jobs.iter().any(|job| job.writes);
         let alarm = (writing || jobs.is_empty()).then(|| self.take_due_alarm(now_ms)).flatten();
         let carried = alarm.is_some();
         let jobs = alarm.into_iter().chain(jobs);
         let mut jobs: VecDeque<Job> = jobs.filter_map(|job| self.admit(job)).collect();
-        let writes = jobs.iter().any(|job| job.access != Access::Read);
+        let writes = jobs.iter().any(|job| job.writes);
         let mut batch = Batch::default();
         // Another process may have changed a tenant since the last batch.
         self.writable.clear();
@@ -614,11 +614,11 @@ impl Actor {
             job.refuse(error);
             return None;
         }
-        if self.read_only && job.access != Access::Read {
+        if self.read_only && job.writes {
             job.refuse(Error::ReadOnly);
             return None;
         }
-        if let (Some(found), false) = (&self.corrupt, job.access == Access::Read) {
+        if let (Some(found), true) = (&self.corrupt, job.writes) {
             let refused = format!("writes are refused since the file was found corrupt: {found}");
             job.refuse(Error::Corrupt(refused));
             return None;

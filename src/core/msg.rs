@@ -28,6 +28,8 @@ pub(crate) enum Msg {
 pub(crate) struct Job {
     pub(crate) label: &'static str,
     pub(crate) access: Access,
+    /// Whether the job may write (`Op::writes`; a transaction closure may).
+    pub(crate) writes: bool,
     /// Whether the job runs under a savepoint of its own (see `Op::single_write`).
     pub(crate) savepoint: bool,
     /// Whether the job is the crate's own op (its SQL is trusted), not a caller's closure.
@@ -40,10 +42,11 @@ impl Job {
     /// A job that applies `op` and replies with its output.
     pub(crate) fn op<O: Op>(op: O, scope: Scope, reply: Sender<Result<O::Output>>) -> Self {
         let access = op.access();
-        let savepoint = access != Access::Read && !op.single_write();
+        let writes = op.writes();
+        let savepoint = writes && !op.single_write();
         let label = std::any::type_name::<O>();
         let work = Box::new(OpWork { op, reply });
-        Self { label, access, savepoint, internal: true, scope, work }
+        Self { label, access, writes, savepoint, internal: true, scope, work }
     }
 
     /// A job that runs a transaction closure and replies with the value of its outcome.
@@ -54,7 +57,8 @@ impl Job {
     {
         let work = Box::new(TxWork { f, reply });
         let label = "transaction";
-        Self { label, access: Access::Write, savepoint: true, internal: false, scope, work }
+        let (access, writes, savepoint, internal) = (Access::Write, true, true, false);
+        Self { label, access, writes, savepoint, internal, scope, work }
     }
 
     /// Runs the work, catching a panic.

@@ -48,6 +48,12 @@ pub trait Op: fmt::Debug + Send + 'static + sealed::Sealed {
     fn single_write(&self) -> bool {
         false
     }
+
+    /// Whether the operation may write. An administrator's listing needs the admin role but
+    /// writes nothing: it runs on a read-only store and in a deferred transaction.
+    fn writes(&self) -> bool {
+        self.access() != Access::Read
+    }
 }
 
 /// What an operation does to the store.

@@ -18,17 +18,13 @@ mod store_file;
 #[path = "../fuzz/harness/tokens.rs"]
 mod tokens;
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 /// The files of `fuzz/corpus/<target>`, sorted; panics unless there are at least `min`.
 fn seeds(target: &str, min: usize) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|path| path.is_file())
-        .collect();
-    files.sort();
+    let files = common::files_in(Path::new("fuzz/corpus").join(target));
     assert!(files.len() >= min, "only {} seeds in the {target} corpus", files.len());
     files
         .into_iter()

@@ -4,22 +4,11 @@
 //! half-commits, and never lets a token's view read another tenant's data. A finding of the
 //! fuzzer becomes a seed here once fixed.
 
+mod common;
 #[path = "../fuzz/harness/raw_sql.rs"]
 mod harness;
 
-use std::path::{Path, PathBuf};
-
-/// The files of `dir` (under the crate's root), sorted.
-fn inputs(dir: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|path| path.is_file())
-        .collect();
-    files.sort();
-    files
-}
+use std::path::PathBuf;
 
 fn replay(files: &[PathBuf]) {
     for file in files {
@@ -31,7 +20,7 @@ fn replay(files: &[PathBuf]) {
 
 #[test]
 fn every_seed_of_the_raw_sql_corpus_keeps_every_acknowledged_write() {
-    let files = inputs("fuzz/corpus/raw_sql");
+    let files = common::files_in("fuzz/corpus/raw_sql");
     assert!(files.len() >= 20, "only {} seeds in the raw_sql corpus", files.len());
     replay(&files);
 }

@@ -3,8 +3,9 @@
 //! Loop: take one message; for a job, drain up to `batch_max - 1` more jobs without waiting;
 //! run them in one transaction (`BEGIN IMMEDIATE`, or deferred when every job only reads), one
 //! savepoint per job (none for a job that only reads or writes with one statement, which is
-//! atomic by itself); one `COMMIT`; then every reply; then every event to the subscribers.
-//! Subscribe requests and close are handled between batches, never inside one.
+//! atomic by itself, or that is alone in its transaction, which a rollback undoes); one
+//! `COMMIT`; then every reply; then every event to the subscribers. Subscribe requests and
+//! close are handled between batches, never inside one.
 //!
 //! Failure handling, from the smallest scope out:
 //! - a job that returns `Err`, returns `Rollback` or panics is rolled back to its savepoint and
@@ -560,7 +561,10 @@ impl Actor {
             }
             let is_alarm = carried && index == 0;
             index += 1;
-            self.run_job(job, now_ms, &mut batch);
+            // A job alone in its transaction needs no savepoint: rolling back the transaction
+            // undoes it (what an inline store's every call, and a lone caller's, saves).
+            let alone = batch.applied.is_empty() && jobs.is_empty();
+            self.run_job(job, now_ms, &mut batch, alone);
             if let Some(reason) = &self.poisoned {
                 // Nothing more runs on a connection the store cannot trust.
                 for job in jobs.drain(..) {
@@ -634,7 +638,7 @@ impl Actor {
 
     /// Runs one job (under its own savepoint unless it needs none) and keeps or rolls back its
     /// work.
-    fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch) {
+    fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch, alone: bool) {
         // Every write of a suspended tenant is refused, and so is the administration of a view
         // bound to it by a token (the store owner's administration is not: it reactivates).
         if job.access == Access::Write || (job.access == Access::Admin && job.scope.bound) {
@@ -647,7 +651,8 @@ impl Actor {
                 Err(error) => return job.refuse(error),
             }
         }
-        let savepoint = job.savepoint;
+        let savepoint = job.savepoint && !alone;
+        let undo_by_rollback = job.savepoint && alone;
         if savepoint && let Err(error) = self.statement("SAVEPOINT op") {
             job.refuse(error.replicate());
             return self.abandon(batch, &error);
@@ -670,7 +675,7 @@ impl Actor {
         let finished = tx.finish();
         self.guard.leave();
         let (applied, problem) = self.vet(applied, finished.caller_sql);
-        self.settle(applied, finished, savepoint, batch);
+        self.settle(applied, finished, (savepoint, undo_by_rollback), batch);
         if let Some(problem) = problem
             && let Err(unrepaired) = self.restore_connection()
         {
@@ -680,8 +685,22 @@ impl Actor {
 
     /// Keeps a job's work in the batch (releasing its savepoint) or rolls it back; abandons the
     /// batch if its transaction was lost.
-    fn settle(&mut self, applied: Applied, finished: Finished, savepoint: bool, batch: &mut Batch) {
+    /// `undo` is `(savepoint, by_rollback)`: whether the job ran under a savepoint of its own,
+    /// and whether, alone in its transaction without one, it is undone by rolling that back.
+    fn settle(
+        &mut self,
+        applied: Applied,
+        finished: Finished,
+        undo: (bool, bool),
+        batch: &mut Batch,
+    ) {
+        let (savepoint, by_rollback) = undo;
         self.notice_corruption(applied.failure.as_ref());
+        if by_rollback && !applied.keep && !self.conn.is_autocommit() {
+            // Answered with its own result: `abandon` delivers work it did not keep that way.
+            batch.applied.push(applied);
+            return self.abandon(batch, &Error::InvalidInput("the job was rolled back".into()));
+        }
         if self.conn.is_autocommit() {
             let cause = applied.failure.as_ref().map_or_else(
                 || Error::InvalidInput("an operation ended the batch's transaction".into()),

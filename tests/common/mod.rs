@@ -97,3 +97,16 @@ pub fn spawn_child_test(name: &str, key: &str, value: impl AsRef<std::ffi::OsStr
         .spawn()
         .expect("spawn the child")
 }
+
+/// The files of `dir` (relative to the crate's root, or absolute), sorted: a fuzz target's
+/// corpus, say.
+pub fn files_in(dir: impl AsRef<std::path::Path>) -> Vec<PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    files
+}

@@ -23,7 +23,8 @@ use parking_lot::Mutex;
 use rusqlite::types::Value;
 use rusqlite::{Connection, MAIN_DB, OpenFlags};
 
-use crate::core::schema::{self, Kept, Opened};
+use crate::core::guard;
+use crate::core::schema::{self, Kept, Opened, quoted};
 use crate::error::Result;
 
 /// Most spare connections kept (one per thread that opens in-memory stores is plenty).
@@ -96,7 +97,7 @@ impl Image {
     fn make() -> Result<Image> {
         let mut conn = Connection::open_in_memory()?;
         schema::create(&mut conn)?;
-        let schema_version = schema_version(&conn)?;
+        let schema_version = guard::schema_version(&conn)?;
         let page_count = pragma(&conn, "page_count")?;
         let tables = children_first(&conn)?
             .into_iter()
@@ -116,7 +117,7 @@ impl Image {
 /// idle between jobs, so these statements are the store's own.
 fn wipe(conn: &Connection) -> Result<bool> {
     let image = Image::get()?;
-    let fresh_shape = schema_version(conn)? == image.schema_version
+    let fresh_shape = guard::schema_version(conn)? == image.schema_version
         && pragma(conn, "page_count")? == image.page_count;
     if !conn.is_autocommit() || !fresh_shape {
         return Ok(false);
@@ -136,13 +137,13 @@ fn delete_rows(conn: &Connection, tables: &[(String, Vec<Row>)]) -> Result<()> {
     let held = tables_holding_rows(conn, tables)?;
     for ((table, _), held) in tables.iter().zip(held) {
         if held {
-            conn.prepare_cached(&format!("DELETE FROM main.\"{table}\""))?.execute([])?;
+            conn.prepare_cached(&format!("DELETE FROM main.{}", quoted(table)))?.execute([])?;
         }
     }
     for (table, rows) in tables.iter().rev() {
         for row in rows {
             let marks = vec!["?"; row.len()].join(", ");
-            let sql = format!("INSERT INTO main.\"{table}\" VALUES ({marks})");
+            let sql = format!("INSERT INTO main.{} VALUES ({marks})", quoted(table));
             conn.prepare_cached(&sql)?.execute(rusqlite::params_from_iter(row))?;
         }
     }
@@ -153,7 +154,7 @@ fn delete_rows(conn: &Connection, tables: &[(String, Vec<Row>)]) -> Result<()> {
 fn tables_holding_rows(conn: &Connection, tables: &[(String, Vec<Row>)]) -> Result<Vec<bool>> {
     let probes: Vec<String> = tables
         .iter()
-        .map(|(table, _)| format!("EXISTS (SELECT 1 FROM main.\"{table}\")"))
+        .map(|(table, _)| format!("EXISTS (SELECT 1 FROM main.{})", quoted(table)))
         .collect();
     let sql = format!("SELECT {}", probes.join(", "));
     let mut statement = conn.prepare_cached(&sql)?;
@@ -189,14 +190,10 @@ fn children_first(conn: &Connection) -> Result<Vec<String>> {
 
 /// Every row of `table`, in rowid (or key) order.
 fn rows_of(conn: &Connection, table: &str) -> Result<Vec<Row>> {
-    let mut statement = conn.prepare(&format!("SELECT * FROM main.\"{table}\""))?;
+    let mut statement = conn.prepare(&format!("SELECT * FROM main.{}", quoted(table)))?;
     let columns = statement.column_count();
     let rows = statement.query_map([], |row| (0..columns).map(|i| row.get(i)).collect())?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
-fn schema_version(conn: &Connection) -> Result<i64> {
-    pragma(conn, "schema_version")
 }
 
 fn pragma(conn: &Connection, name: &str) -> Result<i64> {

@@ -535,7 +535,7 @@ fn foreign_keys_into_store(conn: &Connection) -> Result<BTreeSet<String>> {
 
 /// The schema's version counter: it moves whenever any schema object is created, changed or
 /// dropped.
-fn schema_version(conn: &Connection) -> Result<i64> {
+pub(crate) fn schema_version(conn: &Connection) -> Result<i64> {
     let version: Option<i64> = conn
         .prepare_cached("SELECT schema_version FROM pragma_schema_version")?
         .query_row([], |row| row.get(0))

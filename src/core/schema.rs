@@ -121,7 +121,8 @@ pub(crate) fn content_digest(conn: &Connection) -> Result<[u8; 32]> {
     for table in tables {
         let table = table?;
         hasher.update(table.as_bytes());
-        let mut rows = conn.prepare(&format!("SELECT * FROM main.\"{table}\""))?;
+        // A caller's own table is listed too: its name is quoted, never trusted.
+        let mut rows = conn.prepare(&format!("SELECT * FROM main.{}", quoted(&table)))?;
         let columns = rows.column_count();
         let mut rows = rows.query([])?;
         while let Some(row) = rows.next()? {
@@ -131,6 +132,11 @@ pub(crate) fn content_digest(conn: &Connection) -> Result<[u8; 32]> {
         }
     }
     Ok(hasher.finalize().into())
+}
+
+/// `name` as an SQL identifier: in double quotes, any double quote in it doubled.
+pub(crate) fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 fn digest_value(hasher: &mut Sha256, value: ValueRef<'_>) {
@@ -436,6 +442,16 @@ pub(crate) mod tests {
             matches!(refused, Err(Error::InvalidInput(message)) if message.contains("journal_mode"))
         );
         assert!(set_pragma(&conn, "foreign_keys", "1").is_ok());
+    }
+
+    #[test]
+    fn a_quoted_name_stays_one_identifier() -> Result<()> {
+        let conn = memory();
+        let name = "odd\" name; DROP TABLE x; --";
+        conn.execute_batch(&format!("CREATE TABLE {} (v INTEGER)", quoted(name)))?;
+        let found: String = conn.query_row("SELECT name FROM sqlite_schema", [], |r| r.get(0))?;
+        assert_eq!(found, name);
+        Ok(())
     }
 
     #[test]

@@ -136,7 +136,7 @@ pub use crate::queue::{
     Backoff, Claimed, Enqueued, FailOutcome, ItemStatus, NewItem, Queue, QueueItem, QueueStats,
     Reclaimed,
 };
-pub use crate::store::{DEFAULT_TENANT, Store};
+pub use crate::store::{DEFAULT_TENANT, Pending, Store};
 pub use crate::subscription::Subscription;
 pub use crate::workflow::{
     Definition, Execution, ExecutionFilter, Loaded, Snapshot, WorkflowStatus, Workflows,

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
@@ -166,6 +166,47 @@ impl Store {
     /// close.
     pub fn exec<O: Op>(&self, op: O) -> Result<O::Output> {
         self.shared.exec(&self.scope, op)
+    }
+
+    /// Sends one operation without waiting for its reply: the caller keeps going and collects
+    /// the output later with [`Pending::wait`]. One thread can so keep many operations in
+    /// flight, and they share group commits instead of waiting for one each.
+    ///
+    /// The guarantees are those of [`Store::exec`]: the op runs in its own savepoint, and its
+    /// reply (output or error) is sent only once its batch has committed. Operations submitted
+    /// by one thread run in the order they were submitted, so a later one sees what an earlier
+    /// one wrote; but each stands alone: a failed one does not stop the ones after it. For
+    /// all-or-nothing, compose the ops in one [`Store::transaction`] (a transaction is itself one
+    /// job, and a closure cannot submit: it runs on the store's thread, where a call into the
+    /// store is refused). Dropping a `Pending` does not cancel its op. When the mailbox is full
+    /// (`Options::mailbox_capacity`), `submit` blocks until there is room.
+    ///
+    /// ```
+    /// # fn main() -> spindle::Result<()> {
+    /// use spindle::{Store, Stream, log::Append};
+    /// let store = Store::open_in_memory()?;
+    /// let stream = Stream::custom("clicks");
+    /// let click = |n: u64| Append {
+    ///     stream: stream.clone(),
+    ///     event_type: "click".into(),
+    ///     payload: serde_json::json!(n),
+    ///     idem_key: None,
+    /// };
+    /// // Ten appends in flight at once: they share one commit.
+    /// let pending: Vec<_> =
+    ///     (0..10).map(|n| store.submit(click(n))).collect::<spindle::Result<_>>()?;
+    /// let seqs: Vec<u64> =
+    ///     pending.into_iter().map(|p| p.wait().map(|a| a.seq)).collect::<spindle::Result<_>>()?;
+    /// assert_eq!(seqs, (1..=10).collect::<Vec<u64>>());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// At once: the op's shape errors (as `exec`), `Closed` after close, `InvalidInput` from
+    /// inside an operation. Every other error comes from [`Pending::wait`].
+    pub fn submit<O: Op>(&self, op: O) -> Result<Pending<O::Output>> {
+        self.shared.submit(&self.scope, op)
     }
 
     /// Runs a closure as one unit of work: everything it does commits or rolls back together,
@@ -356,6 +397,20 @@ impl Shared {
         self.call(Msg::Run(Job::op(op, scope.clone(), reply)), &answer)
     }
 
+    pub(crate) fn submit<O: Op>(
+        self: &Arc<Self>,
+        scope: &Scope,
+        op: O,
+    ) -> Result<Pending<O::Output>> {
+        if let Err(error) = op.check_shape(&self.limits) {
+            crate::core::op::forget_if_deep(op, &error);
+            return Err(error);
+        }
+        let (reply, answer) = bounded(1);
+        self.send(Msg::Run(Job::op(op, scope.clone(), reply)))?;
+        Ok(Pending { answer, shared: Arc::clone(self), taken: false })
+    }
+
     /// Sends a message to the actor (blocking while the mailbox is full); an inline store
     /// handles it before this returns.
     pub(crate) fn send(&self, message: Msg) -> Result<()> {
@@ -444,6 +499,78 @@ fn reentrant() -> Error {
     Error::InvalidInput(
         "a store call from inside an operation would wait for itself; compose with tx.exec".into(),
     )
+}
+
+/// The reply of an operation sent with [`Store::submit`], not yet received.
+///
+/// It holds the store open (like a handle) until it is waited for or dropped.
+#[must_use = "an op's reply says whether it was kept; wait for it"]
+pub struct Pending<T> {
+    answer: Receiver<Result<T>>,
+    shared: Arc<Shared>,
+    taken: bool,
+}
+
+impl<T> std::fmt::Debug for Pending<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("ready", &!self.answer.is_empty()).finish()
+    }
+}
+
+impl<T> Pending<T> {
+    /// Waits for the op's reply, sent once its batch has committed.
+    ///
+    /// # Errors
+    /// Those of [`Store::exec`]; `InvalidInput` if `wait_timeout` or `try_wait` already
+    /// returned the reply.
+    pub fn wait(mut self) -> Result<T> {
+        if self.taken {
+            return Err(taken());
+        }
+        self.taken = true;
+        let _waiting = WaitingGuard::enter(&self.shared.state);
+        wait_reply(&self.answer, &self.shared.state)
+    }
+
+    /// Waits at most `timeout` for the reply: `Some` (once: it is then taken) or `None` if it
+    /// has not come yet.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<T>> {
+        if self.taken {
+            return Some(Err(taken()));
+        }
+        let deadline = Instant::now().checked_add(timeout);
+        let reply = loop {
+            let left = deadline.map_or(LIVENESS_CHECK, |at| at - Instant::now().min(at));
+            match self.answer.recv_timeout(left.min(LIVENESS_CHECK)) {
+                Ok(reply) => break reply,
+                Err(RecvTimeoutError::Disconnected) => break Err(Error::Closed),
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.shared.state.exited.load(Ordering::SeqCst) {
+                        break self.answer.try_recv().unwrap_or(Err(Error::Closed));
+                    }
+                    if deadline.is_some_and(|at| Instant::now() >= at) {
+                        return None;
+                    }
+                }
+            }
+        };
+        self.taken = true;
+        Some(reply)
+    }
+
+    /// The reply if it has come (`Some`, once: it is then taken), without waiting.
+    pub fn try_wait(&mut self) -> Option<Result<T>> {
+        self.wait_timeout(Duration::ZERO)
+    }
+
+    /// Whether the reply has come (and not been taken yet): `wait` would return at once.
+    pub fn is_ready(&self) -> bool {
+        !self.taken && !self.answer.is_empty()
+    }
+}
+
+fn taken() -> Error {
+    Error::InvalidInput("this pending op's reply was already taken".into())
 }
 
 /// Waits for a reply, checking now and then that the actor is still alive: a job that reached

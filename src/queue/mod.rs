@@ -21,6 +21,7 @@
 
 mod ops;
 mod sql;
+mod worker;
 
 use std::time::{Duration, Instant};
 
@@ -32,10 +33,12 @@ use crate::page::Page;
 use crate::store::Store;
 
 pub use ops::{
-    Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete, CompleteBatch, Completion,
-    DeadLetters, Enqueue, EnqueueBatch, Fail, Get, Heartbeat, NextDue, PruneCompleted, PurgeDead,
-    Reclaim, Release, Requeue, RequeueAll, Stats,
+    Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete, CompleteAndClaim,
+    CompleteBatch, Completion, Cycle, Cycled, DeadLetters, Enqueue, EnqueueBatch, Fail,
+    FailAndClaim, Get, Heartbeat, Lease, NextDue, PruneCompleted, PurgeDead, Reclaim, Release,
+    Requeue, RequeueAll, Settled, Settlement, Stats,
 };
+pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
 /// How long a failed attempt waits before its retry: `base_ms` doubled per attempt, at most
 /// `max_ms`. The default is 1 s doubling to 64 s.
@@ -303,6 +306,13 @@ impl<'a> Queue<'a> {
         Self { store }
     }
 
+    /// A worker pool for `queues`, to set up and [`Worker::run`]: handler threads fed by
+    /// claims made in rounds (prefetched for the free handlers), their leases renewed while
+    /// they run, their outcomes committed together. See [`Worker`].
+    pub fn worker(&self, queues: &[&str]) -> Worker {
+        Worker::new(self.store, queues)
+    }
+
     /// Enqueues one item; see [`Enqueue`].
     ///
     /// # Errors
@@ -417,6 +427,59 @@ impl<'a> Queue<'a> {
     /// As `heartbeat` for any item; then none is completed.
     pub fn complete_batch(&self, items: Vec<Completion>) -> Result<()> {
         self.store.exec(CompleteBatch { items })
+    }
+
+    /// Completes a held item and claims the next due item of `next`, in one op and one
+    /// commit: a worker's two calls between items in one round trip. See [`CompleteAndClaim`].
+    ///
+    /// ```
+    /// # fn main() -> spindle::Result<()> {
+    /// use serde_json::json;
+    /// use spindle::{NewItem, Store, queue::Claim};
+    /// let store = Store::open_in_memory()?;
+    /// let queue = store.queue();
+    /// queue.enqueue_batch(vec![NewItem::new("mail", json!(1)), NewItem::new("mail", json!(2))])?;
+    /// let next = Claim::new("worker-1", &["mail"], 30_000);
+    /// let mut held = queue.claim(&next.worker_id, &["mail"], next.lease_ms)?;
+    /// let mut done = 0;
+    /// while let Some(job) = held {
+    ///     // ... do the work of job.item.payload ...
+    ///     held = queue.complete_and_claim(&job.item.id, job.fence, json!("sent"), &next)?;
+    ///     done += 1;
+    /// }
+    /// assert_eq!(done, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As `complete` (then nothing is claimed), and as `claim` for a bad `next`.
+    pub fn complete_and_claim(
+        &self,
+        id: &str,
+        fence: u64,
+        result: Value,
+        next: &Claim,
+    ) -> Result<Option<Claimed>> {
+        let completion = Completion { id: id.into(), fence, result };
+        self.store.exec(CompleteAndClaim { completion, next: next.clone() })
+    }
+
+    /// Records a failed attempt of a held item (as [`Queue::fail`]) and claims the next due
+    /// item of `next`, in one op. See [`FailAndClaim`].
+    ///
+    /// # Errors
+    /// As `fail` (then nothing is claimed), and as `claim` for a bad `next`.
+    pub fn fail_and_claim(
+        &self,
+        id: &str,
+        fence: u64,
+        error: &str,
+        retryable: bool,
+        next: &Claim,
+    ) -> Result<(FailOutcome, Option<Claimed>)> {
+        let failure = Fail { id: id.into(), fence, error: error.into(), retryable };
+        self.store.exec(FailAndClaim { failure, next: next.clone() })
     }
 
     /// Records a failed attempt of a held item: a retry after the backoff, or the dead-letter

@@ -47,6 +47,14 @@ pub struct Claim {
     pub lease_ms: i64,
 }
 
+impl Claim {
+    /// A claim of the next due item of `queues` by `worker_id`, under a lease of `lease_ms`.
+    pub fn new(worker_id: impl Into<String>, queues: &[&str], lease_ms: i64) -> Self {
+        let queues = queues.iter().map(|queue| (*queue).to_owned()).collect();
+        Self { worker_id: worker_id.into(), queues, lease_ms }
+    }
+}
+
 /// Claims up to `max_items` due items, in claim order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimBatch {
@@ -133,6 +141,105 @@ pub struct Release {
     pub id: String,
     /// The fence of the holder's claim.
     pub fence: u64,
+}
+
+/// Completes a held item and claims the next due one, in one op (one round trip, one commit
+/// for both): what a worker does between two items. If the completion is refused (a lost
+/// lease, say), nothing is claimed and the error is returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompleteAndClaim {
+    /// The item to complete.
+    pub completion: Completion,
+    /// The claim to make once it is completed.
+    pub next: Claim,
+}
+
+/// Records a failed attempt of a held item (as [`Fail`]) and claims the next due item, in one
+/// op. If the failure is refused (a lost lease, say), nothing is claimed and the error is
+/// returned. Output: what the failure did, and the next item, if one was due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailAndClaim {
+    /// The failed attempt.
+    pub failure: Fail,
+    /// The claim to make once it is recorded.
+    pub next: Claim,
+}
+
+/// How a worker ends its hold on an item, in a [`Cycle`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    /// Completes it (as [`Complete`]).
+    Complete(Completion),
+    /// Records a failed attempt (as [`Fail`]).
+    Fail(Fail),
+    /// Gives it back, its attempt refunded (as [`Release`]).
+    Release(Release),
+}
+
+impl Settlement {
+    /// The item settled.
+    pub fn id(&self) -> &str {
+        match self {
+            Settlement::Complete(done) => &done.id,
+            Settlement::Fail(fail) => &fail.id,
+            Settlement::Release(release) => &release.id,
+        }
+    }
+}
+
+/// What a [`Settlement`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The item is completed.
+    Completed,
+    /// The failure was recorded: a retry, or a dead letter.
+    Failed(FailOutcome),
+    /// The item is pending again.
+    Released,
+}
+
+/// A lease to renew in a [`Cycle`]: the item and the fence of its holder's claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+}
+
+/// One round of a worker pool, in one op: settles the items its handlers finished, renews the
+/// leases of the items they still hold (to `lease_ms` from now), and claims up to `claim_max`
+/// more items of `queues` for the handlers that are free.
+///
+/// Each settlement and each renewal stands alone: one that is refused (`LeaseLost`, or
+/// `NotFound`; also `TooLarge` for a result past the payload limit) is answered with its error
+/// in its place and writes nothing, and the others go on. A storage error fails the whole op.
+/// The events are those of the single-item ops, one per queue and kind for the whole round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cycle {
+    /// Who claims; recorded on the items claimed.
+    pub worker_id: String,
+    /// The queues to claim from.
+    pub queues: Vec<String>,
+    /// The lease of every item claimed or renewed.
+    pub lease_ms: i64,
+    /// The items to settle, at most `Limits::page_size_max`.
+    pub settle: Vec<Settlement>,
+    /// The leases to renew, at most `Limits::page_size_max`.
+    pub renew: Vec<Lease>,
+    /// Most items to claim, at most `Limits::page_size_max` (0 claims nothing).
+    pub claim_max: usize,
+}
+
+/// What a [`Cycle`] did, each list in the order of the op's own.
+#[derive(Debug)]
+pub struct Cycled {
+    /// Per settlement: what it did, or why it was refused.
+    pub settled: Vec<Result<Settled>>,
+    /// Per renewal: the lease's new expiry, or why it was refused.
+    pub renewed: Vec<Result<i64>>,
+    /// The items claimed, in claim order.
+    pub claimed: Vec<Claimed>,
 }
 
 /// Treats every expired lease (of `queues`, or of every queue) as a failed attempt.
@@ -365,9 +472,7 @@ impl Op for Fail {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<FailOutcome> {
-        check_text(tx, "error", &self.error)?;
-        let item = held(tx, &self.id, self.fence)?;
-        settle_failure(tx, &item, &self.error, self.retryable)
+        fail(tx, &self)
     }
 }
 
@@ -378,11 +483,69 @@ impl Op for Release {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        let item = held(tx, &self.id, self.fence)?;
-        sql::release(tx.conn(), tx.tenant(), &item.id, item.fence, tx.now_ms())?;
-        item_event(tx, &item, "released", json!({}))?;
-        tx.ring_bell();
-        Ok(())
+        release(tx, &self)
+    }
+}
+
+impl Sealed for CompleteAndClaim {}
+impl Op for CompleteAndClaim {
+    type Output = Option<Claimed>;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depth(&self.completion.result)
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Option<Claimed>> {
+        let mut notes = Notes::default();
+        complete(tx, self.completion, &mut notes)?;
+        notes.append(tx)?;
+        let next = self.next;
+        let claimed = claim(tx, &next.worker_id, &next.queues, next.lease_ms, 1)?;
+        Ok(claimed.into_iter().next())
+    }
+}
+
+impl Sealed for FailAndClaim {}
+impl Op for FailAndClaim {
+    type Output = (FailOutcome, Option<Claimed>);
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<(FailOutcome, Option<Claimed>)> {
+        let outcome = fail(tx, &self.failure)?;
+        let next = self.next;
+        let claimed = claim(tx, &next.worker_id, &next.queues, next.lease_ms, 1)?;
+        Ok((outcome, claimed.into_iter().next()))
+    }
+}
+
+impl Sealed for Cycle {}
+impl Op for Cycle {
+    type Output = Cycled;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        limits.check_depths(self.settle.iter().filter_map(|settlement| match settlement {
+            Settlement::Complete(done) => Some(&done.result),
+            _ => None,
+        }))
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Cycled> {
+        tx.limits().check_id("worker id", &self.worker_id)?;
+        check_queues(tx, &self.queues)?;
+        tx.limits().check_lease(self.lease_ms)?;
+        check_count(tx, "settlements", self.settle.len())?;
+        check_count(tx, "renewals", self.renew.len())?;
+        check_count(tx, "claims", self.claim_max)?;
+        let settled = settle_all(tx, self.settle)?;
+        let renewed = renew_all(tx, &self.renew, self.lease_ms)?;
+        let claimed = match self.claim_max {
+            0 => Vec::new(),
+            max => claim(tx, &self.worker_id, &self.queues, self.lease_ms, max)?,
+        };
+        Ok(Cycled { settled, renewed, claimed })
     }
 }
 
@@ -616,6 +779,71 @@ fn deduplicated(live: sql::LiveDuplicate, hash: &str, key: &str) -> Result<Enque
         )));
     }
     Ok(Enqueued { id: live.id, deduplicated: true })
+}
+
+/// Settles each item on its own: a refused one is answered with its error and writes nothing.
+fn settle_all(tx: &mut Tx<'_>, settle: Vec<Settlement>) -> Result<Vec<Result<Settled>>> {
+    let mut notes = Notes::default();
+    let mut settled = Vec::with_capacity(settle.len());
+    for settlement in settle {
+        let result = match settlement {
+            Settlement::Complete(done) => {
+                complete(tx, done, &mut notes).map(|()| Settled::Completed)
+            }
+            Settlement::Fail(failure) => fail(tx, &failure).map(Settled::Failed),
+            Settlement::Release(release_) => release(tx, &release_).map(|()| Settled::Released),
+        };
+        settled.push(item_level(result)?);
+    }
+    notes.append(tx)?;
+    Ok(settled)
+}
+
+/// Renews each lease on its own: a lost one is answered with its error.
+fn renew_all(tx: &mut Tx<'_>, renew: &[Lease], lease_ms: i64) -> Result<Vec<Result<i64>>> {
+    let expires_at_ms = tx.now_ms().saturating_add(lease_ms);
+    let mut renewed = Vec::with_capacity(renew.len());
+    for lease in renew {
+        let held = sql::Held { tenant: tx.tenant(), id: &lease.id, fence: lease.fence };
+        let result = if sql::renew_lease(tx.conn(), &held, tx.now_ms(), expires_at_ms)? {
+            Ok(expires_at_ms)
+        } else {
+            Err(lease_lost(tx, &lease.id, lease.fence)?)
+        };
+        renewed.push(result);
+    }
+    Ok(renewed)
+}
+
+/// Keeps an error that refused one item of a round (each is raised before that item writes
+/// anything) in its place; any other error fails the round.
+fn item_level<T>(result: Result<T>) -> Result<Result<T>> {
+    match result {
+        Err(
+            error @ (Error::LeaseLost(_)
+            | Error::NotFound { .. }
+            | Error::InvalidInput(_)
+            | Error::TooLarge { .. }),
+        ) => Ok(Err(error)),
+        Err(error) => Err(error),
+        Ok(value) => Ok(Ok(value)),
+    }
+}
+
+/// Records a failed attempt of a held item.
+fn fail(tx: &mut Tx<'_>, failure: &Fail) -> Result<FailOutcome> {
+    check_text(tx, "error", &failure.error)?;
+    let item = held(tx, &failure.id, failure.fence)?;
+    settle_failure(tx, &item, &failure.error, failure.retryable)
+}
+
+/// Gives a held item back, its attempt refunded.
+fn release(tx: &mut Tx<'_>, release: &Release) -> Result<()> {
+    let item = held(tx, &release.id, release.fence)?;
+    sql::release(tx.conn(), tx.tenant(), &item.id, item.fence, tx.now_ms())?;
+    item_event(tx, &item, "released", json!({}))?;
+    tx.ring_bell();
+    Ok(())
 }
 
 /// Sweeps expired leases, then claims up to `max_items` due items of `queues`.

@@ -1,0 +1,768 @@
+//! The worker pool: handler threads fed by one coordinator thread that talks to the store in
+//! rounds.
+//!
+//! Each round is one [`Cycle`] op: it settles every item the handlers finished since the last
+//! round (completions, failures and releases together, as River's batched completer does),
+//! renews the leases of the items still held once half their lease has passed, and claims
+//! items for the free handlers plus a prefetch buffer. While a round commits, handlers go on
+//! working, so the next round carries everything that finished in the meantime: the busier the
+//! pool, the more items share one commit.
+//!
+//! A handler's panic is a failed attempt (retryable). A lease the pool could not renew is
+//! reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the store and
+//! counted as lost. Stopping is graceful: claimed items no handler has started are released
+//! (their attempt refunded), running handlers finish, and their outcomes are settled before
+//! `join` returns. No claimed item is ever left without a lease renewal or a settlement while
+//! the pool runs.
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
+use serde_json::Value;
+
+use super::ops::{Cycle, Cycled, Fail, Lease, NextDue, Release, Settled, Settlement};
+use super::{Claimed, Completion, FailOutcome, QueueItem};
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// Most handler threads a pool may have.
+pub const WORKER_THREADS_MAX: usize = 1024;
+
+/// The longest a pool's coordinator waits before it looks at the queue again on its own
+/// (items enqueued by another process ring no bell here); see [`Worker::poll_interval`].
+const POLL_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
+
+/// The longest the error text of a refused completion (kept on the item) may be, in bytes.
+const REFUSED_ERROR_BYTES_MAX: usize = 1024;
+
+/// A worker pool being set up: `store.queue().worker(&["emails"])`, then the setters, then
+/// [`Worker::run`].
+///
+/// ```
+/// # fn main() -> spindle::Result<()> {
+/// use serde_json::json;
+/// use spindle::queue::Outcome;
+/// use spindle::{NewItem, Store};
+/// let store = Store::open_in_memory()?;
+/// store.queue().enqueue(NewItem::new("emails", json!({"to": "ada@example.com"})))?;
+/// let pool = store.queue().worker(&["emails"]).threads(4).lease_ms(30_000).run(|job| {
+///     let to = job.payload()["to"].as_str().unwrap_or_default().to_owned();
+///     // ... send it ...
+///     Outcome::Complete(json!({ "sent_to": to }))
+/// })?;
+/// # while store.queue().stats()?.iter().any(|q| q.completed == 0) {
+/// #     std::thread::sleep(std::time::Duration::from_millis(1));
+/// # }
+/// pool.stop();
+/// let report = pool.join()?;
+/// assert_eq!(report.completed, 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Worker {
+    store: Store,
+    queues: Vec<String>,
+    threads: usize,
+    lease_ms: i64,
+    prefetch: Option<usize>,
+    worker_id: Option<String>,
+    poll_interval: Duration,
+}
+
+/// What a handler made of its item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The work is done: complete the item with this result.
+    Complete(Value),
+    /// The attempt failed and may be tried again: a retry after the item's backoff, or a dead
+    /// letter once its attempts are spent.
+    Retry(String),
+    /// The work can never succeed: dead-letter the item now.
+    Fail(String),
+    /// Give the item back untouched, its attempt refunded.
+    Release,
+    /// The handler settled the item itself, with its fence (completed it in a transaction of
+    /// its own with other writes, say): the pool has nothing left to do for it.
+    Settled,
+}
+
+impl<E: Display> From<std::result::Result<Value, E>> for Outcome {
+    /// `Ok` completes the item with its value; `Err` is a retryable failure with its message.
+    fn from(result: std::result::Result<Value, E>) -> Self {
+        match result {
+            Ok(value) => Outcome::Complete(value),
+            Err(error) => Outcome::Retry(error.to_string()),
+        }
+    }
+}
+
+/// A claimed item as its handler sees it.
+#[derive(Debug)]
+pub struct Job {
+    claimed: Claimed,
+    lost: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Job {
+    /// The item, as it stood when it was claimed.
+    pub fn item(&self) -> &QueueItem {
+        &self.claimed.item
+    }
+
+    /// The item's payload.
+    pub fn payload(&self) -> &Value {
+        &self.claimed.item.payload
+    }
+
+    /// The fence of this claim: what a write of the item's holder names (to settle it in a
+    /// transaction of the handler's own, then returning [`Outcome::Settled`]).
+    pub fn fence(&self) -> u64 {
+        self.claimed.fence
+    }
+
+    /// Which attempt this is (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.claimed.item.attempt
+    }
+
+    /// The claim as the store returned it.
+    pub fn claimed(&self) -> &Claimed {
+        &self.claimed
+    }
+
+    /// True once the pool failed to renew this item's lease: another worker may hold it now,
+    /// and whatever this handler returns will be refused. A long handler should check it and
+    /// give up early.
+    pub fn lease_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// True once the pool is stopping: a long handler may finish early (returning
+    /// [`Outcome::Release`] gives the item back with its attempt refunded).
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// What a pool did, counted per item.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerReport {
+    /// Items claimed.
+    pub claimed: u64,
+    /// Items completed.
+    pub completed: u64,
+    /// Failed attempts scheduled for a retry.
+    pub retried: u64,
+    /// Items dead-lettered.
+    pub dead_lettered: u64,
+    /// Items given back (by their handler, or unstarted when the pool stopped).
+    pub released: u64,
+    /// Items their handler settled itself ([`Outcome::Settled`]).
+    pub settled_by_handler: u64,
+    /// Items whose lease was lost before their outcome could be recorded.
+    pub lease_lost: u64,
+    /// Handlers that panicked (each counted as a retryable failure).
+    pub panicked: u64,
+}
+
+/// A running worker pool; stop it with [`WorkerPool::stop`] and wait for it with
+/// [`WorkerPool::join`]. Dropping it stops it and waits.
+#[derive(Debug)]
+pub struct WorkerPool {
+    stopping: Arc<AtomicBool>,
+    events: Sender<Event>,
+    counts: Arc<Counts>,
+    coordinator: Option<JoinHandle<Result<()>>>,
+    handlers: Vec<JoinHandle<()>>,
+    bell_watch: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    pub(crate) fn new(store: &Store, queues: &[&str]) -> Self {
+        Self {
+            store: store.clone(),
+            queues: queues.iter().map(|queue| (*queue).to_owned()).collect(),
+            threads: 1,
+            lease_ms: 30_000,
+            prefetch: None,
+            worker_id: None,
+            poll_interval: POLL_INTERVAL_DEFAULT,
+        }
+    }
+
+    /// How many handlers run at once, each on a thread of its own (1..=1024). Default 1.
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// The lease of every claim, renewed while its handler runs. Default 30 s.
+    pub fn lease_ms(mut self, lease_ms: i64) -> Self {
+        self.lease_ms = lease_ms;
+        self
+    }
+
+    /// How many claimed items may wait for a free handler, beyond one per handler (claimed
+    /// early so that a handler that finishes starts the next item without waiting for a
+    /// round). Default: as many as there are handlers. 0 claims only for free handlers.
+    pub fn prefetch(mut self, prefetch: usize) -> Self {
+        self.prefetch = Some(prefetch);
+        self
+    }
+
+    /// The worker id recorded on every item claimed. Default `pool-PID-N`.
+    pub fn worker_id(mut self, worker_id: impl Into<String>) -> Self {
+        self.worker_id = Some(worker_id.into());
+        self
+    }
+
+    /// How often an idle pool looks at the queue on its own. Items enqueued in this process
+    /// wake it at once; items enqueued by another process, or due later, are seen within this
+    /// interval. Default 500 ms.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Starts the pool: `threads` handler threads and one coordinator thread. `handler` runs
+    /// once per claimed item and returns what became of it (an [`Outcome`], or a
+    /// `Result<Value, E>`: `Ok` completes, `Err` is a retryable failure).
+    ///
+    /// # Errors
+    /// `InvalidInput`/`TooLarge` for a bad setting (no thread is started and nothing is
+    /// written); `Closed` for a closed store.
+    pub fn run<H, R>(self, handler: H) -> Result<WorkerPool>
+    where
+        H: Fn(&Job) -> R + Send + Sync + 'static,
+        R: Into<Outcome>,
+    {
+        self.check()?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let started = self.start(Arc::new(handler), &stopping);
+        if started.is_err() {
+            // Threads already started leave: the job channel is gone, the bell watch stops.
+            stopping.store(true, Ordering::Release);
+        }
+        started
+    }
+
+    fn start<H, R>(self, handler: Arc<H>, stopping: &Arc<AtomicBool>) -> Result<WorkerPool>
+    where
+        H: Fn(&Job) -> R + Send + Sync + 'static,
+        R: Into<Outcome>,
+    {
+        let counts = Arc::new(Counts::default());
+        let (jobs_tx, jobs_rx) = unbounded::<Job>();
+        let (events_tx, events_rx) = unbounded::<Event>();
+        let mut handlers = Vec::with_capacity(self.threads);
+        for index in 0..self.threads {
+            let run = HandlerThread {
+                jobs: jobs_rx.clone(),
+                events: events_tx.clone(),
+                counts: Arc::clone(&counts),
+            };
+            let handler = Arc::clone(&handler);
+            handlers.push(spawn(format!("spindle-handler-{index}"), move || run.serve(&*handler))?);
+        }
+        let bell_watch = BellWatch { store: self.store.clone(), events: events_tx.clone() };
+        let stop_flag = Arc::clone(stopping);
+        let bell_watch = spawn("spindle-bell".into(), move || bell_watch.run(&stop_flag))?;
+        let coordinator = Coordinator {
+            cycle: Cycle {
+                worker_id: self.worker_id.clone().unwrap_or_else(default_worker_id),
+                queues: self.queues.clone(),
+                lease_ms: self.lease_ms,
+                settle: Vec::new(),
+                renew: Vec::new(),
+                claim_max: 0,
+            },
+            store: self.store.clone(),
+            capacity: self.capacity(),
+            poll_interval: self.poll_interval,
+            jobs: Some(jobs_tx),
+            unstarted: jobs_rx,
+            events: events_rx,
+            held: HashMap::new(),
+            stopping: Arc::clone(stopping),
+            counts: Arc::clone(&counts),
+            dry: false,
+            woken: true,
+        };
+        let coordinator = spawn("spindle-pool".into(), move || coordinator.run())?;
+        Ok(WorkerPool {
+            stopping: Arc::clone(stopping),
+            events: events_tx,
+            counts,
+            coordinator: Some(coordinator),
+            handlers,
+            bell_watch: Some(bell_watch),
+        })
+    }
+
+    /// Most items held at once: one per handler, plus the prefetch.
+    fn capacity(&self) -> usize {
+        self.threads + self.prefetch.unwrap_or(self.threads)
+    }
+
+    fn check(&self) -> Result<()> {
+        let limits = self.store.limits();
+        if self.threads == 0 || self.threads > WORKER_THREADS_MAX {
+            return Err(Error::InvalidInput(format!(
+                "a pool needs 1..={WORKER_THREADS_MAX} threads, not {}",
+                self.threads
+            )));
+        }
+        let capacity = self.capacity();
+        if capacity > limits.page_size_max {
+            return Err(Error::too_large("threads + prefetch", limits.page_size_max, capacity));
+        }
+        if self.queues.is_empty() {
+            return Err(Error::InvalidInput("name at least one queue".into()));
+        }
+        for queue in &self.queues {
+            limits.check_id("queue", queue)?;
+        }
+        if let Some(worker_id) = &self.worker_id {
+            limits.check_id("worker id", worker_id)?;
+        }
+        if self.poll_interval.is_zero() {
+            return Err(Error::InvalidInput("the poll interval must be above zero".into()));
+        }
+        limits.check_lease(self.lease_ms)
+    }
+}
+
+impl WorkerPool {
+    /// Asks the pool to stop: nothing more is claimed, claimed items no handler has started
+    /// are released, running handlers finish. Returns at once; [`WorkerPool::join`] waits.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let _ = self.events.send(Event::Stop);
+    }
+
+    /// What the pool has done so far.
+    pub fn report(&self) -> WorkerReport {
+        self.counts.report()
+    }
+
+    /// Waits until the pool has stopped (call [`WorkerPool::stop`] first, or it waits for a
+    /// stop from another thread) and every outcome is committed; returns what it did.
+    ///
+    /// # Errors
+    /// The store error that stopped the pool (`Closed`, say): the items it held then are
+    /// left to their leases. `Poisoned` if a pool thread panicked.
+    pub fn join(mut self) -> Result<WorkerReport> {
+        self.wait()?;
+        Ok(self.counts.report())
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        let mut outcome = match self.coordinator.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(Error::Poisoned("the pool's coordinator panicked".into())),
+            None => Ok(()),
+        };
+        // The coordinator has dropped the job channel's sender: handlers leave once idle.
+        for handle in self.handlers.drain(..) {
+            if handle.join().is_err() && outcome.is_ok() {
+                outcome = Err(Error::Poisoned("a pool handler thread panicked".into()));
+            }
+        }
+        self.stopping.store(true, Ordering::Release);
+        if let Some(handle) = self.bell_watch.take() {
+            let _ = handle.join();
+        }
+        outcome
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        if self.coordinator.is_some() {
+            self.stop();
+            let _ = self.wait();
+        }
+    }
+}
+
+/// What the coordinator hears about.
+#[derive(Debug)]
+enum Event {
+    /// A handler finished an item.
+    Done { id: String, fence: u64, outcome: Outcome },
+    /// A commit in this process made work available.
+    Wake,
+    /// `WorkerPool::stop` was called.
+    Stop,
+}
+
+/// The pool's counts, shared with the handle.
+#[derive(Debug, Default)]
+struct Counts {
+    claimed: AtomicU64,
+    completed: AtomicU64,
+    retried: AtomicU64,
+    dead_lettered: AtomicU64,
+    released: AtomicU64,
+    settled_by_handler: AtomicU64,
+    lease_lost: AtomicU64,
+    panicked: AtomicU64,
+}
+
+impl Counts {
+    fn report(&self) -> WorkerReport {
+        let read = |count: &AtomicU64| count.load(Ordering::Acquire);
+        WorkerReport {
+            claimed: read(&self.claimed),
+            completed: read(&self.completed),
+            retried: read(&self.retried),
+            dead_lettered: read(&self.dead_lettered),
+            released: read(&self.released),
+            settled_by_handler: read(&self.settled_by_handler),
+            lease_lost: read(&self.lease_lost),
+            panicked: read(&self.panicked),
+        }
+    }
+
+    fn add(count: &AtomicU64, n: u64) {
+        count.fetch_add(n, Ordering::AcqRel);
+    }
+}
+
+/// One handler thread: runs the handler on each job it takes and reports the outcome.
+struct HandlerThread {
+    jobs: Receiver<Job>,
+    events: Sender<Event>,
+    counts: Arc<Counts>,
+}
+
+impl HandlerThread {
+    fn serve<H, R>(&self, handler: &H)
+    where
+        H: Fn(&Job) -> R,
+        R: Into<Outcome>,
+    {
+        for job in &self.jobs {
+            let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&job).into())) {
+                Ok(outcome) => outcome,
+                Err(payload) => {
+                    Counts::add(&self.counts.panicked, 1);
+                    Outcome::Retry(format!("the handler panicked: {}", panic_message(&*payload)))
+                }
+            };
+            let (id, fence) = (job.claimed.item.id, job.claimed.fence);
+            if self.events.send(Event::Done { id, fence, outcome }).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Forwards the store's bell (rung after a commit that made work available) to the
+/// coordinator, which also waits for handlers and cannot wait on both.
+struct BellWatch {
+    store: Store,
+    events: Sender<Event>,
+}
+
+impl BellWatch {
+    fn run(&self, stopping: &AtomicBool) {
+        let bell = self.store.bell();
+        let mut seen = bell.generation();
+        while !stopping.load(Ordering::Acquire) {
+            let deadline = Instant::now() + Duration::from_millis(100);
+            if bell.wait(seen, Some(deadline)) {
+                seen = bell.generation();
+                if self.events.send(Event::Wake).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// An item the pool holds: claimed, and not yet settled.
+struct Held {
+    fence: u64,
+    expires_at_ms: i64,
+    lost: Arc<AtomicBool>,
+}
+
+/// The coordinator: runs the rounds, hands out jobs, keeps the leases.
+struct Coordinator {
+    /// The round's settings; its lists are filled for each round.
+    cycle: Cycle,
+    store: Store,
+    /// Most items held at once: handlers plus prefetch.
+    capacity: usize,
+    poll_interval: Duration,
+    /// Where claimed items go to the handlers; dropped when the pool has stopped.
+    jobs: Option<Sender<Job>>,
+    /// The same channel's receiving end, to take back items no handler started.
+    unstarted: Receiver<Job>,
+    events: Receiver<Event>,
+    held: HashMap<String, Held>,
+    stopping: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+    /// The last claim found fewer items than it asked for.
+    dry: bool,
+    /// Something may have become due since the last claim.
+    woken: bool,
+}
+
+impl Coordinator {
+    fn run(mut self) -> Result<()> {
+        let result = self.rounds();
+        // Handlers leave once the channel is empty and its sender gone.
+        self.jobs = None;
+        result
+    }
+
+    fn rounds(&mut self) -> Result<()> {
+        let mut failures = 0_u32;
+        loop {
+            self.take_events(None);
+            if self.stopping.load(Ordering::Acquire) {
+                self.release_unstarted();
+            }
+            match self.round() {
+                Ok(()) => failures = 0,
+                Err(error) if gone(&error) => return Err(error),
+                Err(error) => {
+                    failures += 1;
+                    if failures > 50 {
+                        return Err(error);
+                    }
+                    std::thread::sleep(Duration::from_millis(u64::from(failures.min(10)) * 10));
+                    continue;
+                }
+            }
+            if self.stopping.load(Ordering::Acquire) && self.held.is_empty() {
+                return Ok(());
+            }
+            let wait = self.idle_wait()?;
+            self.take_events(wait);
+        }
+    }
+
+    /// Takes every event waiting, after waiting up to `wait` for the first (none: no wait).
+    fn take_events(&mut self, wait: Option<Duration>) {
+        if let Some(wait) = wait {
+            match self.events.recv_timeout(wait) {
+                Ok(event) => self.take(event),
+                Err(RecvTimeoutError::Timeout) => self.woken = true,
+                Err(RecvTimeoutError::Disconnected) => {}
+            }
+        }
+        while let Ok(event) = self.events.try_recv() {
+            self.take(event);
+        }
+    }
+
+    fn take(&mut self, event: Event) {
+        match event {
+            Event::Done { id, fence, outcome } => self.finished(id, fence, outcome),
+            Event::Wake => self.woken = true,
+            Event::Stop => {}
+        }
+    }
+
+    /// Turns a handler's outcome into the settlement for the next round.
+    fn finished(&mut self, id: String, fence: u64, outcome: Outcome) {
+        let settlement = match outcome {
+            Outcome::Complete(result) => Settlement::Complete(Completion { id, fence, result }),
+            Outcome::Retry(error) => Settlement::Fail(Fail { id, fence, error, retryable: true }),
+            Outcome::Fail(error) => Settlement::Fail(Fail { id, fence, error, retryable: false }),
+            Outcome::Release => Settlement::Release(Release { id, fence }),
+            Outcome::Settled => {
+                self.held.remove(&id);
+                Counts::add(&self.counts.settled_by_handler, 1);
+                return;
+            }
+        };
+        self.cycle.settle.push(settlement);
+    }
+
+    /// Takes back the claimed items no handler has started, to release them.
+    fn release_unstarted(&mut self) {
+        while let Ok(job) = self.unstarted.try_recv() {
+            let (id, fence) = (job.claimed.item.id, job.claimed.fence);
+            self.cycle.settle.push(Settlement::Release(Release { id, fence }));
+        }
+    }
+
+    /// One round, if there is anything to do: settle, renew, claim.
+    fn round(&mut self) -> Result<()> {
+        let now_ms = self.store.now_ms();
+        let renew = self.due_renewals(now_ms);
+        let free = self.capacity.saturating_sub(self.held.len());
+        let claim_max = if self.stopping.load(Ordering::Acquire) || (self.dry && !self.woken) {
+            0
+        } else {
+            free
+        };
+        if self.cycle.settle.is_empty() && renew.is_empty() && claim_max == 0 {
+            return Ok(());
+        }
+        let page = self.store.limits().page_size_max;
+        let settle_count = self.cycle.settle.len().min(page);
+        let cycle = Cycle {
+            worker_id: self.cycle.worker_id.clone(),
+            queues: self.cycle.queues.clone(),
+            lease_ms: self.cycle.lease_ms,
+            settle: self.cycle.settle[..settle_count].to_vec(),
+            renew: renew.clone(),
+            claim_max,
+        };
+        self.woken = false;
+        // On an error the settlements stay for the next round.
+        let settled = self.store.exec(cycle)?;
+        let finished: Vec<Settlement> = self.cycle.settle.drain(..settle_count).collect();
+        self.record(finished, &renew, settled, claim_max);
+        Ok(())
+    }
+
+    /// The held items past half their lease (and not lost).
+    fn due_renewals(&self, now_ms: i64) -> Vec<Lease> {
+        let half_ms = self.cycle.lease_ms / 2;
+        self.held
+            .iter()
+            .filter(|(_, held)| !held.lost.load(Ordering::Acquire))
+            .filter(|(_, held)| held.expires_at_ms.saturating_sub(now_ms) <= half_ms)
+            .map(|(id, held)| Lease { id: id.clone(), fence: held.fence })
+            .collect()
+    }
+
+    /// Takes in what a round did: counts, renewed leases, new jobs.
+    fn record(&mut self, finished: Vec<Settlement>, renew: &[Lease], cycled: Cycled, asked: usize) {
+        for (settlement, result) in finished.into_iter().zip(cycled.settled) {
+            self.settled(settlement, result);
+        }
+        for (lease, result) in renew.iter().zip(cycled.renewed) {
+            let Some(held) = self.held.get_mut(&lease.id) else { continue };
+            match result {
+                Ok(expires_at_ms) => held.expires_at_ms = expires_at_ms,
+                Err(_) => held.lost.store(true, Ordering::Release),
+            }
+        }
+        self.dry = cycled.claimed.len() < asked;
+        Counts::add(&self.counts.claimed, cycled.claimed.len() as u64);
+        for claimed in cycled.claimed {
+            self.dispatch(claimed);
+        }
+    }
+
+    /// Counts one settlement; a completion refused for its content becomes a failure.
+    fn settled(&mut self, settlement: Settlement, result: Result<Settled>) {
+        let counts = &self.counts;
+        match result {
+            Ok(Settled::Completed) => Counts::add(&counts.completed, 1),
+            Ok(Settled::Failed(FailOutcome::Retrying { .. })) => Counts::add(&counts.retried, 1),
+            Ok(Settled::Failed(FailOutcome::DeadLettered)) => {
+                Counts::add(&counts.dead_lettered, 1);
+            }
+            Ok(Settled::Released) => Counts::add(&counts.released, 1),
+            Err(Error::LeaseLost(_) | Error::NotFound { .. }) => {
+                Counts::add(&counts.lease_lost, 1);
+            }
+            Err(error) => return self.refused(settlement, &error),
+        }
+        self.held.remove(settlement.id());
+    }
+
+    /// A settlement the store refused for its content (a result too large, an error text too
+    /// long): the item is dead-lettered with the reason, so that it is not left claimed.
+    fn refused(&mut self, settlement: Settlement, error: &Error) {
+        let (id, fence) = match settlement {
+            Settlement::Complete(done) => (done.id, done.fence),
+            Settlement::Fail(failure) => (failure.id, failure.fence),
+            Settlement::Release(release) => (release.id, release.fence),
+        };
+        let mut error = format!("the pool could not record the handler's outcome: {error}");
+        let mut end = error.len().min(REFUSED_ERROR_BYTES_MAX);
+        while !error.is_char_boundary(end) {
+            end -= 1;
+        }
+        error.truncate(end);
+        self.cycle.settle.push(Settlement::Fail(Fail { id, fence, error, retryable: false }));
+    }
+
+    fn dispatch(&mut self, claimed: Claimed) {
+        let lost = Arc::new(AtomicBool::new(false));
+        let held = Held {
+            fence: claimed.fence,
+            expires_at_ms: claimed.lease_expires_at_ms,
+            lost: Arc::clone(&lost),
+        };
+        self.held.insert(claimed.item.id.clone(), held);
+        let job = Job { claimed, lost, stopping: Arc::clone(&self.stopping) };
+        if let Some(jobs) = &self.jobs {
+            // The coordinator holds a receiver itself, so the channel is never disconnected.
+            let _ = jobs.send(job);
+        }
+    }
+
+    /// How long to wait for a handler before the next round: none when a round is due now;
+    /// otherwise until the next lease renewal, the next scheduled item (when the queue is dry
+    /// and nothing is held) or the poll interval, whichever is first.
+    fn idle_wait(&self) -> Result<Option<Duration>> {
+        let stopping = self.stopping.load(Ordering::Acquire);
+        let free = self.held.len() < self.capacity;
+        if !self.cycle.settle.is_empty() || (free && !stopping && (!self.dry || self.woken)) {
+            return Ok(None);
+        }
+        let mut wait = self.poll_interval;
+        let half_ms = self.cycle.lease_ms / 2;
+        let renewing = self.held.values().filter(|held| !held.lost.load(Ordering::Acquire));
+        if let Some(renew_at_ms) = renewing.map(|held| held.expires_at_ms - half_ms).min() {
+            wait = wait.min(self.store.until_ms(renew_at_ms));
+        }
+        if self.held.is_empty() && !stopping {
+            let next_due = match self.store.exec(NextDue { queues: self.cycle.queues.clone() }) {
+                Ok(next_due) => next_due,
+                Err(error) if gone(&error) => return Err(error),
+                // Another try comes with the next round.
+                Err(_) => None,
+            };
+            if let Some(due_ms) = next_due {
+                wait = wait.min(self.store.until_ms(due_ms));
+            }
+        }
+        Ok(Some(wait))
+    }
+}
+
+/// Whether an error means the store is gone for good (no round can succeed again).
+fn gone(error: &Error) -> bool {
+    matches!(error, Error::Closed | Error::Poisoned(_) | Error::ReadOnly | Error::Forbidden(_))
+}
+
+/// The default worker id: unique within the machine while the pool runs.
+fn default_worker_id() -> String {
+    static POOLS: AtomicU64 = AtomicU64::new(0);
+    format!("pool-{}-{}", std::process::id(), POOLS.fetch_add(1, Ordering::Relaxed) + 1)
+}
+
+fn spawn<T: Send + 'static>(
+    name: String,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<JoinHandle<T>> {
+    Ok(std::thread::Builder::new().name(name).spawn(work)?)
+}
+
+/// The message of a panic, when it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}

@@ -11,6 +11,9 @@
 //! cargo bench --bench queue -- --batched-ratio --normal  # the same without fsyncs (CPU only)
 //! cargo bench --bench queue -- --single-only   # the single-item cycle alone
 //! cargo bench --bench queue -- --one-caller    # per-call cost with one caller (Normal)
+//! cargo bench --bench queue -- --workers       # the worker pool and complete_and_claim on
+//!                                              # 20,000 jobs enqueued beforehand, 1/4/16 workers
+//! cargo bench --bench queue -- --workers --jobs 5000 --only-threads 16 --only-normal
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
@@ -101,6 +104,9 @@ fn main() {
     if args.iter().any(|a| a == "--one-caller") {
         return one_caller();
     }
+    if args.iter().any(|a| a == "--workers") {
+        return workers(&args);
+    }
     if args.iter().any(|a| a == "--single-only") {
         let (samples, elapsed) = store_cycles(Durability::Full, 64, run, false);
         print("store, single-item calls", &samples, elapsed, None);
@@ -135,6 +141,92 @@ fn main() {
         cycles(Durability::Full, run);
     }
     depth(if smoke { [1_000, 10_000] } else { [10_000, 1_000_000] });
+}
+
+/// The value after `flag` in `args`, parsed.
+fn arg<T: std::str::FromStr>(args: &[String], flag: &str) -> Option<T> {
+    args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok())
+}
+
+/// The worker pool and single-item calls with `complete_and_claim`, on jobs enqueued
+/// beforehand (not timed), until every job is completed.
+fn workers(args: &[String]) {
+    let jobs: usize = arg(args, "--jobs").unwrap_or(20_000);
+    let only: Option<usize> = arg(args, "--only-threads");
+    let durabilities = if args.iter().any(|a| a == "--only-normal") {
+        vec![Durability::Normal]
+    } else {
+        vec![Durability::Full, Durability::Normal]
+    };
+    for durability in durabilities {
+        println!("\n== {jobs} jobs under {durability:?} (jobs/s)");
+        for threads in [1, 4, 16].into_iter().filter(|t| only.is_none_or(|o| o == *t)) {
+            let prefetch = arg(args, "--prefetch");
+            let pool =
+                timed_jobs(durability, jobs, |store| run_pool(store, threads, prefetch, jobs));
+            let single = timed_jobs(durability, jobs, |store| run_single(store, threads));
+            println!("{threads:>3} workers: pool {pool:>8.0}   single-item {single:>8.0}");
+        }
+    }
+}
+
+/// Jobs per second of `work` on a fresh store holding `jobs` items of about 100 bytes.
+fn timed_jobs(durability: Durability, jobs: usize, work: impl FnOnce(&Store)) -> f64 {
+    let (_dir, store) = open(durability, 64);
+    let pad = "x".repeat(80);
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
+        let items = chunk.iter().map(|n| NewItem::new("q", json!({ "n": n, "pad": pad })));
+        store.queue().enqueue_batch(items.collect()).expect("enqueue");
+    }
+    let started = Instant::now();
+    work(&store);
+    let elapsed = started.elapsed();
+    let stats = store.queue().stats().expect("stats");
+    assert_eq!(stats[0].completed, jobs as u64, "every job completed");
+    store.close().expect("close");
+    jobs as f64 / elapsed.as_secs_f64()
+}
+
+fn run_pool(store: &Store, threads: usize, prefetch: Option<usize>, jobs: usize) {
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (all_done, wait) = crossbeam_channel::bounded::<()>(1);
+    let counter = Arc::clone(&done);
+    let mut worker = store.queue().worker(&["q"]).threads(threads).lease_ms(LEASE_MS);
+    if let Some(prefetch) = prefetch {
+        worker = worker.prefetch(prefetch);
+    }
+    let pool = worker
+        .run(move |_job| {
+            if counter.fetch_add(1, Ordering::Relaxed) + 1 == jobs {
+                let _ = all_done.send(());
+            }
+            spindle::queue::Outcome::Complete(json!(null))
+        })
+        .expect("pool");
+    wait.recv().expect("every job handled");
+    pool.stop();
+    pool.join().expect("join");
+}
+
+fn run_single(store: &Store, threads: usize) {
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let store = store.clone();
+            thread::spawn(move || {
+                let next = spindle::queue::Claim::new(format!("w{t}"), &["q"], LEASE_MS);
+                let queue = store.queue();
+                let mut held = queue.claim(&next.worker_id, &["q"], LEASE_MS).expect("claim");
+                while let Some(job) = held {
+                    held = queue
+                        .complete_and_claim(&job.item.id, job.fence, json!(null), &next)
+                        .expect("complete and claim");
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("worker");
+    }
 }
 
 /// CPU time this process has used (user and system), in ms; 0 where `/proc` is missing.

@@ -216,12 +216,16 @@ fn stopping_releases_unstarted_items_and_lets_running_handlers_finish() -> spind
         Outcome::Complete(json!("finished"))
     })?;
     let running = started.recv_timeout(Duration::from_secs(10)).expect("handler started");
-    eventually("the prefetch filled", || pool.report().claimed == 4);
+    eventually("items prefetched", || pool.report().claimed >= 2);
     pool.stop();
-    eventually("unstarted items released", || pool.report().released == 3);
+    eventually("unstarted items released", || {
+        let report = pool.report();
+        report.released + 1 == report.claimed
+    });
     open.send(()).expect("open the gate");
     let report = pool.join()?;
-    assert_eq!((report.completed, report.released, report.claimed), (1, 3, 4));
+    assert_eq!((report.completed, report.released + 1), (1, report.claimed));
+    assert!(report.claimed <= 4, "at most one handler plus a prefetch of 3");
     assert_eq!(store.queue().get(&running)?.status, ItemStatus::Completed);
     for id in ids.iter().filter(|id| **id != running) {
         let item = store.queue().get(id)?;
@@ -301,7 +305,7 @@ fn bad_pool_settings_are_refused_and_write_nothing() -> spindle::Result<()> {
     let refusals = [
         queue.worker(&["q"]).threads(0).run(handler).err(),
         queue.worker(&["q"]).threads(1025).run(handler).err(),
-        queue.worker(&["q"]).threads(600).run(handler).err(),
+        queue.worker(&["q"]).threads(600).prefetch(401).run(handler).err(),
         queue.worker(&["q"]).threads(2).prefetch(999).run(handler).err(),
         queue.worker(&["q"]).lease_ms(0).run(handler).err(),
         queue.worker(&[]).run(handler).err(),

@@ -38,6 +38,9 @@ pub const WORKER_THREADS_MAX: usize = 1024;
 /// (items enqueued by another process ring no bell here); see [`Worker::poll_interval`].
 const POLL_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
 
+/// The default bound of a pool's prefetch buffer; see [`Worker::prefetch`].
+const PREFETCH_DEFAULT_MAX: usize = 256;
+
 /// The longest the error text of a refused completion (kept on the item) may be, in bytes.
 const REFUSED_ERROR_BYTES_MAX: usize = 1024;
 
@@ -177,6 +180,7 @@ pub struct WorkerReport {
 /// [`WorkerPool::join`]. Dropping it stops it and waits.
 #[derive(Debug)]
 pub struct WorkerPool {
+    store: Store,
     stopping: Arc<AtomicBool>,
     events: Sender<Event>,
     counts: Arc<Counts>,
@@ -210,9 +214,13 @@ impl Worker {
         self
     }
 
-    /// How many claimed items may wait for a free handler, beyond one per handler (claimed
-    /// early so that a handler that finishes starts the next item without waiting for a
-    /// round). Default: as many as there are handlers. 0 claims only for free handlers.
+    /// The most claimed items that may wait for a free handler, beyond one per handler:
+    /// claimed early, so that a handler that finishes starts its next item without waiting
+    /// for a round, and so that one round settles and claims many items at once. The pool
+    /// adapts the buffer within this bound: it doubles while handlers empty it before a round
+    /// is back, and halves while items wait in it (so a pool of slow handlers holds about one
+    /// spare item, not the whole bound). Default 256 (less if `threads` plus it would pass
+    /// `Limits::page_size_max`). 0 claims only for free handlers.
     pub fn prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = Some(prefetch);
         self
@@ -285,7 +293,9 @@ impl Worker {
                 claim_max: 0,
             },
             store: self.store.clone(),
-            capacity: self.capacity(),
+            threads: self.threads,
+            prefetch_max: self.prefetch_max(),
+            prefetch: self.threads.min(self.prefetch_max()),
             poll_interval: self.poll_interval,
             jobs: Some(jobs_tx),
             unstarted: jobs_rx,
@@ -298,6 +308,7 @@ impl Worker {
         };
         let coordinator = spawn("spindle-pool".into(), move || coordinator.run())?;
         Ok(WorkerPool {
+            store: self.store,
             stopping: Arc::clone(stopping),
             events: events_tx,
             counts,
@@ -307,9 +318,10 @@ impl Worker {
         })
     }
 
-    /// Most items held at once: one per handler, plus the prefetch.
-    fn capacity(&self) -> usize {
-        self.threads + self.prefetch.unwrap_or(self.threads)
+    /// The bound of the prefetch buffer.
+    fn prefetch_max(&self) -> usize {
+        let room = self.store.limits().page_size_max.saturating_sub(self.threads);
+        self.prefetch.unwrap_or(PREFETCH_DEFAULT_MAX.min(room))
     }
 
     fn check(&self) -> Result<()> {
@@ -320,7 +332,7 @@ impl Worker {
                 self.threads
             )));
         }
-        let capacity = self.capacity();
+        let capacity = self.threads + self.prefetch_max();
         if capacity > limits.page_size_max {
             return Err(Error::too_large("threads + prefetch", limits.page_size_max, capacity));
         }
@@ -377,6 +389,8 @@ impl WorkerPool {
             }
         }
         self.stopping.store(true, Ordering::Release);
+        // Wakes the bell watch (and, harmlessly, anyone in `claim_wait`, who looks again).
+        self.store.bell().ring();
         if let Some(handle) = self.bell_watch.take() {
             let _ = handle.join();
         }
@@ -501,8 +515,12 @@ struct Coordinator {
     /// The round's settings; its lists are filled for each round.
     cycle: Cycle,
     store: Store,
-    /// Most items held at once: handlers plus prefetch.
-    capacity: usize,
+    /// Handler threads.
+    threads: usize,
+    /// The bound of the prefetch buffer.
+    prefetch_max: usize,
+    /// How many claimed items may wait for a handler now (adapted after each round).
+    prefetch: usize,
     poll_interval: Duration,
     /// Where claimed items go to the handlers; dropped when the pool has stopped.
     jobs: Option<Sender<Job>>,
@@ -603,7 +621,7 @@ impl Coordinator {
     fn round(&mut self) -> Result<()> {
         let now_ms = self.store.now_ms();
         let renew = self.due_renewals(now_ms);
-        let free = self.capacity.saturating_sub(self.held.len());
+        let free = self.capacity().saturating_sub(self.held.len());
         let claim_max = if self.stopping.load(Ordering::Acquire) || (self.dry && !self.woken) {
             0
         } else {
@@ -654,6 +672,7 @@ impl Coordinator {
             }
         }
         self.dry = cycled.claimed.len() < asked;
+        self.adapt_prefetch();
         Counts::add(&self.counts.claimed, cycled.claimed.len() as u64);
         for claimed in cycled.claimed {
             self.dispatch(claimed);
@@ -695,6 +714,23 @@ impl Coordinator {
         self.cycle.settle.push(Settlement::Fail(Fail { id, fence, error, retryable: false }));
     }
 
+    /// Most items held at once: one per handler, plus the prefetch buffer.
+    fn capacity(&self) -> usize {
+        self.threads + self.prefetch
+    }
+
+    /// Sizes the prefetch buffer to what the handlers take while a round is out: doubled
+    /// when they emptied it and more work is there, halved when half of it is still waiting.
+    fn adapt_prefetch(&mut self) {
+        let waiting = self.unstarted.len();
+        if waiting == 0 && !self.dry {
+            self.prefetch = (self.prefetch * 2).clamp(1, self.prefetch_max.max(1));
+        } else if waiting > self.prefetch / 2 {
+            self.prefetch = (self.prefetch / 2).max(1);
+        }
+        self.prefetch = self.prefetch.min(self.prefetch_max);
+    }
+
     fn dispatch(&mut self, claimed: Claimed) {
         let lost = Arc::new(AtomicBool::new(false));
         let held = Held {
@@ -715,7 +751,7 @@ impl Coordinator {
     /// and nothing is held) or the poll interval, whichever is first.
     fn idle_wait(&self) -> Result<Option<Duration>> {
         let stopping = self.stopping.load(Ordering::Acquire);
-        let free = self.held.len() < self.capacity;
+        let free = self.held.len() < self.capacity();
         if !self.cycle.settle.is_empty() || (free && !stopping && (!self.dry || self.woken)) {
             return Ok(None);
         }

@@ -8,6 +8,8 @@
 //! cargo bench --bench append -- --wal-soak 60   # 60 s at full load, then report the WAL size
 //! cargo bench --bench append -- --only-normal 16 # one configuration alone (for a profiler)
 //! cargo bench --bench append -- --only-full 1     # likewise, under Durability::Full
+//! cargo bench --bench append -- --only-normal 16 --in-flight 8  # 8 appends kept in flight
+//!                                                  # per thread (Store::submit)
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread (the same two statements per append, one append per
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 use serde_json::json;
+use spindle::log::Append;
 use spindle::{Durability, Options, Store, Stream};
 
 const SCHEMA_SQL: &str = include_str!("../schema.sql");
@@ -79,12 +82,13 @@ fn main() {
     } else {
         Duration::from_secs(value_of("--secs").unwrap_or(3))
     };
+    let in_flight = value_of("--in-flight").unwrap_or(1) as usize;
     if let Some(threads) = value_of("--only-normal") {
         // One configuration alone, for profiling.
-        return store_run(Durability::Normal, threads as usize, 64, run).print(None);
+        return store_run(Durability::Normal, threads as usize, 64, in_flight, run).print(None);
     }
     if let Some(threads) = value_of("--only-full") {
-        return store_run(Durability::Full, threads as usize, 64, run).print(None);
+        return store_run(Durability::Full, threads as usize, 64, in_flight, run).print(None);
     }
     println!("machine: {} cores; each configuration runs {:?}", cores(), run);
     for durability in [Durability::Full, Durability::Normal] {
@@ -93,10 +97,10 @@ fn main() {
         raw1.print(None);
         let raw100 = raw(durability, 100, run);
         raw100.print(Some(&raw1));
-        let unbatched = store_run(durability, 16, 1, run);
+        let unbatched = store_run(durability, 16, 1, 1, run);
         unbatched.print(Some(&raw1));
         for threads in [1, 4, 16] {
-            let figures = store_run(durability, threads, 64, run);
+            let figures = store_run(durability, threads, 64, 1, run);
             figures.print(Some(&raw1));
             if threads == 16 {
                 println!(
@@ -108,6 +112,13 @@ fn main() {
                 );
             }
         }
+        let pipelined = store_run(durability, 16, 64, 8, run);
+        pipelined.print(Some(&raw1));
+        println!(
+            "{:<44} {:>7.2}x raw 100/tx",
+            "  16 threads, 8 in flight each:",
+            pipelined.per_sec() / raw100.per_sec()
+        );
     }
 }
 
@@ -119,8 +130,15 @@ fn options(durability: Durability, batch_max: usize) -> Options {
     Options { durability, batch_max, ..Options::default() }
 }
 
-/// Appends from `threads` callers for `run`, timing every call.
-fn store_run(durability: Durability, threads: usize, batch_max: usize, run: Duration) -> Figures {
+/// Appends from `threads` callers for `run`, each keeping `in_flight` appends sent
+/// (`Store::submit`) and waiting for the oldest; times every append from send to reply.
+fn store_run(
+    durability: Durability,
+    threads: usize,
+    batch_max: usize,
+    in_flight: usize,
+    run: Duration,
+) -> Figures {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open_with(dir.path().join("bench.db"), options(durability, batch_max))
         .expect("open");
@@ -131,14 +149,8 @@ fn store_run(durability: Durability, threads: usize, batch_max: usize, run: Dura
             let (store, stop, barrier) = (store.clone(), Arc::clone(&stop), Arc::clone(&barrier));
             thread::spawn(move || {
                 let stream = Stream::custom(format!("bench-{}", t % 4));
-                let mut latencies = Vec::with_capacity(1 << 16);
                 barrier.wait();
-                while !stop.load(Ordering::Relaxed) {
-                    let started = Instant::now();
-                    store.events().append(&stream, "tick", json!({ "t": t })).expect("append");
-                    latencies.push(started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-                }
-                latencies
+                appends(&store, &stream, t, in_flight, &stop)
             })
         })
         .collect();
@@ -150,12 +162,51 @@ fn store_run(durability: Durability, threads: usize, batch_max: usize, run: Dura
         workers.into_iter().flat_map(|w| w.join().expect("worker")).collect();
     let elapsed = started.elapsed();
     store.close().expect("close");
+    let in_flight = if in_flight > 1 { format!(", {in_flight} in flight") } else { String::new() };
     Figures {
-        label: format!("store {threads:>2} threads, batch_max {batch_max}"),
+        label: format!("store {threads:>2} threads, batch_max {batch_max}{in_flight}"),
         ops: latencies_us.len() as u64,
         elapsed,
         latencies_us,
     }
+}
+
+/// One caller's appends until `stop`: one call at a time, or `in_flight` kept sent.
+fn appends(
+    store: &Store,
+    stream: &Stream,
+    t: usize,
+    in_flight: usize,
+    stop: &AtomicBool,
+) -> Vec<u32> {
+    let micros = |since: Instant| since.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+    let mut latencies = Vec::with_capacity(1 << 16);
+    if in_flight <= 1 {
+        while !stop.load(Ordering::Relaxed) {
+            let started = Instant::now();
+            store.events().append(stream, "tick", json!({ "t": t })).expect("append");
+            latencies.push(micros(started));
+        }
+        return latencies;
+    }
+    let mut sent = std::collections::VecDeque::with_capacity(in_flight);
+    while !stop.load(Ordering::Relaxed) || !sent.is_empty() {
+        if sent.len() == in_flight || stop.load(Ordering::Relaxed) {
+            let (started, pending): (Instant, spindle::Pending<_>) =
+                sent.pop_front().expect("one in flight");
+            pending.wait().expect("append");
+            latencies.push(micros(started));
+            continue;
+        }
+        let append = Append {
+            stream: stream.clone(),
+            event_type: "tick".into(),
+            payload: json!({ "t": t }),
+            idem_key: None,
+        };
+        sent.push_back((Instant::now(), store.submit(append).expect("submit")));
+    }
+    latencies
 }
 
 /// The same two statements per append through raw rusqlite, `per_tx` appends per transaction.

@@ -193,6 +193,7 @@ fn configure(conn: &Connection, location: &Location, options: &Options) -> Resul
     };
     set_pragma(conn, "synchronous", synchronous)?;
     set_pragma(conn, "foreign_keys", "1")?;
+    set_pragma(conn, "temp_store", "2")?;
     // The actor schedules checkpoints itself (see actor.rs).
     set_pragma(conn, "wal_autocheckpoint", "0")?;
     if let Some(bytes) = options.file_bytes_max {

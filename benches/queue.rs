@@ -11,9 +11,11 @@
 //! cargo bench --bench queue -- --batched-ratio --normal  # the same without fsyncs (CPU only)
 //! cargo bench --bench queue -- --single-only   # the single-item cycle alone
 //! cargo bench --bench queue -- --one-caller    # per-call cost with one caller (Normal)
-//! cargo bench --bench queue -- --workers       # the worker pool and complete_and_claim on
+//! cargo bench --bench queue -- --workers       # the worker pool, complete_and_claim and batch
+//!                                              # calls (a Cycle op settling and claiming 100) on
 //!                                              # 20,000 jobs enqueued beforehand, 1/4/16 workers
 //! cargo bench --bench queue -- --workers --jobs 5000 --only-threads 16 --only-normal
+//! cargo bench --bench queue -- --workers --only-batch   # raw and batch calls only
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 use serde_json::json;
-use spindle::queue::Completion;
+use spindle::queue::{Completion, Cycle, Settlement};
 use spindle::{Durability, NewItem, Options, Store};
 
 const SCHEMA_SQL: &str = include_str!("../schema.sql");
@@ -163,15 +165,21 @@ fn workers(args: &[String]) {
         let raw = raw_claim_complete(durability, jobs);
         println!("raw rusqlite, select due + claim + complete, 100 jobs per tx: {raw:>8.0}");
         for threads in [1, 4, 16].into_iter().filter(|t| only.is_none_or(|o| o == *t)) {
+            let batch = timed_jobs(durability, jobs, |store| run_batch(store, threads));
+            if args.iter().any(|a| a == "--only-batch") {
+                println!("{threads:>3} workers: batch x100 {batch:>8.0} ({:.2}x raw)", batch / raw);
+                continue;
+            }
             let prefetch = arg(args, "--prefetch");
             let pool =
                 timed_jobs(durability, jobs, |store| run_pool(store, threads, prefetch, jobs));
             let single = timed_jobs(durability, jobs, |store| run_single(store, threads));
             println!(
                 "{threads:>3} workers: pool {pool:>8.0} ({:.2}x raw)   single-item {single:>8.0} \
-                 ({:.2}x raw)",
+                 ({:.2}x raw)   batch x100 {batch:>8.0} ({:.2}x raw)",
                 pool / raw,
-                single / raw
+                single / raw,
+                batch / raw
             );
         }
     }
@@ -187,10 +195,11 @@ fn raw_claim_complete(durability: Durability, jobs: usize) -> f64 {
     let sync = if durability == Durability::Full { "FULL" } else { "NORMAL" };
     conn.pragma_update(None, "synchronous", sync).expect("sync");
     conn.execute_batch(SCHEMA_SQL).expect("schema");
-    let ids: Vec<String> = (0..jobs).map(|n| format!("{n:020}")).collect();
+    // The store's jobs: ids as long as its UUIDs, payloads of about 100 bytes.
+    let ids: Vec<String> = (0..jobs).map(|n| format!("{n:036}")).collect();
     let tx = conn.transaction().expect("begin");
     for (n, id) in ids.iter().enumerate() {
-        raw_enqueue(&tx, id, n as u64);
+        raw_enqueue(&tx, id, &job_payload(n).to_string());
     }
     tx.commit().expect("commit");
     let started = Instant::now();
@@ -224,9 +233,8 @@ fn raw_claim_complete(durability: Durability, jobs: usize) -> f64 {
 /// Jobs per second of `work` on a fresh store holding `jobs` items of about 100 bytes.
 fn timed_jobs(durability: Durability, jobs: usize, work: impl FnOnce(&Store)) -> f64 {
     let (_dir, store) = open(durability, 64);
-    let pad = "x".repeat(80);
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
-        let items = chunk.iter().map(|n| NewItem::new("q", json!({ "n": n, "pad": pad })));
+        let items = chunk.iter().map(|n| NewItem::new("q", job_payload(*n)));
         store.queue().enqueue_batch(items.collect()).expect("enqueue");
     }
     let started = Instant::now();
@@ -236,6 +244,11 @@ fn timed_jobs(durability: Durability, jobs: usize, work: impl FnOnce(&Store)) ->
     assert_eq!(stats[0].completed, jobs as u64, "every job completed");
     store.close().expect("close");
     jobs as f64 / elapsed.as_secs_f64()
+}
+
+/// The payload of job `n` of the `--workers` runs: about 100 bytes of JSON.
+fn job_payload(n: usize) -> serde_json::Value {
+    json!({ "n": n, "pad": "x".repeat(80) })
 }
 
 fn run_pool(store: &Store, threads: usize, prefetch: Option<usize>, jobs: usize) {
@@ -271,6 +284,45 @@ fn run_single(store: &Store, threads: usize) {
                     held = queue
                         .complete_and_claim(&job.item.id, job.fence, json!(null), &next)
                         .expect("complete and claim");
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("worker");
+    }
+}
+
+/// Batch calls: each thread runs one `Cycle` op per round that completes the 100 items it
+/// claimed in the last round and claims up to 100 more, one commit per 100 jobs as raw makes.
+fn run_batch(store: &Store, threads: usize) {
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let store = store.clone();
+            thread::spawn(move || {
+                let mut settle = Vec::new();
+                loop {
+                    let cycle = Cycle {
+                        worker_id: format!("w{t}"),
+                        queues: vec!["q".to_owned()],
+                        lease_ms: LEASE_MS,
+                        settle: std::mem::take(&mut settle),
+                        renew: Vec::new(),
+                        claim_max: 100,
+                    };
+                    let cycled = store.exec(cycle).expect("cycle");
+                    assert!(cycled.settled.iter().all(Result::is_ok), "every item completed");
+                    if cycled.claimed.is_empty() {
+                        return;
+                    }
+                    settle = cycled
+                        .claimed
+                        .into_iter()
+                        .map(|c| {
+                            let (id, fence) = (c.item.id, c.fence);
+                            Settlement::Complete(Completion { id, fence, result: json!(null) })
+                        })
+                        .collect();
                 }
             })
         })
@@ -407,7 +459,7 @@ fn raw_batched(durability: Durability, run: Duration) -> (u64, Duration) {
             .expect("begin");
         let ids: Vec<String> = (0..100).map(|n| format!("{:020}-{n:03}", jobs)).collect();
         for id in &ids {
-            raw_enqueue(&tx, id, jobs);
+            raw_enqueue(&tx, id, &json!({"job": jobs}).to_string());
         }
         for id in &ids {
             raw_claim_and_complete(&tx, id);
@@ -418,7 +470,7 @@ fn raw_batched(durability: Durability, run: Duration) -> (u64, Duration) {
     (jobs, started.elapsed())
 }
 
-fn raw_enqueue(conn: &Connection, id: &str, n: u64) {
+fn raw_enqueue(conn: &Connection, id: &str, payload: &str) {
     conn.prepare_cached(
         "INSERT INTO queue_items (tenant_id, item_id, queue, payload, priority, run_at_ms, attempt,
              max_attempts, backoff_base_ms, backoff_max_ms, status, fence, created_at_ms,
@@ -426,7 +478,7 @@ fn raw_enqueue(conn: &Connection, id: &str, n: u64) {
          VALUES ('default', ?1, 'q', ?2, 0, 0, 0, 3, 1000, 64000, 'pending', 0, 0, 0)",
     )
     .expect("prepare")
-    .execute(params![id, json!({"job": n}).to_string()])
+    .execute(params![id, payload])
     .expect("insert");
 }
 

@@ -128,6 +128,16 @@ CREATE INDEX queue_items_execution
     ON queue_items (tenant_id, execution_id, item_id)
     WHERE execution_id IS NOT NULL AND status IN ('pending', 'claimed');
 
+-- Per-queue settings; a queue without a row has the defaults. item_events = 0: the queue's
+-- item changes append no events to its stream (for queues nobody follows).
+CREATE TABLE queue_settings (
+    tenant_id     TEXT    NOT NULL,
+    queue         TEXT    NOT NULL,
+    item_events   INTEGER NOT NULL CHECK (item_events IN (0, 1)),
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, queue)
+) WITHOUT ROWID;
+
 -- Graphs. The per-status node counts are kept up to date by every transition, so the engine
 -- knows in O(1) when nothing is ready or running (the graph is then finished) and `get`
 -- reports progress without reading the nodes. parent_node_id is the SubGraph node of the
@@ -416,4 +426,4 @@ CREATE TABLE workflow_snapshots (
 ) WITHOUT ROWID;
 
 PRAGMA application_id = 1397771844; -- 'SPND'
-PRAGMA user_version = 3;
+PRAGMA user_version = 4;

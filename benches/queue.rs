@@ -16,6 +16,7 @@
 //!                                              # 20,000 jobs enqueued beforehand, 1/4/16 workers
 //! cargo bench --bench queue -- --workers --jobs 5000 --only-threads 16 --only-normal
 //! cargo bench --bench queue -- --workers --only-batch   # raw and batch calls only
+//! cargo bench --bench queue -- --workers --no-item-events # the queue's item events off
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
@@ -233,6 +234,9 @@ fn raw_claim_complete(durability: Durability, jobs: usize) -> f64 {
 /// Jobs per second of `work` on a fresh store holding `jobs` items of about 100 bytes.
 fn timed_jobs(durability: Durability, jobs: usize, work: impl FnOnce(&Store)) -> f64 {
     let (_dir, store) = open(durability, 64);
+    if std::env::args().any(|a| a == "--no-item-events") {
+        store.queue().set_item_events("q", false).expect("item events off");
+    }
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(1000) {
         let items = chunk.iter().map(|n| NewItem::new("q", job_payload(*n)));
         store.queue().enqueue_batch(items.collect()).expect("enqueue");

@@ -636,3 +636,85 @@ fn fences_keep_growing_across_a_restart() -> spindle::Result<()> {
     store.queue().complete(&id, after.fence, json!(1))?;
     Ok(())
 }
+
+/// The event types on `queue`'s stream, in order.
+fn queue_event_types(store: &Store, queue: &str) -> spindle::Result<Vec<String>> {
+    let events = store.events().read(Stream::queue(queue), 0, 100)?;
+    Ok(events.into_iter().map(|e| e.event_type).collect())
+}
+
+#[test]
+fn a_queue_without_item_events_writes_none_and_keeps_every_item_state() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    assert!(queue.item_events("q")?, "on by default");
+    queue.set_item_events("q", false)?;
+    assert!(!queue.item_events("q")?);
+    let done = queue.enqueue(NewItem::new("q", json!(1)))?.id;
+    let dead = queue.enqueue(NewItem::new("q", json!(2)).max_attempts(1))?.id;
+    let c = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    queue.complete(&done, c.fence, json!("ok"))?;
+    let c = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    assert_eq!(queue.fail(&dead, c.fence, "boom", true)?, FailOutcome::DeadLettered);
+    // Fences and leases are as strict as ever.
+    assert!(matches!(queue.complete(&dead, c.fence, json!(0)), Err(Error::LeaseLost(_))));
+    clock.advance_ms(1);
+    assert_eq!(queue.get(&done)?.status, ItemStatus::Completed);
+    assert_eq!(queue.get(&dead)?.status, ItemStatus::Dead);
+    let stats = queue.stats()?;
+    assert_eq!((stats[0].completed, stats[0].dead), (1, 1));
+    assert_eq!(queue_event_types(&store, "q")?, ["item_events"], "only the setting itself");
+    let setting = store.events().read(Stream::queue("q"), 0, 1)?;
+    assert_eq!(setting[0].payload, json!({ "enabled": false }));
+    Ok(())
+}
+
+#[test]
+fn item_events_come_back_when_turned_on_and_other_queues_keep_theirs() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    queue.set_item_events("quiet", false)?;
+    queue.enqueue(NewItem::new("quiet", json!(1)))?;
+    queue.enqueue(NewItem::new("loud", json!(1)))?;
+    let acme = store.tenant("acme")?;
+    acme.queue().enqueue(NewItem::new("quiet", json!(1)))?;
+    queue.set_item_events("quiet", true)?;
+    queue.enqueue(NewItem::new("quiet", json!(2)))?;
+    assert_eq!(queue_event_types(&store, "quiet")?, ["item_events", "item_events", "enqueued"]);
+    assert_eq!(queue_event_types(&store, "loud")?, ["enqueued"]);
+    assert_eq!(queue_event_types(&acme, "quiet")?, ["enqueued"], "the setting is per tenant");
+    Ok(())
+}
+
+#[test]
+fn an_item_events_setting_is_durable_and_rolls_back_with_its_transaction() -> spindle::Result<()> {
+    let t = common::temp_store();
+    t.store.queue().set_item_events("kept", false)?;
+    let rolled_back = t.store.transaction(|tx| {
+        tx.exec(spindle::queue::SetItemEvents { queue: "undone".into(), enabled: false })?;
+        Ok(TxOutcome::Rollback(()))
+    });
+    assert!(rolled_back.is_ok());
+    t.store.close()?;
+    let store = Store::open(&t.path)?;
+    assert!(!store.queue().item_events("kept")?);
+    assert!(store.queue().item_events("undone")?);
+    assert!(queue_event_types(&store, "undone")?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_bad_queue_name_for_item_events_is_refused_and_writes_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let long = "q".repeat(store.limits().id_len_max + 1);
+    for name in ["", long.as_str()] {
+        let refused = store.queue().set_item_events(name, false);
+        assert!(matches!(refused, Err(Error::InvalidInput(_) | Error::TooLarge { .. })));
+        assert!(matches!(
+            store.queue().item_events(name),
+            Err(Error::InvalidInput(_) | Error::TooLarge { .. })
+        ));
+    }
+    assert_eq!(store.events().read_all(0, 10)?.len(), 0, "no event was written");
+    Ok(())
+}

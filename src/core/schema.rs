@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
 /// The schema version `schema.sql` creates; stored in `PRAGMA user_version`.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// Identifies a Spindle file (`PRAGMA application_id`, the bytes 'SPND').
 const APPLICATION_ID: i64 = 0x5350_4E44;
@@ -30,6 +30,7 @@ const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_graphs_and_tokens.sql"),
     include_str!("../../migrations/0003_processes_and_workflows.sql"),
+    include_str!("../../migrations/0004_queue_settings.sql"),
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
@@ -381,6 +382,11 @@ pub(crate) mod tests {
     #[test]
     fn a_migrated_version_two_store_has_the_fresh_schema() -> Result<()> {
         assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v2.sql"))
+    }
+
+    #[test]
+    fn a_migrated_version_three_store_has_the_fresh_schema() -> Result<()> {
+        assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v3.sql"))
     }
 
     /// Migrates a store made by an older `schema.sql` and compares it with a fresh one.

@@ -13,8 +13,10 @@
 //! be followed like any other stream: `enqueued`, `claimed`, `completed`, `retried`,
 //! `dead_lettered`, `released`, `requeued`, `cancelled`. An event's payload is
 //! `{"items": [{"id", "attempt", "fence", ..}]}`: one entry for a single-item call, one per item
-//! for a batch call, which appends one event per queue and kind. Everything is scoped to the
-//! view's tenant.
+//! for a batch call, which appends one event per queue and kind. A queue nobody follows may
+//! turn these events off ([`Queue::set_item_events`]): its item changes then write no event rows,
+//! which are about a sixth of a batched job cycle's cost. Everything is scoped to the view's
+//! tenant.
 //!
 //! Ops live in `ops.rs`, SQL in `sql.rs`; the facade is [`Queue`], reached with
 //! `store.queue()`.
@@ -35,8 +37,8 @@ use crate::store::Store;
 pub use ops::{
     Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete, CompleteAndClaim,
     CompleteBatch, Completion, Cycle, Cycled, DeadLetters, Enqueue, EnqueueBatch, Fail,
-    FailAndClaim, Get, Heartbeat, Lease, NextDue, PruneCompleted, PurgeDead, Reclaim, Release,
-    Requeue, RequeueAll, Settled, Settlement, Stats,
+    FailAndClaim, Get, Heartbeat, ItemEvents, Lease, NextDue, PruneCompleted, PurgeDead, Reclaim,
+    Release, Requeue, RequeueAll, SetItemEvents, Settled, Settlement, Stats,
 };
 pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
@@ -574,6 +576,30 @@ impl<'a> Queue<'a> {
     /// Storage errors only.
     pub fn stats(&self) -> Result<Vec<QueueStats>> {
         self.store.exec(Stats)
+    }
+
+    /// Turns `queue`'s per-item events on or off. They are on by default: every change to an
+    /// item (`enqueued`, `claimed`, `completed`, ...) appends an event to `Stream::queue(queue)`.
+    /// Off, the queue's item changes append nothing, and a subscriber to its stream hears
+    /// nothing of them; the items themselves, their leases, fences, retries, dead letters and
+    /// `stats` are kept exactly as before. Turn them off only for a queue nobody follows: the
+    /// event rows are about a sixth of the cost of a batched job cycle. The change itself
+    /// appends an `item_events` event (`{"enabled": bool}`) whatever the setting, so a follower
+    /// sees why the stream goes quiet. The setting is durable and per tenant.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized queue name (nothing is written).
+    pub fn set_item_events(&self, queue: &str, enabled: bool) -> Result<()> {
+        self.store.exec(SetItemEvents { queue: queue.into(), enabled })
+    }
+
+    /// Whether `queue` appends per-item events: true unless [`Queue::set_item_events`] turned
+    /// them off.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized queue name.
+    pub fn item_events(&self, queue: &str) -> Result<bool> {
+        self.store.exec(ItemEvents { queue: queue.into() })
     }
 
     /// Deletes up to `Limits::page_size_max` completed and cancelled items finished more than

@@ -311,6 +311,22 @@ pub struct PruneCompleted {
     pub older_than_ms: i64,
 }
 
+/// Turns a queue's per-item events on or off; see [`Queue::set_item_events`](super::Queue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetItemEvents {
+    /// The queue.
+    pub queue: String,
+    /// True: every item change appends an event to the queue's stream (the default).
+    pub enabled: bool,
+}
+
+/// Whether a queue appends per-item events; output true unless they were turned off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemEvents {
+    /// The queue.
+    pub queue: String,
+}
+
 /// When the earliest pending item of `queues` is (or was) due, if there is one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NextDue {
@@ -704,6 +720,34 @@ impl Op for PruneCompleted {
     }
 }
 
+impl Sealed for SetItemEvents {}
+impl Op for SetItemEvents {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_id("queue", &self.queue)?;
+        sql::set_item_events(tx.conn(), tx.tenant(), &self.queue, self.enabled, tx.now_ms())?;
+        // Written whatever the setting: a follower sees why the stream goes quiet.
+        let payload = json!({ "enabled": self.enabled });
+        events::append(tx, &Stream::queue(&self.queue), "item_events", payload, None)?;
+        Ok(())
+    }
+}
+
+impl Sealed for ItemEvents {}
+impl Op for ItemEvents {
+    type Output = bool;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
+        tx.limits().check_id("queue", &self.queue)?;
+        sql::item_events(tx.conn(), tx.tenant(), &self.queue)
+    }
+}
+
 impl Sealed for NextDue {}
 impl Op for NextDue {
     type Output = Option<i64>;
@@ -736,9 +780,13 @@ impl Notes {
         self.pending.entry((queue.to_owned(), event_type)).or_default().push(entry);
     }
 
-    /// Appends the gathered events; the op's own savepoint makes them atomic with its changes.
+    /// Appends the gathered events of the queues whose item events are on; the op's own
+    /// savepoint makes them atomic with its changes.
     fn append(self, tx: &mut Tx<'_>) -> Result<()> {
         for ((queue, event_type), items) in self.pending {
+            if !sql::item_events(tx.conn(), tx.tenant(), &queue)? {
+                continue;
+            }
             events::append(
                 tx,
                 &Stream::queue(&queue),

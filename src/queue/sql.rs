@@ -299,6 +299,35 @@ pub(super) fn replace_payload(
     Ok(changed == 1)
 }
 
+/// Whether `queue` appends per-item events: true unless a setting turned them off.
+pub(super) fn item_events(conn: &Connection, tenant: &str, queue: &str) -> Result<bool> {
+    let enabled: Option<bool> = conn
+        .prepare_cached(
+            "SELECT item_events FROM main.queue_settings WHERE tenant_id = ?1 AND queue = ?2",
+        )?
+        .query_row(params![tenant, queue], |r| r.get(0))
+        .optional()?;
+    Ok(enabled.unwrap_or(true))
+}
+
+/// Records whether `queue` appends per-item events.
+pub(super) fn set_item_events(
+    conn: &Connection,
+    tenant: &str,
+    queue: &str,
+    enabled: bool,
+    now_ms: i64,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO main.queue_settings (tenant_id, queue, item_events, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (tenant_id, queue)
+         DO UPDATE SET item_events = excluded.item_events, updated_at_ms = excluded.updated_at_ms",
+    )?
+    .execute(params![tenant, queue, enabled, now_ms])?;
+    Ok(())
+}
+
 /// What an item event names: the queue and the attempt.
 pub(super) struct EventFields {
     pub(super) queue: String,

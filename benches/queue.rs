@@ -162,25 +162,34 @@ fn workers(args: &[String]) {
         vec![Durability::Full, Durability::Normal]
     };
     for durability in durabilities {
-        println!("\n== {jobs} jobs under {durability:?} (jobs/s)");
-        let raw = raw_claim_complete(durability, jobs);
-        println!("raw rusqlite, select due + claim + complete, 100 jobs per tx: {raw:>8.0}");
+        println!("\n== {jobs} jobs under {durability:?} (jobs/s; raw measured before and after)");
         for threads in [1, 4, 16].into_iter().filter(|t| only.is_none_or(|o| o == *t)) {
+            let raw_before = raw_claim_complete(durability, jobs);
             let batch = timed_jobs(durability, jobs, |store| run_batch(store, threads));
-            if args.iter().any(|a| a == "--only-batch") {
-                println!("{threads:>3} workers: batch x100 {batch:>8.0} ({:.2}x raw)", batch / raw);
-                continue;
-            }
-            let prefetch = arg(args, "--prefetch");
-            let pool =
-                timed_jobs(durability, jobs, |store| run_pool(store, threads, prefetch, jobs));
-            let single = timed_jobs(durability, jobs, |store| run_single(store, threads));
+            let (pool, single) = if args.iter().any(|a| a == "--only-batch") {
+                (None, None)
+            } else {
+                let prefetch = arg(args, "--prefetch");
+                let pool =
+                    timed_jobs(durability, jobs, |store| run_pool(store, threads, prefetch, jobs));
+                (Some(pool), Some(timed_jobs(durability, jobs, |store| run_single(store, threads))))
+            };
+            let raw = raw_before.mean(raw_claim_complete(durability, jobs));
+            let figure = |name: &str, measured: Option<Measured>| {
+                measured.map_or(String::new(), |m| {
+                    format!("   {name} {:>7.0} ({:.2}x raw)", m.rate, m.rate / raw.rate)
+                })
+            };
             println!(
-                "{threads:>3} workers: pool {pool:>8.0} ({:.2}x raw)   single-item {single:>8.0} \
-                 ({:.2}x raw)   batch x100 {batch:>8.0} ({:.2}x raw)",
-                pool / raw,
-                single / raw,
-                batch / raw
+                "{threads:>3} workers: raw {:>7.0}{}{}{}   cpu/job: raw {:.1} us, batch {:.1} us \
+                 ({:.2}x raw)",
+                raw.rate,
+                figure("pool", pool),
+                figure("single-item", single),
+                figure("batch x100", Some(batch)),
+                raw.cpu_us,
+                batch.cpu_us,
+                raw.cpu_us / batch.cpu_us,
             );
         }
     }
@@ -189,7 +198,7 @@ fn workers(args: &[String]) {
 /// Raw rusqlite on `jobs` items inserted beforehand (not timed): per transaction, the search
 /// for 100 due items (the store's query for one priority level, on its index), then the claim
 /// and complete statements for each; one thread. Jobs per second.
-fn raw_claim_complete(durability: Durability, jobs: usize) -> f64 {
+fn raw_claim_complete(durability: Durability, jobs: usize) -> Measured {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut conn = Connection::open(dir.path().join("raw.db")).expect("open");
     conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
@@ -203,36 +212,37 @@ fn raw_claim_complete(durability: Durability, jobs: usize) -> f64 {
         raw_enqueue(&tx, id, &job_payload(n).to_string());
     }
     tx.commit().expect("commit");
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), cpu_ms());
     let mut done = 0;
     while done < jobs {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .expect("begin");
-        // The due-item search a claim makes, then the two writes per item.
-        let due: Vec<String> = tx
+        // The due-item search a claim makes (with what a worker needs of each item: its id,
+        // payload and attempt), then the two writes per item.
+        let due: Vec<(String, String, i64)> = tx
             .prepare_cached(
-                "SELECT item_id FROM queue_items
+                "SELECT item_id, payload, attempt FROM queue_items
                  WHERE tenant_id = 'default' AND queue = 'q' AND status = 'pending'
                    AND priority = 0 AND run_at_ms <= 1
                  ORDER BY run_at_ms, item_id LIMIT 100",
             )
             .expect("prepare")
-            .query_map([], |row| row.get(0))
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
             .expect("select")
             .collect::<rusqlite::Result<_>>()
             .expect("rows");
-        for id in &due {
+        for (id, _payload, _attempt) in &due {
             raw_claim_and_complete(&tx, id);
         }
         tx.commit().expect("commit");
         done += due.len();
     }
-    jobs as f64 / started.elapsed().as_secs_f64()
+    Measured::since(started, cpu, jobs)
 }
 
 /// Jobs per second of `work` on a fresh store holding `jobs` items of about 100 bytes.
-fn timed_jobs(durability: Durability, jobs: usize, work: impl FnOnce(&Store)) -> f64 {
+fn timed_jobs(durability: Durability, jobs: usize, work: impl FnOnce(&Store)) -> Measured {
     let (_dir, store) = open(durability, 64);
     if std::env::args().any(|a| a == "--no-item-events") {
         store.queue().set_item_events("q", false).expect("item events off");
@@ -241,13 +251,36 @@ fn timed_jobs(durability: Durability, jobs: usize, work: impl FnOnce(&Store)) ->
         let items = chunk.iter().map(|n| NewItem::new("q", job_payload(*n)));
         store.queue().enqueue_batch(items.collect()).expect("enqueue");
     }
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), cpu_ms());
     work(&store);
-    let elapsed = started.elapsed();
+    let measured = Measured::since(started, cpu, jobs);
     let stats = store.queue().stats().expect("stats");
     assert_eq!(stats[0].completed, jobs as u64, "every job completed");
     store.close().expect("close");
-    jobs as f64 / elapsed.as_secs_f64()
+    measured
+}
+
+/// Jobs per second, and CPU time per job (every thread of the process, in µs: less sensitive
+/// than the rate to what else the machine runs).
+#[derive(Clone, Copy)]
+struct Measured {
+    rate: f64,
+    cpu_us: f64,
+}
+
+impl Measured {
+    fn since(started: Instant, cpu_ms_then: f64, jobs: usize) -> Self {
+        let rate = jobs as f64 / started.elapsed().as_secs_f64();
+        Measured { rate, cpu_us: (cpu_ms() - cpu_ms_then) * 1000.0 / jobs as f64 }
+    }
+
+    /// Both figures averaged with another measurement's.
+    fn mean(self, other: Measured) -> Measured {
+        Measured {
+            rate: (self.rate + other.rate) / 2.0,
+            cpu_us: (self.cpu_us + other.cpu_us) / 2.0,
+        }
+    }
 }
 
 /// The payload of job `n` of the `--workers` runs: about 100 bytes of JSON.

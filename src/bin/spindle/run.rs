@@ -35,8 +35,10 @@ use crate::common::{CliError, Output};
 use crate::pipeline::{Pipeline, RUN_KIND, Step};
 
 /// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
-/// killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short one); the
-/// pool renews a running node's lease once half of it has passed.
+/// killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short one). The
+/// pool renews a running node's lease each time a fifth of it has passed (not the pool's
+/// default half): with a short lease a renewal then has four fifths of it to get through a
+/// slow store on a loaded machine.
 const LEASE_MS: i64 = 10_000;
 
 fn lease_ms() -> i64 {
@@ -150,6 +152,7 @@ fn start_pool(run: &Arc<Run>, jobs: usize) -> Result<WorkerPool, CliError> {
         .threads(jobs.max(1))
         .prefetch(0)
         .lease_ms(run.lease_ms)
+        .renew_after_ms(run.lease_ms / 5)
         .worker_id(format!("{}-{}", hostname(), std::process::id()))
         .poll_interval(Duration::from_millis(250))
         .run(move |job| handler.handle(job))

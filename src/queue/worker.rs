@@ -4,10 +4,9 @@
 //! Each round is one [`Cycle`] op: it settles every item the handlers finished since the last
 //! round (completions, failures and releases together, as River's batched completer does),
 //! renews the leases of the items still held once half their lease has passed (or sooner, see
-//! [`Worker::renew_after_ms`]), and claims
-//! items for the free handlers plus a prefetch buffer. While a round commits, handlers go on
-//! working, so the next round carries everything that finished in the meantime: the busier the
-//! pool, the more items share one commit.
+//! [`Worker::renew_after_ms`]), and claims items for the free handlers plus a prefetch buffer.
+//! While a round commits, handlers go on working, so the next round carries everything that
+//! finished in the meantime: the busier the pool, the more items share one commit.
 //!
 //! A handler's panic is a failed attempt (retryable). A lease the pool could not renew is
 //! reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the store and
@@ -368,12 +367,9 @@ impl Worker {
         }
         limits.check_lease(self.lease_ms)?;
         match self.renew_after_ms {
-            Some(after_ms) if !(1..self.lease_ms).contains(&after_ms) => {
-                Err(Error::InvalidInput(format!(
-                    "renew after 1 to {} ms of the lease, not {after_ms}",
-                    self.lease_ms - 1
-                )))
-            }
+            Some(after_ms) if !(1..self.lease_ms).contains(&after_ms) => Err(Error::InvalidInput(
+                format!("renew after 1 to {} ms of the lease, not {after_ms}", self.lease_ms - 1),
+            )),
             _ => Ok(()),
         }
     }
@@ -785,7 +781,9 @@ impl Coordinator {
         }
         let mut wait = self.poll_interval;
         let renewing = self.held.values().filter(|held| !held.lost.load(Ordering::Acquire));
-        if let Some(renew_at_ms) = renewing.map(|held| held.expires_at_ms - self.renew_left_ms).min() {
+        if let Some(renew_at_ms) =
+            renewing.map(|held| held.expires_at_ms - self.renew_left_ms).min()
+        {
             wait = wait.min(self.store.until_ms(renew_at_ms));
         }
         if self.held.is_empty() && !stopping {

@@ -5,11 +5,13 @@
 //! run killed at any moment resumes where it stood. A dispatcher follows the graph's stream and
 //! enqueues each ready node (deduplicated by node and firing, and only while it is still
 //! ready); the pool claims an item for a free handler under a short lease and renews it while
-//! the command runs; the handler completes the item and the node in one transaction under the
-//! item's fence (the pool has nothing left to settle: `Outcome::Settled`). After a crash the interrupted
-//! node's lease lapses within seconds and the node runs again, instead of the interrupted
-//! attempt: at most one attempt of a node's command runs at any moment (see `attempt.rs`:
-//! commands die with their runner, and a new attempt first ends what is left of the last).
+//! the command runs, and the handler completes the item and the node in one transaction under
+//! the item's fence (it settles every item itself: the pool is told `Outcome::Settled`). Ctrl-C
+//! stops the pool's claiming; a second one kills the running commands. After a crash the
+//! interrupted node's lease lapses within seconds and the node runs again, instead of the
+//! interrupted attempt: at most one attempt of a node's command runs at any moment (see
+//! `attempt.rs`: commands die with their runner, and a new attempt first ends what is left of
+//! the last).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
@@ -754,9 +756,8 @@ fn new_bar(len: usize) -> indicatif::ProgressBar {
     bar
 }
 
-/// Ctrl-C once: claim nothing more (the watcher stops the pool) and let running commands
-/// finish. Twice: kill them. The run
-/// stays resumable either way.
+/// Ctrl-C once: claim nothing more (`Run::watch` stops the pool) and let running commands
+/// finish. Twice: kill them. The run stays resumable either way.
 fn install_interrupts(run: &Arc<Run>) {
     let run = Arc::clone(run);
     let _ = ctrlc::set_handler(move || {

@@ -323,7 +323,9 @@ fn a_pool_on_a_closed_store_stops_with_closed() -> spindle::Result<()> {
         .worker(&["q"])
         .poll_interval(Duration::from_millis(5))
         .run(|_job| Outcome::Complete(Value::Null))?;
+    assert!(!pool.is_finished());
     store.close()?;
+    eventually("the pool stopped on its own", || pool.is_finished());
     assert!(matches!(pool.join(), Err(Error::Closed)));
     Ok(())
 }

@@ -383,6 +383,13 @@ impl WorkerPool {
         let _ = self.events.send(Event::Stop);
     }
 
+    /// True once the pool's coordinator has stopped: after [`WorkerPool::stop`], once every
+    /// outcome is committed, or on its own, after a store error that [`WorkerPool::join`]
+    /// returns. Nothing is claimed or renewed after that.
+    pub fn is_finished(&self) -> bool {
+        self.coordinator.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     /// What the pool has done so far.
     pub fn report(&self) -> WorkerReport {
         self.counts.report()

@@ -86,8 +86,8 @@ pub fn run(
     pool.stop();
     let joined = pool.join();
     dispatcher.join().map_err(|_| CliError::Internal("the dispatcher panicked".into()))?;
-    let ended = ended?;
     joined.map_err(|error| CliError::Internal(format!("the worker pool failed: {error}")))?;
+    let ended = ended?;
     if let Some(error) = run.failure.lock().take() {
         return Err(error);
     }
@@ -535,13 +535,18 @@ impl Run {
     }
 
     /// Shows progress until the graph ends, or the run stops and nothing runs any more; stops
-    /// the pool's claiming once the run stops.
+    /// the pool's claiming once the run stops. A pool that stopped on its own (a store error)
+    /// ends the run.
     fn watch(&self, pool: &WorkerPool) -> Result<Ending, CliError> {
         let mut claiming = true;
         loop {
             if let Some(error) = self.failure.lock().take() {
                 self.end(Ending::Failed);
                 return Err(error);
+            }
+            if claiming && pool.is_finished() {
+                self.end(Ending::Failed);
+                return Err(CliError::Internal("the worker pool stopped".into()));
             }
             let graph = self.store.graphs().get(&self.graph)?;
             self.show(&graph);

@@ -171,6 +171,39 @@ fn leases_are_renewed_while_a_handler_runs() -> spindle::Result<()> {
 }
 
 #[test]
+fn renew_after_ms_renews_sooner_than_half_the_lease() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let id = enqueue_n(&store, "q", 1).remove(0);
+    let (started_tx, started) = bounded::<()>(1);
+    let (open, wait_for_gate) = gate();
+    let pool = store
+        .queue()
+        .worker(&["q"])
+        .lease_ms(10_000)
+        .renew_after_ms(2_000)
+        .poll_interval(Duration::from_millis(5))
+        .run(move |_job| {
+            let _ = started_tx.send(());
+            let _ = wait_for_gate.recv();
+            Outcome::Complete(json!("finished late"))
+        })?;
+    started.recv_timeout(Duration::from_secs(10)).expect("handler started");
+    // A fifth of the lease and a little more passes each step: long before half of it.
+    for step in 1..=3 {
+        clock.advance_ms(2_500);
+        let renewed_to = T0 + step * 2_500 + 10_000;
+        eventually("the lease renewed", || {
+            store.queue().get(&id).expect("item").lease_expires_at_ms == Some(renewed_to)
+        });
+    }
+    open.send(()).expect("open the gate");
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.completed, report.lease_lost), (1, 0));
+    Ok(())
+}
+
+#[test]
 fn a_lost_lease_is_reported_to_the_handler_and_its_outcome_refused() -> spindle::Result<()> {
     let (store, clock) = setup();
     let id = enqueue_n(&store, "q", 1).remove(0);
@@ -290,7 +323,9 @@ fn a_pool_on_a_closed_store_stops_with_closed() -> spindle::Result<()> {
         .worker(&["q"])
         .poll_interval(Duration::from_millis(5))
         .run(|_job| Outcome::Complete(Value::Null))?;
+    assert!(!pool.is_finished());
     store.close()?;
+    eventually("the pool stopped on its own", || pool.is_finished());
     assert!(matches!(pool.join(), Err(Error::Closed)));
     Ok(())
 }
@@ -312,6 +347,8 @@ fn bad_pool_settings_are_refused_and_write_nothing() -> spindle::Result<()> {
         queue.worker(&["bad\nqueue"]).run(handler).err(),
         queue.worker(&["q"]).worker_id("").run(handler).err(),
         queue.worker(&["q"]).poll_interval(Duration::ZERO).run(handler).err(),
+        queue.worker(&["q"]).lease_ms(1_000).renew_after_ms(0).run(handler).err(),
+        queue.worker(&["q"]).lease_ms(1_000).renew_after_ms(1_000).run(handler).err(),
     ];
     for (index, refusal) in refusals.into_iter().enumerate() {
         assert!(

@@ -3,10 +3,10 @@
 //!
 //! Each round is one [`Cycle`] op: it settles every item the handlers finished since the last
 //! round (completions, failures and releases together, as River's batched completer does),
-//! renews the leases of the items still held once half their lease has passed, and claims
-//! items for the free handlers plus a prefetch buffer. While a round commits, handlers go on
-//! working, so the next round carries everything that finished in the meantime: the busier the
-//! pool, the more items share one commit.
+//! renews the leases of the items still held once half their lease has passed (or sooner, see
+//! [`Worker::renew_after_ms`]), and claims items for the free handlers plus a prefetch buffer.
+//! While a round commits, handlers go on working, so the next round carries everything that
+//! finished in the meantime: the busier the pool, the more items share one commit.
 //!
 //! A handler's panic is a failed attempt (retryable). A lease the pool could not renew is
 //! reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the store and
@@ -74,6 +74,7 @@ pub struct Worker {
     queues: Vec<String>,
     threads: usize,
     lease_ms: i64,
+    renew_after_ms: Option<i64>,
     prefetch: Option<usize>,
     worker_id: Option<String>,
     poll_interval: Duration,
@@ -196,6 +197,7 @@ impl Worker {
             queues: queues.iter().map(|queue| (*queue).to_owned()).collect(),
             threads: 1,
             lease_ms: 30_000,
+            renew_after_ms: None,
             prefetch: None,
             worker_id: None,
             poll_interval: POLL_INTERVAL_DEFAULT,
@@ -211,6 +213,15 @@ impl Worker {
     /// The lease of every claim, renewed while its handler runs. Default 30 s.
     pub fn lease_ms(mut self, lease_ms: i64) -> Self {
         self.lease_ms = lease_ms;
+        self
+    }
+
+    /// How much of a held item's lease passes before the pool renews it (counted from the
+    /// claim or the last renewal): what is left of the lease then is the margin a renewal has
+    /// against a slow round. Default half the lease; a short lease that must survive stalls of
+    /// the store (a loaded machine) renews sooner. 1 up to the lease, exclusive.
+    pub fn renew_after_ms(mut self, renew_after_ms: i64) -> Self {
+        self.renew_after_ms = Some(renew_after_ms);
         self
     }
 
@@ -297,6 +308,7 @@ impl Worker {
             prefetch_max: self.prefetch_max(),
             prefetch: self.threads.min(self.prefetch_max()),
             poll_interval: self.poll_interval,
+            renew_left_ms: self.renew_left_ms(),
             jobs: Some(jobs_tx),
             unstarted: jobs_rx,
             events: events_rx,
@@ -316,6 +328,11 @@ impl Worker {
             handlers,
             bell_watch: Some(bell_watch),
         })
+    }
+
+    /// What is left of a lease when the pool renews it.
+    fn renew_left_ms(&self) -> i64 {
+        self.renew_after_ms.map_or(self.lease_ms / 2, |after_ms| self.lease_ms - after_ms)
     }
 
     /// The bound of the prefetch buffer.
@@ -348,7 +365,13 @@ impl Worker {
         if self.poll_interval.is_zero() {
             return Err(Error::InvalidInput("the poll interval must be above zero".into()));
         }
-        limits.check_lease(self.lease_ms)
+        limits.check_lease(self.lease_ms)?;
+        match self.renew_after_ms {
+            Some(after_ms) if !(1..self.lease_ms).contains(&after_ms) => Err(Error::InvalidInput(
+                format!("renew after 1 to {} ms of the lease, not {after_ms}", self.lease_ms - 1),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -358,6 +381,13 @@ impl WorkerPool {
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
         let _ = self.events.send(Event::Stop);
+    }
+
+    /// True once the pool's coordinator has stopped: after [`WorkerPool::stop`], once every
+    /// outcome is committed, or on its own, after a store error that [`WorkerPool::join`]
+    /// returns. Nothing is claimed or renewed after that.
+    pub fn is_finished(&self) -> bool {
+        self.coordinator.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
     /// What the pool has done so far.
@@ -522,6 +552,8 @@ struct Coordinator {
     /// How many claimed items may wait for a handler now (adapted after each round).
     prefetch: usize,
     poll_interval: Duration,
+    /// What is left of a lease when it is renewed (half of it by default).
+    renew_left_ms: i64,
     /// Where claimed items go to the handlers; dropped when the pool has stopped.
     jobs: Option<Sender<Job>>,
     /// The same channel's receiving end, to take back items no handler started.
@@ -648,13 +680,12 @@ impl Coordinator {
         Ok(())
     }
 
-    /// The held items past half their lease (and not lost).
+    /// The held items due for a renewal (and not lost).
     fn due_renewals(&self, now_ms: i64) -> Vec<Lease> {
-        let half_ms = self.cycle.lease_ms / 2;
         self.held
             .iter()
             .filter(|(_, held)| !held.lost.load(Ordering::Acquire))
-            .filter(|(_, held)| held.expires_at_ms.saturating_sub(now_ms) <= half_ms)
+            .filter(|(_, held)| held.expires_at_ms.saturating_sub(now_ms) <= self.renew_left_ms)
             .map(|(id, held)| Lease { id: id.clone(), fence: held.fence })
             .collect()
     }
@@ -756,9 +787,10 @@ impl Coordinator {
             return Ok(None);
         }
         let mut wait = self.poll_interval;
-        let half_ms = self.cycle.lease_ms / 2;
         let renewing = self.held.values().filter(|held| !held.lost.load(Ordering::Acquire));
-        if let Some(renew_at_ms) = renewing.map(|held| held.expires_at_ms - half_ms).min() {
+        if let Some(renew_at_ms) =
+            renewing.map(|held| held.expires_at_ms - self.renew_left_ms).min()
+        {
             wait = wait.min(self.store.until_ms(renew_at_ms));
         }
         if self.held.is_empty() && !stopping {

@@ -1,14 +1,17 @@
 //! `spindle run`: a pipeline as a durable graph, its ready nodes dispatched through the queue
-//! to worker threads that run shell commands.
+//! to the library's worker pool, whose handlers run shell commands.
 //!
 //! The graph and the queue hold everything: a node that finished is never run again, and a
 //! run killed at any moment resumes where it stood. A dispatcher follows the graph's stream and
 //! enqueues each ready node (deduplicated by node and firing, and only while it is still
-//! ready); a worker claims an item under a short lease that it renews while the command runs,
-//! and completes the item and the node in one transaction. After a crash the interrupted
-//! node's lease lapses within seconds and the node runs again, instead of the interrupted
-//! attempt: at most one attempt of a node's command runs at any moment (see `attempt.rs`:
-//! commands die with their runner, and a new attempt first ends what is left of the last).
+//! ready); the pool claims an item for a free handler under a short lease and renews it while
+//! the command runs, and the handler completes the item and the node in one transaction under
+//! the item's fence (it settles every item itself: the pool is told `Outcome::Settled`). Ctrl-C
+//! stops the pool's claiming; a second one kills the running commands. After a crash the
+//! interrupted node's lease lapses within seconds and the node runs again, instead of the
+//! interrupted attempt: at most one attempt of a node's command runs at any moment (see
+//! `attempt.rs`: commands die with their runner, and a new attempt first ends what is left of
+//! the last).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
@@ -23,7 +26,7 @@ use nix::unistd::Pid;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use spindle::graph::{GetNode, StartNode};
-use spindle::queue::{CancelExecution, Complete, Enqueue, Fail};
+use spindle::queue::{CancelExecution, Complete, Enqueue, Fail, Job, WorkerPool};
 use spindle::{
     Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Page, Store,
     Stream, Tx, TxOutcome,
@@ -33,9 +36,11 @@ use crate::attempt::{self, kill_group};
 use crate::common::{CliError, Output};
 use crate::pipeline::{Pipeline, RUN_KIND, Step};
 
-/// How long a worker's claim lasts without a heartbeat: what a resumed run waits at most for
-/// the node a killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short
-/// one); a worker heartbeats five times per lease.
+/// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
+/// killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short one). The
+/// pool renews a running node's lease each time a fifth of it has passed (not the pool's
+/// default half): with a short lease a renewal then has four fifths of it to get through a
+/// slow store on a loaded machine.
 const LEASE_MS: i64 = 10_000;
 
 fn lease_ms() -> i64 {
@@ -71,18 +76,17 @@ pub fn run(
     store.graphs().start(&graph)?;
     let run = Arc::new(Run::new(store.clone(), graph, pipeline));
     install_interrupts(&run);
-    let mut threads = vec![spawn(&run, "dispatcher", |run| run.dispatch())?];
-    for index in 0..jobs.max(1) {
-        threads.push(spawn(&run, "worker", move |run| run.work(index))?);
-    }
-    let ended = run.watch();
+    let pool = start_pool(&run, jobs)?;
+    let dispatcher = spawn(&run, "dispatcher", |run| run.dispatch())?;
+    let ended = run.watch(&pool);
     run.finished.store(true, Ordering::SeqCst);
     if ended.is_err() {
         run.kill.store(true, Ordering::SeqCst);
     }
-    for handle in threads {
-        handle.join().map_err(|_| CliError::Internal("a worker thread panicked".into()))?;
-    }
+    pool.stop();
+    let joined = pool.join();
+    dispatcher.join().map_err(|_| CliError::Internal("the dispatcher panicked".into()))?;
+    joined.map_err(|error| CliError::Internal(format!("the worker pool failed: {error}")))?;
     let ended = ended?;
     if let Some(error) = run.failure.lock().take() {
         return Err(error);
@@ -139,13 +143,31 @@ fn unfinished_runs(tx: &mut Tx<'_>, pipeline: &Pipeline) -> spindle::Result<Vec<
         .collect())
 }
 
+/// Starts the run's worker pool: `jobs` handlers on the run's queue, each claiming only for
+/// itself (no prefetch: an item waiting in a buffer would be one more lease a resumed run or a
+/// second runner waits for).
+fn start_pool(run: &Arc<Run>, jobs: usize) -> Result<WorkerPool, CliError> {
+    let handler = Arc::clone(run);
+    run.store
+        .queue()
+        .worker(&[run.queue.as_str()])
+        .threads(jobs.max(1))
+        .prefetch(0)
+        .lease_ms(run.lease_ms)
+        .renew_after_ms(run.lease_ms / 5)
+        .worker_id(format!("{}-{}", hostname(), std::process::id()))
+        .poll_interval(Duration::from_millis(250))
+        .run(move |job| handler.handle(job))
+        .map_err(|error| CliError::Internal(format!("cannot start the workers: {error}")))
+}
+
 /// Starts one of the run's threads; its first error ends the run (`Run::watch` returns it).
 fn spawn(
     run: &Arc<Run>,
     name: &str,
     body: impl FnOnce(&Run) -> Result<(), CliError> + Send + 'static,
 ) -> Result<thread::JoinHandle<()>, CliError> {
-    let run = Arc::clone(run);
+    let (run, name) = (Arc::clone(run), name.to_owned());
     thread::Builder::new()
         .name(format!("spindle-{name}"))
         .spawn(move || {
@@ -153,7 +175,7 @@ fn spawn(
             match outcome {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => run.fail(error),
-                Err(_) => run.fail(CliError::Internal("a worker thread panicked".into())),
+                Err(_) => run.fail(CliError::Internal(format!("the {name} thread panicked"))),
             }
         })
         .map_err(|error| CliError::Internal(format!("cannot start a thread: {error}")))
@@ -166,12 +188,12 @@ struct Run {
     queue: String,
     pipeline: Pipeline,
     lease_ms: i64,
-    /// Set by the first Ctrl-C: claim nothing more.
+    /// Set by the first Ctrl-C: claim nothing more (`watch` stops the pool).
     stop: AtomicBool,
     /// Set by the second Ctrl-C, or when the run ends: kill the running commands.
     kill: AtomicBool,
     interrupts: AtomicUsize,
-    /// Set when the graph has ended (or the run stops): threads leave.
+    /// Set when the graph has ended (or the run stops): the dispatcher leaves.
     finished: AtomicBool,
     /// The nodes being run, with when they started.
     running: Mutex<BTreeMap<String, Instant>>,
@@ -265,42 +287,44 @@ impl Run {
         new_item(&self.queue, &self.graph, name, fires, attempt)
     }
 
-    /// A worker: claims items and runs their nodes until the run ends or stops.
-    fn work(&self, index: usize) -> Result<(), CliError> {
-        let worker = format!("{}-{}-{index}", hostname(), std::process::id());
-        let queues = [self.queue.as_str()];
-        let wait = Duration::from_millis(250);
-        while !self.finished.load(Ordering::SeqCst) && !self.stop.load(Ordering::SeqCst) {
-            let claimed = self.store.queue().claim_wait(&worker, &queues, self.lease_ms, wait)?;
-            let Some(job) = claimed else { continue };
-            if self.stop.load(Ordering::SeqCst) {
-                return self.release(&job);
-            }
-            self.run_item(&job)?;
+    /// The pool's handler: runs the item's node and settles the item itself, under its fence.
+    /// An error or a panic ends the run (the item is then left to its lease).
+    fn handle(&self, job: &Job) -> spindle::queue::Outcome {
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_item(job)));
+        match handled {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => self.fail(error),
+            Err(_) => self.fail(CliError::Internal("a worker's handler panicked".into())),
         }
-        Ok(())
+        spindle::queue::Outcome::Settled
     }
 
-    /// Runs the node of a claimed item and records how it ended.
-    fn run_item(&self, job: &Claimed) -> Result<(), CliError> {
-        let name = job.item.payload["node"].as_str().unwrap_or_default().to_owned();
+    /// Runs the node of a claimed item and records how it ended; gives the item back if the run
+    /// stopped before it started.
+    fn run_item(&self, job: &Job) -> Handled {
+        let stopped = self.stop.load(Ordering::SeqCst) || self.finished.load(Ordering::SeqCst);
+        if stopped || job.stopping() {
+            return self.release(job.claimed());
+        }
+        let claimed = job.claimed();
+        let name = claimed.item.payload["node"].as_str().unwrap_or_default().to_owned();
         let Some(step) = self.pipeline.step(&name).cloned() else {
-            return self.drop_item(job);
+            return self.drop_item(claimed);
         };
-        if !attempt::end_previous(&job.item.payload) {
+        if !attempt::end_previous(&claimed.item.payload) {
             self.report(&format!("wait   {name} (its last attempt is still stopping)"));
-            return self.release(job);
+            return self.release(claimed);
         }
         if !self.start(&name)? {
-            return self.drop_item(job);
+            return self.drop_item(claimed);
         }
         self.running.lock().insert(name.clone(), Instant::now());
-        let attempt = attempt_of_item(job);
+        let attempt = attempt_of_item(claimed);
         let result = self.execute(&step, job, attempt).and_then(|exit| match exit {
             Exit::LeaseLost => Ok(()),
-            Exit::Abandoned => self.release(job),
-            Exit::Success(tail) => self.succeed(job, &step, attempt, tail),
-            Exit::Failure(error) => self.failed(job, &step, attempt, error),
+            Exit::Abandoned => self.release(claimed),
+            Exit::Success(tail) => self.succeed(claimed, &step, attempt, tail),
+            Exit::Failure(error) => self.failed(claimed, &step, attempt, error),
         });
         self.running.lock().remove(&name);
         result
@@ -321,7 +345,7 @@ impl Run {
     }
 
     /// Completes an item whose node no longer needs running (finished, or its run ended).
-    fn drop_item(&self, job: &Claimed) -> Result<(), CliError> {
+    fn drop_item(&self, job: &Claimed) -> Handled {
         let result = json!({ "skipped": true });
         match self.store.queue().complete(&job.item.id, job.fence, result) {
             Ok(()) | Err(spindle::Error::LeaseLost(_)) => Ok(()),
@@ -330,15 +354,16 @@ impl Run {
     }
 
     /// Gives an item back untouched, its claim refunded: the run stopped before it ran.
-    fn release(&self, job: &Claimed) -> Result<(), CliError> {
+    fn release(&self, job: &Claimed) -> Handled {
         match self.store.queue().release(&job.item.id, job.fence) {
             Ok(()) | Err(spindle::Error::LeaseLost(_)) => Ok(()),
             Err(error) => Err(error.into()),
         }
     }
 
-    /// Runs the command, renewing the lease, until it exits, times out or is killed.
-    fn execute(&self, step: &Step, job: &Claimed, attempt: u32) -> Result<Exit, CliError> {
+    /// Runs the command (the pool renews the lease meanwhile) until it exits, times out, loses
+    /// its lease or is killed.
+    fn execute(&self, step: &Step, job: &Job, attempt: u32) -> Result<Exit, CliError> {
         let env = [
             ("SPINDLE_RUN", self.graph.clone()),
             ("SPINDLE_NODE", step.name.clone()),
@@ -361,7 +386,7 @@ impl Run {
         });
         drop(drained_tx);
         let supervised = match &watched {
-            Ok((_, exited)) => match self.record_attempt(job, &mut child) {
+            Ok((_, exited)) => match self.record_attempt(job.claimed(), &mut child) {
                 Ok(true) => self.supervise(exited, step, job),
                 Ok(false) => Ok(Supervised::LeaseLost),
                 Err(error) => Err(error),
@@ -375,7 +400,7 @@ impl Run {
         let (readers, _) = watched?;
         // The output ends when the pipes close; a process that left the group may hold them:
         // wait at most a fifth of the lease for it.
-        let drain_until = Instant::now() + Duration::from_millis(self.heartbeat_ms());
+        let drain_until = Instant::now() + self.drain_wait();
         for _ in 0..readers {
             if drained.recv_deadline(drain_until).is_err() {
                 break;
@@ -407,17 +432,15 @@ impl Run {
         Ok(true)
     }
 
-    /// Waits for the command, heartbeating, until it exits, times out, loses its lease or is
-    /// killed (the caller then kills its process group).
+    /// Waits for the command until it exits, times out, loses its lease (the pool could not
+    /// renew it) or is killed (the caller then kills its process group).
     fn supervise(
         &self,
         exited: &crossbeam_channel::Receiver<Result<Supervised, String>>,
         step: &Step,
-        job: &Claimed,
+        job: &Job,
     ) -> Result<Supervised, CliError> {
         let started = Instant::now();
-        let mut beat = Instant::now();
-        let heartbeat_every = Duration::from_millis(self.heartbeat_ms());
         let timeout = step.timeout_s.map(Duration::from_secs);
         loop {
             match exited.recv_timeout(Duration::from_millis(50)) {
@@ -433,30 +456,19 @@ impl Run {
             if timeout.is_some_and(|timeout| started.elapsed() >= timeout) {
                 return Ok(Supervised::TimedOut(step.timeout_s.unwrap_or(0)));
             }
-            if beat.elapsed() >= heartbeat_every {
-                beat = Instant::now();
-                if let Some(lost) = self.heartbeat(job)? {
-                    return Ok(lost);
-                }
+            if job.lease_lost() {
+                return Ok(Supervised::LeaseLost);
             }
         }
     }
 
-    /// How often a worker renews its lease: five times per lease.
-    fn heartbeat_ms(&self) -> u64 {
-        u64::try_from(self.lease_ms / 5).unwrap_or(1).max(1)
-    }
-
-    fn heartbeat(&self, job: &Claimed) -> Result<Option<Supervised>, CliError> {
-        match self.store.queue().heartbeat(&job.item.id, job.fence, self.lease_ms) {
-            Ok(_) => Ok(None),
-            Err(spindle::Error::LeaseLost(_)) => Ok(Some(Supervised::LeaseLost)),
-            Err(error) => Err(error.into()),
-        }
+    /// How long the output of an ended command may take to close: a fifth of the lease.
+    fn drain_wait(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.lease_ms / 5).unwrap_or(1).max(1))
     }
 
     /// Completes the item and the node in one transaction.
-    fn succeed(&self, job: &Claimed, step: &Step, attempt: u32, tail: String) -> Outcome {
+    fn succeed(&self, job: &Claimed, step: &Step, attempt: u32, tail: String) -> Handled {
         let output = NodeOutput::ok(json!({ "attempt": attempt, "output": tail }));
         let (graph, node) = (self.graph.clone(), step.name.clone());
         let (id, fence) = (job.item.id.clone(), job.fence);
@@ -471,7 +483,7 @@ impl Run {
 
     /// Queues the next try after a backoff, closing this item in the same transaction; or,
     /// with the retries spent, fails the item and the node in one transaction.
-    fn failed(&self, job: &Claimed, step: &Step, attempt: u32, error: String) -> Outcome {
+    fn failed(&self, job: &Claimed, step: &Step, attempt: u32, error: String) -> Handled {
         let (id, fence) = (job.item.id.clone(), job.fence);
         if attempt <= step.retries {
             let fires = self.store.graphs().node(&self.graph, &step.name)?.fires;
@@ -497,7 +509,7 @@ impl Run {
 
     /// Reports a committed outcome. A lost lease or an ended graph means someone else
     /// decided: only the item is closed.
-    fn settled(&self, done: spindle::Result<()>, job: &Claimed, line: &str) -> Outcome {
+    fn settled(&self, done: spindle::Result<()>, job: &Claimed, line: &str) -> Handled {
         match done {
             Ok(()) => {
                 self.report(line);
@@ -522,12 +534,19 @@ impl Run {
         }
     }
 
-    /// Shows progress until the graph ends, or the run stops and nothing runs any more.
-    fn watch(&self) -> Result<Ending, CliError> {
+    /// Shows progress until the graph ends, or the run stops and nothing runs any more; stops
+    /// the pool's claiming once the run stops. A pool that stopped on its own (a store error)
+    /// ends the run.
+    fn watch(&self, pool: &WorkerPool) -> Result<Ending, CliError> {
+        let mut claiming = true;
         loop {
             if let Some(error) = self.failure.lock().take() {
                 self.end(Ending::Failed);
                 return Err(error);
+            }
+            if claiming && pool.is_finished() {
+                self.end(Ending::Failed);
+                return Err(CliError::Internal("the worker pool stopped".into()));
             }
             let graph = self.store.graphs().get(&self.graph)?;
             self.show(&graph);
@@ -540,8 +559,14 @@ impl Run {
                 }
                 GraphStatus::Pending | GraphStatus::Running => {}
             }
-            if self.stop.load(Ordering::SeqCst) && self.running.lock().is_empty() {
-                return Ok(self.end(Ending::Interrupted));
+            if self.stop.load(Ordering::SeqCst) {
+                if claiming {
+                    pool.stop();
+                    claiming = false;
+                }
+                if self.running.lock().is_empty() {
+                    return Ok(self.end(Ending::Interrupted));
+                }
             }
             thread::sleep(Duration::from_millis(100));
         }
@@ -615,8 +640,8 @@ fn started_again(tx: &mut Tx<'_>, graph: &str, node: &str) -> spindle::Result<()
     Ok(())
 }
 
-/// What a worker's step returns.
-type Outcome = Result<(), CliError>;
+/// What a handler's step returns.
+type Handled = Result<(), CliError>;
 
 /// A node's row in the summary; its attempts are read back from its output or error.
 fn summary_row(node: &spindle::Node) -> Value {
@@ -634,7 +659,7 @@ fn summary_row(node: &spindle::Node) -> Value {
             "duration_ms": duration_ms, "error": node.error })
 }
 
-/// How a command ended, as the worker sees it.
+/// How a command ended, as its handler sees it.
 enum Exit {
     Success(String),
     Failure(String),
@@ -736,8 +761,8 @@ fn new_bar(len: usize) -> indicatif::ProgressBar {
     bar
 }
 
-/// Ctrl-C once: claim nothing more and let running commands finish. Twice: kill them. The run
-/// stays resumable either way.
+/// Ctrl-C once: claim nothing more (`Run::watch` stops the pool) and let running commands
+/// finish. Twice: kill them. The run stays resumable either way.
 fn install_interrupts(run: &Arc<Run>) {
     let run = Arc::clone(run);
     let _ = ctrlc::set_handler(move || {

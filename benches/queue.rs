@@ -17,6 +17,8 @@
 //! cargo bench --bench queue -- --workers --jobs 5000 --only-threads 16 --only-normal
 //! cargo bench --bench queue -- --workers --only-batch   # raw and batch calls only
 //! cargo bench --bench queue -- --workers --no-item-events # the queue's item events off
+//! cargo bench --bench queue -- --one pool --threads 16 --normal  # one configuration, one line
+//!                                              # (what benches/peers/run.sh runs)
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
@@ -100,6 +102,9 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
+    if let Some(mode) = arg::<String>(&args, "--one") {
+        return one(&args, &mode);
+    }
     // --smoke: a moment per configuration and small depths, to prove the bench still runs.
     let smoke = args.iter().any(|a| a == "--smoke");
     let run = if smoke { Duration::from_millis(300) } else { Duration::from_secs(secs) };
@@ -193,6 +198,30 @@ fn workers(args: &[String]) {
             );
         }
     }
+}
+
+/// One configuration of `--workers` in this process, printed as one line for
+/// `benches/peers/run.sh`: `--one pool|single|batch|raw --threads N [--normal] [--jobs N]
+/// [--no-item-events]`.
+fn one(args: &[String], mode: &str) {
+    let jobs: usize = arg(args, "--jobs").unwrap_or(20_000);
+    let threads: usize = arg(args, "--threads").unwrap_or(1);
+    let normal = args.iter().any(|a| a == "--normal");
+    let durability = if normal { Durability::Normal } else { Durability::Full };
+    let measured = match mode {
+        "pool" => timed_jobs(durability, jobs, |store| run_pool(store, threads, None, jobs)),
+        "single" => timed_jobs(durability, jobs, |store| run_single(store, threads)),
+        "batch" => timed_jobs(durability, jobs, |store| run_batch(store, threads)),
+        "raw" => raw_claim_complete(durability, jobs),
+        other => panic!("--one: pool, single, batch or raw, not {other}"),
+    };
+    let durability = if normal { "normal" } else { "full" };
+    let quiet = if args.iter().any(|a| a == "--no-item-events") { "-no-events" } else { "" };
+    println!(
+        "mode=spindle-{mode}-{durability}{quiet} workers={threads} jobs={jobs} \
+         cpu_us_per_job={:.1} jobs_per_s={:.0}",
+        measured.cpu_us, measured.rate
+    );
 }
 
 /// Raw rusqlite on `jobs` items inserted beforehand (not timed): per transaction, the search

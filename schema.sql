@@ -21,12 +21,15 @@ INSERT INTO tenants (tenant_id, name, status, created_at_ms, updated_at_ms)
 VALUES ('default', 'Default', 'active', 0, 0);
 
 -- The event log: one table for every stream. position is global and only grows
--- (AUTOINCREMENT never reuses a value); seq is dense per stream from 1.
+-- (AUTOINCREMENT never reuses a value); seq is dense per stream from 1. The kind check compares
+-- one value at a time (see queue_items).
 CREATE TABLE events (
     position      INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant_id     TEXT    NOT NULL,
     stream_kind   TEXT    NOT NULL
-                          CHECK (stream_kind IN ('execution', 'process', 'graph', 'queue', 'custom')),
+                          CHECK (stream_kind = 'execution' OR stream_kind = 'process'
+                                 OR stream_kind = 'graph' OR stream_kind = 'queue'
+                                 OR stream_kind = 'custom'),
     stream_id     TEXT    NOT NULL,
     seq           INTEGER NOT NULL CHECK (seq >= 1),
     event_type    TEXT    NOT NULL,
@@ -66,6 +69,8 @@ CREATE TABLE stream_heads (
 -- The work queue. An item is live while pending or claimed; fence grows by one at every
 -- claim and is never reset, so a stale holder can never match it again. attempt counts the
 -- claims consumed (a release refunds one); run_at_ms is when a pending item becomes due.
+-- The status check compares one value at a time: for `IN` with more than two values SQLite
+-- builds a temporary index at every row it writes (a fifth of a job cycle's cost).
 CREATE TABLE queue_items (
     tenant_id           TEXT    NOT NULL,
     item_id             TEXT    NOT NULL,
@@ -82,8 +87,9 @@ CREATE TABLE queue_items (
     execution_id        TEXT,
     node_id             TEXT,
     status              TEXT    NOT NULL
-                                CHECK (status IN ('pending', 'claimed', 'completed', 'dead',
-                                                  'cancelled')),
+                                CHECK (status = 'pending' OR status = 'claimed'
+                                       OR status = 'completed' OR status = 'dead'
+                                       OR status = 'cancelled'),
     fence               INTEGER NOT NULL CHECK (fence >= 0),
     worker_id           TEXT,
     lease_expires_at_ms INTEGER,

@@ -151,3 +151,38 @@ fn default_options_are_the_safe_ones_and_the_pragmas_took() -> spindle::Result<(
     assert_eq!(pragmas(&normal)?[1], "Integer(1)");
     Ok(())
 }
+
+#[test]
+fn a_version_three_file_opens_migrated_and_keeps_its_events_items_and_positions()
+-> spindle::Result<()> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v3.db");
+    let conn = rusqlite::Connection::open(&path).map_err(Error::from)?;
+    conn.execute_batch(include_str!("fixtures/schema_v3.sql")).map_err(Error::from)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         INSERT INTO events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+             created_at_ms)
+         VALUES ('default', 'custom', 's', 1, 't', '{}', 0),
+                ('default', 'custom', 's', 2, 't', '{}', 0),
+                ('default', 'custom', 'gone', 1, 't', '{}', 0);
+         DELETE FROM events WHERE stream_id = 'gone';
+         INSERT INTO queue_items (tenant_id, item_id, queue, payload, priority, run_at_ms,
+             attempt, max_attempts, backoff_base_ms, backoff_max_ms, status, fence,
+             created_at_ms, updated_at_ms)
+         VALUES ('default', 'old-item', 'q', '{\"kept\":true}', 0, 0, 1, 3, 1000, 64000,
+                 'pending', 4, 0, 0);",
+    )
+    .map_err(Error::from)?;
+    drop(conn);
+    let store = Store::open(&path)?;
+    assert_eq!(store.events().head(Stream::custom("s"))?, 2);
+    let appended = store.events().append(Stream::custom("s"), "t", json!({}))?;
+    assert_eq!((appended.seq, appended.position), (3, 4), "position 3 was handed out before");
+    let claimed = store.queue().claim("w", &["q"], 1_000)?.expect("the old item");
+    assert_eq!((claimed.item.id.as_str(), claimed.fence), ("old-item", 5));
+    assert_eq!(claimed.item.payload, json!({ "kept": true }));
+    assert!(store.queue().item_events("q")?);
+    store.close()?;
+    Ok(())
+}

@@ -30,7 +30,7 @@ const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_graphs_and_tokens.sql"),
     include_str!("../../migrations/0003_processes_and_workflows.sql"),
-    include_str!("../../migrations/0004_queue_settings.sql"),
+    include_str!("../../migrations/0004_queue_settings_and_checks.sql"),
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
@@ -387,6 +387,88 @@ pub(crate) mod tests {
     #[test]
     fn a_migrated_version_three_store_has_the_fresh_schema() -> Result<()> {
         assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v3.sql"))
+    }
+
+    #[test]
+    fn the_migration_to_version_four_keeps_every_queue_item_as_it_was() -> Result<()> {
+        let mut conn = memory();
+        conn.execute_batch(include_str!("../../tests/fixtures/schema_v3.sql"))?;
+        conn.execute(
+            "INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, priority, run_at_ms,
+                 attempt, max_attempts, backoff_base_ms, backoff_max_ms, status, fence, worker_id,
+                 lease_expires_at_ms, created_at_ms, updated_at_ms)
+             VALUES ('default', 'i', 'q', '{}', 5, 10, 2, 3, 1000, 64000, 'claimed', 7, 'w', 99,
+                     1, 2)",
+            [],
+        )?;
+        upgrade(&mut conn, MIGRATIONS)?;
+        let kept: (String, i64, i64, i64, String) = conn.query_row(
+            "SELECT status, fence, attempt, lease_expires_at_ms, worker_id FROM main.queue_items
+             WHERE tenant_id = 'default' AND item_id = 'i'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )?;
+        assert_eq!(kept, ("claimed".to_owned(), 7, 2, 99, "w".to_owned()));
+        let due: i64 = conn.query_row(
+            "SELECT count(*) FROM main.queue_items INDEXED BY queue_items_leases
+             WHERE tenant_id = 'default' AND queue = 'q' AND status = 'claimed'",
+            [],
+            |r| r.get(0),
+        )?;
+        assert_eq!(due, 1, "the partial indexes hold the copied rows");
+        let bad = conn.execute("UPDATE main.queue_items SET status = 'lost'", []);
+        assert!(bad.is_err(), "the status check still refuses an unknown status");
+        Ok(())
+    }
+
+    #[test]
+    fn the_migration_to_version_four_keeps_the_events_and_their_position_counter() -> Result<()> {
+        let mut conn = memory();
+        conn.execute_batch(include_str!("../../tests/fixtures/schema_v3.sql"))?;
+        for seq in 1..=3 {
+            conn.execute(
+                "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type,
+                     payload, created_at_ms) VALUES ('default', 'custom', 's', ?1, 't', '{}', 0)",
+                [seq],
+            )?;
+        }
+        // The newest event is gone (truncated or pruned): its position must not come back.
+        conn.execute("DELETE FROM main.events WHERE position = 3", [])?;
+        upgrade(&mut conn, MIGRATIONS)?;
+        let kept: Vec<(i64, i64)> = conn
+            .prepare("SELECT position, seq FROM main.events ORDER BY position")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        assert_eq!(kept, [(1, 1), (2, 2)]);
+        conn.execute(
+            "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                 created_at_ms) VALUES ('default', 'custom', 's', 4, 't', '{}', 0)",
+            [],
+        )?;
+        assert_eq!(conn.last_insert_rowid(), 4, "positions go on past the highest ever");
+        let bad = conn.execute("UPDATE main.events SET stream_kind = 'other'", []);
+        assert!(bad.is_err(), "the kind check still refuses an unknown kind");
+        Ok(())
+    }
+
+    #[test]
+    fn writing_an_event_or_a_queue_item_builds_no_temporary_index() -> Result<()> {
+        let mut conn = memory();
+        upgrade(&mut conn, MIGRATIONS)?;
+        let writes = [
+            "UPDATE main.queue_items SET status = 'completed'
+             WHERE tenant_id = 'default' AND item_id = 'i' AND status = 'claimed'",
+            "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                 created_at_ms) VALUES ('default', 'custom', 's', 1, 't', '{}', 0)",
+        ];
+        for write in writes {
+            let program: Vec<String> = conn
+                .prepare(&format!("EXPLAIN {write}"))?
+                .query_map([], |r| r.get::<_, String>(1))?
+                .collect::<rusqlite::Result<_>>()?;
+            assert!(program.iter().all(|op| op != "OpenEphemeral"), "{write}: {program:?}");
+        }
+        Ok(())
     }
 
     /// Migrates a store made by an older `schema.sql` and compares it with a fresh one.

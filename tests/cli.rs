@@ -1,6 +1,6 @@
 //! The `spindle` command, run as a built binary: pipelines that complete, fail, handle errors,
-//! are refused, and survive `kill -9`; listings as JSON; the process listing; `events --follow`
-//! across processes.
+//! are refused, survive `kill -9` and stop on Ctrl-C; listings as JSON; the process listing;
+//! `events --follow` across processes.
 #![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader};
@@ -633,4 +633,87 @@ fn a_guard_started_outside_a_run_refuses_rather_than_kill_its_callers_group() {
         .expect("run the guard");
     assert_eq!(output.status.code(), Some(125), "{output:?}");
     assert!(output.stdout.is_empty(), "{output:?}");
+}
+
+/// Sends SIGINT (what Ctrl-C sends) to `child`.
+fn interrupt(child: &Child) {
+    let status =
+        Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill -INT");
+    assert!(status.success(), "kill -INT {}", child.id());
+}
+
+/// The binary on this store with a lease of a minute: a run that had to wait out a lease
+/// would take that long, so a quick resume shows that nothing was left claimed.
+fn with_minute_lease(s: &Scratch) -> Command {
+    let mut command = s.command();
+    command.env("SPINDLE_LEASE_MS", "60000");
+    command
+}
+
+#[test]
+fn one_ctrl_c_lets_the_running_node_finish_and_the_resumed_run_goes_on_at_once() {
+    let s = Scratch::new();
+    let started = s.file("a-started");
+    let nodes = json!({
+        "a": { "run": format!("touch '{}'; sleep 1; {}", started.display(), s.append("a")) },
+        "b": { "run": s.append("b"), "after": ["a"] },
+    });
+    let pipeline = s.pipeline("interrupted.json", nodes);
+    let mut runner = with_minute_lease(&s)
+        .arg("run")
+        .arg(&pipeline)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for(|| started.exists(), Duration::from_secs(30));
+    interrupt(&runner);
+    let status = runner.wait().expect("wait");
+    assert_eq!(status.code(), Some(130), "an interrupted run exits 130");
+    assert_eq!(s.lines(), ["a"], "the running node finished; the next one never started");
+    let began = Instant::now();
+    let output = with_minute_lease(&s).arg("run").arg(&pipeline).output().expect("resume");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(began.elapsed() < Duration::from_secs(30), "the resume waited out a lease");
+    assert_eq!(s.lines(), ["a", "b"], "each node ran once");
+}
+
+#[test]
+fn a_second_ctrl_c_kills_the_running_node_and_gives_its_item_back() {
+    let s = Scratch::new();
+    let (started, marker) = (s.file("a-started"), s.file("a-tried"));
+    // The first attempt sleeps until it is killed; the next one finishes at once.
+    let a = format!(
+        "if [ -e '{tried}' ]; then {done}; else touch '{tried}' '{began}'; sleep 30; {done}; fi",
+        tried = marker.display(),
+        began = started.display(),
+        done = s.append("a"),
+    );
+    let nodes = json!({
+        "a": { "run": a },
+        "b": { "run": s.append("b"), "after": ["a"] },
+    });
+    let pipeline = s.pipeline("killed.json", nodes);
+    let mut runner = with_minute_lease(&s)
+        .arg("run")
+        .arg(&pipeline)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    wait_for(|| started.exists(), Duration::from_secs(30));
+    let began = Instant::now();
+    interrupt(&runner);
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&runner);
+    let status = runner.wait().expect("wait");
+    assert_eq!(status.code(), Some(130), "an interrupted run exits 130");
+    assert!(began.elapsed() < Duration::from_secs(20), "the command was not killed");
+    assert!(s.lines().is_empty(), "the killed attempt never finished: {:?}", s.lines());
+    assert!(s.live_processes().is_empty(), "left behind: {:?}", s.live_processes());
+    let began = Instant::now();
+    let output = with_minute_lease(&s).arg("run").arg(&pipeline).output().expect("resume");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(began.elapsed() < Duration::from_secs(30), "the resume waited out a lease");
+    assert_eq!(s.lines(), ["a", "b"]);
 }

@@ -14,9 +14,9 @@
 //! `dead_lettered`, `released`, `requeued`, `cancelled`. An event's payload is
 //! `{"items": [{"id", "attempt", "fence", ..}]}`: one entry for a single-item call, one per item
 //! for a batch call, which appends one event per queue and kind. A queue nobody follows may
-//! turn these events off ([`Queue::set_item_events`]): its item changes then write no event rows,
-//! which are about a sixth of a batched job cycle's cost. Everything is scoped to the view's
-//! tenant.
+//! turn these events off ([`Queue::set_item_events`]): its item changes then write no event rows
+//! (a tenth to a sixth of a batched job cycle's cost, more of a single-item one). Everything is
+//! scoped to the view's tenant.
 //!
 //! Ops live in `ops.rs`, SQL in `sql.rs`; the facade is [`Queue`], reached with
 //! `store.queue()`.
@@ -583,7 +583,8 @@ impl<'a> Queue<'a> {
     /// Off, the queue's item changes append nothing, and a subscriber to its stream hears
     /// nothing of them; the items themselves, their leases, fences, retries, dead letters and
     /// `stats` are kept exactly as before. Turn them off only for a queue nobody follows: the
-    /// event rows are about a sixth of the cost of a batched job cycle. The change itself
+    /// event rows cost a tenth to a sixth of a batched job cycle, and more of a single-item
+    /// one (`complete_and_claim` writes two per job). The change itself
     /// appends an `item_events` event (`{"enabled": bool}`) whatever the setting, so a follower
     /// sees why the stream goes quiet. The setting is durable and per tenant.
     ///

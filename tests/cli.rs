@@ -655,7 +655,7 @@ fn one_ctrl_c_lets_the_running_node_finish_and_the_resumed_run_goes_on_at_once()
     let s = Scratch::new();
     let started = s.file("a-started");
     let nodes = json!({
-        "a": { "run": format!("touch '{}'; sleep 1; {}", started.display(), s.append("a")) },
+        "a": { "run": format!("touch '{}'; sleep 3; {}", started.display(), s.append("a")) },
         "b": { "run": s.append("b"), "after": ["a"] },
     });
     let pipeline = s.pipeline("interrupted.json", nodes);

@@ -62,9 +62,7 @@ impl Scratch {
 
     /// A run of `pipeline` in the background, its output dropped.
     fn spawn_run(&self, pipeline: &Path) -> Child {
-        let mut command = self.command();
-        command.arg("run").arg(pipeline).stdout(Stdio::null()).stderr(Stdio::null());
-        command.spawn().expect("spawn")
+        spawn_quiet(self.command(), pipeline)
     }
 
     /// The live (not zombie) processes started by this scratch's runs, with their command
@@ -635,6 +633,12 @@ fn a_guard_started_outside_a_run_refuses_rather_than_kill_its_callers_group() {
     assert!(output.stdout.is_empty(), "{output:?}");
 }
 
+/// `command` running `pipeline` in the background, its output dropped.
+fn spawn_quiet(mut command: Command, pipeline: &Path) -> Child {
+    command.arg("run").arg(pipeline).stdout(Stdio::null()).stderr(Stdio::null());
+    command.spawn().expect("spawn")
+}
+
 /// Sends SIGINT (what Ctrl-C sends) to `child`.
 fn interrupt(child: &Child) {
     let status =
@@ -659,13 +663,7 @@ fn one_ctrl_c_lets_the_running_node_finish_and_the_resumed_run_goes_on_at_once()
         "b": { "run": s.append("b"), "after": ["a"] },
     });
     let pipeline = s.pipeline("interrupted.json", nodes);
-    let mut runner = with_minute_lease(&s)
-        .arg("run")
-        .arg(&pipeline)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut runner = spawn_quiet(with_minute_lease(&s), &pipeline);
     wait_for(|| started.exists(), Duration::from_secs(30));
     interrupt(&runner);
     let status = runner.wait().expect("wait");
@@ -694,13 +692,7 @@ fn a_second_ctrl_c_kills_the_running_node_and_gives_its_item_back() {
         "b": { "run": s.append("b"), "after": ["a"] },
     });
     let pipeline = s.pipeline("killed.json", nodes);
-    let mut runner = with_minute_lease(&s)
-        .arg("run")
-        .arg(&pipeline)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut runner = spawn_quiet(with_minute_lease(&s), &pipeline);
     wait_for(|| started.exists(), Duration::from_secs(30));
     let began = Instant::now();
     interrupt(&runner);

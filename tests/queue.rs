@@ -399,12 +399,7 @@ fn every_change_is_an_event_on_the_queue_stream() -> spindle::Result<()> {
     clock.advance_ms(1_000);
     let c = queue.claim("w", &["q"], 1_000)?.expect("claimed");
     queue.fail(&id, c.fence, "y", true)?;
-    let types: Vec<String> = store
-        .events()
-        .read(Stream::queue("q"), 0, 100)?
-        .into_iter()
-        .map(|e| e.event_type)
-        .collect();
+    let types = queue_event_types(&store, "q");
     assert_eq!(types, ["enqueued", "claimed", "retried", "claimed", "dead_lettered"]);
     Ok(())
 }
@@ -638,9 +633,9 @@ fn fences_keep_growing_across_a_restart() -> spindle::Result<()> {
 }
 
 /// The event types on `queue`'s stream, in order.
-fn queue_event_types(store: &Store, queue: &str) -> spindle::Result<Vec<String>> {
-    let events = store.events().read(Stream::queue(queue), 0, 100)?;
-    Ok(events.into_iter().map(|e| e.event_type).collect())
+fn queue_event_types(store: &Store, queue: &str) -> Vec<String> {
+    let events = common::read_stream(store, &Stream::queue(queue));
+    events.into_iter().map(|e| e.event_type).collect()
 }
 
 #[test]
@@ -663,7 +658,7 @@ fn a_queue_without_item_events_writes_none_and_keeps_every_item_state() -> spind
     assert_eq!(queue.get(&dead)?.status, ItemStatus::Dead);
     let stats = queue.stats()?;
     assert_eq!((stats[0].completed, stats[0].dead), (1, 1));
-    assert_eq!(queue_event_types(&store, "q")?, ["item_events"], "only the setting itself");
+    assert_eq!(queue_event_types(&store, "q"), ["item_events"], "only the setting itself");
     let setting = store.events().read(Stream::queue("q"), 0, 1)?;
     assert_eq!(setting[0].payload, json!({ "enabled": false }));
     Ok(())
@@ -680,9 +675,9 @@ fn item_events_come_back_when_turned_on_and_other_queues_keep_theirs() -> spindl
     acme.queue().enqueue(NewItem::new("quiet", json!(1)))?;
     queue.set_item_events("quiet", true)?;
     queue.enqueue(NewItem::new("quiet", json!(2)))?;
-    assert_eq!(queue_event_types(&store, "quiet")?, ["item_events", "item_events", "enqueued"]);
-    assert_eq!(queue_event_types(&store, "loud")?, ["enqueued"]);
-    assert_eq!(queue_event_types(&acme, "quiet")?, ["enqueued"], "the setting is per tenant");
+    assert_eq!(queue_event_types(&store, "quiet"), ["item_events", "item_events", "enqueued"]);
+    assert_eq!(queue_event_types(&store, "loud"), ["enqueued"]);
+    assert_eq!(queue_event_types(&acme, "quiet"), ["enqueued"], "the setting is per tenant");
     Ok(())
 }
 
@@ -699,7 +694,7 @@ fn an_item_events_setting_is_durable_and_rolls_back_with_its_transaction() -> sp
     let store = Store::open(&t.path)?;
     assert!(!store.queue().item_events("kept")?);
     assert!(store.queue().item_events("undone")?);
-    assert!(queue_event_types(&store, "undone")?.is_empty());
+    assert!(queue_event_types(&store, "undone").is_empty());
     Ok(())
 }
 

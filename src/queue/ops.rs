@@ -772,28 +772,27 @@ impl Op for NextDue {
 /// queue and kind (`{"items": [..]}`) instead of one per item.
 #[derive(Default)]
 struct Notes {
-    pending: BTreeMap<(String, &'static str), Vec<Value>>,
+    /// Entries by queue, then by event type.
+    pending: BTreeMap<String, BTreeMap<&'static str, Vec<Value>>>,
 }
 
 impl Notes {
     fn note(&mut self, queue: &str, event_type: &'static str, entry: Value) {
-        self.pending.entry((queue.to_owned(), event_type)).or_default().push(entry);
+        let kinds = self.pending.entry(queue.to_owned()).or_default();
+        kinds.entry(event_type).or_default().push(entry);
     }
 
     /// Appends the gathered events of the queues whose item events are on; the op's own
     /// savepoint makes them atomic with its changes.
     fn append(self, tx: &mut Tx<'_>) -> Result<()> {
-        for ((queue, event_type), items) in self.pending {
+        for (queue, kinds) in self.pending {
             if !sql::item_events(tx.conn(), tx.tenant(), &queue)? {
                 continue;
             }
-            events::append(
-                tx,
-                &Stream::queue(&queue),
-                event_type,
-                json!({ "items": items }),
-                None,
-            )?;
+            for (event_type, items) in kinds {
+                let payload = json!({ "items": items });
+                events::append(tx, &Stream::queue(&queue), event_type, payload, None)?;
+            }
         }
         Ok(())
     }

@@ -339,58 +339,55 @@ fn run_pool(store: &Store, threads: usize, prefetch: Option<usize>, jobs: usize)
 }
 
 fn run_single(store: &Store, threads: usize) {
-    let workers: Vec<_> = (0..threads)
-        .map(|t| {
-            let store = store.clone();
-            thread::spawn(move || {
-                let next = spindle::queue::Claim::new(format!("w{t}"), &["q"], LEASE_MS);
-                let queue = store.queue();
-                let mut held = queue.claim(&next.worker_id, &["q"], LEASE_MS).expect("claim");
-                while let Some(job) = held {
-                    held = queue
-                        .complete_and_claim(&job.item.id, job.fence, json!(null), &next)
-                        .expect("complete and claim");
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.join().expect("worker");
-    }
+    on_threads(store, threads, |store, t| {
+        let next = spindle::queue::Claim::new(format!("w{t}"), &["q"], LEASE_MS);
+        let queue = store.queue();
+        let mut held = queue.claim(&next.worker_id, &["q"], LEASE_MS).expect("claim");
+        while let Some(job) = held {
+            held = queue
+                .complete_and_claim(&job.item.id, job.fence, json!(null), &next)
+                .expect("complete and claim");
+        }
+    });
 }
 
 /// Batch calls: each thread runs one `Cycle` op per round that completes the 100 items it
 /// claimed in the last round and claims up to 100 more, one commit per 100 jobs as raw makes.
 fn run_batch(store: &Store, threads: usize) {
+    on_threads(store, threads, |store, t| {
+        let mut settle = Vec::new();
+        loop {
+            let cycle = Cycle {
+                worker_id: format!("w{t}"),
+                queues: vec!["q".to_owned()],
+                lease_ms: LEASE_MS,
+                settle: std::mem::take(&mut settle),
+                renew: Vec::new(),
+                claim_max: 100,
+            };
+            let cycled = store.exec(cycle).expect("cycle");
+            assert!(cycled.settled.iter().all(Result::is_ok), "every item completed");
+            if cycled.claimed.is_empty() {
+                return;
+            }
+            settle = cycled
+                .claimed
+                .into_iter()
+                .map(|c| {
+                    let (id, fence) = (c.item.id, c.fence);
+                    Settlement::Complete(Completion { id, fence, result: json!(null) })
+                })
+                .collect();
+        }
+    });
+}
+
+/// Runs `work(store, t)` on `threads` threads, each with its own handle, until all return.
+fn on_threads(store: &Store, threads: usize, work: impl Fn(Store, usize) + Copy + Send + 'static) {
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let store = store.clone();
-            thread::spawn(move || {
-                let mut settle = Vec::new();
-                loop {
-                    let cycle = Cycle {
-                        worker_id: format!("w{t}"),
-                        queues: vec!["q".to_owned()],
-                        lease_ms: LEASE_MS,
-                        settle: std::mem::take(&mut settle),
-                        renew: Vec::new(),
-                        claim_max: 100,
-                    };
-                    let cycled = store.exec(cycle).expect("cycle");
-                    assert!(cycled.settled.iter().all(Result::is_ok), "every item completed");
-                    if cycled.claimed.is_empty() {
-                        return;
-                    }
-                    settle = cycled
-                        .claimed
-                        .into_iter()
-                        .map(|c| {
-                            let (id, fence) = (c.item.id, c.fence);
-                            Settlement::Complete(Completion { id, fence, result: json!(null) })
-                        })
-                        .collect();
-                }
-            })
+            thread::spawn(move || work(store, t))
         })
         .collect();
     for worker in workers {

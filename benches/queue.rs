@@ -169,7 +169,7 @@ fn workers(args: &[String]) {
     for durability in durabilities {
         println!("\n== {jobs} jobs under {durability:?} (jobs/s; raw measured before and after)");
         for threads in [1, 4, 16].into_iter().filter(|t| only.is_none_or(|o| o == *t)) {
-            let raw_before = raw_claim_complete(durability, jobs);
+            let raw_before = raw_claim_complete(durability, jobs, RawShape::SameTx);
             let batch = timed_jobs(durability, jobs, |store| run_batch(store, threads));
             let (pool, single) = if args.iter().any(|a| a == "--only-batch") {
                 (None, None)
@@ -179,7 +179,7 @@ fn workers(args: &[String]) {
                     timed_jobs(durability, jobs, |store| run_pool(store, threads, prefetch, jobs));
                 (Some(pool), Some(timed_jobs(durability, jobs, |store| run_single(store, threads))))
             };
-            let raw = raw_before.mean(raw_claim_complete(durability, jobs));
+            let raw = raw_before.mean(raw_claim_complete(durability, jobs, RawShape::SameTx));
             let figure = |name: &str, measured: Option<Measured>| {
                 measured.map_or(String::new(), |m| {
                     format!("   {name} {:>7.0} ({:.2}x raw)", m.rate, m.rate / raw.rate)
@@ -201,7 +201,7 @@ fn workers(args: &[String]) {
 }
 
 /// One configuration of `--workers` in this process, printed as one line for
-/// `benches/peers/run.sh`: `--one pool|single|batch|raw --threads N [--normal] [--jobs N]
+/// `benches/peers/run.sh`: `--one pool|single|batch|raw|raw-pipelined --threads N [--normal] [--jobs N]
 /// [--no-item-events]`.
 fn one(args: &[String], mode: &str) {
     let jobs: usize = arg(args, "--jobs").unwrap_or(20_000);
@@ -212,8 +212,9 @@ fn one(args: &[String], mode: &str) {
         "pool" => timed_jobs(durability, jobs, |store| run_pool(store, threads, None, jobs)),
         "single" => timed_jobs(durability, jobs, |store| run_single(store, threads)),
         "batch" => timed_jobs(durability, jobs, |store| run_batch(store, threads)),
-        "raw" => raw_claim_complete(durability, jobs),
-        other => panic!("--one: pool, single, batch or raw, not {other}"),
+        "raw" => raw_claim_complete(durability, jobs, RawShape::SameTx),
+        "raw-pipelined" => raw_claim_complete(durability, jobs, RawShape::Pipelined),
+        other => panic!("--one: pool, single, batch, raw or raw-pipelined, not {other}"),
     };
     let durability = if normal { "normal" } else { "full" };
     let quiet = if args.iter().any(|a| a == "--no-item-events") { "-no-events" } else { "" };
@@ -227,7 +228,12 @@ fn one(args: &[String], mode: &str) {
 /// Raw rusqlite on `jobs` items inserted beforehand (not timed): per transaction, the search
 /// for 100 due items (the store's query for one priority level, on its index), then the claim
 /// and complete statements for each; one thread. Jobs per second.
-fn raw_claim_complete(durability: Durability, jobs: usize) -> Measured {
+///
+/// `Pipelined` is the shape a real worker must have, as the store's `Cycle` has: a claim
+/// commits before its job runs, so each transaction completes the items the one before claimed
+/// and claims the next ones. `SameTx` claims and completes each item in one transaction (the
+/// issue's raw baseline), writing each row's page once per job instead of twice.
+fn raw_claim_complete(durability: Durability, jobs: usize, shape: RawShape) -> Measured {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut conn = Connection::open(dir.path().join("raw.db")).expect("open");
     conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
@@ -243,31 +249,51 @@ fn raw_claim_complete(durability: Durability, jobs: usize) -> Measured {
     tx.commit().expect("commit");
     let (started, cpu) = (Instant::now(), cpu_ms());
     let mut done = 0;
+    let mut held: Vec<String> = Vec::new();
     while done < jobs {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .expect("begin");
-        // The due-item search a claim makes (with what a worker needs of each item: its id,
-        // payload and attempt), then the two writes per item.
-        let due: Vec<(String, String, i64)> = tx
-            .prepare_cached(
-                "SELECT item_id, payload, attempt FROM queue_items
-                 WHERE tenant_id = 'default' AND queue = 'q' AND status = 'pending'
-                   AND priority = 0 AND run_at_ms <= 1
-                 ORDER BY run_at_ms, item_id LIMIT 100",
-            )
-            .expect("prepare")
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-            .expect("select")
-            .collect::<rusqlite::Result<_>>()
-            .expect("rows");
-        for (id, _payload, _attempt) in &due {
-            raw_claim_and_complete(&tx, id);
+        for id in held.drain(..) {
+            raw_complete(&tx, &id);
+            done += 1;
+        }
+        for (id, _payload, _attempt) in raw_due(&tx) {
+            raw_claim(&tx, &id);
+            match shape {
+                RawShape::SameTx => {
+                    raw_complete(&tx, &id);
+                    done += 1;
+                }
+                RawShape::Pipelined => held.push(id),
+            }
         }
         tx.commit().expect("commit");
-        done += due.len();
     }
     Measured::since(started, cpu, jobs)
+}
+
+/// How raw rusqlite spreads a job's claim and complete over transactions.
+#[derive(Clone, Copy)]
+enum RawShape {
+    SameTx,
+    Pipelined,
+}
+
+/// The due-item search a claim makes, with what a worker needs of each item: its id, payload
+/// and attempt.
+fn raw_due(conn: &Connection) -> Vec<(String, String, i64)> {
+    conn.prepare_cached(
+        "SELECT item_id, payload, attempt FROM queue_items
+         WHERE tenant_id = 'default' AND queue = 'q' AND status = 'pending'
+           AND priority = 0 AND run_at_ms <= 1
+         ORDER BY run_at_ms, item_id LIMIT 100",
+    )
+    .expect("prepare")
+    .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+    .expect("select")
+    .collect::<rusqlite::Result<_>>()
+    .expect("rows")
 }
 
 /// Jobs per second of `work` on a fresh store holding `jobs` items of about 100 bytes.
@@ -525,7 +551,8 @@ fn raw_batched(durability: Durability, run: Duration) -> (u64, Duration) {
             raw_enqueue(&tx, id, &json!({"job": jobs}).to_string());
         }
         for id in &ids {
-            raw_claim_and_complete(&tx, id);
+            raw_claim(&tx, id);
+            raw_complete(&tx, id);
         }
         tx.commit().expect("commit");
         jobs += 100;
@@ -545,7 +572,7 @@ fn raw_enqueue(conn: &Connection, id: &str, payload: &str) {
     .expect("insert");
 }
 
-fn raw_claim_and_complete(conn: &Connection, id: &str) {
+fn raw_claim(conn: &Connection, id: &str) {
     conn.prepare_cached(
         "UPDATE queue_items SET status = 'claimed', attempt = attempt + 1, fence = fence + 1,
              worker_id = 'bench', lease_expires_at_ms = 60000, updated_at_ms = 1
@@ -554,6 +581,9 @@ fn raw_claim_and_complete(conn: &Connection, id: &str) {
     .expect("prepare")
     .execute(params![id])
     .expect("claim");
+}
+
+fn raw_complete(conn: &Connection, id: &str) {
     conn.prepare_cached(
         "UPDATE queue_items SET status = 'completed', result = 'null', worker_id = NULL,
              lease_expires_at_ms = NULL, finished_at_ms = 2, updated_at_ms = 2

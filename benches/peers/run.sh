@@ -28,6 +28,7 @@ configs=(
   "spindle single --normal --no-item-events"
   "spindle batch --normal --no-item-events"
   "spindle raw --normal"
+  "spindle raw-pipelined --normal"
   "effectum shipped"
   "effectum wal"
 )
@@ -79,6 +80,8 @@ ratios = [
     ("events off: pool Normal / raw", "spindle-pool-normal-no-events", "spindle-raw-normal", 0.5),
     ("events off: single Normal / eff. WAL", "spindle-single-normal-no-events", "effectum-wal", 1.0),
     ("events off: batch Normal / raw", "spindle-batch-normal-no-events", "spindle-raw-normal", 0.8),
+    ("raw pipelined / raw (no target)", "spindle-raw-pipelined-normal", "spindle-raw-normal", 0.0),
+    ("batch Normal / raw pipelined (no target)", "spindle-batch-normal", "spindle-raw-pipelined-normal", 0.0),
 ]
 print()
 print(f"{'ratio (target)':<46}" + "".join(f"{str(w) + ' workers':>12}" for w in workers))
@@ -89,5 +92,6 @@ for name, top, bottom, target in ratios:
             cells.append(f"{median[(top, w)] / median[(bottom, w)]:>11.2f}x")
         else:
             cells.append(f"{'-':>12}")
-    print(f"{name + f' (>= {target}x)':<46}" + "".join(cells))
+    label = name + (f" (>= {target}x)" if target else "")
+    print(f"{label:<46}" + "".join(cells))
 PY

@@ -240,6 +240,8 @@ struct Coverage {
     recovered_running: u64,
     reopens: u64,
     clock_back: u64,
+    reruns: u64,
+    reruns_finished: u64,
 }
 
 struct Sequence {
@@ -368,6 +370,40 @@ impl Sequence {
         c.refused_on_finished += u64::from(finished && refused == Some(models::Refusal::Conflict));
     }
 
+    /// Runs a finished graph again from one or two nodes (mostly finished ones; sometimes
+    /// none, an unknown one, one named twice, or one that cannot run again).
+    fn rerun(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let first = if dice.below(2) == 0 {
+            self.pick(dice, NodeStatus::Failed)
+        } else {
+            self.pick(dice, NodeStatus::Complete)
+        };
+        let nodes: Vec<String> = match dice.below(12) {
+            0 => Vec::new(),
+            1 => vec![first.clone(), first],
+            2 | 3 => vec![first, self.pick(dice, NodeStatus::Complete)],
+            _ => vec![first],
+        };
+        let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        let context = self.context(&format!("reopen {names:?}"));
+        let expected = self.graph.reopen(&names);
+        let got = self.store.graphs().reopen(&self.graph.id, &names);
+        if models::compare(&context, got, expected).is_some() {
+            c.refused += 1;
+            return;
+        }
+        c.reruns += 1;
+        for node in self.store.graphs().nodes(&self.graph.id).expect("nodes") {
+            if !names.contains(&node.id.as_str()) {
+                continue;
+            }
+            let gather = matches!(node.spec, NodeSpec::Gather { .. });
+            let graph_status = self.store.graphs().get(&self.graph.id).expect("get").status;
+            let fired = node.status == NodeStatus::Ready || gather || graph_status.is_terminal();
+            assert!(fired, "{context}: {} is {:?} after the reopen", node.id, node.status);
+        }
+    }
+
     fn cancel(&mut self) {
         let context = self.context("cancel");
         let expected = self.graph.cancel();
@@ -404,6 +440,7 @@ impl Sequence {
     fn ended(&mut self, c: &mut Coverage) {
         let context = self.context("ended");
         self.graph.check_deep(&self.store, &context);
+        c.reruns_finished += u64::from(self.graph.reruns > 0);
         match self.graph.status {
             GraphStatus::Complete => c.completed += 1,
             GraphStatus::Failed => c.failed += 1,
@@ -438,6 +475,9 @@ fn sequence_step(s: &mut Sequence, dice: &mut Dice, c: &mut Coverage) {
         (GraphStatus::Running, 4) if dice.below(8) == 0 => s.cancel(),
         (GraphStatus::Running, roll) if roll < 11 => s.start_node(dice, c),
         (GraphStatus::Running, _) => s.finish_node(dice, c),
+        (GraphStatus::Complete | GraphStatus::Failed, roll) if (8..11).contains(&roll) => {
+            s.rerun(dice, c);
+        }
         (_, roll) if roll < 8 => {
             s.finish_node(dice, c);
             if dice.below(2) == 0 {
@@ -493,6 +533,8 @@ fn random_graph_sequences_agree_with_the_model() {
             ("running nodes recovered at reopen", c.recovered_running, 50),
             ("reopens", c.reopens, 50),
             ("clock moves backwards", c.clock_back, 50),
+            ("graphs reopened to run again", c.reruns, 100),
+            ("reopened graphs that finished again", c.reruns_finished, 50),
         ],
     );
 }

@@ -51,7 +51,8 @@ use crate::store::{DEFAULT_TENANT, Store};
 
 pub use ops::{
     AddEdge, AddNode, Audit, Cancel, Children, CompleteNode, Create, Edges, ExpireOverdue,
-    FailNode, Get, GetNode, Inputs, List, Nodes, Recover, SetJoin, SetTimeout, Start, StartNode,
+    FailNode, Get, GetNode, Inputs, List, Nodes, Recover, Reopen, SetJoin, SetTimeout, Start,
+    StartNode,
 };
 pub(crate) use ops::{ExpireDeadlines, RunningTenants};
 
@@ -519,6 +520,14 @@ pub enum GraphEvent {
         /// The graph.
         graph_id: GraphId,
     },
+    /// A finished graph runs again for the nodes named (`Graphs::reopen`); `node_ready`
+    /// events follow for every node to run.
+    GraphReopened {
+        /// The graph.
+        graph_id: GraphId,
+        /// The nodes reopened, as named.
+        node_ids: Vec<NodeId>,
+    },
 }
 
 impl GraphEvent {
@@ -530,7 +539,7 @@ impl GraphEvent {
         Ok(serde_json::from_value(event.payload.clone())?)
     }
 
-    /// The event's type, as stored: `node_ready`, .., `graph_cancelled`.
+    /// The event's type, as stored: `node_ready`, .., `graph_cancelled`, `graph_reopened`.
     pub fn event_type(&self) -> &'static str {
         match self {
             GraphEvent::NodeReady { .. } => "node_ready",
@@ -541,6 +550,7 @@ impl GraphEvent {
             GraphEvent::GraphDone { .. } => "graph_done",
             GraphEvent::GraphFailed { .. } => "graph_failed",
             GraphEvent::GraphCancelled { .. } => "graph_cancelled",
+            GraphEvent::GraphReopened { .. } => "graph_reopened",
         }
     }
 
@@ -703,6 +713,27 @@ impl<'a> Graphs<'a> {
     /// `NotFound` for an unknown graph; `Conflict` for a complete or failed one.
     pub fn cancel(&self, graph: &str) -> Result<()> {
         self.store.exec(Cancel { graph: graph.into() })
+    }
+
+    /// Runs a finished graph again from its failed `nodes`: retry from failure. The graph is
+    /// running again; each named node fires again (a `node_ready` event: run it as any ready
+    /// node); what follows it runs as its new tokens arrive: a node skipped because of it runs
+    /// once its join is met, and a finished node on an edge that already carried one of its
+    /// tokens (an error handler, when it fails again) runs again, as in a loop. Nodes a failed
+    /// graph left ready or running are announced again; every other finished node keeps its
+    /// end. A `graph_reopened` event comes first. The graph then finishes by the usual rules,
+    /// its counters exact (`audit`). Each reopen counts as a firing of the named nodes
+    /// (`Limits::loop_refires_max`).
+    ///
+    /// # Errors
+    /// `InvalidInput` for no nodes or a node named twice; `NotFound` for an unknown graph or
+    /// node; `Conflict` for a graph that is not complete or failed, a child graph (reopen its
+    /// parent's node instead), a named node that did not fail or is a SubGraph node, or one
+    /// that follows another named node (it would run twice: name only the first). Nothing is
+    /// written then.
+    pub fn reopen(&self, graph: &str, nodes: &[&str]) -> Result<()> {
+        let nodes = nodes.iter().map(|&node| node.to_owned()).collect();
+        self.store.exec(Reopen { graph: graph.into(), nodes })
     }
 
     /// Every node of a graph, in the order they were added.

@@ -113,6 +113,27 @@ impl<'t, 'a> Net<'t, 'a> {
             .ok_or_else(|| Error::not_found("node", node))
     }
 
+    /// The first of `targets` (other than `from`) that `from` reaches over edges, if any.
+    pub(super) fn first_reached(
+        &self,
+        from: &str,
+        targets: &std::collections::BTreeSet<&str>,
+    ) -> Result<Option<String>> {
+        let mut seen = std::collections::HashSet::from([from.to_owned()]);
+        let mut frontier = vec![from.to_owned()];
+        while let Some(next) = frontier.pop() {
+            for edge in sql::select_out_edges(self.tx.conn(), self.key(), &next)? {
+                if edge.to != from && targets.contains(edge.to.as_str()) {
+                    return Ok(Some(edge.to));
+                }
+                if seen.insert(edge.to.clone()) {
+                    frontier.push(edge.to);
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Whether the graph has a node `node`.
     pub(super) fn has_node(&self, node: &str) -> Result<bool> {
         Ok(sql::select_node_state(self.tx.conn(), self.key(), node)?.is_some())
@@ -241,6 +262,57 @@ impl<'t, 'a> Net<'t, 'a> {
     pub(super) fn announce(&mut self, node: &NodeState) -> Result<()> {
         let event = GraphEvent::NodeReady { node_id: node.id.clone(), kind: node.kind.clone() };
         self.emit(&event)
+    }
+
+    /// Runs a finished graph again (`Graphs::reopen`; the caller checked the graph and the
+    /// nodes): the graph is running, `chosen` fire again, and the nodes its end left behind
+    /// are taken up again: running ones are reset and ready ones announced (a Gather among
+    /// them finishes now), and pending ones fire or are skipped by their counters.
+    pub(super) fn reopen(&mut self, chosen: Vec<NodeState>) -> Result<()> {
+        let now_ms = self.tx.now_ms();
+        self.state.status = GraphStatus::Running;
+        self.state.finished_at_ms = None;
+        self.state.error = None;
+        self.state.failed_node_id = None;
+        self.state.deadline_at_ms = self.state.timeout_ms.map(|ms| now_ms.saturating_add(ms));
+        self.arm_deadline();
+        let node_ids = chosen.iter().map(|node| node.id.clone()).collect();
+        self.emit(&GraphEvent::GraphReopened { graph_id: self.state.id.clone(), node_ids })?;
+        self.take_up_left_behind()?;
+        for node in chosen {
+            // Fresh counters: an earlier firing may have changed them.
+            let node = self.node(&node.id)?;
+            self.fire(node)?;
+        }
+        for node in self.nodes_in(NodeStatus::Pending)? {
+            if node.in_edges > 0 && enabled(&node) {
+                self.fire(node)?;
+            } else if node.in_edges > 0 && disabled(&node) {
+                self.work.push((node.id, Outcome::Skipped));
+            }
+        }
+        Ok(())
+    }
+
+    /// The ready and running nodes a failed graph's end left: running ones go back to ready,
+    /// and each is announced again; a Gather among them finishes with its inputs.
+    fn take_up_left_behind(&mut self) -> Result<()> {
+        for node in self.nodes_in(NodeStatus::Running)? {
+            if node.kind != "gather" {
+                self.reset(node)?;
+            }
+        }
+        let mut left = self.nodes_in(NodeStatus::Ready)?;
+        left.extend(self.nodes_in(NodeStatus::Running)?);
+        for node in left {
+            if node.kind == "gather" {
+                let output = self.gather(&node)?;
+                self.work.push((node.id, Outcome::Done(Some(output))));
+            } else {
+                self.announce(&node)?;
+            }
+        }
+        Ok(())
     }
 
     /// Ends the graph with `status` (failed or cancelled; completion comes from `settle`).

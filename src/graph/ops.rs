@@ -138,6 +138,15 @@ pub struct Cancel {
     pub graph: GraphId,
 }
 
+/// Runs a finished graph again from the named nodes (see `Graphs::reopen`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reopen {
+    /// The graph: complete or failed, not a child.
+    pub graph: GraphId,
+    /// The nodes to run again: each complete or failed, none named twice.
+    pub nodes: Vec<NodeId>,
+}
+
 /// Reads every node of a graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Nodes {
@@ -457,6 +466,98 @@ impl Op for Cancel {
             GraphStatus::Pending | GraphStatus::Running => cancel_tree(tx, &self.graph),
         }
     }
+}
+
+impl Sealed for Reopen {}
+impl Op for Reopen {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn check_shape(&self, limits: &Limits) -> Result<()> {
+        if self.nodes.is_empty() {
+            return Err(Error::InvalidInput("name at least one node to reopen".into()));
+        }
+        if self.nodes.len() > limits.graph_nodes_max {
+            return Err(Error::too_large(
+                "reopened nodes",
+                limits.graph_nodes_max,
+                self.nodes.len(),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        match self.nodes.iter().find(|node| !seen.insert(node.as_str())) {
+            Some(twice) => Err(Error::InvalidInput(format!("node {twice} is named twice"))),
+            None => Ok(()),
+        }
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        let mut net = Net::open(tx, &self.graph)?;
+        check_reopenable(net.state())?;
+        let mut chosen = Vec::with_capacity(self.nodes.len());
+        for id in &self.nodes {
+            let node = net.node(id)?;
+            check_rerunnable(&node)?;
+            chosen.push(node);
+        }
+        check_not_downstream(&net, &chosen)?;
+        net.reopen(chosen)?;
+        let ended = net.settle()?;
+        settle_up(tx, ended)
+    }
+}
+
+/// Refuses to reopen a graph that has not finished by completing or failing, or a child (its
+/// parent's SubGraph node holds its end).
+fn check_reopenable(state: &sql::GraphState) -> Result<()> {
+    if !matches!(state.status, GraphStatus::Complete | GraphStatus::Failed) {
+        return Err(Error::Conflict(format!(
+            "graph {} is {}: only a complete or failed graph can be reopened",
+            state.id,
+            state.status.as_str()
+        )));
+    }
+    if let Some(parent) = &state.parent_graph_id {
+        return Err(Error::Conflict(format!(
+            "graph {} is a child of {parent}: reopen its node in the parent",
+            state.id
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses to run again a node that did not fail, or one whose child graph decides its end.
+fn check_rerunnable(node: &NodeState) -> Result<()> {
+    if node.status != NodeStatus::Failed {
+        return Err(Error::Conflict(format!(
+            "node {} is {}: only a failed node can run again",
+            node.id,
+            node.status.as_str()
+        )));
+    }
+    if node.kind == "sub_graph" {
+        return Err(Error::Conflict(format!(
+            "node {} is a sub-graph: its child graph cannot run again",
+            node.id
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a named node that follows another named one: it runs again when the other's new
+/// token reaches it, and would otherwise run twice.
+fn check_not_downstream(net: &Net<'_, '_>, chosen: &[NodeState]) -> Result<()> {
+    let named: std::collections::BTreeSet<&str> = chosen.iter().map(|n| n.id.as_str()).collect();
+    for node in chosen {
+        if let Some(follower) = net.first_reached(&node.id, &named)? {
+            return Err(Error::Conflict(format!(
+                "node {follower} follows node {}, which is named too: name only {} (its new \
+                 token reaches {follower})",
+                node.id, node.id
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Sealed for Nodes {}

@@ -9,8 +9,10 @@ mod admin;
 mod attempt;
 mod common;
 mod inspect;
+mod logs;
 mod pipeline;
 mod run;
+mod runs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +51,42 @@ enum Cmd {
         /// Start a new run even if an unfinished one exists (it is cancelled).
         #[arg(long)]
         fresh: bool,
+    },
+    /// Re-run the failed nodes of a finished run (or one named failed node) and what was
+    /// skipped because of them, keeping every node that succeeded; an unfinished run resumes.
+    Retry {
+        /// The run: its id, a unique prefix of it, or a pipeline name (its latest run).
+        run: String,
+        /// Retry only this failed node.
+        #[arg(long)]
+        node: Option<String>,
+        /// Commands run at once (1 to 256).
+        #[arg(short = 'j', long, default_value_t = 4,
+              value_parser = clap::value_parser!(u16).range(1..=256))]
+        jobs: u16,
+    },
+    /// One line per run: name, status, started, duration, the node that failed it.
+    Runs {
+        /// Only runs in this status (pending, running, complete, failed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this pipeline.
+        #[arg(long)]
+        name: Option<String>,
+        /// Only runs created within this long (`30m`, `12h`, `1d`).
+        #[arg(long)]
+        since: Option<String>,
+    },
+    /// What a run's commands printed (the last 64 KiB of each node's last attempt).
+    Logs {
+        /// The run: its id, a unique prefix of it, or a pipeline name (its latest run).
+        run: String,
+        /// Only this node (under a header); otherwise every node, lines prefixed by its name.
+        node: Option<String>,
+        /// Keep printing nodes as they finish until the run ends (also a run another process
+        /// drives).
+        #[arg(long)]
+        follow: bool,
     },
     /// List the graphs (runs) in the store.
     Graphs,
@@ -153,6 +191,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// A run's exit code: 0 complete, 1 failed, 130 stopped by Ctrl-C.
+fn exit_code(ending: &run::Ending) -> u8 {
+    match ending {
+        run::Ending::Complete => 0,
+        run::Ending::Failed => 1,
+        run::Ending::Interrupted => 130,
+    }
+}
+
 fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     if let Cmd::Guard { command } = &cli.command {
         return Ok(attempt::guard(command));
@@ -163,11 +210,13 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         let store = open(&cli.db, &cli.tenant, Access::Runner)?;
         let ending = run::run(&store, pipeline, usize::from(*jobs), *fresh, out)?;
         store.close()?;
-        return Ok(match ending {
-            run::Ending::Complete => 0,
-            run::Ending::Failed => 1,
-            run::Ending::Interrupted => 130,
-        });
+        return Ok(exit_code(&ending));
+    }
+    if let Cmd::Retry { run, node, jobs } = &cli.command {
+        let store = open(&cli.db, &cli.tenant, Access::Runner)?;
+        let ending = runs::retry(&store, run, node.as_deref(), usize::from(*jobs), out)?;
+        store.close()?;
+        return Ok(exit_code(&ending));
     }
     if let Cmd::Check = cli.command {
         return inspect::check(&cli.db, &cli.tenant, out);
@@ -181,6 +230,10 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     };
     let store = open(&cli.db, &cli.tenant, access)?;
     match cli.command {
+        Cmd::Runs { status, name, since } => {
+            runs::list(&store, &runs::Filter { status, name, since }, out)?;
+        }
+        Cmd::Logs { run, node, follow } => logs::logs(&store, &run, node.as_deref(), follow, out)?,
         Cmd::Graphs => inspect::graphs(&store, out)?,
         Cmd::Graph { action: GraphCmd::Show { id } } => inspect::graph(&store, &id, out)?,
         Cmd::Events { stream, after, follow } => {
@@ -197,7 +250,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Prune { older_than } => inspect::prune(&store, &older_than, out)?,
         Cmd::Tenants { action } => admin::tenants(&store, action.unwrap_or(TenantCmd::List), out)?,
         Cmd::Tokens { action } => admin::tokens(&store, action, out)?,
-        Cmd::Run { .. } | Cmd::Check | Cmd::Guard { .. } => {}
+        Cmd::Run { .. } | Cmd::Retry { .. } | Cmd::Check | Cmd::Guard { .. } => {}
     }
     store.close()?;
     Ok(0)

@@ -73,6 +73,19 @@ pub fn run(
     out: &Output,
 ) -> Result<Ending, CliError> {
     let graph = find_or_create(store, &pipeline, fresh, out)?;
+    drive(store, graph, pipeline, jobs, out)
+}
+
+/// Runs the graph `graph` of `pipeline` (started here if pending) until it ends or Ctrl-C
+/// stops it: what `run` does once it has found or built the run, and what `retry` does once it
+/// has reopened one.
+pub fn drive(
+    store: &Store,
+    graph: String,
+    pipeline: Pipeline,
+    jobs: usize,
+    out: &Output,
+) -> Result<Ending, CliError> {
     store.graphs().start(&graph)?;
     let run = Arc::new(Run::new(store.clone(), graph, pipeline));
     install_interrupts(&run);
@@ -238,7 +251,8 @@ impl Run {
     }
 
     /// Follows the graph's stream and enqueues every node that is ready, the announcements
-    /// that arrived together in one transaction.
+    /// that arrived together in one transaction. The end of an earlier round (before a
+    /// `retry` reopened the graph) is passed over.
     fn dispatch(&self) -> Result<(), CliError> {
         let mut events = self.store.subscribe(Stream::graph(&self.graph), 0)?;
         while !self.finished.load(Ordering::SeqCst) {
@@ -248,7 +262,7 @@ impl Run {
             while let Some(event) = next {
                 match GraphEvent::from_event(&event)? {
                     GraphEvent::NodeReady { node_id, .. } => ready.push(node_id),
-                    event if event.is_terminal() => return Ok(()),
+                    event if event.is_terminal() && self.ended()? => return Ok(()),
                     _ => {}
                 }
                 next = if ready.len() < 256 { events.try_recv()? } else { None };
@@ -256,6 +270,11 @@ impl Run {
             self.enqueue(ready)?;
         }
         Ok(())
+    }
+
+    /// Whether the graph has ended (a terminal event may be of an earlier round).
+    fn ended(&self) -> Result<bool, CliError> {
+        Ok(self.store.graphs().get(&self.graph)?.status.is_terminal())
     }
 
     /// Enqueues the nodes that are still ready, once per firing (a replayed or repeated
@@ -270,7 +289,7 @@ impl Run {
                 if node.status != NodeStatus::Ready {
                     continue;
                 }
-                let item = new_item(&queue, &graph, &name, node.fires, 1);
+                let item = new_item(&queue, &graph, &name, node.fires, Try::first(&node));
                 match tx.exec(Enqueue { item }) {
                     // A retry of this firing is queued already (it carries another try).
                     Ok(_) | Err(spindle::Error::Conflict(_)) => {}
@@ -280,11 +299,6 @@ impl Run {
             Ok(TxOutcome::Commit(()))
         })?;
         Ok(())
-    }
-
-    /// The item that runs try `attempt` of a node's firing `fires`.
-    fn item(&self, name: &str, fires: u32, attempt: u32) -> NewItem {
-        new_item(&self.queue, &self.graph, name, fires, attempt)
     }
 
     /// The pool's handler: runs the item's node and settles the item itself, under its fence.
@@ -319,7 +333,7 @@ impl Run {
             return self.drop_item(claimed);
         }
         self.running.lock().insert(name.clone(), Instant::now());
-        let attempt = attempt_of_item(claimed);
+        let attempt = Try::of(claimed).attempt();
         let result = self.execute(&step, job, attempt).and_then(|exit| match exit {
             Exit::LeaseLost => Ok(()),
             Exit::Abandoned => self.release(claimed),
@@ -485,9 +499,10 @@ impl Run {
     /// with the retries spent, fails the item and the node in one transaction.
     fn failed(&self, job: &Claimed, step: &Step, attempt: u32, error: String) -> Handled {
         let (id, fence) = (job.item.id.clone(), job.fence);
-        if attempt <= step.retries {
+        let this = Try::of(job);
+        if this.of_firing <= step.retries {
             let fires = self.store.graphs().node(&self.graph, &step.name)?.fires;
-            let next = self.item(&step.name, fires, attempt + 1);
+            let next = new_item(&self.queue, &self.graph, &step.name, fires, this.next());
             let delay_ms = Backoff { base_ms: 1_000, max_ms: 30_000 }.delay_ms(attempt);
             let done = self.store.transaction(move |tx| {
                 tx.exec(Complete { id, fence, result: json!({ "failed": error }) })?;
@@ -618,14 +633,50 @@ impl Run {
     }
 }
 
-/// The item that runs try `attempt` of a node's firing `fires`: one live item per firing
-/// (the dedupe key), whichever try it carries.
-fn new_item(queue: &str, graph: &str, name: &str, fires: u32, attempt: u32) -> NewItem {
-    NewItem::new(queue, json!({ "node": name, "try": attempt }))
+/// The item that runs try `this` of a node's firing `fires`: one live item per firing (the
+/// dedupe key), whichever try it carries.
+fn new_item(queue: &str, graph: &str, name: &str, fires: u32, this: Try) -> NewItem {
+    let payload = json!({ "node": name, "try": this.of_firing, "before": this.before });
+    NewItem::new(queue, payload)
         .max_attempts(CLAIMS_MAX)
         .dedupe_key(format!("{name}#{fires}"))
         .execution_id(graph)
         .node_id(name)
+}
+
+/// Which try of its node an item runs: the try of this firing (from 1: what `retries`
+/// bounds) after the attempts of earlier firings (a `retry` of the run goes on counting).
+#[derive(Debug, Clone, Copy)]
+struct Try {
+    of_firing: u32,
+    before: u32,
+}
+
+impl Try {
+    /// The first try of a node's newest firing, counting on from its last attempt when it ran
+    /// before.
+    fn first(node: &spindle::Node) -> Self {
+        let before = if node.fires > 1 { attempts_of(node).unwrap_or(0) } else { 0 };
+        Try { of_firing: 1, before: u32::try_from(before).unwrap_or(u32::MAX) }
+    }
+
+    /// The try a claimed item carries.
+    fn of(job: &Claimed) -> Self {
+        let field = |name: &str| {
+            let value = job.item.payload[name].as_u64().unwrap_or(0);
+            u32::try_from(value).unwrap_or(u32::MAX)
+        };
+        Try { of_firing: field("try").max(1), before: field("before") }
+    }
+
+    fn next(self) -> Self {
+        Try { of_firing: self.of_firing.saturating_add(1), ..self }
+    }
+
+    /// The attempt number people see (`SPINDLE_ATTEMPT`, the summary, the logs).
+    fn attempt(self) -> u32 {
+        self.before.saturating_add(self.of_firing)
+    }
 }
 
 /// Starts `node` again if a recovery set it back to ready while this worker ran it (another
@@ -643,8 +694,8 @@ fn started_again(tx: &mut Tx<'_>, graph: &str, node: &str) -> spindle::Result<()
 /// What a handler's step returns.
 type Handled = Result<(), CliError>;
 
-/// A node's row in the summary; its attempts are read back from its output or error.
-fn summary_row(node: &spindle::Node) -> Value {
+/// How many attempts a finished node took, read back from its output or error.
+pub fn attempts_of(node: &spindle::Node) -> Option<u64> {
     let from_output = node.output.as_ref().and_then(|output| match output {
         NodeOutput::Single(token) => token.data.as_ref()?.get("attempt")?.as_u64(),
         NodeOutput::Many { .. } => None,
@@ -653,7 +704,12 @@ fn summary_row(node: &spindle::Node) -> Value {
         let rest = node.error.as_deref()?.strip_prefix("attempt ")?;
         rest.split(':').next()?.parse::<u64>().ok()
     };
-    let attempts = from_output.or_else(from_error);
+    from_output.or_else(from_error)
+}
+
+/// A node's row in the summary.
+fn summary_row(node: &spindle::Node) -> Value {
+    let attempts = attempts_of(node);
     let duration_ms = node.finished_at_ms.zip(node.started_at_ms).map(|(f, s)| f - s);
     json!({ "node": node.id, "status": node.status, "attempts": attempts,
             "duration_ms": duration_ms, "error": node.error })
@@ -675,18 +731,10 @@ enum Supervised {
     Killed,
 }
 
-/// The error a failed attempt records: its number (read back by the summary), what
-/// happened, and the end of the output.
+/// The error a failed attempt records: its number (read back by the summary and the logs),
+/// what happened, and the kept output (its last 64 KiB), which `spindle logs` prints.
 fn failure(attempt: u32, what: &str, tail: &str) -> String {
-    let end = tail.len().saturating_sub(2048);
-    let end = (end..tail.len()).find(|&i| tail.is_char_boundary(i)).unwrap_or(tail.len());
-    format!("attempt {attempt}: {what}\n{}", &tail[end..])
-}
-
-/// Which try of its node an item runs (1 for the first).
-fn attempt_of_item(job: &Claimed) -> u32 {
-    let attempt = job.item.payload["try"].as_u64().unwrap_or(1);
-    u32::try_from(attempt).unwrap_or(u32::MAX).max(1)
+    format!("attempt {attempt}: {what}\n{tail}")
 }
 
 /// The last `TAIL_BYTES` of a command's output.

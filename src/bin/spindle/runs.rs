@@ -1,0 +1,278 @@
+//! The runs of pipelines as people look for them: `spindle runs` (one line per run), a `RUN`
+//! argument (a unique id prefix, or a pipeline's name for its latest run), and `spindle
+//! retry` (reopen a finished run at its failed nodes and run it again).
+//!
+//! A run is a graph whose metadata says `kind: spindle-run`; its nodes' specs hold what each
+//! node runs, so a retry needs no pipeline file.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+use spindle::{Graph, GraphStatus, Node, NodeStatus, Store, TokenColor};
+
+use crate::common::{CliError, Output, all_graphs, now_ms, parse_duration_ms};
+use crate::pipeline::{On, Pipeline, RUN_KIND, Step};
+use crate::run::{self, Ending};
+
+/// Which runs `spindle runs` lists.
+pub struct Filter {
+    pub status: Option<String>,
+    pub name: Option<String>,
+    pub since: Option<String>,
+}
+
+/// Every run of the tenant, oldest first.
+fn all_runs(store: &Store) -> Result<Vec<Graph>, CliError> {
+    let graphs = all_graphs(store)?;
+    let mut runs: Vec<Graph> =
+        graphs.into_iter().filter(|graph| graph.metadata["kind"] == RUN_KIND).collect();
+    runs.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+    Ok(runs)
+}
+
+/// The run `wanted` names: its id, a prefix of exactly one run's id, or a pipeline's name
+/// (its latest run).
+pub fn resolve(store: &Store, wanted: &str) -> Result<Graph, CliError> {
+    let runs = all_runs(store)?;
+    if let Some(run) = runs.iter().find(|run| run.id == wanted) {
+        return Ok(run.clone());
+    }
+    let by_prefix: Vec<&Graph> = runs.iter().filter(|run| run.id.starts_with(wanted)).collect();
+    match by_prefix.as_slice() {
+        [one] => return Ok((*one).clone()),
+        [] => {}
+        many => {
+            return Err(CliError::Bad(format!(
+                "{wanted:?} starts {} run ids: give more of the id (see `spindle runs`)",
+                many.len()
+            )));
+        }
+    }
+    let by_name = runs.iter().rev().find(|run| run.metadata["pipeline"] == wanted);
+    by_name.cloned().ok_or_else(|| {
+        CliError::Bad(format!(
+            "no run has the id or pipeline name {wanted:?}: `spindle runs` lists them"
+        ))
+    })
+}
+
+/// `spindle runs`: one line per run, newest last.
+pub fn list(store: &Store, filter: &Filter, out: &Output) -> Result<(), CliError> {
+    let since_ms = filter.since.as_deref().map(parse_duration_ms).transpose()?;
+    if let Some(status) = &filter.status {
+        let known = ["pending", "running", "complete", "failed", "cancelled"];
+        if !known.contains(&status.as_str()) {
+            return Err(CliError::Bad(format!(
+                "--status is one of {}, not {status:?}",
+                known.join(", ")
+            )));
+        }
+    }
+    let now = now_ms();
+    let runs: Vec<Graph> = all_runs(store)?
+        .into_iter()
+        .filter(|run| filter.status.as_deref().is_none_or(|s| run.status.as_str() == s))
+        .filter(|run| filter.name.as_deref().is_none_or(|n| run.metadata["pipeline"] == n))
+        .filter(|run| since_ms.is_none_or(|ms| run.created_at_ms >= now.saturating_sub(ms)))
+        .collect();
+    if out.json {
+        out.print_json(&Value::Array(runs.iter().map(run_json).collect()));
+        return Ok(());
+    }
+    println!(
+        "{:<36}  {:<20} {:<9} {:<19} {:>9}  FAILED NODE",
+        "RUN", "NAME", "STATUS", "STARTED", "DURATION"
+    );
+    for run in &runs {
+        let name = run.metadata["pipeline"].as_str().unwrap_or("?");
+        let started = run.started_at_ms.map_or_else(|| "-".into(), human_time);
+        let duration = duration_ms(run, now).map_or_else(|| "-".into(), human_duration);
+        let failed = run.failed_node_id.as_deref().unwrap_or("");
+        let status = run.status.as_str();
+        println!("{:<36}  {name:<20} {status:<9} {started:<19} {duration:>9}  {failed}", run.id);
+    }
+    if runs.is_empty() {
+        out.note("no runs match (spindle run FILE starts one)");
+    }
+    Ok(())
+}
+
+/// A run as `spindle runs --json` prints it.
+fn run_json(run: &Graph) -> Value {
+    json!({
+        "run": run.id,
+        "name": run.metadata["pipeline"],
+        "status": run.status,
+        "created_at_ms": run.created_at_ms,
+        "started_at_ms": run.started_at_ms,
+        "finished_at_ms": run.finished_at_ms,
+        "duration_ms": duration_ms(run, now_ms()),
+        "failed_node": run.failed_node_id,
+        "counts": run.counts,
+    })
+}
+
+/// How long a run took (or has taken so far, while it runs).
+fn duration_ms(run: &Graph, now: i64) -> Option<i64> {
+    let started = run.started_at_ms?;
+    let until = run.finished_at_ms.unwrap_or(now);
+    Some(until.saturating_sub(started).max(0))
+}
+
+/// `spindle retry RUN [--node N]`: reopens a finished run at its failed nodes (those no
+/// other failed node leads to), or at `node`, and runs it as `spindle run` would; an
+/// unfinished run is resumed.
+pub fn retry(
+    store: &Store,
+    wanted: &str,
+    node: Option<&str>,
+    jobs: usize,
+    out: &Output,
+) -> Result<Ending, CliError> {
+    let graph = resolve(store, wanted)?;
+    let pipeline = pipeline_of(store, &graph)?;
+    match graph.status {
+        GraphStatus::Cancelled => {
+            return Err(CliError::Bad(format!(
+                "run {} was cancelled: start the pipeline again with `spindle run FILE`",
+                graph.id
+            )));
+        }
+        GraphStatus::Pending | GraphStatus::Running => {
+            out.note(&format!("run {} has not finished: resuming it", graph.id));
+        }
+        GraphStatus::Complete | GraphStatus::Failed => {
+            let nodes = match node {
+                Some(node) => vec![node.to_owned()],
+                None => first_failures(store, &graph)?,
+            };
+            if nodes.is_empty() {
+                return Err(CliError::Bad(format!(
+                    "run {} has no failed node to retry (`spindle run --fresh FILE` runs it \
+                     all again)",
+                    graph.id
+                )));
+            }
+            let named: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            store.graphs().reopen(&graph.id, &named)?;
+            out.note(&format!("retrying run {} from {}", graph.id, nodes.join(", ")));
+        }
+    }
+    run::drive(store, graph.id, pipeline, jobs, out)
+}
+
+/// The failed nodes of a run that no other failed node leads to: retried, each runs what
+/// follows it again.
+fn first_failures(store: &Store, graph: &Graph) -> Result<Vec<String>, CliError> {
+    let nodes = store.graphs().nodes(&graph.id)?;
+    let failed: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|node| node.status == NodeStatus::Failed)
+        .map(|node| node.id.as_str())
+        .collect();
+    let mut next: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for edge in store.graphs().edges(&graph.id)? {
+        next.entry(edge.from).or_default().push(edge.to);
+    }
+    let followers: BTreeSet<String> =
+        failed.iter().flat_map(|from| reachable(&next, from)).collect();
+    Ok(failed.iter().filter(|id| !followers.contains(**id)).map(|id| (*id).to_owned()).collect())
+}
+
+/// Every node reachable from `from` over edges (not `from` itself, unless on a loop).
+fn reachable(next: &BTreeMap<String, Vec<String>>, from: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut frontier = vec![from.to_owned()];
+    while let Some(node) = frontier.pop() {
+        for target in next.get(&node).into_iter().flatten() {
+            if seen.insert(target.clone()) {
+                frontier.push(target.clone());
+            }
+        }
+    }
+    seen
+}
+
+/// The pipeline a run was built from, read back from its graph: each node's spec holds what
+/// it runs, its edges what it waits for.
+fn pipeline_of(store: &Store, graph: &Graph) -> Result<Pipeline, CliError> {
+    let name = graph.metadata["pipeline"].as_str().unwrap_or_default().to_owned();
+    let hash = graph.metadata["hash"].as_str().unwrap_or_default().to_owned();
+    let mut after: BTreeMap<String, Vec<(String, On)>> = BTreeMap::new();
+    for edge in store.graphs().edges(&graph.id)? {
+        let on = match edge.condition {
+            Some(TokenColor::Ok) => On::Ok,
+            Some(TokenColor::Error) => On::Error,
+            _ => On::Any,
+        };
+        after.entry(edge.to).or_default().push((edge.from, on));
+    }
+    let nodes = store.graphs().nodes(&graph.id)?;
+    let steps = nodes.iter().map(|node| step_of(node, &mut after)).collect::<Result<_, _>>()?;
+    Ok(Pipeline { name, hash, nodes: steps })
+}
+
+fn step_of(node: &Node, after: &mut BTreeMap<String, Vec<(String, On)>>) -> Result<Step, CliError> {
+    let spindle::NodeSpec::Task { data } = &node.spec else {
+        return Err(CliError::Bad(format!("node {} of the run is not a command", node.id)));
+    };
+    let run = data["run"].as_str().unwrap_or_default().to_owned();
+    let retries = data["retries"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+    Ok(Step {
+        name: node.id.clone(),
+        run,
+        after: after.remove(&node.id).unwrap_or_default(),
+        retries,
+        timeout_s: data["timeout_s"].as_u64(),
+        join: node.join,
+    })
+}
+
+/// A time as `2026-12-04 05:10:03` (UTC).
+pub fn human_time(epoch_ms: i64) -> String {
+    let secs = epoch_ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, s) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}")
+}
+
+/// A duration as `850ms`, `4.2s`, `3m 05s` or `2h 03m`.
+pub fn human_duration(ms: i64) -> String {
+    match ms {
+        ..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1e3),
+        60_000..3_600_000 => format!("{}m {:02}s", ms / 60_000, ms % 60_000 / 1000),
+        _ => format!("{}h {:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    }
+}
+
+/// The calendar date of a day counted from 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_durations_read_as_people_write_them() {
+        assert_eq!(human_time(0), "1970-01-01 00:00:00");
+        assert_eq!(human_time(1_796_361_003_000), "2026-12-04 05:10:03");
+        assert_eq!(human_time(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(human_duration(850), "850ms");
+        assert_eq!(human_duration(4_230), "4.2s");
+        assert_eq!(human_duration(185_000), "3m 05s");
+        assert_eq!(human_duration(7_380_000), "2h 03m");
+    }
+}

@@ -4,6 +4,7 @@
 //! process while the run is live). Bad input exits 2 and writes nothing.
 #![cfg(feature = "cli")]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -118,8 +119,32 @@ fn retry_reruns_the_failed_node_and_what_it_blocked_and_keeps_what_succeeded() {
     let logs = s.spindle(&["logs", &id[..8], "test"]);
     assert_eq!(logs.status.code(), Some(0), "{}", stderr(&logs));
     let text = stdout(&logs);
-    assert!(text.contains("== test (attempt 2): complete"), "{text}");
-    assert!(text.contains("testing attempt 2"), "{text}");
+    let first = text.find("== test (attempt 1): exit 1").unwrap_or_else(|| panic!("{text}"));
+    let second = text.find("== test (attempt 2): exit 0").unwrap_or_else(|| panic!("{text}"));
+    assert!(first < second, "attempts in the order they ended: {text}");
+    assert!(text.contains("testing attempt 1\n") && text.contains("testing attempt 2\n"), "{text}");
+    assert!(!text.contains("fetch"), "only test's output: {text}");
+
+    let all = stdout(&s.spindle(&["logs", "flaky"]));
+    for line in
+        ["fetch | == attempt 1: exit 0", "test | testing attempt 2", "package | == attempt 1"]
+    {
+        assert!(all.contains(line), "{line:?} in {all}");
+    }
+}
+
+#[test]
+fn logs_of_a_run_without_a_live_log_show_what_each_node_kept() {
+    let s = Scratch::new();
+    let pipeline = s.pipeline("old", json!({ "a": { "run": "echo kept; exit 4" } }));
+    assert_eq!(s.run(&pipeline).status.code(), Some(1));
+    // As a run from before live logs: only the nodes' own outputs.
+    let pruned = s.spindle(&["prune", "--older-than", "0s", "--json"]);
+    let report: Value = serde_json::from_slice(&pruned.stdout).expect("prune --json");
+    assert!(report["log_events"].as_u64().is_some_and(|n| n >= 2), "{report}");
+    let text = stdout(&s.spindle(&["logs", "old", "a"]));
+    assert!(text.contains("== a (attempt 1): failed"), "{text}");
+    assert!(text.contains("kept"), "{text}");
 }
 
 #[test]
@@ -206,29 +231,38 @@ fn runs_lists_and_filters_and_run_arguments_take_a_prefix_or_a_name() {
 }
 
 #[test]
-fn logs_follow_in_a_second_process_prints_each_node_as_it_finishes_until_the_run_ends() {
+fn logs_follow_in_a_second_process_streams_output_while_the_command_runs() {
     let s = Scratch::new();
-    let started = s.path("started");
+    let release = s.path("release");
+    let wait = format!("while ! test -e '{}'; do sleep 0.05; done", release.display());
     let pipeline = s.pipeline(
         "live",
         json!({
-            "first": { "run": format!("echo one; touch '{}'; sleep 1", started.display()) },
+            "first": { "run": format!("echo tick; {wait}; echo tock") },
             "second": { "run": "echo two; echo oops >&2", "after": ["first"] },
         }),
     );
     let mut runner = s.command(&["run", pipeline.to_str().expect("path")]);
     let mut runner = runner.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run");
+    // The run must exist before `logs` can name it.
     let begun = std::time::Instant::now();
-    while !started.exists() {
+    while !s.spindle(&["runs"]).status.success() || s.runs(&[]).is_empty() {
         assert!(begun.elapsed().as_secs() < 60, "the run never started");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let follower = s.command(&["logs", "live", "--follow"]).output().expect("follow");
+    let mut follower = s.command(&["logs", "live", "--follow"]);
+    let mut follower = follower.stdout(Stdio::piped()).spawn().expect("follow");
+    let mut lines = BufReader::new(follower.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("a line").expect("utf-8");
+    assert_eq!(first, "first | tick", "printed while the command still runs");
+    std::fs::write(&release, "").expect("release the command");
+    let rest: Vec<String> = lines.map(|line| line.expect("utf-8")).collect();
     assert_eq!(runner.wait().expect("runner").code(), Some(0));
-    assert_eq!(follower.status.code(), Some(0), "{}", stderr(&follower));
-    let text = stdout(&follower);
-    let first = text.find("first | one").unwrap_or_else(|| panic!("first missing: {text}"));
-    let second = text.find("second | two").unwrap_or_else(|| panic!("second missing: {text}"));
-    assert!(first < second, "completion order: {text}");
-    assert!(text.contains("second | oops"), "stderr too: {text}");
+    assert_eq!(follower.wait().expect("follower").code(), Some(0), "ends with the run");
+    let rest = rest.join("\n");
+    let tock = rest.find("first | tock").unwrap_or_else(|| panic!("tock missing: {rest}"));
+    let two = rest.find("second | two").unwrap_or_else(|| panic!("two missing: {rest}"));
+    assert!(tock < two, "in order: {rest}");
+    assert!(rest.contains("second | oops"), "stderr too: {rest}");
+    assert!(rest.contains("first | == attempt 1: exit 0"), "{rest}");
 }

@@ -285,11 +285,13 @@ pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliErr
             break;
         }
     }
+    let log_events = crate::livelog::prune(store, cutoff_ms)?;
     if out.json {
         out.print_json(&json!({
             "pruned": queue_items,
             "processes": processes.pruned_processes,
             "process_events": processes.pruned_events,
+            "log_events": log_events,
         }));
     } else {
         println!("pruned {queue_items} queue items");
@@ -297,6 +299,7 @@ pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliErr
             "pruned {} finished processes ({} events)",
             processes.pruned_processes, processes.pruned_events
         );
+        println!("pruned {log_events} live log events of finished runs");
     }
     Ok(())
 }

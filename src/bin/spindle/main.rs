@@ -9,6 +9,7 @@ mod admin;
 mod attempt;
 mod common;
 mod inspect;
+mod livelog;
 mod logs;
 mod pipeline;
 mod run;
@@ -112,9 +113,9 @@ enum Cmd {
         #[command(subcommand)]
         action: QueueCmd,
     },
-    /// Delete completed and cancelled queue items, and finished processes with their events,
-    /// older than a duration (`7d`, `12h`, `30m`). `--json`: `{"pruned"` (queue items),
-    /// `"processes", "process_events"}`.
+    /// Delete completed and cancelled queue items, finished processes with their events, and
+    /// the live logs of finished runs, older than a duration (`7d`, `12h`, `30m`). `--json`:
+    /// `{"pruned"` (queue items), `"processes", "process_events", "log_events"}`.
     Prune {
         #[arg(long)]
         older_than: String,

@@ -34,6 +34,7 @@ use spindle::{
 
 use crate::attempt::{self, kill_group};
 use crate::common::{CliError, Output};
+use crate::livelog::{Captured, LiveLog};
 use crate::pipeline::{Pipeline, RUN_KIND, Step};
 
 /// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
@@ -54,8 +55,6 @@ fn lease_ms() -> i64 {
 /// bounds interruptions, not retries: failures of the command are counted in the item's
 /// payload (`try`), and each retry is a new item.
 const CLAIMS_MAX: u32 = 1_000;
-/// The most output kept from a command.
-const TAIL_BYTES: usize = 64 * 1024;
 
 /// How a run ended.
 pub enum Ending {
@@ -385,7 +384,8 @@ impl Run {
         ];
         let mut child = attempt::spawn(&step.run, &env)?;
         let pid = child.id();
-        let tail = Arc::new(Mutex::new(Tail::default()));
+        let tail = Arc::new(Mutex::new(Captured::default()));
+        let live = LiveLog::new(&self.store, &self.graph, &step.name, attempt, &tail);
         let (drained_tx, drained) = crossbeam_channel::unbounded::<()>();
         let watched = collect_output(&mut child, &tail, &drained_tx).and_then(|readers| {
             // A thread waits for the shell without reaping it, so its exit is seen at once and
@@ -401,7 +401,7 @@ impl Run {
         drop(drained_tx);
         let supervised = match &watched {
             Ok((_, exited)) => match self.record_attempt(job.claimed(), &mut child) {
-                Ok(true) => self.supervise(exited, step, job),
+                Ok(true) => self.supervise(exited, step, job, &live),
                 Ok(false) => Ok(Supervised::LeaseLost),
                 Err(error) => Err(error),
             },
@@ -421,14 +421,14 @@ impl Run {
             }
         }
         let tail = tail.lock().text();
-        let fail = |what: &str| Exit::Failure(failure(attempt, what, &tail));
-        Ok(match supervised? {
+        let supervised = supervised?;
+        live.ended(&supervised.to_string())?;
+        let fail = |what: String| Exit::Failure(failure(attempt, &what, &tail));
+        Ok(match supervised {
             Supervised::Exited(0) => Exit::Success(tail.clone()),
-            Supervised::Exited(code) => fail(&format!("exit {code}")),
-            Supervised::Signalled => fail("killed by a signal"),
-            Supervised::TimedOut(seconds) => fail(&format!("timed out after {seconds} s")),
             Supervised::LeaseLost => Exit::LeaseLost,
             Supervised::Killed => Exit::Abandoned,
+            other => fail(other.to_string()),
         })
     }
 
@@ -453,10 +453,12 @@ impl Run {
         exited: &crossbeam_channel::Receiver<Result<Supervised, String>>,
         step: &Step,
         job: &Job,
+        live: &LiveLog,
     ) -> Result<Supervised, CliError> {
         let started = Instant::now();
         let timeout = step.timeout_s.map(Duration::from_secs);
         loop {
+            live.flush_if_due()?;
             match exited.recv_timeout(Duration::from_millis(50)) {
                 Ok(status) => return status.map_err(CliError::Internal),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
@@ -731,35 +733,30 @@ enum Supervised {
     Killed,
 }
 
+impl std::fmt::Display for Supervised {
+    /// How the attempt ended, as its error and the live log say it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Supervised::Exited(code) => write!(f, "exit {code}"),
+            Supervised::Signalled => f.write_str("killed by a signal"),
+            Supervised::TimedOut(seconds) => write!(f, "timed out after {seconds} s"),
+            Supervised::LeaseLost => f.write_str("stopped: its lease was lost"),
+            Supervised::Killed => f.write_str("stopped: the run was interrupted"),
+        }
+    }
+}
+
 /// The error a failed attempt records: its number (read back by the summary and the logs),
 /// what happened, and the kept output (its last 64 KiB), which `spindle logs` prints.
 fn failure(attempt: u32, what: &str, tail: &str) -> String {
     format!("attempt {attempt}: {what}\n{tail}")
 }
 
-/// The last `TAIL_BYTES` of a command's output.
-#[derive(Default)]
-struct Tail(Vec<u8>);
-
-impl Tail {
-    fn push(&mut self, bytes: &[u8]) {
-        self.0.extend_from_slice(bytes);
-        if self.0.len() > TAIL_BYTES {
-            let cut = self.0.len() - TAIL_BYTES;
-            self.0.drain(..cut);
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0).into_owned()
-    }
-}
-
 /// Starts a thread per output pipe that keeps its tail and says on `drained` when the pipe
 /// closed; returns how many were started.
 fn collect_output(
     child: &mut Child,
-    tail: &Arc<Mutex<Tail>>,
+    tail: &Arc<Mutex<Captured>>,
     drained: &crossbeam_channel::Sender<()>,
 ) -> Result<usize, CliError> {
     let streams: [Option<Box<dyn Read + Send>>; 2] = [

@@ -266,3 +266,78 @@ fn logs_follow_in_a_second_process_streams_output_while_the_command_runs() {
     assert!(rest.contains("second | oops"), "stderr too: {rest}");
     assert!(rest.contains("first | == attempt 1: exit 0"), "{rest}");
 }
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish() {
+    let s = Scratch::new();
+    for (shell, marker) in
+        [("bash", "complete -F"), ("zsh", "#compdef spindle"), ("fish", "complete -c spindle")]
+    {
+        let output = s.spindle(&["completions", shell]);
+        assert_eq!(output.status.code(), Some(0), "{shell}: {}", stderr(&output));
+        let script = stdout(&output);
+        assert!(script.contains(marker), "{shell}: {marker:?} missing");
+        assert!(script.contains("retry") && script.contains("logs"), "{shell}: commands named");
+    }
+    let bad = s.spindle(&["completions", "tcsh"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(!s.path("spindle.db").exists(), "completions never open the store");
+}
+
+#[test]
+fn quiet_prints_nothing_but_the_exit_code_tells() {
+    let s = Scratch::new();
+    let good = s.pipeline("good", json!({ "a": { "run": "echo hi" } }));
+    let output = s.spindle(&["--quiet", "run", good.to_str().expect("path")]);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!((stdout(&output), stderr(&output)), (String::new(), String::new()));
+    let bad = s.pipeline("bad", json!({ "a": { "run": "exit 1" } }));
+    let output = s.spindle(&["-q", "run", bad.to_str().expect("path")]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!((stdout(&output), stderr(&output)), (String::new(), String::new()));
+}
+
+/// `spindle ARGS` under a pseudo-terminal (`script`), as a person at a terminal runs it.
+fn at_terminal(s: &Scratch, args: &str, no_color: bool) -> String {
+    let db = s.path("spindle.db");
+    let command = format!("{BIN} --db '{}' {args}", db.display());
+    let mut script = Command::new("script");
+    script.args(["-qec", &command, "/dev/null"]).env_remove("NO_COLOR");
+    if no_color {
+        script.env("NO_COLOR", "1");
+    }
+    let output = script.output().expect("script (util-linux) runs");
+    assert!(output.status.success(), "{args}: {}", stderr(&output));
+    stdout(&output)
+}
+
+#[test]
+fn status_words_are_coloured_on_a_terminal_unless_no_color_or_never() {
+    let s = Scratch::new();
+    let good = s.pipeline("good", json!({ "a": { "run": "true" } }));
+    assert_eq!(s.run(&good).status.code(), Some(0));
+    let green = "\u{1b}[32m";
+    assert!(at_terminal(&s, "runs", false).contains(green), "coloured at a terminal");
+    assert!(!at_terminal(&s, "runs", true).contains('\u{1b}'), "NO_COLOR is respected");
+    assert!(!at_terminal(&s, "--color never runs", false).contains('\u{1b}'));
+    assert!(!stdout(&s.spindle(&["runs"])).contains('\u{1b}'), "not coloured into a pipe");
+    assert!(stdout(&s.spindle(&["--color", "always", "runs"])).contains(green));
+}
+
+#[test]
+fn errors_and_failures_say_what_to_do_next() {
+    let s = Scratch::new();
+    let missing = s.spindle(&["runs"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(stderr(&missing).contains("spindle run FILE"), "{}", stderr(&missing));
+    let bad = s.pipeline("bad", json!({ "a": { "run": "exit 1" } }));
+    let failed = s.run(&bad);
+    assert_eq!(failed.status.code(), Some(1));
+    let summary = stdout(&failed);
+    assert!(summary.contains("spindle logs") && summary.contains("spindle retry"), "{summary}");
+    let unknown = s.spindle(&["logs", "nothing-like-it"]);
+    assert!(stderr(&unknown).contains("`spindle runs` lists them"), "{}", stderr(&unknown));
+    let graph = s.spindle(&["graph", "show", "no-such-graph"]);
+    assert_eq!(graph.status.code(), Some(2));
+    assert!(stderr(&graph).contains("`spindle graphs` list"), "{}", stderr(&graph));
+}

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::admin::{TenantCmd, TokenCmd};
-use crate::common::{Access, CliError, Output, open};
+use crate::common::{Access, CliError, ColorChoice, Output, open};
 
 #[derive(Parser)]
 #[command(name = "spindle", version, about = "Durable pipelines and a store inspector")]
@@ -32,6 +32,12 @@ struct Cli {
     /// Print listings as JSON.
     #[arg(long, global = true)]
     json: bool,
+    /// Print only results and errors: no notes, progress or per-attempt lines.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Colour status words: on a terminal unless NO_COLOR is set (auto), always, or never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    color: ColorChoice,
     /// The tenant to act for.
     #[arg(long, default_value = spindle::DEFAULT_TENANT, global = true)]
     tenant: String,
@@ -141,6 +147,13 @@ enum Cmd {
         #[command(subcommand)]
         action: TokenCmd,
     },
+    /// Print a shell's completion script: `spindle completions bash > /etc/bash_completion.d/spindle`,
+    /// `spindle completions zsh > ~/.zfunc/_spindle`, `spindle completions fish >
+    /// ~/.config/fish/completions/spindle.fish`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Runs one attempt of a node's command for `run` (not for people: see attempt.rs).
     #[command(name = "__guard", hide = true)]
     Guard {
@@ -174,7 +187,7 @@ enum QueueCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let out = Output { json: cli.json };
+    let out = Output::new(cli.json, cli.quiet, cli.color);
     match dispatch(cli, &out) {
         Ok(code) => ExitCode::from(code),
         Err(CliError::Bad(message)) => {
@@ -182,13 +195,25 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(CliError::Store(error)) => {
-            eprintln!("spindle: store error: {error}");
+            eprintln!("spindle: store error: {error}{}", store_hint(&error));
             ExitCode::from(3)
         }
         Err(CliError::Internal(message)) => {
             eprintln!("spindle: {message}");
             ExitCode::from(3)
         }
+    }
+}
+
+/// What to do about a store error.
+fn store_hint(error: &spindle::Error) -> &'static str {
+    match error {
+        spindle::Error::Busy => " (another process is writing the store: try again)",
+        spindle::Error::Corrupt(_) => " (`spindle check` says what is wrong with the file)",
+        spindle::Error::Forbidden(_) | spindle::Error::TenantSuspended(_) => {
+            " (`spindle tenants` shows the tenants and their status)"
+        }
+        _ => "",
     }
 }
 
@@ -204,6 +229,11 @@ fn exit_code(ending: &run::Ending) -> u8 {
 fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     if let Cmd::Guard { command } = &cli.command {
         return Ok(attempt::guard(command));
+    }
+    if let Cmd::Completions { shell } = &cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(*shell, &mut command, "spindle", &mut std::io::stdout());
+        return Ok(0);
     }
     if let Cmd::Run { pipeline, jobs, fresh } = &cli.command {
         // The file is checked before the store is even opened: bad input writes nothing.
@@ -251,7 +281,11 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Prune { older_than } => inspect::prune(&store, &older_than, out)?,
         Cmd::Tenants { action } => admin::tenants(&store, action.unwrap_or(TenantCmd::List), out)?,
         Cmd::Tokens { action } => admin::tokens(&store, action, out)?,
-        Cmd::Run { .. } | Cmd::Retry { .. } | Cmd::Check | Cmd::Guard { .. } => {}
+        Cmd::Run { .. }
+        | Cmd::Retry { .. }
+        | Cmd::Check
+        | Cmd::Guard { .. }
+        | Cmd::Completions { .. } => {}
     }
     store.close()?;
     Ok(0)

@@ -33,7 +33,7 @@ use spindle::{
 };
 
 use crate::attempt::{self, kill_group};
-use crate::common::{CliError, Output};
+use crate::common::{CliError, Output, human_duration};
 use crate::livelog::{Captured, LiveLog};
 use crate::pipeline::{Pipeline, RUN_KIND, Step};
 
@@ -86,7 +86,7 @@ pub fn drive(
     out: &Output,
 ) -> Result<Ending, CliError> {
     store.graphs().start(&graph)?;
-    let run = Arc::new(Run::new(store.clone(), graph, pipeline));
+    let run = Arc::new(Run::new(store.clone(), graph, pipeline, *out));
     install_interrupts(&run);
     let pool = start_pool(&run, jobs)?;
     let dispatcher = spawn(&run, "dispatcher", |run| run.dispatch())?;
@@ -209,17 +209,19 @@ struct Run {
     finished: AtomicBool,
     /// The nodes being run, with when they started.
     running: Mutex<BTreeMap<String, Instant>>,
-    /// The progress bar, when there is a terminal.
+    /// The progress bar, when there is a terminal (and `--quiet` is not given).
     bar: Option<indicatif::ProgressBar>,
+    out: Output,
     began: Instant,
     /// The first error of any thread.
     failure: Mutex<Option<CliError>>,
 }
 
 impl Run {
-    fn new(store: Store, graph: String, pipeline: Pipeline) -> Self {
+    fn new(store: Store, graph: String, pipeline: Pipeline, out: Output) -> Self {
         let queue = format!("run:{graph}");
-        let bar = std::io::stderr().is_terminal().then(|| new_bar(pipeline.nodes.len()));
+        let terminal = std::io::stderr().is_terminal() && !out.quiet;
+        let bar = terminal.then(|| new_bar(pipeline.nodes.len()));
         Self {
             store,
             graph,
@@ -232,6 +234,7 @@ impl Run {
             finished: AtomicBool::new(false),
             running: Mutex::new(BTreeMap::new()),
             bar,
+            out,
             began: Instant::now(),
             failure: Mutex::new(None),
         }
@@ -542,8 +545,14 @@ impl Run {
         }
     }
 
-    /// One line per finished attempt: above the bar on a terminal, plain otherwise.
+    /// One line per finished attempt: above the bar on a terminal, plain otherwise; none with
+    /// `--quiet`. Its first word (ok, retry, FAILED, ..) is coloured.
     fn report(&self, what: &str) {
+        if self.out.quiet {
+            return;
+        }
+        let (word, rest) = what.split_once(' ').unwrap_or((what, ""));
+        let what = format!("{} {rest}", self.out.paint_err(word, word));
         let line = format!("[{:>7.1}s] {what}", self.began.elapsed().as_secs_f64());
         match &self.bar {
             Some(bar) => bar.println(line),
@@ -620,17 +629,28 @@ impl Run {
             out.print_json(&json!({ "run": graph.id, "status": graph.status, "nodes": rows }));
             return Ok(());
         }
+        if out.quiet {
+            return Ok(());
+        }
         println!("{:<32} {:<9} {:>8} {:>10}", "NODE", "STATUS", "ATTEMPTS", "DURATION");
         for row in &rows {
             let attempts = row["attempts"].as_u64().map_or("-".into(), |n| n.to_string());
-            let duration = row["duration_ms"]
-                .as_i64()
-                .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1e3));
+            let duration = row["duration_ms"].as_i64().map_or("-".into(), human_duration);
             let status = row["status"].as_str().unwrap_or("?");
+            let status = out.paint(status, &format!("{status:<9}"));
             let node = row["node"].as_str().unwrap_or("?");
-            println!("{node:<32} {status:<9} {attempts:>8} {duration:>10}");
+            println!("{node:<32} {status} {attempts:>8} {duration:>10}");
         }
-        println!("run {} {}", graph.id, graph.status.as_str());
+        let status = graph.status.as_str();
+        let took = graph.started_at_ms.zip(graph.finished_at_ms).map(|(s, f)| f - s);
+        let took = took.map_or_else(String::new, |ms| format!(" in {}", human_duration(ms)));
+        println!("run {} {}{took}", graph.id, out.paint(status, status));
+        if graph.status == GraphStatus::Failed {
+            println!(
+                "  see what failed: spindle logs {}   run it again: spindle retry {}",
+                graph.id, graph.id
+            );
+        }
         Ok(())
     }
 }

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 use spindle::{Graph, GraphStatus, Node, NodeStatus, Store, TokenColor};
 
-use crate::common::{CliError, Output, all_graphs, now_ms, parse_duration_ms};
+use crate::common::{
+    CliError, Output, all_graphs, human_duration, human_time, now_ms, parse_duration_ms,
+};
 use crate::pipeline::{On, Pipeline, RUN_KIND, Step};
 use crate::run::{self, Ending};
 
@@ -89,7 +91,8 @@ pub fn list(store: &Store, filter: &Filter, out: &Output) -> Result<(), CliError
         let duration = duration_ms(run, now).map_or_else(|| "-".into(), human_duration);
         let failed = run.failed_node_id.as_deref().unwrap_or("");
         let status = run.status.as_str();
-        println!("{:<36}  {name:<20} {status:<9} {started:<19} {duration:>9}  {failed}", run.id);
+        let status = out.paint(status, &format!("{status:<9}"));
+        println!("{:<36}  {name:<20} {status} {started:<19} {duration:>9}  {failed}", run.id);
     }
     if runs.is_empty() {
         out.note("no runs match (spindle run FILE starts one)");
@@ -226,53 +229,4 @@ fn step_of(node: &Node, after: &mut BTreeMap<String, Vec<(String, On)>>) -> Resu
         timeout_s: data["timeout_s"].as_u64(),
         join: node.join,
     })
-}
-
-/// A time as `2026-12-04 05:10:03` (UTC).
-pub fn human_time(epoch_ms: i64) -> String {
-    let secs = epoch_ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    let (h, m, s) = (rest / 3600, rest % 3600 / 60, rest % 60);
-    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}")
-}
-
-/// A duration as `850ms`, `4.2s`, `3m 05s` or `2h 03m`.
-pub fn human_duration(ms: i64) -> String {
-    match ms {
-        ..1_000 => format!("{ms}ms"),
-        1_000..60_000 => format!("{:.1}s", ms as f64 / 1e3),
-        60_000..3_600_000 => format!("{}m {:02}s", ms / 60_000, ms % 60_000 / 1000),
-        _ => format!("{}h {:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
-    }
-}
-
-/// The calendar date of a day counted from 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_and_durations_read_as_people_write_them() {
-        assert_eq!(human_time(0), "1970-01-01 00:00:00");
-        assert_eq!(human_time(1_796_361_003_000), "2026-12-04 05:10:03");
-        assert_eq!(human_time(951_782_400_000), "2000-02-29 00:00:00");
-        assert_eq!(human_duration(850), "850ms");
-        assert_eq!(human_duration(4_230), "4.2s");
-        assert_eq!(human_duration(185_000), "3m 05s");
-        assert_eq!(human_duration(7_380_000), "2h 03m");
-    }
 }

@@ -341,3 +341,41 @@ fn errors_and_failures_say_what_to_do_next() {
     assert_eq!(graph.status.code(), Some(2));
     assert!(stderr(&graph).contains("`spindle graphs` list"), "{}", stderr(&graph));
 }
+
+#[test]
+fn a_retry_killed_mid_node_resumes_with_the_next_retry_and_runs_nothing_twice_that_finished() {
+    let s = Scratch::new();
+    let (fixed, once) = (s.path("fixed"), s.path("once"));
+    let b = format!(
+        "test -e '{}' || exit 1; if test -e '{}'; then {}; else touch '{}'; sleep 30; fi",
+        fixed.display(),
+        once.display(),
+        s.append("b"),
+        once.display()
+    );
+    let pipeline = s.pipeline(
+        "resumable",
+        json!({
+            "a": { "run": s.append("a") },
+            "b": { "run": b, "after": ["a"] },
+            "c": { "run": s.append("c"), "after": ["b"] },
+        }),
+    );
+    assert_eq!(s.run(&pipeline).status.code(), Some(1));
+    std::fs::write(&fixed, "").expect("fix");
+    let mut retry = s.command(&["retry", "resumable"]);
+    let mut retry = retry.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("retry");
+    let begun = std::time::Instant::now();
+    while !once.exists() {
+        assert!(begun.elapsed().as_secs() < 60, "b never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    retry.kill().expect("kill -9");
+    retry.wait().expect("reaped");
+
+    let resumed = s.spindle(&["retry", "resumable"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert!(stderr(&resumed).contains("resuming"), "{}", stderr(&resumed));
+    assert_eq!(s.lines(), ["a", "b", "c"], "a kept, b run again after the kill, c once");
+    assert_eq!(s.runs(&[])[0]["status"], "complete");
+}

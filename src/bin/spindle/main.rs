@@ -9,7 +9,9 @@ mod admin;
 mod attempt;
 mod common;
 mod inspect;
+mod outputs;
 mod pipeline;
+mod pipeline_file;
 mod run;
 
 use std::path::PathBuf;
@@ -40,7 +42,7 @@ struct Cli {
 enum Cmd {
     /// Run a pipeline file (or resume its unfinished run).
     Run {
-        /// The pipeline file (JSON).
+        /// The pipeline file (`.json` or `.toml`).
         pipeline: PathBuf,
         /// Commands run at once (1 to 256).
         #[arg(short = 'j', long, default_value_t = 4,
@@ -159,9 +161,12 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     }
     if let Cmd::Run { pipeline, jobs, fresh } = &cli.command {
         // The file is checked before the store is even opened: bad input writes nothing.
-        let pipeline = pipeline::load(pipeline).map_err(|bad| CliError::Bad(bad.to_string()))?;
+        let pipeline =
+            pipeline_file::read(pipeline).map_err(|bad| CliError::Bad(bad.to_string()))?;
         let store = open(&cli.db, &cli.tenant, Access::Runner)?;
-        let ending = run::run(&store, pipeline, usize::from(*jobs), *fresh, out)?;
+        let request =
+            run::Request { pipeline, jobs: usize::from(*jobs), fresh: *fresh, db: &cli.db };
+        let ending = run::run(&store, request, out)?;
         store.close()?;
         return Ok(match ending {
             run::Ending::Complete => 0,

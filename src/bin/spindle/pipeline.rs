@@ -8,6 +8,14 @@
 //!     "alert": { "run": "echo failed", "after": [{ "node": "test", "on": "error" }] } } }
 //! ```
 //!
+//! A node may also carry `env` (a map of strings, over the pipeline's own `env`), `cwd` (a
+//! directory, relative to the file's) and `matrix` (one variable and its values: the node runs
+//! once per value). [`Pipeline::plan`] turns the file into the graph it becomes: a plain node is
+//! one task; a matrix node `N` is a scatter `N`, a task `N[value]` per value and a gather
+//! `N[*]` (every instance succeeded) its successors hang off; an edge `on: error` from `N`
+//! leaves the gather `N[*:error]` (the first failed instance), `on: any` the gather `N[*:any]`
+//! (every instance ended).
+//!
 //! Everything is checked before anything is written: a bad file is one error naming the file,
 //! the node and the reason.
 //!
@@ -16,13 +24,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::path::Path;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde::de::{MapAccess, Visitor};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use spindle::{JoinType, NodeOptions, NodeSpec, TokenColor, Tx};
+use spindle::{GatherStrategy, JoinType, NodeOptions, NodeSpec, TokenColor, Tx};
 
 /// A checked pipeline.
 #[derive(Debug, Clone)]
@@ -33,33 +41,121 @@ pub struct Pipeline {
     pub hash: String,
     /// Its nodes, in file order.
     pub nodes: Vec<Step>,
+    /// The directory a relative `cwd` is read from: the file's.
+    pub dir: PathBuf,
 }
 
 /// One node of a pipeline.
 #[derive(Debug, Clone)]
 pub struct Step {
+    /// Its name (its graph node's id, or its scatter's for a matrix node).
     pub name: String,
+    /// The command, for `sh -c`.
     pub run: String,
+    /// Its predecessors and when each edge fires.
     pub after: Vec<(String, On)>,
+    /// Retries after a failed attempt.
     pub retries: u32,
+    /// How long an attempt may run.
     pub timeout_s: Option<u64>,
+    /// When its inbound edges enable it.
     pub join: JoinType,
+    /// What its command's environment adds: the pipeline's `env`, then the node's over it.
+    pub env: BTreeMap<String, String>,
+    /// Where its command runs, as written (relative to [`Pipeline::dir`], or absolute).
+    pub cwd: Option<String>,
+    /// The values it runs once each for.
+    pub matrix: Option<Matrix>,
+}
+
+/// A node's matrix: one variable and its values, in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matrix {
+    /// The variable (`SPINDLE_MATRIX_<VAR>` in the command's environment).
+    pub var: String,
+    /// Its values, distinct.
+    pub values: Vec<String>,
+}
+
+/// The graph a pipeline becomes: its nodes in build order and its edges.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The graph's nodes.
+    pub nodes: Vec<PlanNode>,
+    /// The graph's edges, in the order they are added.
+    pub edges: Vec<PlanEdge>,
+}
+
+/// One node of the graph.
+#[derive(Debug, Clone)]
+pub struct PlanNode {
+    /// Its id in the graph.
+    pub id: String,
+    /// What it is.
+    pub kind: PlanKind,
+    /// When its inbound edges enable it.
+    pub join: JoinType,
+}
+
+/// What a graph node does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanKind {
+    /// Runs the command of step `step` (of a matrix node: with `value`).
+    Task { step: usize, value: Option<String> },
+    /// A matrix node's start: completed by the runner at once, one token per value.
+    Scatter { step: usize },
+    /// A matrix node's end for the edges that fire `on` it: run by the engine.
+    Gather { step: usize, on: On },
+}
+
+/// One edge of the graph.
+#[derive(Debug, Clone)]
+pub struct PlanEdge {
+    /// Its source.
+    pub from: String,
+    /// Its target.
+    pub to: String,
+    /// The colour it accepts (`None`: any).
+    pub condition: Option<TokenColor>,
+}
+
+/// A predecessor's output a command can read: the graph node that wrote it and the variable
+/// that names its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    /// The predecessor's graph node.
+    pub node: String,
+    /// `SPINDLE_OUTPUT_<NODE>` (of a matrix instance, `SPINDLE_OUTPUT_<NODE>_<VALUE>`).
+    pub var: String,
 }
 
 /// When an edge fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum On {
+    /// The predecessor succeeded.
     Ok,
+    /// The predecessor failed.
     Error,
+    /// The predecessor ended either way.
     Any,
 }
 
 impl On {
-    fn condition(self) -> Option<TokenColor> {
+    /// The colour an edge of this kind accepts (`None`: any).
+    pub fn condition(self) -> Option<TokenColor> {
         match self {
             On::Ok => Some(TokenColor::Ok),
             On::Error => Some(TokenColor::Error),
             On::Any => None,
+        }
+    }
+
+    /// As written in a file: `ok`, `error` or `any`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            On::Ok => "ok",
+            On::Error => "error",
+            On::Any => "any",
         }
     }
 }
@@ -88,20 +184,15 @@ const NODES_MAX: usize = 10_000;
 const EDGES_MAX: usize = 100_000;
 /// The longest command.
 const RUN_BYTES_MAX: usize = 64 * 1024;
+/// The most values a matrix may have.
+pub const MATRIX_MAX: usize = 256;
+/// The longest matrix variable and value.
+const MATRIX_NAME_BYTES_MAX: usize = 64;
+/// The prefix of the variables `spindle run` sets itself, which `env` may not set.
+pub const RESERVED_ENV_PREFIX: &str = "SPINDLE_";
 
-/// Reads and checks a pipeline file.
-pub fn load(path: &Path) -> Result<Pipeline, BadPipeline> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| BadPipeline {
-        file: file.clone(),
-        node: None,
-        reason: format!("cannot read: {e}"),
-    })?;
-    parse(&file, &text)
-}
-
-/// Checks the text of a pipeline file; `file` names it in the error. What [`load`] does once
-/// it has read the file (the fuzz harness `fuzz/harness/pipeline.rs` calls it directly).
+/// Checks the text of a pipeline file; `file` names it in the error. What `pipeline_file::read`
+/// does once it has read the file (the fuzz harness `fuzz/harness/pipeline.rs` calls it directly).
 pub fn parse(file: &str, text: &str) -> Result<Pipeline, BadPipeline> {
     let bad = |node: Option<&str>, reason: String| BadPipeline {
         file: file.to_owned(),
@@ -114,7 +205,7 @@ pub fn parse(file: &str, text: &str) -> Result<Pipeline, BadPipeline> {
     check(raw, hash).map_err(|(node, reason)| bad(node.as_deref(), reason))
 }
 
-/// Checks names, edges, joins, retries and cycles.
+/// Checks names, edges, joins, retries, environments, matrices and cycles.
 fn check(raw: RawPipeline, hash: String) -> Result<Pipeline, (Option<String>, String)> {
     if raw.name.trim().is_empty() || raw.name.len() > 200 {
         return Err((None, "the pipeline needs a name of 1 to 200 bytes".into()));
@@ -131,21 +222,120 @@ fn check(raw: RawPipeline, hash: String) -> Result<Pipeline, (Option<String>, St
             return Err((Some(name.clone()), "the name is used twice".into()));
         }
     }
+    check_env(&raw.env).map_err(|reason| (None, format!("\"env\": {reason}")))?;
     let mut steps = Vec::new();
     for (name, value) in &raw.nodes.0 {
         let named = |reason: String| (Some(name.clone()), reason);
         let node: RawNode =
             serde_json::from_value(value.clone()).map_err(|e| named(e.to_string()))?;
-        steps.push(check_node(name, &node, &names).map_err(named)?);
-    }
-    let edges: usize = steps.iter().map(|step| step.after.len()).sum();
-    if edges > EDGES_MAX {
-        return Err((None, format!("the pipeline has more than {EDGES_MAX} edges")));
+        let mut step = check_node(name, &node, &names).map_err(named)?;
+        step.env = raw.env.clone().into_iter().chain(step.env).collect();
+        steps.push(step);
     }
     if let Some(node) = find_cycle(&steps) {
         return Err((Some(node), "it is part of a cycle (cycles are not supported)".into()));
     }
-    Ok(Pipeline { name: raw.name, hash, nodes: steps })
+    let pipeline = Pipeline { name: raw.name, hash, nodes: steps, dir: PathBuf::new() };
+    check_plan(&pipeline)?;
+    Ok(pipeline)
+}
+
+/// Checks the graph the pipeline becomes: its size, ids used once (a matrix instance's name
+/// may clash with a node's), and each node's output variables distinct.
+fn check_plan(pipeline: &Pipeline) -> Result<(), (Option<String>, String)> {
+    let plan = pipeline.plan();
+    if plan.nodes.len() > NODES_MAX {
+        let reason = format!("the pipeline becomes more than {NODES_MAX} graph nodes");
+        return Err((None, reason));
+    }
+    if plan.edges.len() > EDGES_MAX {
+        return Err((None, format!("the pipeline becomes more than {EDGES_MAX} edges")));
+    }
+    let mut ids = BTreeSet::new();
+    for node in &plan.nodes {
+        if !ids.insert(node.id.as_str()) {
+            let step = &pipeline.nodes[node.kind.step()].name;
+            let reason = format!("the graph node {:?} it makes is a node's name too", node.id);
+            return Err((Some(step.clone()), format!("{reason}: rename one")));
+        }
+    }
+    for step in &pipeline.nodes {
+        let mut vars = BTreeSet::new();
+        for input in pipeline.inputs(step) {
+            if !vars.insert(input.var.clone()) {
+                let reason =
+                    format!("two predecessors' outputs would both be ${}: rename one", input.var);
+                return Err((Some(step.name.clone()), reason));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks an `env` map: names non-empty without `=` or NUL and not `SPINDLE_*`, values
+/// without NUL.
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), String> {
+    for (name, value) in env {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(format!("the name {name:?} is empty or holds '=' or NUL"));
+        }
+        if name.starts_with(RESERVED_ENV_PREFIX) {
+            return Err(format!(
+                "{name:?} may not be set: {RESERVED_ENV_PREFIX}* variables are spindle's"
+            ));
+        }
+        if value.contains('\0') {
+            return Err(format!("the value of {name:?} holds NUL"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a node's `cwd`: a non-empty path without NUL.
+fn check_cwd(cwd: Option<&str>) -> Result<(), String> {
+    match cwd {
+        Some(cwd) if cwd.trim().is_empty() || cwd.contains('\0') => {
+            Err("\"cwd\" must be a directory's path, not empty and without NUL".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a node's `matrix`: one variable (letters, digits, `_`) with 1 to [`MATRIX_MAX`]
+/// distinct values of letters, digits, `.`, `_` and `-`.
+fn check_matrix(matrix: Option<&BTreeMap<String, Vec<String>>>) -> Result<Option<Matrix>, String> {
+    let Some(matrix) = matrix else { return Ok(None) };
+    let mut entries = matrix.iter();
+    let (Some((var, values)), None) = (entries.next(), entries.next()) else {
+        return Err(
+            "\"matrix\" has exactly one variable, as {\"target\": [\"x86\", \"arm\"]}".into()
+        );
+    };
+    let plain = |text: &str, extra: &[char]| {
+        !text.is_empty()
+            && text.len() <= MATRIX_NAME_BYTES_MAX
+            && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || extra.contains(&c))
+    };
+    if !plain(var, &[]) {
+        return Err(format!(
+            "the matrix variable {var:?} must be 1 to {MATRIX_NAME_BYTES_MAX} letters, digits or '_'"
+        ));
+    }
+    if values.is_empty() || values.len() > MATRIX_MAX {
+        return Err(format!("the matrix {var:?} needs 1 to {MATRIX_MAX} values"));
+    }
+    let mut seen = BTreeSet::new();
+    for value in values {
+        if !plain(value, &['.', '-']) {
+            return Err(format!(
+                "the matrix value {value:?} must be 1 to {MATRIX_NAME_BYTES_MAX} letters, digits, '.', '_' or '-'"
+            ));
+        }
+        if !seen.insert(value) {
+            return Err(format!("the matrix value {value:?} is listed twice"));
+        }
+    }
+    Ok(Some(Matrix { var: var.clone(), values: values.clone() }))
 }
 
 fn check_node(name: &str, node: &RawNode, names: &BTreeSet<&str>) -> Result<Step, String> {
@@ -164,6 +354,9 @@ fn check_node(name: &str, node: &RawNode, names: &BTreeSet<&str>) -> Result<Step
     if node.timeout_s == Some(0) {
         return Err("\"timeout_s\" must be at least 1".into());
     }
+    check_env(&node.env).map_err(|reason| format!("\"env\": {reason}"))?;
+    check_cwd(node.cwd.as_deref())?;
+    let matrix = check_matrix(node.matrix.as_ref())?;
     let join = match node.join.as_deref() {
         None | Some("all") => JoinType::All,
         Some("any") => JoinType::Any,
@@ -187,6 +380,9 @@ fn check_node(name: &str, node: &RawNode, names: &BTreeSet<&str>) -> Result<Step
         retries: node.retries,
         timeout_s: node.timeout_s,
         join,
+        env: node.env.clone(),
+        cwd: node.cwd.clone(),
+        matrix,
     })
 }
 
@@ -234,35 +430,179 @@ impl Pipeline {
             "hash": self.hash,
             "nodes": self.nodes.len(),
         });
-        let steps = &self.nodes;
+        let plan = self.plan();
         let graph = tx.exec(spindle::graph::Create { metadata, parent: None })?;
-        for step in steps {
-            let spec = NodeSpec::task(json!({
-                "run": step.run,
-                "retries": step.retries,
-                "timeout_s": step.timeout_s,
-            }));
-            let options = NodeOptions::new().id(step.name.clone()).join(step.join);
+        for node in &plan.nodes {
+            let spec = self.spec(&node.kind);
+            let options = NodeOptions::new().id(node.id.clone()).join(node.join);
             let graph = graph.clone();
             tx.exec(spindle::graph::AddNode { graph, spec, options })?;
         }
-        for step in steps {
-            for (pred, on) in &step.after {
-                tx.exec(spindle::graph::AddEdge {
-                    graph: graph.clone(),
-                    from: pred.clone(),
-                    to: step.name.clone(),
-                    condition: on.condition(),
-                })?;
-            }
+        for edge in plan.edges {
+            let PlanEdge { from, to, condition } = edge;
+            tx.exec(spindle::graph::AddEdge { graph: graph.clone(), from, to, condition })?;
         }
         Ok(graph)
+    }
+
+    /// What a graph node is in the store.
+    fn spec(&self, kind: &PlanKind) -> NodeSpec {
+        match kind {
+            PlanKind::Task { step, value } => {
+                let step = &self.nodes[*step];
+                let mut data = json!({
+                    "run": step.run,
+                    "retries": step.retries,
+                    "timeout_s": step.timeout_s,
+                });
+                if let (Some(value), Some(matrix)) = (value, &step.matrix) {
+                    data["matrix"] = json!({ matrix.var.as_str(): value });
+                }
+                NodeSpec::task(data)
+            }
+            PlanKind::Scatter { step } => {
+                let matrix = self.nodes[*step].matrix.as_ref();
+                let (var, values) = matrix.map(|m| (m.var.as_str(), &m.values[..])).unzip();
+                NodeSpec::Scatter { data: json!({ "matrix": var, "values": values }) }
+            }
+            PlanKind::Gather { .. } => {
+                NodeSpec::Gather { strategy: GatherStrategy::First { n: 1 } }
+            }
+        }
+    }
+
+    /// The graph the pipeline becomes (see the module's header).
+    pub fn plan(&self) -> Plan {
+        let mut plan = Plan { nodes: Vec::new(), edges: Vec::new() };
+        let mut gathers: BTreeSet<(&str, &'static str)> = BTreeSet::new();
+        for step in &self.nodes {
+            for (pred, on) in &step.after {
+                gathers.insert((pred.as_str(), on.as_str()));
+            }
+        }
+        for (index, step) in self.nodes.iter().enumerate() {
+            let Some(matrix) = &step.matrix else {
+                let kind = PlanKind::Task { step: index, value: None };
+                plan.nodes.push(PlanNode { id: step.name.clone(), kind, join: step.join });
+                continue;
+            };
+            plan_matrix(&mut plan, index, step, matrix);
+            for on in [On::Ok, On::Error, On::Any] {
+                if on == On::Ok || gathers.contains(&(step.name.as_str(), on.as_str())) {
+                    plan_gather(&mut plan, index, step, matrix, on);
+                }
+            }
+        }
+        for step in &self.nodes {
+            for (pred, on) in &step.after {
+                let from = match self.step(pred).and_then(|p| p.matrix.as_ref()) {
+                    Some(_) => gather_id(pred, *on),
+                    None => pred.clone(),
+                };
+                let edge = PlanEdge { from, to: step.name.clone(), condition: on.condition() };
+                plan.edges.push(edge);
+            }
+        }
+        plan
+    }
+
+    /// The outputs the command of `step` can read: its direct predecessors' (every instance
+    /// of a matrix predecessor's).
+    pub fn inputs(&self, step: &Step) -> Vec<Input> {
+        let mut inputs: Vec<Input> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (pred, _) in &step.after {
+            if !seen.insert(pred.as_str()) {
+                continue;
+            }
+            match self.step(pred).and_then(|p| p.matrix.as_ref()) {
+                Some(matrix) => inputs.extend(matrix.values.iter().map(|value| Input {
+                    node: instance_id(pred, value),
+                    var: format!("{}_{}", output_var(pred), env_word(value)),
+                })),
+                None => inputs.push(Input { node: pred.clone(), var: output_var(pred) }),
+            }
+        }
+        inputs
     }
 
     /// The step named `name`.
     pub fn step(&self, name: &str) -> Option<&Step> {
         self.nodes.iter().find(|step| step.name == name)
     }
+}
+
+impl PlanKind {
+    /// The index of the step the node comes from.
+    pub fn step(&self) -> usize {
+        match self {
+            PlanKind::Task { step, .. }
+            | PlanKind::Scatter { step }
+            | PlanKind::Gather { step, .. } => *step,
+        }
+    }
+}
+
+/// A matrix node's scatter and instances, with the edges between them.
+fn plan_matrix(plan: &mut Plan, index: usize, step: &Step, matrix: &Matrix) {
+    let scatter = PlanNode {
+        id: step.name.clone(),
+        kind: PlanKind::Scatter { step: index },
+        join: step.join,
+    };
+    plan.nodes.push(scatter);
+    for value in &matrix.values {
+        let id = instance_id(&step.name, value);
+        let kind = PlanKind::Task { step: index, value: Some(value.clone()) };
+        plan.nodes.push(PlanNode { id: id.clone(), kind, join: JoinType::All });
+        let condition = Some(TokenColor::named(value.clone()));
+        plan.edges.push(PlanEdge { from: step.name.clone(), to: id, condition });
+    }
+}
+
+/// The gather of a matrix node's instances for edges that fire `on` it: every instance
+/// succeeded (`ok`), the first failed (`error`), every one ended (`any`).
+fn plan_gather(plan: &mut Plan, index: usize, step: &Step, matrix: &Matrix, on: On) {
+    let id = gather_id(&step.name, on);
+    let join = if on == On::Error { JoinType::Any } else { JoinType::All };
+    let kind = PlanKind::Gather { step: index, on };
+    plan.nodes.push(PlanNode { id: id.clone(), kind, join });
+    for value in &matrix.values {
+        let from = instance_id(&step.name, value);
+        plan.edges.push(PlanEdge { from, to: id.clone(), condition: on.condition() });
+    }
+}
+
+/// The graph node of a matrix node's instance for `value`: `NAME[value]`.
+pub fn instance_id(name: &str, value: &str) -> String {
+    format!("{name}[{value}]")
+}
+
+/// The graph node a matrix node's successors on `on` hang off: `NAME[*]`, `NAME[*:error]`,
+/// `NAME[*:any]`.
+pub fn gather_id(name: &str, on: On) -> String {
+    match on {
+        On::Ok => format!("{name}[*]"),
+        On::Error | On::Any => format!("{name}[*:{}]", on.as_str()),
+    }
+}
+
+/// `SPINDLE_OUTPUT_<NODE>`: the node's name upper-cased, other than letters and digits as `_`.
+pub fn output_var(node: &str) -> String {
+    format!("{RESERVED_ENV_PREFIX}OUTPUT_{}", env_word(node))
+}
+
+/// `text` upper-cased, every character but ASCII letters and digits as `_`.
+pub fn env_word(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
+        .collect()
+}
+
+/// The file a graph node's output is kept in, in the run's outputs directory: its id with `%`
+/// and `/` escaped (`%25`, `%2F`), then `.out`.
+pub fn output_file(node: &str) -> String {
+    format!("{}.out", node.replace('%', "%25").replace('/', "%2F"))
 }
 
 /// The `kind` a run's graph carries in its metadata.
@@ -277,6 +617,8 @@ fn hex(bytes: &[u8]) -> String {
 struct RawPipeline {
     name: String,
     nodes: Ordered,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -289,6 +631,10 @@ struct RawNode {
     retries: u32,
     timeout_s: Option<u64>,
     join: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+    matrix: Option<BTreeMap<String, Vec<String>>>,
 }
 
 #[derive(Deserialize)]

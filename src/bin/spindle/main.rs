@@ -8,6 +8,7 @@
 mod admin;
 mod attempt;
 mod common;
+mod draw;
 mod inspect;
 mod outputs;
 mod pipeline;
@@ -51,6 +52,12 @@ enum Cmd {
         /// Start a new run even if an unfinished one exists (it is cancelled).
         #[arg(long)]
         fresh: bool,
+        /// Check the file and print the graph it becomes, without opening the store.
+        #[arg(long)]
+        dry_run: bool,
+        /// How --dry-run prints the plan (`--json` is `--format json`).
+        #[arg(long, value_enum, requires = "dry_run")]
+        format: Option<PlanFormat>,
     },
     /// List the graphs (runs) in the store.
     Graphs,
@@ -116,7 +123,37 @@ enum Cmd {
 #[derive(Subcommand)]
 enum GraphCmd {
     /// A graph's nodes, their status, attempts and errors.
-    Show { id: String },
+    Show {
+        id: String,
+        /// A table; JSON (nodes and edges with their status, as `--json`); or a drawing with
+        /// each node's status and each edge's condition (Graphviz DOT, Mermaid).
+        #[arg(long, value_enum)]
+        format: Option<ShowFormat>,
+    },
+}
+
+/// How `run --dry-run` prints the plan.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PlanFormat {
+    /// The file's nodes: predecessors, retries, timeout, matrix instances.
+    Table,
+    /// The graph it becomes, as Graphviz DOT.
+    Dot,
+    /// The nodes as checked and the graph they become.
+    Json,
+}
+
+/// How `graph show` prints a graph.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ShowFormat {
+    /// Nodes with status, fires and errors.
+    Table,
+    /// The graph, its nodes and edges.
+    Json,
+    /// Graphviz DOT.
+    Dot,
+    /// A Mermaid flowchart.
+    Mermaid,
 }
 
 #[derive(Subcommand)]
@@ -155,14 +192,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints the plan of a checked pipeline (`run --dry-run`).
+fn print_plan(pipeline: &pipeline::Pipeline, format: PlanFormat, out: &Output) {
+    match format {
+        PlanFormat::Table => print!("{}", draw::plan_table(pipeline)),
+        PlanFormat::Dot => print!("{}", draw::dot(&draw::of_plan(pipeline))),
+        PlanFormat::Json => out.print_json(&draw::plan_json(pipeline)),
+    }
+}
+
 fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     if let Cmd::Guard { command } = &cli.command {
         return Ok(attempt::guard(command));
     }
-    if let Cmd::Run { pipeline, jobs, fresh } = &cli.command {
+    if let Cmd::Run { pipeline, jobs, fresh, dry_run, format } = &cli.command {
         // The file is checked before the store is even opened: bad input writes nothing.
         let pipeline =
             pipeline_file::read(pipeline).map_err(|bad| CliError::Bad(bad.to_string()))?;
+        if *dry_run {
+            let json = if out.json { PlanFormat::Json } else { PlanFormat::Table };
+            print_plan(&pipeline, format.unwrap_or(json), out);
+            return Ok(0);
+        }
         let store = open(&cli.db, &cli.tenant, Access::Runner)?;
         let request =
             run::Request { pipeline, jobs: usize::from(*jobs), fresh: *fresh, db: &cli.db };
@@ -187,7 +238,10 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     let store = open(&cli.db, &cli.tenant, access)?;
     match cli.command {
         Cmd::Graphs => inspect::graphs(&store, out)?,
-        Cmd::Graph { action: GraphCmd::Show { id } } => inspect::graph(&store, &id, out)?,
+        Cmd::Graph { action: GraphCmd::Show { id, format } } => {
+            let json = if out.json { ShowFormat::Json } else { ShowFormat::Table };
+            inspect::graph(&store, &id, format.unwrap_or(json), out)?;
+        }
         Cmd::Events { stream, after, follow } => {
             inspect::events(&store, stream.as_deref(), after, follow, out)?;
         }

@@ -727,4 +727,92 @@ mod tests {
             assert!(node.is_some(), "{typo}: the node is named");
         }
     }
+
+    #[test]
+    fn env_is_the_pipelines_under_the_nodes_and_checked() {
+        let pipeline = parse(
+            r#"{"name":"p","env":{"A":"1","B":"2"},"nodes":{"a":{"run":"true","env":{"B":"3"},"cwd":"sub"}}}"#,
+        )
+        .expect("good");
+        let a = pipeline.step("a").expect("a");
+        let env: Vec<(&str, &str)> = a.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(env, [("A", "1"), ("B", "3")]);
+        assert_eq!(a.cwd.as_deref(), Some("sub"));
+        for (text, reason) in [
+            (r#"{"name":"p","nodes":{"a":{"run":"true","env":{"":"x"}}}}"#, "empty"),
+            (r#"{"name":"p","nodes":{"a":{"run":"true","env":{"A=B":"x"}}}}"#, "'='"),
+            (r#"{"name":"p","nodes":{"a":{"run":"true","env":{"A":"x\u0000"}}}}"#, "NUL"),
+            (r#"{"name":"p","nodes":{"a":{"run":"true","env":{"SPINDLE_NODE":"x"}}}}"#, "SPINDLE_"),
+            (r#"{"name":"p","nodes":{"a":{"run":"true","env":{"A":1}}}}"#, "string"),
+            (r#"{"name":"p","nodes":{"a":{"run":"true","cwd":""}}}"#, "cwd"),
+        ] {
+            let (node, message) = parse(text).expect_err(text);
+            assert!(message.contains(reason), "{text}: {message}");
+            assert_eq!(node.as_deref(), Some("a"), "{text}: the node is named");
+        }
+        let (node, message) =
+            parse(r#"{"name":"p","env":{"SPINDLE_X":"1"},"nodes":{"a":{"run":"true"}}}"#)
+                .expect_err("a reserved name");
+        assert!(node.is_none() && message.contains("\"env\""), "{message}");
+    }
+
+    #[test]
+    fn a_matrix_becomes_a_scatter_its_instances_and_gathers() {
+        let pipeline = parse(
+            r#"{"name":"p","nodes":{"a":{"run":"true"},
+                "m":{"run":"true","after":["a"],"matrix":{"target":["x86","arm"]}},
+                "ok":{"run":"true","after":["m"]},
+                "bad":{"run":"true","after":[{"node":"m","on":"error"}]}}}"#,
+        )
+        .expect("good");
+        let plan = pipeline.plan();
+        let ids: Vec<&str> = plan.nodes.iter().map(|node| node.id.as_str()).collect();
+        assert_eq!(ids, ["a", "m", "m[x86]", "m[arm]", "m[*]", "m[*:error]", "ok", "bad"]);
+        let edges: Vec<(&str, &str)> =
+            plan.edges.iter().map(|e| (e.from.as_str(), e.to.as_str())).collect();
+        for edge in [("a", "m"), ("m", "m[x86]"), ("m[arm]", "m[*]"), ("m[*]", "ok")] {
+            assert!(edges.contains(&edge), "{edge:?} in {edges:?}");
+        }
+        assert!(edges.contains(&("m[*:error]", "bad")), "{edges:?}");
+        let vars: Vec<String> =
+            pipeline.inputs(pipeline.step("ok").expect("ok")).into_iter().map(|i| i.var).collect();
+        assert_eq!(vars, ["SPINDLE_OUTPUT_M_X86", "SPINDLE_OUTPUT_M_ARM"]);
+        let m = pipeline.step("m").expect("m");
+        assert_eq!(pipeline.inputs(m)[0].var, "SPINDLE_OUTPUT_A");
+    }
+
+    #[test]
+    fn bad_matrices_name_the_node() {
+        let many: Vec<String> = (0..=MATRIX_MAX).map(|i| format!("v{i}")).collect();
+        let too_many = json!({"name":"p","nodes":{"m":{"run":"true","matrix":{"v":many}}}});
+        for (text, reason) in [
+            (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":{"v":[]}}}}"#, "1 to"),
+            (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":{"v":["a","a"]}}}}"#, "twice"),
+            (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":{"v":["a b"]}}}}"#, "letters"),
+            (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":{"a-b":["x"]}}}}"#, "variable"),
+            (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":{"a":["x"],"b":["y"]}}}}"#, "one"),
+            (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":{}}}}"#, "one"),
+            (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":["x"]}}}"#, "map"),
+            (
+                r#"{"name":"p","nodes":{"m[x]":{"run":"true"},"m":{"run":"true","matrix":{"v":["x"]}}}}"#,
+                "rename",
+            ),
+            (
+                r#"{"name":"p","nodes":{"a-b":{"run":"true"},"a_b":{"run":"true"},"c":{"run":"true","after":["a-b","a_b"]}}}"#,
+                "SPINDLE_OUTPUT_A_B",
+            ),
+            (&too_many.to_string(), "1 to 256"),
+        ] {
+            let (node, message) = parse(text).expect_err(text);
+            assert!(message.contains(reason), "{text}: {message}");
+            assert!(node.is_some(), "{text}: the node is named");
+        }
+    }
+
+    #[test]
+    fn output_files_escape_what_a_file_name_cannot_hold() {
+        assert_eq!(output_file("build[x86]"), "build[x86].out");
+        assert_eq!(output_file("a/b%c"), "a%2Fb%25c.out");
+        assert_eq!(output_var("deploy-prod.eu"), "SPINDLE_OUTPUT_DEPLOY_PROD_EU");
+    }
 }

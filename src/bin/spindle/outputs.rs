@@ -74,6 +74,7 @@ impl Outputs {
     }
 }
 
+/// The error of a file operation on the outputs directory (exit 3: it is this machine's).
 fn cannot(what: &str, path: &Path, error: &std::io::Error) -> CliError {
     CliError::Internal(format!("cannot {what} the outputs file {}: {error}", path.display()))
 }

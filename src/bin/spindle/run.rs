@@ -69,9 +69,13 @@ pub enum Ending {
 /// How a run is asked for: the pipeline, `jobs` workers, whether to start afresh, and the
 /// store file (its outputs directory is beside it).
 pub struct Request<'a> {
+    /// The checked pipeline.
     pub pipeline: Pipeline,
+    /// Commands run at once.
     pub jobs: usize,
+    /// Start a new run even if an unfinished one exists.
     pub fresh: bool,
+    /// The store file.
     pub db: &'a Path,
 }
 
@@ -191,8 +195,11 @@ fn spawn(
 /// A graph node that runs a command: its id, its step, and its matrix value.
 #[derive(Clone)]
 struct Task {
+    /// Its graph node (`NAME`, or `NAME[value]` for a matrix instance).
     id: String,
+    /// The pipeline node it runs.
     step: Step,
+    /// Its matrix value, for a matrix instance.
     value: Option<String>,
 }
 

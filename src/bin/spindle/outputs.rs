@@ -1,20 +1,24 @@
 //! A run's outputs directory, where its commands read their predecessors' output.
 //!
 //! Beside the store file: `<db>.runs/<run id>/`, one file per graph node that succeeded,
-//! named by `pipeline::output_file` (the node's id, `%` and `/` escaped, then `.out`), holding
+//! named by `pipeline::output_file` (the node's id, `%` and `/` escaped, then `.out`; a long
+//! id shortened with a digest), holding
 //! the kept tail of its output (stdout and stderr, the last 64 KiB). A node's file is written
 //! when it succeeds; before a command starts, each of its direct predecessors' files that is
 //! missing (a run resumed after a crash, the directory deleted) is written again from the
 //! node's output in the store, which is the same tail. Every command gets the directory in
 //! `SPINDLE_OUTPUTS`, and each direct predecessor's file in `SPINDLE_OUTPUT_<NODE>`.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use spindle::{NodeOutput, NodeStatus, Store};
 
 use crate::common::CliError;
 use crate::pipeline::output_file;
+
+/// Writes so far by this process: what keeps its temporary files apart.
+static WRITES: AtomicU64 = AtomicU64::new(0);
 
 /// The outputs directory of one run.
 pub struct Outputs {
@@ -26,7 +30,7 @@ impl Outputs {
     /// elsewhere), created if missing.
     pub fn create(db: &Path, run: &str) -> Result<Self, CliError> {
         let db = std::path::absolute(db).map_err(|e| cannot("find", db, &e))?;
-        let mut name = OsString::from(db.as_os_str());
+        let mut name = std::ffi::OsString::from(db.as_os_str());
         name.push(".runs");
         let dir = PathBuf::from(name).join(run);
         std::fs::create_dir_all(&dir).map_err(|e| cannot("create", &dir, &e))?;
@@ -43,12 +47,13 @@ impl Outputs {
         self.dir.join(output_file(node))
     }
 
-    /// Writes `node`'s output whole or not at all (a temporary file renamed over it).
+    /// Writes `node`'s output whole or not at all: a temporary file of this writer's own
+    /// (a worker and a successor's `ensure` may write the same file at once, with the same
+    /// text), renamed over it.
     pub fn write(&self, node: &str, text: &str) -> Result<(), CliError> {
         let path = self.path(node);
-        let mut temporary = OsString::from(path.as_os_str());
-        temporary.push(".tmp");
-        let temporary = PathBuf::from(temporary);
+        let writer = WRITES.fetch_add(1, Ordering::Relaxed);
+        let temporary = self.dir.join(format!(".{}-{writer}.tmp", std::process::id()));
         std::fs::write(&temporary, text).map_err(|e| cannot("write", &temporary, &e))?;
         std::fs::rename(&temporary, &path).map_err(|e| cannot("write", &path, &e))
     }

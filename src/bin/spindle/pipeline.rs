@@ -182,6 +182,9 @@ pub const RETRIES_MAX: u32 = 100;
 /// The most nodes and edges a pipeline may have (the store's default graph limits).
 const NODES_MAX: usize = 10_000;
 const EDGES_MAX: usize = 100_000;
+/// The longest graph node id: the store's id limit (256 bytes) less room for the `#firing` a
+/// run's queue item adds to it in its dedupe key.
+const ID_BYTES_MAX: usize = 240;
 /// The longest command.
 const RUN_BYTES_MAX: usize = 64 * 1024;
 /// The most values a matrix may have.
@@ -253,8 +256,15 @@ fn check_plan(pipeline: &Pipeline) -> Result<(), (Option<String>, String)> {
     }
     let mut ids = BTreeSet::new();
     for node in &plan.nodes {
+        let step = &pipeline.nodes[node.kind.step()].name;
+        if node.id.len() > ID_BYTES_MAX {
+            let reason = format!(
+                "the graph node {:?} it makes is longer than {ID_BYTES_MAX} bytes: shorten its name or matrix values",
+                node.id
+            );
+            return Err((Some(step.clone()), reason));
+        }
         if !ids.insert(node.id.as_str()) {
-            let step = &pipeline.nodes[node.kind.step()].name;
             let reason = format!("the graph node {:?} it makes is a node's name too", node.id);
             return Err((Some(step.clone()), format!("{reason}: rename one")));
         }
@@ -600,10 +610,21 @@ pub fn env_word(text: &str) -> String {
 }
 
 /// The file a graph node's output is kept in, in the run's outputs directory: its id with `%`
-/// and `/` escaped (`%25`, `%2F`), then `.out`.
+/// and `/` escaped (`%25`, `%2F`), then `.out`; an id that would make a name longer than
+/// [`OUTPUT_FILE_BYTES_MAX`] keeps its first 160 bytes, then `~` and 16 hex digits of the id's
+/// SHA-256.
 pub fn output_file(node: &str) -> String {
-    format!("{}.out", node.replace('%', "%25").replace('/', "%2F"))
+    let escaped = node.replace('%', "%25").replace('/', "%2F");
+    if escaped.len() + ".out".len() <= OUTPUT_FILE_BYTES_MAX {
+        return format!("{escaped}.out");
+    }
+    let cut = (0..=160).rev().find(|&i| escaped.is_char_boundary(i)).unwrap_or(0);
+    let digest = hex(&Sha256::digest(node.as_bytes()));
+    format!("{}~{}.out", &escaped[..cut], &digest[..16])
 }
+
+/// The longest name of an outputs file (file systems allow 255 bytes).
+pub const OUTPUT_FILE_BYTES_MAX: usize = 200;
 
 /// The `kind` a run's graph carries in its metadata.
 pub const RUN_KIND: &str = "spindle-run";
@@ -785,6 +806,8 @@ mod tests {
     fn bad_matrices_name_the_node() {
         let many: Vec<String> = (0..=MATRIX_MAX).map(|i| format!("v{i}")).collect();
         let too_many = json!({"name":"p","nodes":{"m":{"run":"true","matrix":{"v":many}}}});
+        let (name, value) = ("n".repeat(200), "v".repeat(60));
+        let long_name = json!({"name":"p","nodes":{name:{"run":"true","matrix":{"v":[value]}}}});
         for (text, reason) in [
             (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":{"v":[]}}}}"#, "1 to"),
             (r#"{"name":"p","nodes":{"m":{"run":"true","matrix":{"v":["a","a"]}}}}"#, "twice"),
@@ -802,6 +825,7 @@ mod tests {
                 "SPINDLE_OUTPUT_A_B",
             ),
             (&too_many.to_string(), "1 to 256"),
+            (&long_name.to_string(), "longer than 240 bytes"),
         ] {
             let (node, message) = parse(text).expect_err(text);
             assert!(message.contains(reason), "{text}: {message}");
@@ -814,5 +838,8 @@ mod tests {
         assert_eq!(output_file("build[x86]"), "build[x86].out");
         assert_eq!(output_file("a/b%c"), "a%2Fb%25c.out");
         assert_eq!(output_var("deploy-prod.eu"), "SPINDLE_OUTPUT_DEPLOY_PROD_EU");
+        let (long, other) = ("/".repeat(200), format!("{}x", "/".repeat(199)));
+        assert!(output_file(&long).len() <= OUTPUT_FILE_BYTES_MAX, "{}", output_file(&long));
+        assert_ne!(output_file(&long), output_file(&other), "the digest tells them apart");
     }
 }

@@ -287,15 +287,15 @@ fn check_plan(pipeline: &Pipeline) -> Result<(), (Option<String>, String)> {
 fn check_env(env: &BTreeMap<String, String>) -> Result<(), String> {
     for (name, value) in env {
         if name.is_empty() || name.contains(['=', '\0']) {
-            return Err(format!("the name {name:?} is empty or holds '=' or NUL"));
+            return Err(format!("the name {name:?} is empty or holds '=' or NUL: rename it"));
         }
         if name.starts_with(RESERVED_ENV_PREFIX) {
             return Err(format!(
-                "{name:?} may not be set: {RESERVED_ENV_PREFIX}* variables are spindle's"
+                "{name:?} may not be set: {RESERVED_ENV_PREFIX}* variables are spindle's (use another name)"
             ));
         }
         if value.contains('\0') {
-            return Err(format!("the value of {name:?} holds NUL"));
+            return Err(format!("the value of {name:?} holds NUL: remove it"));
         }
     }
     Ok(())
@@ -342,7 +342,7 @@ fn check_matrix(matrix: Option<&BTreeMap<String, Vec<String>>>) -> Result<Option
             ));
         }
         if !seen.insert(value) {
-            return Err(format!("the matrix value {value:?} is listed twice"));
+            return Err(format!("the matrix value {value:?} is listed twice: list it once"));
         }
     }
     Ok(Some(Matrix { var: var.clone(), values: values.clone() }))

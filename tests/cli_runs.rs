@@ -339,7 +339,9 @@ fn errors_and_failures_say_what_to_do_next() {
     assert!(stderr(&unknown).contains("`spindle runs` lists them"), "{}", stderr(&unknown));
     let graph = s.spindle(&["graph", "show", "no-such-graph"]);
     assert_eq!(graph.status.code(), Some(2));
-    assert!(stderr(&graph).contains("`spindle graphs` list"), "{}", stderr(&graph));
+    assert!(stderr(&graph).contains("`spindle runs` lists them"), "{}", stderr(&graph));
+    let by_name = s.spindle(&["graph", "show", "bad"]);
+    assert_eq!(by_name.status.code(), Some(0), "graph show takes a RUN: {}", stderr(&by_name));
 }
 
 #[test]
@@ -378,4 +380,39 @@ fn a_retry_killed_mid_node_resumes_with_the_next_retry_and_runs_nothing_twice_th
     assert!(stderr(&resumed).contains("resuming"), "{}", stderr(&resumed));
     assert_eq!(s.lines(), ["a", "b", "c"], "a kept, b run again after the kill, c once");
     assert_eq!(s.runs(&[])[0]["status"], "complete");
+}
+
+#[test]
+fn retry_of_a_toml_matrix_run_reruns_only_the_failed_instance_then_what_gathers_it() {
+    let s = Scratch::new();
+    let (log, fixed) = (s.path("log.txt"), s.path("fixed"));
+    let toml = format!(
+        r#"name = "mx"
+env = {{ WHO = "ci" }}
+
+[nodes.build]
+run = "echo built $SPINDLE_MATRIX $WHO >> '{log}'; test $SPINDLE_MATRIX != arm || test -e '{fixed}'"
+matrix = {{ target = ["x86", "arm"] }}
+
+[nodes.ship]
+run = "echo ship >> '{log}'"
+after = ["build"]
+"#,
+        log = log.display(),
+        fixed = fixed.display()
+    );
+    let pipeline = s.path("mx.toml");
+    std::fs::write(&pipeline, toml).expect("write");
+    assert_eq!(s.run(&pipeline).status.code(), Some(1), "arm fails");
+    std::fs::write(&fixed, "").expect("fix");
+    // The file is gone: the run kept its pipeline.
+    std::fs::remove_file(&pipeline).expect("remove the file");
+    let retried = s.spindle(&["retry", "mx"]);
+    assert_eq!(retried.status.code(), Some(0), "{}", stderr(&retried));
+    let mut lines = s.lines();
+    assert_eq!(lines.pop().as_deref(), Some("ship"), "ship after every instance");
+    lines.sort();
+    assert_eq!(lines, ["built arm ci", "built arm ci", "built x86 ci"], "x86 kept");
+    let logs = stdout(&s.spindle(&["logs", "mx", "build[arm]"]));
+    assert!(logs.contains("(attempt 1): exit 1") && logs.contains("(attempt 2): exit 0"), "{logs}");
 }

@@ -56,7 +56,75 @@ pub fn run(data: &[u8]) {
     check_rules(&expected);
     let got = as_parsed(&parsed);
     assert_eq!(got, expected, "the parsed pipeline differs from the file; input {text:?}");
-    check_graph(&parsed, &expected, text);
+    let graph = expected_graph(&value, &expected);
+    check_graph(&parsed, &expected, &graph, text);
+}
+
+/// The graph's nodes (spec and join) and edges (sorted like [`Expected::edges`]).
+type Graph = (BTreeMap<String, (NodeSpec, JoinType)>, Vec<EdgeFields>);
+
+/// The graph an accepted file must build, read from the JSON value: a task per plain node; a
+/// matrix node `N` as a scatter `N` with a task `N[v]` per value (its edge takes the colour
+/// `v`), the gather `N[*]` of their `ok` tokens, and `N[*:error]` (any join) or `N[*:any]`
+/// when an edge leaves `N` on error or any; an edge from `N` leaves its gather.
+fn expected_graph(value: &Value, expected: &Expected) -> Graph {
+    let mut nodes = BTreeMap::new();
+    let mut edges = Vec::new();
+    let mut matrices = BTreeSet::new();
+    for (name, (run, retries, timeout, join)) in &expected.nodes {
+        let data = json!({ "run": run, "retries": retries, "timeout_s": timeout });
+        let Some((var, values)) = value["nodes"][name]["matrix"].as_object().and_then(|m| {
+            let (var, values) = m.iter().next()?;
+            Some((var.clone(), values.as_array()?.clone()))
+        }) else {
+            nodes.insert(name.clone(), (NodeSpec::task(data), *join));
+            continue;
+        };
+        matrices.insert(name.clone());
+        let scatter = json!({ "matrix": var, "values": values });
+        nodes.insert(name.clone(), (NodeSpec::Scatter { data: scatter }, *join));
+        let gathers = [
+            ("[*]", Some(TokenColor::Ok)),
+            ("[*:error]", Some(TokenColor::Error)),
+            ("[*:any]", None),
+        ];
+        for value in values.iter().filter_map(Value::as_str) {
+            let id = format!("{name}[{value}]");
+            let mut data = data.clone();
+            data["matrix"] = json!({ var.as_str(): value });
+            nodes.insert(id.clone(), (NodeSpec::task(data), JoinType::All));
+            edges.push((name.clone(), id.clone(), Some(TokenColor::named(value))));
+            for (suffix, condition) in &gathers {
+                let used = expected.edges.iter().any(|(f, _, c)| f == name && c == condition);
+                if suffix == &"[*]" || used {
+                    edges.push((id.clone(), format!("{name}{suffix}"), condition.clone()));
+                }
+            }
+        }
+        for (suffix, condition) in gathers {
+            let used = expected.edges.iter().any(|(f, _, c)| f == name && *c == condition);
+            if suffix == "[*]" || used {
+                let join = if condition == Some(TokenColor::Error) {
+                    JoinType::Any
+                } else {
+                    JoinType::All
+                };
+                let spec = NodeSpec::Gather { strategy: spindle::GatherStrategy::First { n: 1 } };
+                nodes.insert(format!("{name}{suffix}"), (spec, join));
+            }
+        }
+    }
+    for (from, to, condition) in &expected.edges {
+        let from = match (matrices.contains(from), condition) {
+            (false, _) => from.clone(),
+            (true, Some(TokenColor::Ok)) => format!("{from}[*]"),
+            (true, None) => format!("{from}[*:any]"),
+            (true, _) => format!("{from}[*:error]"),
+        };
+        edges.push((from, to.clone(), condition.clone()));
+    }
+    edges.sort_by_key(|edge| format!("{edge:?}"));
+    (nodes, edges)
 }
 
 /// The nodes and edges of an accepted file, read from the JSON value.
@@ -175,7 +243,7 @@ fn store() -> Store {
 }
 
 /// Builds the graph through the CLI's code and compares it with the file.
-fn check_graph(parsed: &cli::Pipeline, expected: &Expected, text: &str) {
+fn check_graph(parsed: &cli::Pipeline, expected: &Expected, graph_of: &Graph, text: &str) {
     let store = store();
     let owned = parsed.clone();
     let graph = store
@@ -184,16 +252,16 @@ fn check_graph(parsed: &cli::Pipeline, expected: &Expected, text: &str) {
     let metadata = store.graphs().get(&graph).expect("the built graph").metadata;
     assert_eq!(metadata["pipeline"], json!(expected.name), "metadata; input {text:?}");
     assert_eq!(metadata["nodes"], json!(expected.nodes.len()), "metadata; input {text:?}");
+    let (want_nodes, want_edges) = graph_of;
     let mut nodes = BTreeMap::new();
     for node in store.graphs().nodes(&graph).expect("the graph's nodes") {
-        let (run, retries, timeout, join) =
-            expected.nodes.get(&node.id).unwrap_or_else(|| panic!("extra node {:?}", node.id));
-        let spec = NodeSpec::task(json!({ "run": run, "retries": retries, "timeout_s": timeout }));
-        assert_eq!(node.spec, spec, "node {:?}: spec; input {text:?}", node.id);
+        let (spec, join) =
+            want_nodes.get(&node.id).unwrap_or_else(|| panic!("extra node {:?}", node.id));
+        assert_eq!(node.spec, *spec, "node {:?}: spec; input {text:?}", node.id);
         assert_eq!(node.join, *join, "node {:?}: join; input {text:?}", node.id);
         nodes.insert(node.id.clone(), node);
     }
-    let want: Vec<&String> = expected.nodes.keys().collect();
+    let want: Vec<&String> = want_nodes.keys().collect();
     let have: Vec<&String> = nodes.keys().collect();
     assert_eq!(have, want, "the graph's nodes; input {text:?}");
     let mut edges: Vec<EdgeFields> = store
@@ -204,5 +272,5 @@ fn check_graph(parsed: &cli::Pipeline, expected: &Expected, text: &str) {
         .map(|edge| (edge.from, edge.to, edge.condition))
         .collect();
     edges.sort_by_key(|edge| format!("{edge:?}"));
-    assert_eq!(edges, expected.edges, "the graph's edges; input {text:?}");
+    assert_eq!(edges, *want_edges, "the graph's edges; input {text:?}");
 }

@@ -17,6 +17,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -73,22 +74,48 @@ pub fn guard(command: &str) -> u8 {
     }
 }
 
+/// Why a guard did not start.
+pub enum SpawnError {
+    /// It could not enter its working directory (gone, or not one): the attempt fails.
+    Cwd(std::io::Error),
+    /// Anything else: the run fails.
+    Other(CliError),
+}
+
 /// Starts a guard for `command` as the leader of a new process group, its output piped and its
-/// stdin held by the caller; `env` is set for the command.
-pub fn spawn(command: &str, env: &[(&str, String)]) -> Result<Child, CliError> {
+/// stdin held by the caller; `env` is set for the command, which runs in `cwd` if given.
+pub fn spawn(
+    command: &str,
+    env: &[(String, String)],
+    cwd: Option<&Path>,
+) -> Result<Child, SpawnError> {
     // The running binary itself, even if its file was replaced since it started.
     let mut guard = Command::new("/proc/self/exe");
     guard.arg0("spindle").args([GUARD_COMMAND, "--", command]);
     for (name, value) in env {
         guard.env(name, value);
     }
-    guard
+    if let Some(cwd) = cwd {
+        guard.current_dir(cwd);
+    }
+    let spawned = guard
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .spawn()
-        .map_err(|error| CliError::Internal(format!("cannot start a command: {error}")))
+        .spawn();
+    spawned.map_err(|error| {
+        let in_cwd = cwd.is_some()
+            && matches!(
+                error.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            );
+        if in_cwd {
+            SpawnError::Cwd(error)
+        } else {
+            SpawnError::Other(CliError::Internal(format!("cannot start a command: {error}")))
+        }
+    })
 }
 
 /// `payload` with the group of `guard` (an unreaped child, so its pid is still its own)

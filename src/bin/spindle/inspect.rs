@@ -10,6 +10,8 @@ use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
 use spindle::{Event, Page, Store, Stream, StreamKind};
 
 use crate::common::{self, CliError, Output, all_graphs, parse_duration_ms};
+use crate::draw;
+use crate::draw::ShowFormat;
 
 /// Every graph, in creation order.
 pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
@@ -38,15 +40,25 @@ pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
     Ok(())
 }
 
-/// One graph: its nodes with status, runs and errors.
-pub fn graph(store: &Store, id: &str, out: &Output) -> Result<(), CliError> {
+/// One graph: its nodes with status, runs and errors, as `format` says.
+pub fn graph(store: &Store, id: &str, format: ShowFormat, out: &Output) -> Result<(), CliError> {
     let graph = store.graphs().get(id)?;
     let nodes = store.graphs().nodes(id)?;
-    if out.json {
-        let edges = store.graphs().edges(id)?;
-        let value = json!({ "graph": graph, "nodes": nodes, "edges": edges });
-        out.print_json(&value);
-        return Ok(());
+    let edges = || store.graphs().edges(id);
+    match format {
+        ShowFormat::Table => {}
+        ShowFormat::Json => {
+            out.print_json(&json!({ "graph": graph, "nodes": nodes, "edges": edges()? }));
+            return Ok(());
+        }
+        ShowFormat::Dot => {
+            print!("{}", draw::dot(&draw::of_graph(&graph.id, &nodes, &edges()?)));
+            return Ok(());
+        }
+        ShowFormat::Mermaid => {
+            print!("{}", draw::mermaid(&draw::of_graph(&graph.id, &nodes, &edges()?)));
+            return Ok(());
+        }
     }
     println!(
         "graph {} {} ({} nodes, {} edges)",

@@ -8,10 +8,13 @@
 mod admin;
 mod attempt;
 mod common;
+mod draw;
 mod inspect;
 mod livelog;
 mod logs;
+mod outputs;
 mod pipeline;
+mod pipeline_file;
 mod run;
 mod runs;
 
@@ -22,6 +25,7 @@ use clap::{Parser, Subcommand};
 
 use crate::admin::{TenantCmd, TokenCmd};
 use crate::common::{Access, CliError, ColorChoice, Output, open};
+use crate::draw::ShowFormat;
 
 #[derive(Parser)]
 #[command(name = "spindle", version, about = "Durable pipelines and a store inspector")]
@@ -49,7 +53,7 @@ struct Cli {
 enum Cmd {
     /// Run a pipeline file (or resume its unfinished run).
     Run {
-        /// The pipeline file (JSON).
+        /// The pipeline file (`.json` or `.toml`).
         pipeline: PathBuf,
         /// Commands run at once (1 to 256).
         #[arg(short = 'j', long, default_value_t = 4,
@@ -58,6 +62,12 @@ enum Cmd {
         /// Start a new run even if an unfinished one exists (it is cancelled).
         #[arg(long)]
         fresh: bool,
+        /// Check the file and print the graph it becomes, without opening the store.
+        #[arg(long)]
+        dry_run: bool,
+        /// How --dry-run prints the plan (`--json` is `--format json`).
+        #[arg(long, value_enum, requires = "dry_run")]
+        format: Option<PlanFormat>,
     },
     /// Re-run the failed nodes of a finished run (or one named failed node) and what was
     /// skipped because of them, keeping every node that succeeded; an unfinished run resumes.
@@ -166,7 +176,25 @@ enum Cmd {
 #[derive(Subcommand)]
 enum GraphCmd {
     /// A graph's nodes, their status, attempts and errors.
-    Show { id: String },
+    Show {
+        /// The graph: its id, or a RUN (a run id prefix, or a pipeline name for its latest run).
+        id: String,
+        /// A table; JSON (nodes and edges with their status, as `--json`); or a drawing with
+        /// each node's status and each edge's condition (Graphviz DOT, Mermaid).
+        #[arg(long, value_enum)]
+        format: Option<ShowFormat>,
+    },
+}
+
+/// How `run --dry-run` prints the plan.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PlanFormat {
+    /// The file's nodes: predecessors, retries, timeout, matrix instances.
+    Table,
+    /// The graph it becomes, as Graphviz DOT.
+    Dot,
+    /// The nodes as checked and the graph they become.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -226,6 +254,15 @@ fn exit_code(ending: &run::Ending) -> u8 {
     }
 }
 
+/// Prints the plan of a checked pipeline (`run --dry-run`).
+fn print_plan(pipeline: &pipeline::Pipeline, format: PlanFormat, out: &Output) {
+    match format {
+        PlanFormat::Table => print!("{}", draw::plan_table(pipeline)),
+        PlanFormat::Dot => print!("{}", draw::dot(&draw::of_plan(pipeline))),
+        PlanFormat::Json => out.print_json(&draw::plan_json(pipeline)),
+    }
+}
+
 fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     if let Cmd::Guard { command } = &cli.command {
         return Ok(attempt::guard(command));
@@ -235,17 +272,25 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         clap_complete::generate(*shell, &mut command, "spindle", &mut std::io::stdout());
         return Ok(0);
     }
-    if let Cmd::Run { pipeline, jobs, fresh } = &cli.command {
+    if let Cmd::Run { pipeline, jobs, fresh, dry_run, format } = &cli.command {
         // The file is checked before the store is even opened: bad input writes nothing.
-        let pipeline = pipeline::load(pipeline).map_err(|bad| CliError::Bad(bad.to_string()))?;
+        let pipeline =
+            pipeline_file::read(pipeline).map_err(|bad| CliError::Bad(bad.to_string()))?;
+        if *dry_run {
+            let json = if out.json { PlanFormat::Json } else { PlanFormat::Table };
+            print_plan(&pipeline, format.unwrap_or(json), out);
+            return Ok(0);
+        }
         let store = open(&cli.db, &cli.tenant, Access::Runner)?;
-        let ending = run::run(&store, pipeline, usize::from(*jobs), *fresh, out)?;
+        let request =
+            run::Request { pipeline, jobs: usize::from(*jobs), fresh: *fresh, db: &cli.db };
+        let ending = run::run(&store, request, out)?;
         store.close()?;
         return Ok(exit_code(&ending));
     }
     if let Cmd::Retry { run, node, jobs } = &cli.command {
         let store = open(&cli.db, &cli.tenant, Access::Runner)?;
-        let ending = runs::retry(&store, run, node.as_deref(), usize::from(*jobs), out)?;
+        let ending = runs::retry(&store, run, node.as_deref(), usize::from(*jobs), &cli.db, out)?;
         store.close()?;
         return Ok(exit_code(&ending));
     }
@@ -266,7 +311,11 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         }
         Cmd::Logs { run, node, follow } => logs::logs(&store, &run, node.as_deref(), follow, out)?,
         Cmd::Graphs => inspect::graphs(&store, out)?,
-        Cmd::Graph { action: GraphCmd::Show { id } } => inspect::graph(&store, &id, out)?,
+        Cmd::Graph { action: GraphCmd::Show { id, format } } => {
+            let json = if out.json { ShowFormat::Json } else { ShowFormat::Table };
+            let id = runs::graph_or_run(&store, &id)?;
+            inspect::graph(&store, &id, format.unwrap_or(json), out)?;
+        }
         Cmd::Events { stream, after, follow } => {
             inspect::events(&store, stream.as_deref(), after, follow, out)?;
         }

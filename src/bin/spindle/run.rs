@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -29,13 +30,14 @@ use spindle::graph::{GetNode, StartNode};
 use spindle::queue::{CancelExecution, Complete, Enqueue, Fail, Job, WorkerPool};
 use spindle::{
     Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Page, Store,
-    Stream, Tx, TxOutcome,
+    Stream, Token, Tx, TxOutcome,
 };
 
 use crate::attempt::{self, kill_group};
 use crate::common::{CliError, Output, human_duration};
 use crate::livelog::{Captured, LiveLog};
-use crate::pipeline::{Pipeline, RUN_KIND, Step};
+use crate::outputs::Outputs;
+use crate::pipeline::{Pipeline, PlanKind, RUN_KIND, Step};
 
 /// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
 /// killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short one). The
@@ -63,30 +65,40 @@ pub enum Ending {
     Interrupted,
 }
 
-/// Runs (or resumes) a pipeline with `jobs` workers.
-pub fn run(
-    store: &Store,
-    pipeline: Pipeline,
-    jobs: usize,
-    fresh: bool,
-    out: &Output,
-) -> Result<Ending, CliError> {
+/// How a run is asked for: the pipeline, `jobs` workers, whether to start afresh, and the
+/// store file (its outputs directory is beside it).
+pub struct Request<'a> {
+    /// The checked pipeline.
+    pub pipeline: Pipeline,
+    /// Commands run at once.
+    pub jobs: usize,
+    /// Start a new run even if an unfinished one exists.
+    pub fresh: bool,
+    /// The store file.
+    pub db: &'a Path,
+}
+
+/// Runs (or resumes) a pipeline.
+pub fn run(store: &Store, request: Request<'_>, out: &Output) -> Result<Ending, CliError> {
+    let Request { pipeline, jobs, fresh, db } = request;
     let graph = find_or_create(store, &pipeline, fresh, out)?;
-    drive(store, graph, pipeline, jobs, out)
+    drive(store, graph, pipeline, jobs, db, out)
 }
 
 /// Runs the graph `graph` of `pipeline` (started here if pending) until it ends or Ctrl-C
 /// stops it: what `run` does once it has found or built the run, and what `retry` does once it
-/// has reopened one.
+/// has reopened one. `db` is the store file (the run's outputs directory is beside it).
 pub fn drive(
     store: &Store,
     graph: String,
     pipeline: Pipeline,
     jobs: usize,
+    db: &Path,
     out: &Output,
 ) -> Result<Ending, CliError> {
+    let outputs = Outputs::create(db, &graph)?;
     store.graphs().start(&graph)?;
-    let run = Arc::new(Run::new(store.clone(), graph, pipeline, *out));
+    let run = Arc::new(Run::new(store.clone(), graph, pipeline, outputs, *out));
     install_interrupts(&run);
     let pool = start_pool(&run, jobs)?;
     let dispatcher = spawn(&run, "dispatcher", |run| run.dispatch())?;
@@ -193,12 +205,27 @@ fn spawn(
         .map_err(|error| CliError::Internal(format!("cannot start a thread: {error}")))
 }
 
+/// A graph node that runs a command: its id, its step, and its matrix value.
+#[derive(Clone)]
+struct Task {
+    /// Its graph node (`NAME`, or `NAME[value]` for a matrix instance).
+    id: String,
+    /// The pipeline node it runs.
+    step: Step,
+    /// Its matrix value, for a matrix instance.
+    value: Option<String>,
+}
+
 /// What the run's threads share.
 struct Run {
     store: Store,
     graph: String,
     queue: String,
     pipeline: Pipeline,
+    /// What each graph node is.
+    kinds: BTreeMap<String, PlanKind>,
+    /// Where commands read their predecessors' output.
+    outputs: Outputs,
     lease_ms: i64,
     /// Set by the first Ctrl-C: claim nothing more (`watch` stops the pool).
     stop: AtomicBool,
@@ -218,15 +245,19 @@ struct Run {
 }
 
 impl Run {
-    fn new(store: Store, graph: String, pipeline: Pipeline, out: Output) -> Self {
+    fn new(store: Store, graph: String, pipeline: Pipeline, outputs: Outputs, out: Output) -> Self {
         let queue = format!("run:{graph}");
+        let plan = pipeline.plan();
         let terminal = std::io::stderr().is_terminal() && !out.quiet;
-        let bar = terminal.then(|| new_bar(pipeline.nodes.len()));
+        let bar = terminal.then(|| new_bar(plan.nodes.len()));
+        let kinds = plan.nodes.into_iter().map(|node| (node.id, node.kind)).collect();
         Self {
             store,
             graph,
             queue,
             pipeline,
+            kinds,
+            outputs,
             lease_ms: lease_ms(),
             stop: AtomicBool::new(false),
             kill: AtomicBool::new(false),
@@ -279,16 +310,30 @@ impl Run {
         Ok(self.store.graphs().get(&self.graph)?.status.is_terminal())
     }
 
-    /// Enqueues the nodes that are still ready, once per firing (a replayed or repeated
-    /// announcement is a no-op), in one transaction.
+    /// Enqueues the tasks that are still ready, once per firing (a replayed or repeated
+    /// announcement is a no-op), and completes the ready scatters of matrix nodes (one token
+    /// per value, each taken by its instance's edge), in one transaction.
     fn enqueue(&self, names: Vec<String>) -> Result<(), CliError> {
-        let names: Vec<String> =
-            names.into_iter().filter(|name| self.pipeline.step(name).is_some()).collect();
+        let mut work: Vec<(String, Option<Vec<String>>)> = Vec::new();
+        for name in names {
+            match self.kinds.get(&name) {
+                Some(PlanKind::Task { .. }) => work.push((name, None)),
+                Some(PlanKind::Scatter { step }) => {
+                    let matrix = self.pipeline.nodes[*step].matrix.as_ref();
+                    work.push((name, Some(matrix.map(|m| m.values.clone()).unwrap_or_default())));
+                }
+                Some(PlanKind::Gather { .. }) | None => {}
+            }
+        }
         let (graph, queue) = (self.graph.clone(), self.queue.clone());
         self.store.transaction(move |tx| {
-            for name in names {
+            for (name, scatter) in work {
                 let node = tx.exec(GetNode { graph: graph.clone(), node: name.clone() })?;
                 if node.status != NodeStatus::Ready {
+                    continue;
+                }
+                if let Some(values) = scatter {
+                    scatter_now(tx, &graph, &name, values)?;
                     continue;
                 }
                 let item = new_item(&queue, &graph, &name, node.fires, Try::first(&node));
@@ -324,7 +369,7 @@ impl Run {
         }
         let claimed = job.claimed();
         let name = claimed.item.payload["node"].as_str().unwrap_or_default().to_owned();
-        let Some(step) = self.pipeline.step(&name).cloned() else {
+        let Some(task) = self.task(&name) else {
             return self.drop_item(claimed);
         };
         if !attempt::end_previous(&claimed.item.payload) {
@@ -336,14 +381,49 @@ impl Run {
         }
         self.running.lock().insert(name.clone(), Instant::now());
         let attempt = Try::of(claimed).attempt();
-        let result = self.execute(&step, job, attempt).and_then(|exit| match exit {
+        let result = self.execute(&task, job, attempt).and_then(|exit| match exit {
             Exit::LeaseLost => Ok(()),
             Exit::Abandoned => self.release(claimed),
-            Exit::Success(tail) => self.succeed(claimed, &step, attempt, tail),
-            Exit::Failure(error) => self.failed(claimed, &step, attempt, error),
+            Exit::Success(tail) => self.succeed(claimed, &task, attempt, tail),
+            Exit::Failure(error) => self.failed(claimed, &task, attempt, error),
         });
         self.running.lock().remove(&name);
         result
+    }
+
+    /// The task graph node `id` is, if it runs a command.
+    fn task(&self, id: &str) -> Option<Task> {
+        let Some(PlanKind::Task { step, value }) = self.kinds.get(id) else { return None };
+        let step = self.pipeline.nodes.get(*step)?.clone();
+        Some(Task { id: id.to_owned(), step, value: value.clone() })
+    }
+
+    /// The environment of a task's command: the pipeline's and the node's `env`, then what
+    /// spindle sets (the run, the node, the attempt, its matrix value, the outputs directory
+    /// and each direct predecessor's output file), each predecessor's file written first if
+    /// missing.
+    fn environment(&self, task: &Task, attempt: u32) -> Result<Vec<(String, String)>, CliError> {
+        let mut env: Vec<(String, String)> = task.step.env.clone().into_iter().collect();
+        env.push(("SPINDLE_RUN".into(), self.graph.clone()));
+        env.push(("SPINDLE_NODE".into(), task.id.clone()));
+        env.push(("SPINDLE_ATTEMPT".into(), attempt.to_string()));
+        if let (Some(value), Some(matrix)) = (&task.value, &task.step.matrix) {
+            let var = format!("SPINDLE_MATRIX_{}", crate::pipeline::env_word(&matrix.var));
+            env.push((var, value.clone()));
+            env.push(("SPINDLE_MATRIX".into(), value.clone()));
+        }
+        env.push(("SPINDLE_OUTPUTS".into(), self.outputs.dir().display().to_string()));
+        for input in self.pipeline.inputs(&task.step) {
+            self.outputs.ensure(&self.store, &self.graph, &input.node)?;
+            env.push((input.var, self.outputs.path(&input.node).display().to_string()));
+        }
+        Ok(env)
+    }
+
+    /// Where a task's command runs: its `cwd` read from the pipeline file's directory, if it
+    /// has one.
+    fn cwd(&self, task: &Task) -> Option<PathBuf> {
+        task.step.cwd.as_ref().map(|cwd| self.pipeline.dir.join(cwd))
     }
 
     /// Starts a ready node; true if it is now running (also when a retry finds it running
@@ -379,16 +459,27 @@ impl Run {
 
     /// Runs the command (the pool renews the lease meanwhile) until it exits, times out, loses
     /// its lease or is killed.
-    fn execute(&self, step: &Step, job: &Job, attempt: u32) -> Result<Exit, CliError> {
-        let env = [
-            ("SPINDLE_RUN", self.graph.clone()),
-            ("SPINDLE_NODE", step.name.clone()),
-            ("SPINDLE_ATTEMPT", attempt.to_string()),
-        ];
-        let mut child = attempt::spawn(&step.run, &env)?;
-        let pid = child.id();
+    fn execute(&self, task: &Task, job: &Job, attempt: u32) -> Result<Exit, CliError> {
+        let step = &task.step;
+        let env = self.environment(task, attempt)?;
+        let cwd = self.cwd(task);
         let tail = Arc::new(Mutex::new(Captured::default()));
-        let live = LiveLog::new(&self.store, &self.graph, &step.name, attempt, &tail);
+        let live = LiveLog::new(&self.store, &self.graph, &task.id, attempt, &tail);
+        let not_started = |what: String| -> Result<Exit, CliError> {
+            live.ended(&what)?;
+            Ok(Exit::Failure(failure(attempt, &what, "")))
+        };
+        if let Some(cwd) = cwd.as_ref().filter(|cwd| !cwd.is_dir()) {
+            return not_started(format!("its cwd {} is not a directory", cwd.display()));
+        }
+        let mut child = match attempt::spawn(&step.run, &env, cwd.as_deref()) {
+            Ok(child) => child,
+            Err(attempt::SpawnError::Cwd(error)) => {
+                return not_started(format!("cannot run in its cwd: {error}"));
+            }
+            Err(attempt::SpawnError::Other(error)) => return Err(error),
+        };
+        let pid = child.id();
         let (drained_tx, drained) = crossbeam_channel::unbounded::<()>();
         let watched = collect_output(&mut child, &tail, &drained_tx).and_then(|readers| {
             // A thread waits for the shell without reaping it, so its exit is seen at once and
@@ -486,10 +577,12 @@ impl Run {
         Duration::from_millis(u64::try_from(self.lease_ms / 5).unwrap_or(1).max(1))
     }
 
-    /// Completes the item and the node in one transaction.
-    fn succeed(&self, job: &Claimed, step: &Step, attempt: u32, tail: String) -> Handled {
+    /// Completes the item and the node in one transaction, then writes the node's outputs
+    /// file.
+    fn succeed(&self, job: &Claimed, task: &Task, attempt: u32, tail: String) -> Handled {
+        let text = tail.clone();
         let output = NodeOutput::ok(json!({ "attempt": attempt, "output": tail }));
-        let (graph, node) = (self.graph.clone(), step.name.clone());
+        let (graph, node) = (self.graph.clone(), task.id.clone());
         let (id, fence) = (job.item.id.clone(), job.fence);
         let done = self.store.transaction(move |tx| {
             tx.exec(Complete { id, fence, result: json!({ "ok": true }) })?;
@@ -497,17 +590,19 @@ impl Run {
             tx.exec(spindle::graph::CompleteNode { graph, node, output: Some(output) })?;
             Ok(TxOutcome::Commit(()))
         });
-        self.settled(done, job, &format!("ok     {} (attempt {attempt})", step.name))
+        let committed = done.is_ok();
+        self.settled(done, job, &format!("ok     {} (attempt {attempt})", task.id))?;
+        if committed { self.outputs.write(&task.id, &text) } else { Ok(()) }
     }
 
     /// Queues the next try after a backoff, closing this item in the same transaction; or,
     /// with the retries spent, fails the item and the node in one transaction.
-    fn failed(&self, job: &Claimed, step: &Step, attempt: u32, error: String) -> Handled {
+    fn failed(&self, job: &Claimed, task: &Task, attempt: u32, error: String) -> Handled {
         let (id, fence) = (job.item.id.clone(), job.fence);
         let this = Try::of(job);
-        if this.of_firing <= step.retries {
-            let fires = self.store.graphs().node(&self.graph, &step.name)?.fires;
-            let next = new_item(&self.queue, &self.graph, &step.name, fires, this.next());
+        if this.of_firing <= task.step.retries {
+            let fires = self.store.graphs().node(&self.graph, &task.id)?.fires;
+            let next = new_item(&self.queue, &self.graph, &task.id, fires, this.next());
             let delay_ms = Backoff { base_ms: 1_000, max_ms: 30_000 }.delay_ms(attempt);
             let done = self.store.transaction(move |tx| {
                 tx.exec(Complete { id, fence, result: json!({ "failed": error }) })?;
@@ -515,16 +610,16 @@ impl Run {
                 tx.exec(Enqueue { item })?;
                 Ok(TxOutcome::Commit(()))
             });
-            return self.settled(done, job, &format!("retry  {} (attempt {attempt})", step.name));
+            return self.settled(done, job, &format!("retry  {} (attempt {attempt})", task.id));
         }
-        let (graph, node) = (self.graph.clone(), step.name.clone());
+        let (graph, node) = (self.graph.clone(), task.id.clone());
         let done = self.store.transaction(move |tx| {
             tx.exec(Fail { id, fence, error: error.clone(), retryable: false })?;
             started_again(tx, &graph, &node)?;
             tx.exec(spindle::graph::FailNode { graph, node, error })?;
             Ok(TxOutcome::Commit(()))
         });
-        self.settled(done, job, &format!("FAILED {} (attempt {attempt})", step.name))
+        self.settled(done, job, &format!("FAILED {} (attempt {attempt})", task.id))
     }
 
     /// Reports a committed outcome. A lost lease or an ended graph means someone else
@@ -699,6 +794,22 @@ impl Try {
     fn attempt(self) -> u32 {
         self.before.saturating_add(self.of_firing)
     }
+}
+
+/// Runs a matrix node's ready scatter at once: one token per value, coloured by the value,
+/// which only that value's instance edge takes.
+fn scatter_now(
+    tx: &mut Tx<'_>,
+    graph: &str,
+    node: &str,
+    values: Vec<String>,
+) -> spindle::Result<()> {
+    let (graph, node) = (graph.to_owned(), node.to_owned());
+    tx.exec(StartNode { graph: graph.clone(), node: node.clone() })?;
+    let tokens = values.into_iter().map(|value| Token::named(value, None)).collect();
+    let output = Some(NodeOutput::Many { tokens });
+    tx.exec(spindle::graph::CompleteNode { graph, node, output })?;
+    Ok(())
 }
 
 /// Starts `node` again if a recovery set it back to ready while this worker ran it (another

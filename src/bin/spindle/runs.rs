@@ -2,18 +2,19 @@
 //! argument (a unique id prefix, or a pipeline's name for its latest run), and `spindle
 //! retry` (reopen a finished run at its failed nodes and run it again).
 //!
-//! A run is a graph whose metadata says `kind: spindle-run`; its nodes' specs hold what each
-//! node runs, so a retry needs no pipeline file.
+//! A run is a graph whose metadata says `kind: spindle-run`; it keeps its pipeline's text
+//! (`pipeline::source_stream`), so a retry runs the same pipeline without the file.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use spindle::{Graph, GraphStatus, Node, NodeStatus, Store, TokenColor};
+use spindle::{Graph, GraphStatus, NodeStatus, Store};
 
 use crate::common::{
     CliError, Output, all_graphs, human_duration, human_time, now_ms, parse_duration_ms,
 };
-use crate::pipeline::{On, Pipeline, RUN_KIND, Step};
+use crate::pipeline::{self, Pipeline, RUN_KIND, source_stream};
 use crate::run::{self, Ending};
 
 /// Which runs `spindle runs` lists.
@@ -56,6 +57,15 @@ pub fn resolve(store: &Store, wanted: &str) -> Result<Graph, CliError> {
             "no run has the id or pipeline name {wanted:?}: `spindle runs` lists them"
         ))
     })
+}
+
+/// The graph `wanted` names: a graph's id, or a run as [`resolve`] finds it.
+pub fn graph_or_run(store: &Store, wanted: &str) -> Result<String, CliError> {
+    match store.graphs().get(wanted) {
+        Ok(graph) => Ok(graph.id),
+        Err(spindle::Error::NotFound { .. }) => Ok(resolve(store, wanted)?.id),
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// `spindle runs`: one line per run, newest last.
@@ -130,6 +140,7 @@ pub fn retry(
     wanted: &str,
     node: Option<&str>,
     jobs: usize,
+    db: &Path,
     out: &Output,
 ) -> Result<Ending, CliError> {
     let graph = resolve(store, wanted)?;
@@ -161,7 +172,7 @@ pub fn retry(
             out.note(&format!("retrying run {} from {}", graph.id, nodes.join(", ")));
         }
     }
-    run::drive(store, graph.id, pipeline, jobs, out)
+    run::drive(store, graph.id, pipeline, jobs, db, out)
 }
 
 /// The failed nodes of a run that no other failed node leads to: retried, each runs what
@@ -196,37 +207,27 @@ fn reachable(next: &BTreeMap<String, Vec<String>>, from: &str) -> BTreeSet<Strin
     seen
 }
 
-/// The pipeline a run was built from, read back from its graph: each node's spec holds what
-/// it runs, its edges what it waits for.
+/// The pipeline a run was built from, read back from the text the run kept.
 fn pipeline_of(store: &Store, graph: &Graph) -> Result<Pipeline, CliError> {
-    let name = graph.metadata["pipeline"].as_str().unwrap_or_default().to_owned();
-    let hash = graph.metadata["hash"].as_str().unwrap_or_default().to_owned();
-    let mut after: BTreeMap<String, Vec<(String, On)>> = BTreeMap::new();
-    for edge in store.graphs().edges(&graph.id)? {
-        let on = match edge.condition {
-            Some(TokenColor::Ok) => On::Ok,
-            Some(TokenColor::Error) => On::Error,
-            _ => On::Any,
-        };
-        after.entry(edge.to).or_default().push((edge.from, on));
+    let stream = source_stream(&graph.id);
+    let mut text = String::new();
+    let mut after_seq = 0;
+    loop {
+        let page = store.events().read(&stream, after_seq, 1000)?;
+        let Some(last) = page.last() else { break };
+        after_seq = last.seq;
+        page.iter().for_each(|event| text.push_str(event.payload["text"].as_str().unwrap_or("")));
     }
-    let nodes = store.graphs().nodes(&graph.id)?;
-    let steps = nodes.iter().map(|node| step_of(node, &mut after)).collect::<Result<_, _>>()?;
-    Ok(Pipeline { name, hash, nodes: steps })
-}
-
-fn step_of(node: &Node, after: &mut BTreeMap<String, Vec<(String, On)>>) -> Result<Step, CliError> {
-    let spindle::NodeSpec::Task { data } = &node.spec else {
-        return Err(CliError::Bad(format!("node {} of the run is not a command", node.id)));
-    };
-    let run = data["run"].as_str().unwrap_or_default().to_owned();
-    let retries = data["retries"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
-    Ok(Step {
-        name: node.id.clone(),
-        run,
-        after: after.remove(&node.id).unwrap_or_default(),
-        retries,
-        timeout_s: data["timeout_s"].as_u64(),
-        join: node.join,
-    })
+    if text.is_empty() {
+        return Err(CliError::Bad(format!(
+            "run {} was made by an older spindle that did not keep its pipeline: run the \
+             file again (`spindle run FILE`)",
+            graph.id
+        )));
+    }
+    let file = format!("the pipeline of run {}", graph.id);
+    let mut pipeline =
+        pipeline::parse(&file, &text).map_err(|bad| CliError::Bad(bad.to_string()))?;
+    pipeline.dir = graph.metadata["dir"].as_str().map(PathBuf::from).unwrap_or_default();
+    Ok(pipeline)
 }

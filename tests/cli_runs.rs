@@ -142,6 +142,9 @@ fn logs_of_a_run_without_a_live_log_show_what_each_node_kept() {
     let pruned = s.spindle(&["prune", "--older-than", "0s", "--json"]);
     let report: Value = serde_json::from_slice(&pruned.stdout).expect("prune --json");
     assert!(report["log_events"].as_u64().is_some_and(|n| n >= 2), "{report}");
+    assert_eq!(report["output_dirs"], 1, "{report}");
+    let runs_dir = s.path("spindle.db.runs");
+    assert_eq!(std::fs::read_dir(&runs_dir).map(Iterator::count).unwrap_or(0), 0, "removed");
     let text = stdout(&s.spindle(&["logs", "old", "a"]));
     assert!(text.contains("== a (attempt 1): failed"), "{text}");
     assert!(text.contains("kept"), "{text}");

@@ -277,7 +277,7 @@ pub fn requeue(
 }
 
 /// Deletes finished queue items older than a duration.
-pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliError> {
+pub fn prune(store: &Store, db: &Path, older_than: &str, out: &Output) -> Result<(), CliError> {
     let older_than_ms = parse_duration_ms(older_than)?;
     let mut queue_items = 0;
     loop {
@@ -297,13 +297,14 @@ pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliErr
             break;
         }
     }
-    let log_events = crate::livelog::prune(store, cutoff_ms)?;
+    let runs = crate::runs::prune(store, db, cutoff_ms)?;
     if out.json {
         out.print_json(&json!({
             "pruned": queue_items,
             "processes": processes.pruned_processes,
             "process_events": processes.pruned_events,
-            "log_events": log_events,
+            "log_events": runs.log_events,
+            "output_dirs": runs.output_dirs,
         }));
     } else {
         println!("pruned {queue_items} queue items");
@@ -311,7 +312,10 @@ pub fn prune(store: &Store, older_than: &str, out: &Output) -> Result<(), CliErr
             "pruned {} finished processes ({} events)",
             processes.pruned_processes, processes.pruned_events
         );
-        println!("pruned {log_events} live log events of finished runs");
+        println!(
+            "pruned {} live log events and {} outputs directories of finished runs",
+            runs.log_events, runs.output_dirs
+        );
     }
     Ok(())
 }

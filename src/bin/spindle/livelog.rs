@@ -6,7 +6,7 @@
 //! times a second while it prints, then one `ended` event (`node`, `attempt`, `how`: `exit 0`,
 //! `exit 2`, `timed out after 5 s`, ..). An attempt streams at most `LIVE_BYTES_MAX`; past it a
 //! last line says so, and the node still keeps the last 64 KiB (`TAIL_BYTES`) of all of it.
-//! `spindle prune` deletes the live logs of runs that finished before its cutoff.
+//! `spindle prune` deletes the live logs of runs that finished before its cutoff (`delete`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,22 +27,14 @@ pub fn stream(run: &str) -> Stream {
     Stream::custom(format!("log:{run}"))
 }
 
-/// Deletes the live logs of runs that finished before `cutoff_ms` (their nodes keep their
-/// last attempt's output); returns how many events went.
-pub fn prune(store: &Store, cutoff_ms: i64) -> spindle::Result<u64> {
-    let mut pruned = 0;
-    for graph in crate::common::all_graphs(store)? {
-        let finished_before = graph.finished_at_ms.is_some_and(|at_ms| at_ms < cutoff_ms);
-        if graph.metadata["kind"] != crate::pipeline::RUN_KIND || !finished_before {
-            continue;
-        }
-        let stream = stream(&graph.id);
-        let head = store.events().head(&stream)?;
-        if head > 0 {
-            pruned += store.events().truncate(&stream, head + 1)?;
-        }
+/// Deletes the live log of `run`; returns how many events went.
+pub fn delete(store: &Store, run: &str) -> spindle::Result<u64> {
+    let stream = stream(run);
+    let head = store.events().head(&stream)?;
+    if head == 0 {
+        return Ok(0);
     }
-    Ok(pruned)
+    store.events().truncate(&stream, head + 1)
 }
 
 /// What a command printed: its last `TAIL_BYTES` (kept with the node), and what has not been

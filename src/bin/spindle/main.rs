@@ -130,8 +130,9 @@ enum Cmd {
         action: QueueCmd,
     },
     /// Delete completed and cancelled queue items, finished processes with their events, and
-    /// the live logs of finished runs, older than a duration (`7d`, `12h`, `30m`). `--json`:
-    /// `{"pruned"` (queue items), `"processes", "process_events", "log_events"}`.
+    /// the live logs and outputs directories of finished runs, older than a duration (`7d`,
+    /// `12h`, `30m`). `--json`: `{"pruned"` (queue items), `"processes", "process_events",
+    /// "log_events", "output_dirs"}`.
     Prune {
         #[arg(long)]
         older_than: String,
@@ -327,7 +328,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             inspect::requeue(&store, id.as_deref(), all.as_deref(), out)?;
         }
         Cmd::Processes { all } => inspect::processes(&store, all, out)?,
-        Cmd::Prune { older_than } => inspect::prune(&store, &older_than, out)?,
+        Cmd::Prune { older_than } => inspect::prune(&store, &cli.db, &older_than, out)?,
         Cmd::Tenants { action } => admin::tenants(&store, action.unwrap_or(TenantCmd::List), out)?,
         Cmd::Tokens { action } => admin::tokens(&store, action, out)?,
         Cmd::Run { .. }

@@ -25,16 +25,32 @@ pub struct Outputs {
     dir: PathBuf,
 }
 
+/// Where the outputs of run `run` of the store at `db` go: `<db>.runs/<run>`, absolute.
+fn run_dir(db: &Path, run: &str) -> Result<PathBuf, CliError> {
+    let db = std::path::absolute(db).map_err(|e| cannot("find", db, &e))?;
+    let mut name = std::ffi::OsString::from(db.as_os_str());
+    name.push(".runs");
+    Ok(PathBuf::from(name).join(run))
+}
+
 impl Outputs {
     /// The directory of run `run` of the store at `db` (made absolute: commands may run
     /// elsewhere), created if missing.
     pub fn create(db: &Path, run: &str) -> Result<Self, CliError> {
-        let db = std::path::absolute(db).map_err(|e| cannot("find", db, &e))?;
-        let mut name = std::ffi::OsString::from(db.as_os_str());
-        name.push(".runs");
-        let dir = PathBuf::from(name).join(run);
+        let dir = run_dir(db, run)?;
         std::fs::create_dir_all(&dir).map_err(|e| cannot("create", &dir, &e))?;
         Ok(Self { dir })
+    }
+
+    /// Removes the directory of run `run` of the store at `db`, if there is one; true if
+    /// there was.
+    pub fn remove(db: &Path, run: &str) -> Result<bool, CliError> {
+        let dir = run_dir(db, run)?;
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(cannot("remove", &dir, &error)),
+        }
     }
 
     /// The directory.

@@ -14,6 +14,8 @@ use spindle::{Graph, GraphStatus, NodeStatus, Store};
 use crate::common::{
     CliError, Output, all_graphs, human_duration, human_time, now_ms, parse_duration_ms,
 };
+use crate::livelog;
+use crate::outputs::Outputs;
 use crate::pipeline::{self, Pipeline, RUN_KIND, source_stream};
 use crate::run::{self, Ending};
 
@@ -66,6 +68,29 @@ pub fn graph_or_run(store: &Store, wanted: &str) -> Result<String, CliError> {
         Err(spindle::Error::NotFound { .. }) => Ok(resolve(store, wanted)?.id),
         Err(error) => Err(error.into()),
     }
+}
+
+/// What `prune` removed of runs that finished before its cutoff.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    /// Live log events.
+    pub log_events: u64,
+    /// Outputs directories.
+    pub output_dirs: u64,
+}
+
+/// Removes the live logs and outputs directories of runs that finished before `cutoff_ms`
+/// (the runs themselves, and what their nodes kept, stay).
+pub fn prune(store: &Store, db: &Path, cutoff_ms: i64) -> Result<Pruned, CliError> {
+    let mut pruned = Pruned::default();
+    for run in all_runs(store)? {
+        if run.finished_at_ms.is_none_or(|at_ms| at_ms >= cutoff_ms) {
+            continue;
+        }
+        pruned.log_events += livelog::delete(store, &run.id)?;
+        pruned.output_dirs += u64::from(Outputs::remove(db, &run.id)?);
+    }
+    Ok(pruned)
 }
 
 /// `spindle runs`: one line per run, newest last.

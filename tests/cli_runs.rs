@@ -394,8 +394,14 @@ fn retry_of_a_toml_matrix_run_reruns_only_the_failed_instance_then_what_gathers_
 env = {{ WHO = "ci" }}
 
 [nodes.build]
-run = "echo built $SPINDLE_MATRIX $WHO >> '{log}'; test $SPINDLE_MATRIX != arm || test -e '{fixed}'"
+run = """
+echo built $SPINDLE_MATRIX $WHO >> '{log}'
+if [ $SPINDLE_MATRIX = arm ]; then
+  while ! test -e "$SPINDLE_OUTPUTS/build[x86].out"; do sleep 0.02; done
+  test -e '{fixed}'
+fi"""
 matrix = {{ target = ["x86", "arm"] }}
+timeout_s = 60
 
 [nodes.ship]
 run = "echo ship >> '{log}'"
@@ -406,6 +412,8 @@ after = ["build"]
     );
     let pipeline = s.path("mx.toml");
     std::fs::write(&pipeline, toml).expect("write");
+    // arm fails once x86 has succeeded (its output file is written after its commit), so x86
+    // has finished and is kept.
     assert_eq!(s.run(&pipeline).status.code(), Some(1), "arm fails");
     std::fs::write(&fixed, "").expect("fix");
     // The file is gone: the run kept its pipeline.

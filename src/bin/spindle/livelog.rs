@@ -19,6 +19,9 @@ use spindle::{Store, Stream};
 pub const TAIL_BYTES: usize = 64 * 1024;
 /// The most output an attempt streams live.
 pub const LIVE_BYTES_MAX: usize = 1024 * 1024;
+/// The most output one `output` event holds (escaped as JSON it stays far below the store's
+/// payload limit).
+const EVENT_BYTES_MAX: usize = 64 * 1024;
 /// How often a running command's new output is streamed.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
 
@@ -68,13 +71,15 @@ impl Captured {
         String::from_utf8_lossy(&self.kept).into_owned()
     }
 
-    /// What has not been streamed yet (cut at a character boundary: the rest waits).
+    /// What has not been streamed yet, at most `EVENT_BYTES_MAX` of it (cut at a character
+    /// boundary: the rest waits).
     fn take_fresh(&mut self) -> Option<String> {
-        let whole = match std::str::from_utf8(&self.fresh) {
-            Ok(_) => self.fresh.len(),
+        let part = &self.fresh[..self.fresh.len().min(EVENT_BYTES_MAX)];
+        let whole = match std::str::from_utf8(part) {
+            Ok(_) => part.len(),
             // An incomplete character at the end waits for its other bytes.
             Err(error) if error.error_len().is_none() => error.valid_up_to(),
-            Err(_) => self.fresh.len(),
+            Err(_) => part.len(),
         };
         if whole == 0 {
             return self.take_cut_note();
@@ -167,6 +172,7 @@ mod tests {
         let mut streamed = 0;
         let mut notes = 0;
         while let Some(text) = captured.take_fresh() {
+            assert!(text.len() <= EVENT_BYTES_MAX, "one event holds a part: {}", text.len());
             streamed += text.len();
             notes += usize::from(text.contains("not streamed"));
         }

@@ -377,6 +377,13 @@ fn a_retry_killed_mid_node_resumes_with_the_next_retry_and_runs_nothing_twice_th
     }
     retry.kill().expect("kill -9");
     retry.wait().expect("reaped");
+    // Refused before the store is opened to run: not even the recovery of the killed run
+    // (which a runner's open does) is written.
+    let before = s.spindle(&["events", "--json"]).stdout;
+    let with_node = s.spindle(&["retry", "resumable", "--node", "b"]);
+    assert_eq!(with_node.status.code(), Some(2), "{}", stderr(&with_node));
+    assert!(stderr(&with_node).contains("has not finished"), "{}", stderr(&with_node));
+    assert_eq!(s.spindle(&["events", "--json"]).stdout, before, "nothing written");
 
     let resumed = s.spindle(&["retry", "resumable"]);
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));

@@ -290,8 +290,13 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         return Ok(exit_code(&ending));
     }
     if let Cmd::Retry { run, node, jobs } = &cli.command {
+        // Checked on a read-only view first: bad input is refused before the store is opened
+        // to run (which recovers interrupted runs, and so writes).
+        let reader = open(&cli.db, &cli.tenant, Access::Reader)?;
+        let plan = runs::plan_retry(&reader, run, node.as_deref())?;
+        reader.close()?;
         let store = open(&cli.db, &cli.tenant, Access::Runner)?;
-        let ending = runs::retry(&store, run, node.as_deref(), usize::from(*jobs), &cli.db, out)?;
+        let ending = runs::retry(&store, plan, usize::from(*jobs), &cli.db, out)?;
         store.close()?;
         return Ok(exit_code(&ending));
     }

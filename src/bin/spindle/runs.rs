@@ -157,45 +157,80 @@ fn duration_ms(run: &Graph, now: i64) -> Option<i64> {
     Some(until.saturating_sub(started).max(0))
 }
 
-/// `spindle retry RUN [--node N]`: reopens a finished run at its failed nodes (those no
-/// other failed node leads to), or at `node`, and runs it as `spindle run` would; an
-/// unfinished run is resumed.
+/// What `spindle retry` will do, worked out by reading alone (so that bad input is refused
+/// before the store is opened to run, whose recovery of interrupted runs writes).
+pub struct RetryPlan {
+    graph: Graph,
+    pipeline: Pipeline,
+    /// The nodes to reopen; none to resume an unfinished run.
+    reopen: Vec<String>,
+}
+
+/// `spindle retry RUN [--node N]`, checked: a finished run is reopened at its failed nodes
+/// (those no other failed node leads to), or at `node`; an unfinished run is resumed.
+pub fn plan_retry(store: &Store, wanted: &str, node: Option<&str>) -> Result<RetryPlan, CliError> {
+    let graph = resolve(store, wanted)?;
+    let pipeline = pipeline_of(store, &graph)?;
+    let (id, status) = (graph.id.as_str(), graph.status);
+    let reopen = match (status, node) {
+        (GraphStatus::Cancelled, _) => {
+            return Err(CliError::Bad(format!(
+                "run {id} was cancelled: start the pipeline again with `spindle run FILE`"
+            )));
+        }
+        (GraphStatus::Pending | GraphStatus::Running, Some(_)) => {
+            return Err(CliError::Bad(format!(
+                "run {id} has not finished, so no node of it can be retried yet: resume it \
+                 with `spindle retry {id}` (no --node)"
+            )));
+        }
+        (GraphStatus::Pending | GraphStatus::Running, None) => Vec::new(),
+        (GraphStatus::Complete | GraphStatus::Failed, Some(node)) => {
+            check_failed(store, id, node)?;
+            vec![node.to_owned()]
+        }
+        (GraphStatus::Complete | GraphStatus::Failed, None) => first_failures(store, &graph)?,
+    };
+    if status.is_terminal() && reopen.is_empty() {
+        return Err(CliError::Bad(format!(
+            "run {id} has no failed node to retry (`spindle run --fresh FILE` runs it all again)"
+        )));
+    }
+    Ok(RetryPlan { graph, pipeline, reopen })
+}
+
+/// Refuses a node to retry that the run does not have or that did not fail.
+fn check_failed(store: &Store, run: &str, node: &str) -> Result<(), CliError> {
+    let found = store.graphs().node(run, node).map_err(|_| {
+        CliError::Bad(format!(
+            "run {run} has no node {node:?}: `spindle graph show {run}` lists them"
+        ))
+    })?;
+    if found.status != NodeStatus::Failed {
+        return Err(CliError::Bad(format!(
+            "node {node} of run {run} is {}: only a failed node can run again",
+            found.status.as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// Carries out a checked retry on a store opened to run: reopens the run (if it finished)
+/// and drives it as `spindle run` would.
 pub fn retry(
     store: &Store,
-    wanted: &str,
-    node: Option<&str>,
+    plan: RetryPlan,
     jobs: usize,
     db: &Path,
     out: &Output,
 ) -> Result<Ending, CliError> {
-    let graph = resolve(store, wanted)?;
-    let pipeline = pipeline_of(store, &graph)?;
-    match graph.status {
-        GraphStatus::Cancelled => {
-            return Err(CliError::Bad(format!(
-                "run {} was cancelled: start the pipeline again with `spindle run FILE`",
-                graph.id
-            )));
-        }
-        GraphStatus::Pending | GraphStatus::Running => {
-            out.note(&format!("run {} has not finished: resuming it", graph.id));
-        }
-        GraphStatus::Complete | GraphStatus::Failed => {
-            let nodes = match node {
-                Some(node) => vec![node.to_owned()],
-                None => first_failures(store, &graph)?,
-            };
-            if nodes.is_empty() {
-                return Err(CliError::Bad(format!(
-                    "run {} has no failed node to retry (`spindle run --fresh FILE` runs it \
-                     all again)",
-                    graph.id
-                )));
-            }
-            let named: Vec<&str> = nodes.iter().map(String::as_str).collect();
-            store.graphs().reopen(&graph.id, &named)?;
-            out.note(&format!("retrying run {} from {}", graph.id, nodes.join(", ")));
-        }
+    let RetryPlan { graph, pipeline, reopen } = plan;
+    if reopen.is_empty() {
+        out.note(&format!("run {} has not finished: resuming it", graph.id));
+    } else {
+        let named: Vec<&str> = reopen.iter().map(String::as_str).collect();
+        store.graphs().reopen(&graph.id, &named)?;
+        out.note(&format!("retrying run {} from {}", graph.id, reopen.join(", ")));
     }
     run::drive(store, graph.id, pipeline, jobs, db, out)
 }

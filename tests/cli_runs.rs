@@ -58,6 +58,16 @@ impl Scratch {
         format!("echo {what} >> '{}'", self.path("log.txt").display())
     }
 
+    /// Every byte the store keeps (its file, its WAL) and the outputs directories: what a
+    /// refused command must leave as it was.
+    fn snapshot(&self) -> (Vec<u8>, Vec<u8>, Vec<String>) {
+        let read = |name: &str| std::fs::read(self.path(name)).unwrap_or_default();
+        let dirs = std::fs::read_dir(self.path("spindle.db.runs"))
+            .map(|entries| entries.flatten().map(|e| e.path().display().to_string()).collect())
+            .unwrap_or_default();
+        (read("spindle.db"), read("spindle.db-wal"), dirs)
+    }
+
     fn runs(&self, args: &[&str]) -> Vec<Value> {
         let mut all = vec!["runs", "--json"];
         all.extend_from_slice(args);
@@ -166,7 +176,7 @@ fn bad_retries_exit_2_and_write_nothing() {
     let s = Scratch::new();
     let pipeline = flaky(&s);
     assert_eq!(s.run(&pipeline).status.code(), Some(1));
-    let before = s.spindle(&["events", "--json"]).stdout;
+    let before = s.snapshot();
     for (args, says) in [
         (vec!["retry", "no-such-run"], "no run"),
         (vec!["retry", "flaky", "--node", "fetch"], "only a failed node"),
@@ -177,7 +187,7 @@ fn bad_retries_exit_2_and_write_nothing() {
         assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
         assert!(stderr(&output).contains(says), "{args:?}: {}", stderr(&output));
     }
-    assert_eq!(s.spindle(&["events", "--json"]).stdout, before, "nothing written");
+    assert!(s.snapshot() == before, "nothing written");
     assert_eq!(s.lines(), ["fetch", "test1"], "nothing ran");
 
     std::fs::write(s.path("fixed"), "").expect("fix");
@@ -222,15 +232,18 @@ fn runs_lists_and_filters_and_run_arguments_take_a_prefix_or_a_name() {
     assert_eq!(ambiguous.status.code(), Some(2));
     assert!(stderr(&ambiguous).contains("give more of the id"), "{}", stderr(&ambiguous));
 
+    let before = s.snapshot();
     for args in [
         vec!["runs", "--status", "sideways"],
         vec!["runs", "--since", "yesterday"],
         vec!["logs", "nothing-like-it"],
         vec!["logs", "good", "no-such-node"],
+        vec!["graph", "show", "nothing-like-it"],
     ] {
         let output = s.spindle(&args);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
     }
+    assert!(s.snapshot() == before, "nothing written");
 }
 
 #[test]
@@ -379,11 +392,11 @@ fn a_retry_killed_mid_node_resumes_with_the_next_retry_and_runs_nothing_twice_th
     retry.wait().expect("reaped");
     // Refused before the store is opened to run: not even the recovery of the killed run
     // (which a runner's open does) is written.
-    let before = s.spindle(&["events", "--json"]).stdout;
+    let before = s.snapshot();
     let with_node = s.spindle(&["retry", "resumable", "--node", "b"]);
     assert_eq!(with_node.status.code(), Some(2), "{}", stderr(&with_node));
     assert!(stderr(&with_node).contains("has not finished"), "{}", stderr(&with_node));
-    assert_eq!(s.spindle(&["events", "--json"]).stdout, before, "nothing written");
+    assert!(s.snapshot() == before, "nothing written");
 
     let resumed = s.spindle(&["retry", "resumable"]);
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
@@ -433,4 +446,30 @@ after = ["build"]
     assert_eq!(lines, ["built arm ci", "built arm ci", "built x86 ci"], "x86 kept");
     let logs = stdout(&s.spindle(&["logs", "mx", "build[arm]"]));
     assert!(logs.contains("(attempt 1): exit 1") && logs.contains("(attempt 2): exit 0"), "{logs}");
+}
+
+#[test]
+fn two_retries_started_together_share_the_run_and_run_the_failed_node_once() {
+    let s = Scratch::new();
+    let fixed = s.path("fixed");
+    let test = format!(
+        "test -e '{}' && sleep 0.3; {}; test -e '{}'",
+        fixed.display(),
+        s.append("test"),
+        fixed.display()
+    );
+    let pipeline = s.pipeline("twice", json!({ "test": { "run": test } }));
+    assert_eq!(s.run(&pipeline).status.code(), Some(1));
+    std::fs::write(&fixed, "").expect("fix");
+    let start = || {
+        let mut retry = s.command(&["retry", "twice"]);
+        retry.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("retry")
+    };
+    let (first, second) = (start(), start());
+    let (first, second) = (first.wait_with_output(), second.wait_with_output());
+    for output in [first.expect("first"), second.expect("second")] {
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    }
+    assert_eq!(s.lines(), ["test", "test"], "once failed, once retried: never twice at once");
+    assert_eq!(s.runs(&[])[0]["status"], "complete");
 }

@@ -143,7 +143,8 @@ pub struct Cancel {
 pub struct Reopen {
     /// The graph: complete or failed, not a child.
     pub graph: GraphId,
-    /// The nodes to run again: each complete or failed, none named twice.
+    /// The nodes to run again: each failed, not a SubGraph node, none named twice, none
+    /// following another named one.
     pub nodes: Vec<NodeId>,
 }
 

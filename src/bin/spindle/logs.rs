@@ -28,12 +28,15 @@ pub fn logs(
 ) -> Result<(), CliError> {
     let graph = resolve(store, run)?;
     if let Some(node) = node {
-        store.graphs().node(&graph.id, node).map_err(|_| {
-            CliError::Bad(format!(
-                "run {} has no node {node:?}: `spindle graph show {}` lists its nodes",
-                graph.id, graph.id
-            ))
-        })?;
+        match store.graphs().node(&graph.id, node) {
+            Err(spindle::Error::NotFound { .. }) => {
+                return Err(CliError::Bad(format!(
+                    "run {} has no node {node:?}: `spindle graph show {}` lists its nodes",
+                    graph.id, graph.id
+                )));
+            }
+            other => drop(other?),
+        }
     }
     let view = View { node, out };
     if follow {

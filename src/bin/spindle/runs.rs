@@ -201,11 +201,14 @@ pub fn plan_retry(store: &Store, wanted: &str, node: Option<&str>) -> Result<Ret
 
 /// Refuses a node to retry that the run does not have or that did not fail.
 fn check_failed(store: &Store, run: &str, node: &str) -> Result<(), CliError> {
-    let found = store.graphs().node(run, node).map_err(|_| {
-        CliError::Bad(format!(
-            "run {run} has no node {node:?}: `spindle graph show {run}` lists them"
-        ))
-    })?;
+    let found = match store.graphs().node(run, node) {
+        Err(spindle::Error::NotFound { .. }) => {
+            return Err(CliError::Bad(format!(
+                "run {run} has no node {node:?}: `spindle graph show {run}` lists them"
+            )));
+        }
+        other => other?,
+    };
     if found.status != NodeStatus::Failed {
         return Err(CliError::Bad(format!(
             "node {node} of run {run} is {}: only a failed node can run again",
@@ -229,10 +232,22 @@ pub fn retry(
         out.note(&format!("run {} has not finished: resuming it", graph.id));
     } else {
         let named: Vec<&str> = reopen.iter().map(String::as_str).collect();
-        store.graphs().reopen(&graph.id, &named)?;
-        out.note(&format!("retrying run {} from {}", graph.id, reopen.join(", ")));
+        match store.graphs().reopen(&graph.id, &named) {
+            Ok(()) => out.note(&format!("retrying run {} from {}", graph.id, reopen.join(", "))),
+            // Another retry reopened it since it was read: run it together, as two runners
+            // of one pipeline do.
+            Err(spindle::Error::Conflict(_)) if running(store, &graph.id)? => {
+                out.note(&format!("run {} is being retried already: joining it", graph.id));
+            }
+            Err(error) => return Err(error.into()),
+        }
     }
     run::drive(store, graph.id, pipeline, jobs, db, out)
+}
+
+/// Whether the run is running (a retry reopened it).
+fn running(store: &Store, run: &str) -> Result<bool, CliError> {
+    Ok(store.graphs().get(run)?.status == GraphStatus::Running)
 }
 
 /// The failed nodes of a run that no other failed node leads to: retried, each runs what

@@ -460,24 +460,14 @@ impl Run {
     /// Runs the command (the pool renews the lease meanwhile) until it exits, times out, loses
     /// its lease or is killed.
     fn execute(&self, task: &Task, job: &Job, attempt: u32) -> Result<Exit, CliError> {
-        let step = &task.step;
-        let env = self.environment(task, attempt)?;
-        let cwd = self.cwd(task);
         let tail = Arc::new(Mutex::new(Captured::default()));
         let live = LiveLog::new(&self.store, &self.graph, &task.id, attempt, &tail);
-        let not_started = |what: String| -> Result<Exit, CliError> {
-            live.ended(&what)?;
-            Ok(Exit::Failure(failure(attempt, &what, "")))
-        };
-        if let Some(cwd) = cwd.as_ref().filter(|cwd| !cwd.is_dir()) {
-            return not_started(format!("its cwd {} is not a directory", cwd.display()));
-        }
-        let mut child = match attempt::spawn(&step.run, &env, cwd.as_deref()) {
+        let mut child = match self.spawn_command(task, attempt)? {
             Ok(child) => child,
-            Err(attempt::SpawnError::Cwd(error)) => {
-                return not_started(format!("cannot run in its cwd: {error}"));
+            Err(what) => {
+                live.ended(&what)?;
+                return Ok(Exit::Failure(failure(attempt, &what, "")));
             }
-            Err(attempt::SpawnError::Other(error)) => return Err(error),
         };
         let pid = child.id();
         let (drained_tx, drained) = crossbeam_channel::unbounded::<()>();
@@ -495,7 +485,7 @@ impl Run {
         drop(drained_tx);
         let supervised = match &watched {
             Ok((_, exited)) => match self.record_attempt(job.claimed(), &mut child) {
-                Ok(true) => self.supervise(exited, step, job, &live),
+                Ok(true) => self.supervise(exited, &task.step, job, &live),
                 Ok(false) => Ok(Supervised::LeaseLost),
                 Err(error) => Err(error),
             },
@@ -524,6 +514,23 @@ impl Run {
             Supervised::Killed => Exit::Abandoned,
             other => fail(other.to_string()),
         })
+    }
+
+    /// Starts the command of an attempt (its guard, that is: see `attempt.rs`); `Err` inside
+    /// says why it could not start in its `cwd` (the attempt fails).
+    fn spawn_command(&self, task: &Task, attempt: u32) -> Result<Result<Child, String>, CliError> {
+        let env = self.environment(task, attempt)?;
+        let cwd = self.cwd(task);
+        if let Some(cwd) = cwd.as_ref().filter(|cwd| !cwd.is_dir()) {
+            return Ok(Err(format!("its cwd {} is not a directory", cwd.display())));
+        }
+        match attempt::spawn(&task.step.run, &env, cwd.as_deref()) {
+            Ok(child) => Ok(Ok(child)),
+            Err(attempt::SpawnError::Cwd(error)) => {
+                Ok(Err(format!("cannot run in its cwd: {error}")))
+            }
+            Err(attempt::SpawnError::Other(error)) => Err(error),
+        }
     }
 
     /// Records the attempt's process group with the item, under its fence, then lets the

@@ -17,6 +17,8 @@ mod pipeline;
 mod pipeline_file;
 mod run;
 mod runs;
+mod ui;
+mod ui_api;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,6 +106,13 @@ enum Cmd {
         /// drives).
         #[arg(long)]
         follow: bool,
+    },
+    /// Serve the dashboard's JSON API (`/api/overview`, `/api/runs`, ..) for this store,
+    /// read-only, on a loopback address (port 0: any free port; the address is printed).
+    Ui {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:7433")]
+        addr: String,
     },
     /// List the graphs (runs) in the store.
     Graphs,
@@ -316,6 +325,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             runs::list(&store, &runs::Filter { status, name, since }, out)?;
         }
         Cmd::Logs { run, node, follow } => logs::logs(&store, &run, node.as_deref(), follow, out)?,
+        Cmd::Ui { addr } => ui::serve(&store, &addr, out)?,
         Cmd::Graphs => inspect::graphs(&store, out)?,
         Cmd::Graph { action: GraphCmd::Show { id, format } } => {
             let json = if out.json { ShowFormat::Json } else { ShowFormat::Table };

@@ -197,6 +197,27 @@ pub fn parse_duration_ms(text: &str) -> Result<i64, CliError> {
     number.checked_mul(unit_ms).ok_or_else(bad)
 }
 
+/// A stream named as `KIND:ID` (`graph:RUN`, `queue:NAME`, `custom:NAME`, `execution:ID`,
+/// `process:ID`); the error says what a stream name is.
+pub fn parse_stream(text: &str) -> Result<spindle::Stream, String> {
+    use spindle::StreamKind;
+    let bad = || {
+        format!(
+            "a stream is KIND:ID, KIND graph, queue, custom, execution or process, not {text:?}"
+        )
+    };
+    let (kind, id) = text.split_once(':').ok_or_else(bad)?;
+    let kind = match kind {
+        "graph" => StreamKind::Graph,
+        "queue" => StreamKind::Queue,
+        "custom" => StreamKind::Custom,
+        "execution" => StreamKind::Execution,
+        "process" => StreamKind::Process,
+        _ => return Err(bad()),
+    };
+    Ok(spindle::Stream::new(kind, id))
+}
+
 /// The wall clock in epoch milliseconds (the store has its own clock; this is the caller's).
 pub fn now_ms() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
-use spindle::{Event, Page, Store, Stream, StreamKind};
+use spindle::{Event, Page, Store, Stream};
 
 use crate::common::{self, CliError, Output, all_graphs, parse_duration_ms};
 use crate::draw;
@@ -90,7 +90,7 @@ pub fn events(
     follow: bool,
     out: &Output,
 ) -> Result<(), CliError> {
-    let stream = stream.map(parse_stream).transpose()?;
+    let stream = stream.map(common::parse_stream).transpose().map_err(CliError::Bad)?;
     if follow {
         let mut subscription = match &stream {
             Some(stream) => store.subscribe(stream, after)?,
@@ -133,21 +133,6 @@ fn print_event(event: &Event, out: &Output) {
 
 fn stream_name(stream: &Stream) -> String {
     format!("{}:{}", stream.kind().as_str(), stream.id())
-}
-
-fn parse_stream(text: &str) -> Result<Stream, CliError> {
-    let (kind, id) = text
-        .split_once(':')
-        .ok_or_else(|| CliError::Bad(format!("a stream is KIND:ID, not {text:?}")))?;
-    let kind = match kind {
-        "graph" => StreamKind::Graph,
-        "queue" => StreamKind::Queue,
-        "custom" => StreamKind::Custom,
-        "execution" => StreamKind::Execution,
-        "process" => StreamKind::Process,
-        other => return Err(CliError::Bad(format!("unknown stream kind {other:?}"))),
-    };
-    Ok(Stream::new(kind, id))
 }
 
 /// Counts per queue.

@@ -8,9 +8,9 @@
 
 use serde_json::{Value, json};
 use spindle::process::{ListFilter, StatusFilter};
-use spindle::{Graph, Page, Store, Stream, StreamKind};
+use spindle::{Graph, Page, Store};
 
-use crate::common::all_graphs;
+use crate::common::{all_graphs, parse_stream};
 use crate::pipeline::RUN_KIND;
 
 /// The most items one page may ask for.
@@ -290,34 +290,16 @@ fn events(store: &Store, query: &Query) -> Answer {
             .map_err(|_| Reply::error(400, format!("after is a number here, not {text:?}")))?,
     };
     let found = match query.get("stream").filter(|s| !s.is_empty()) {
-        Some(stream) => store.events().read(&parse_stream(stream)?, after, limit + 1),
+        Some(stream) => {
+            let stream = parse_stream(stream).map_err(|message| Reply::error(400, message))?;
+            store.events().read(&stream, after, limit + 1)
+        }
         None => store.events().read_all(after, limit + 1),
     };
     let by_stream = query.get("stream").is_some_and(|s| !s.is_empty());
     let items = found.map_err(store_error)?.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
     let cursor = if by_stream { "seq" } else { "position" };
     Ok(Reply::ok(page_of(items, limit, |item| item[cursor].as_u64().map(|n| n.to_string()))))
-}
-
-fn parse_stream(text: &str) -> Result<Stream, Reply> {
-    let bad = || {
-        Reply::error(
-            400,
-            format!(
-                "a stream is KIND:ID (graph, queue, custom, execution or process), not {text:?}"
-            ),
-        )
-    };
-    let (kind, id) = text.split_once(':').ok_or_else(bad)?;
-    let kind = match kind {
-        "graph" => StreamKind::Graph,
-        "queue" => StreamKind::Queue,
-        "custom" => StreamKind::Custom,
-        "execution" => StreamKind::Execution,
-        "process" => StreamKind::Process,
-        _ => return Err(bad()),
-    };
-    Ok(Stream::new(kind, id))
 }
 
 /// `/api/tenants`.

@@ -4,65 +4,15 @@
 //! nothing written).
 #![cfg(feature = "cli")]
 
+mod cli_common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use cli_common::{Scratch, text};
 use serde_json::Value;
-use tempfile::TempDir;
-
-const BIN: &str = env!("CARGO_BIN_EXE_spindle");
-
-/// A scratch directory with a store path and a log the pipelines append to.
-struct Scratch {
-    dir: TempDir,
-}
-
-impl Scratch {
-    fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("temporary directory") }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.path("spindle.db")
-    }
-
-    /// Writes `text` to the file `name`; returns its path.
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.path(name);
-        std::fs::write(&path, text).expect("write a file");
-        path
-    }
-
-    fn command(&self) -> Command {
-        let mut command = Command::new(BIN);
-        command.arg("--db").arg(self.db()).env("SPINDLE_LEASE_MS", "1000");
-        command
-    }
-
-    fn spindle(&self, args: &[&str]) -> Output {
-        self.command().args(args).output().expect("run spindle")
-    }
-
-    fn run(&self, pipeline: &Path) -> Output {
-        self.command().arg("run").arg(pipeline).output().expect("run spindle")
-    }
-
-    /// The lines of the log (`log.txt`).
-    fn log(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(self.path("log.txt")).unwrap_or_default();
-        text.lines().map(str::to_owned).collect()
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// A TOML pipeline: `prep` (in `sub/`, with its own env over the pipeline's), a matrix
 /// `build` over `x86` and `arm` after it, and `ship`, which reads every build's output.
@@ -85,15 +35,20 @@ run = "echo ship >> log.txt; cat \"$SPINDLE_OUTPUT_BUILD_X86\" \"$SPINDLE_OUTPUT
 after = ["build"]
 "#;
 
-#[test]
-fn a_toml_matrix_runs_each_instance_and_its_successor_reads_their_outputs() {
-    let s = Scratch::new();
+/// Runs `MATRIX_TOML` from the scratch directory (its `prep` runs in `sub/`).
+fn run_matrix(s: &Scratch) -> std::process::Output {
     std::fs::create_dir(s.path("sub")).expect("sub");
     let pipeline = s.write("matrix.toml", MATRIX_TOML);
     let output = s.command().current_dir(s.dir.path()).arg("run").arg(&pipeline).output();
-    let output = output.expect("run spindle");
+    output.expect("run spindle")
+}
+
+#[test]
+fn a_toml_matrix_runs_each_instance_and_its_successor_reads_their_outputs() {
+    let s = Scratch::new();
+    let output = run_matrix(&s);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
-    let log = s.log();
+    let log = s.lines();
     assert_eq!(log.first().map(String::as_str), Some("prep hello node"), "{log:?}");
     let builds: BTreeSet<&str> = log[1..3].iter().map(String::as_str).collect();
     assert_eq!(builds, BTreeSet::from(["build x86 x86", "build arm arm"]), "{log:?}");
@@ -121,7 +76,7 @@ fn a_failed_instance_fails_the_run_unless_an_error_edge_takes_it() {
     );
     let output = s.run(&s.write("handled.json", &nodes));
     assert_eq!(output.status.code(), Some(0), "{output:?}");
-    let lines: BTreeSet<String> = s.log().into_iter().collect();
+    let lines: BTreeSet<String> = s.lines().into_iter().collect();
     assert_eq!(lines, BTreeSet::from(["handler".into(), "always".into()]), "next is skipped");
     let unhandled = r#"{"name":"u","nodes":{"t":{"run":"test $SPINDLE_MATRIX != bad",
         "matrix":{"v":["good","bad"]}},"next":{"run":"true","after":["t"]}}}"#;
@@ -265,10 +220,7 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
 #[test]
 fn graph_show_draws_a_finished_run_with_statuses() {
     let s = Scratch::new();
-    std::fs::create_dir(s.path("sub")).expect("sub");
-    let pipeline = s.write("matrix.toml", MATRIX_TOML);
-    let output = s.command().current_dir(s.dir.path()).arg("run").arg(&pipeline).output();
-    assert_eq!(output.expect("run").status.code(), Some(0));
+    assert_eq!(run_matrix(&s).status.code(), Some(0));
     let graphs: Value =
         serde_json::from_slice(&s.spindle(&["--json", "graphs"]).stdout).expect("graphs as JSON");
     let id = graphs[0]["id"].as_str().expect("the run's id");

@@ -511,19 +511,9 @@ impl<'t, 'a> Net<'t, 'a> {
         if target.join == JoinType::All || arrival.source_fired_seq <= target.fired_seq {
             return Ok(false);
         }
-        let mut seen = std::collections::HashSet::from([target.id.clone()]);
-        let mut frontier = vec![target.id.clone()];
-        while let Some(next) = frontier.pop() {
-            for edge in sql::select_out_edges(self.tx.conn(), self.key(), &next)? {
-                if edge.to == source {
-                    return Ok(true);
-                }
-                if seen.insert(edge.to.clone()) {
-                    frontier.push(edge.to);
-                }
-            }
-        }
-        Ok(false)
+        // `source` is not `target` here: a self-loop's token fires without asking.
+        let source = std::collections::BTreeSet::from([source]);
+        Ok(self.first_reached(&target.id, &source)?.is_some())
     }
 
     /// The edges of a finished node that hold no token are dead: their targets may no longer

@@ -218,6 +218,22 @@ pub fn parse_stream(text: &str) -> Result<spindle::Stream, String> {
     Ok(spindle::Stream::new(kind, id))
 }
 
+/// Every event of `stream`, read a page at a time.
+pub fn read_stream(
+    store: &Store,
+    stream: &spindle::Stream,
+) -> spindle::Result<Vec<spindle::Event>> {
+    let mut events: Vec<spindle::Event> = Vec::new();
+    loop {
+        let after = events.last().map_or(0, |event| event.seq);
+        let page = store.events().read(stream, after, 1000)?;
+        if page.is_empty() {
+            return Ok(events);
+        }
+        events.extend(page);
+    }
+}
+
 /// The wall clock in epoch milliseconds (the store has its own clock; this is the caller's).
 pub fn now_ms() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);

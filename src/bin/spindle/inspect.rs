@@ -208,7 +208,7 @@ pub fn processes(store: &Store, all: bool, out: &Output) -> Result<(), CliError>
 }
 
 /// Every process of the view's tenant with `status`, a page at a time until a short page.
-fn all_processes(store: &Store, status: StatusFilter) -> spindle::Result<Vec<ProcessRecord>> {
+pub fn all_processes(store: &Store, status: StatusFilter) -> spindle::Result<Vec<ProcessRecord>> {
     let limit = store.limits().page_size_max;
     let mut all: Vec<ProcessRecord> = Vec::new();
     loop {

@@ -8,6 +8,7 @@
 //! last line says so, and the node still keeps the last 64 KiB (`TAIL_BYTES`) of all of it.
 //! `spindle prune` deletes the live logs of runs that finished before its cutoff (`delete`).
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -108,7 +109,7 @@ pub struct LiveLog {
     node: String,
     attempt: u32,
     captured: Arc<Mutex<Captured>>,
-    flushed_at: Mutex<Instant>,
+    flushed_at: Cell<Instant>,
 }
 
 impl LiveLog {
@@ -126,13 +127,13 @@ impl LiveLog {
             node: node.to_owned(),
             attempt,
             captured: Arc::clone(captured),
-            flushed_at: Mutex::new(Instant::now()),
+            flushed_at: Cell::new(Instant::now()),
         }
     }
 
     /// Streams the new output if the last flush was a while ago.
     pub fn flush_if_due(&self) -> spindle::Result<()> {
-        if self.flushed_at.lock().elapsed() < FLUSH_EVERY {
+        if self.flushed_at.get().elapsed() < FLUSH_EVERY {
             return Ok(());
         }
         self.flush()
@@ -140,7 +141,7 @@ impl LiveLog {
 
     /// Streams whatever output is new.
     pub fn flush(&self) -> spindle::Result<()> {
-        *self.flushed_at.lock() = Instant::now();
+        self.flushed_at.set(Instant::now());
         loop {
             let Some(text) = self.captured.lock().take_fresh() else { return Ok(()) };
             let payload = json!({ "node": self.node, "attempt": self.attempt, "text": text });

@@ -10,11 +10,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::json;
-use spindle::{Event, Node, NodeOutput, NodeStatus, Store};
+use serde_json::{Value, json};
+use spindle::{Event, Node, NodeStatus, Store};
 
-use crate::common::{CliError, Output};
+use crate::common::{CliError, Output, read_stream};
 use crate::livelog::{self, TAIL_BYTES};
+use crate::outputs::output_field;
 use crate::run::attempts_of;
 use crate::runs::resolve;
 
@@ -42,7 +43,7 @@ pub fn logs(
     if follow {
         return follow_log(store, &graph.id, &view);
     }
-    let events = read_log(store, &graph.id)?;
+    let events = read_stream(store, &livelog::stream(&graph.id))?;
     if events.is_empty() {
         return kept_outputs(store, &graph.id, &view);
     }
@@ -100,20 +101,6 @@ impl View<'_> {
                 None => println!("{node} | {line}"),
             }
         }
-    }
-}
-
-/// Every event of the run's live log.
-fn read_log(store: &Store, run: &str) -> Result<Vec<Event>, CliError> {
-    let stream = livelog::stream(run);
-    let mut events: Vec<Event> = Vec::new();
-    loop {
-        let after = events.last().map_or(0, |event| event.seq);
-        let page = store.events().read(&stream, after, 1000)?;
-        if page.is_empty() {
-            return Ok(events);
-        }
-        events.extend(page);
     }
 }
 
@@ -234,14 +221,5 @@ fn kept_output(node: &Node) -> String {
         let error = node.error.as_deref().unwrap_or("");
         return error.split_once('\n').map_or("", |(_, rest)| rest).to_owned();
     }
-    match &node.output {
-        Some(NodeOutput::Single(token)) => token
-            .data
-            .as_ref()
-            .and_then(|data| data.get("output"))
-            .and_then(|text| text.as_str())
-            .unwrap_or("")
-            .to_owned(),
-        _ => String::new(),
-    }
+    output_field(node, "output").and_then(Value::as_str).unwrap_or("").to_owned()
 }

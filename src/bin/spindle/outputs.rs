@@ -12,7 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use spindle::{NodeOutput, NodeStatus, Store};
+use serde_json::Value;
+use spindle::{Node, NodeOutput, NodeStatus, Store};
 
 use crate::common::CliError;
 use crate::pipeline::output_file;
@@ -84,14 +85,19 @@ impl Outputs {
         if state.status != NodeStatus::Complete {
             return Ok(());
         }
-        let text = match &state.output {
-            Some(NodeOutput::Single(token)) => token.data.as_ref().and_then(|d| d.get("output")),
-            _ => None,
-        };
-        match text.and_then(|text| text.as_str()) {
+        match output_field(&state, "output").and_then(Value::as_str) {
             Some(text) => self.write(node, text),
             None => Ok(()),
         }
+    }
+}
+
+/// A field of what a node that ran a command completed with (`{"attempt", "output"}`, see
+/// `run.rs`), if it completed so.
+pub fn output_field<'n>(node: &'n Node, field: &str) -> Option<&'n Value> {
+    match &node.output {
+        Some(NodeOutput::Single(token)) => token.data.as_ref()?.get(field),
+        _ => None,
     }
 }
 

@@ -36,7 +36,7 @@ use spindle::{
 use crate::attempt::{self, kill_group};
 use crate::common::{CliError, Output, human_duration};
 use crate::livelog::{Captured, LiveLog};
-use crate::outputs::Outputs;
+use crate::outputs::{Outputs, output_field};
 use crate::pipeline::{Pipeline, PlanKind, RUN_KIND, Step};
 
 /// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
@@ -836,10 +836,7 @@ type Handled = Result<(), CliError>;
 
 /// How many attempts a finished node took, read back from its output or error.
 pub fn attempts_of(node: &spindle::Node) -> Option<u64> {
-    let from_output = node.output.as_ref().and_then(|output| match output {
-        NodeOutput::Single(token) => token.data.as_ref()?.get("attempt")?.as_u64(),
-        NodeOutput::Many { .. } => None,
-    });
+    let from_output = output_field(node, "attempt").and_then(Value::as_u64);
     let from_error = || {
         let rest = node.error.as_deref()?.strip_prefix("attempt ")?;
         rest.split(':').next()?.parse::<u64>().ok()

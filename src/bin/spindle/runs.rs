@@ -13,6 +13,7 @@ use spindle::{Graph, GraphStatus, NodeStatus, Store};
 
 use crate::common::{
     CliError, Output, all_graphs, human_duration, human_time, now_ms, parse_duration_ms,
+    read_stream,
 };
 use crate::livelog;
 use crate::outputs::Outputs;
@@ -27,7 +28,7 @@ pub struct Filter {
 }
 
 /// Every run of the tenant, oldest first.
-fn all_runs(store: &Store) -> Result<Vec<Graph>, CliError> {
+pub fn all_runs(store: &Store) -> spindle::Result<Vec<Graph>> {
     let graphs = all_graphs(store)?;
     let mut runs: Vec<Graph> =
         graphs.into_iter().filter(|graph| graph.metadata["kind"] == RUN_KIND).collect();
@@ -284,15 +285,9 @@ fn reachable(next: &BTreeMap<String, Vec<String>>, from: &str) -> BTreeSet<Strin
 
 /// The pipeline a run was built from, read back from the text the run kept.
 fn pipeline_of(store: &Store, graph: &Graph) -> Result<Pipeline, CliError> {
-    let stream = source_stream(&graph.id);
-    let mut text = String::new();
-    let mut after_seq = 0;
-    loop {
-        let page = store.events().read(&stream, after_seq, 1000)?;
-        let Some(last) = page.last() else { break };
-        after_seq = last.seq;
-        page.iter().for_each(|event| text.push_str(event.payload["text"].as_str().unwrap_or("")));
-    }
+    let parts = read_stream(store, &source_stream(&graph.id))?;
+    let text: String =
+        parts.iter().map(|event| event.payload["text"].as_str().unwrap_or("")).collect();
     if text.is_empty() {
         return Err(CliError::Bad(format!(
             "run {} was made by an older spindle that did not keep its pipeline: run the \

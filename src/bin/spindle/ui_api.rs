@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use spindle::process::{ListFilter, StatusFilter};
 use spindle::{Graph, Page, Store};
 
-use crate::common::{all_graphs, parse_stream};
-use crate::pipeline::RUN_KIND;
+use crate::common::parse_stream;
+use crate::inspect::all_processes;
+use crate::runs::all_runs;
 
 /// The most items one page may ask for.
 const PAGE_MAX: usize = 500;
@@ -166,31 +167,16 @@ fn overview(store: &Store) -> Answer {
     Ok(Reply::ok(json!({
         "runs": by_status,
         "queues": to_json(&queues)?,
-        "processes_running": count_running_processes(store)?,
+        "processes_running": all_processes(store, StatusFilter::Running).map_err(store_error)?.len(),
         "recent_failures": recent,
     })))
 }
 
-/// How many processes run (waiting ones included), a page at a time.
-fn count_running_processes(store: &Store) -> Result<usize, Reply> {
-    let limit = store.limits().page_size_max;
-    let (mut count, mut after) = (0, None);
-    loop {
-        let page = Page { after, limit };
-        let filter = ListFilter { status: StatusFilter::Running, page, ..ListFilter::default() };
-        let found = store.processes().list(filter).map_err(store_error)?;
-        count += found.len();
-        match found.last() {
-            Some(last) if found.len() == limit => after = Some(last.id.clone()),
-            _ => return Ok(count),
-        }
-    }
-}
-
-/// Every run (a graph the CLI made), oldest first.
+/// Every run (a graph the CLI made), in id order: what keyset pages go by.
 fn run_graphs(store: &Store) -> Result<Vec<Graph>, Reply> {
-    let graphs = all_graphs(store).map_err(store_error)?;
-    Ok(graphs.into_iter().filter(|graph| graph.metadata["kind"] == RUN_KIND).collect())
+    let mut runs = all_runs(store).map_err(store_error)?;
+    runs.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(runs)
 }
 
 /// What the runs list shows of a run.

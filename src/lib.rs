@@ -118,8 +118,8 @@ pub use crate::core::sql::Sql;
 pub use crate::core::tx::Tx;
 pub use crate::error::{Error, Result};
 pub use crate::graph::{
-    Edge, GatherStrategy, Graph, GraphEvent, GraphId, GraphStatus, Graphs, JoinType, Node,
-    NodeCounts, NodeId, NodeOptions, NodeOutput, NodeSpec, NodeStatus, Recovered, Token,
+    Edge, GatherStrategy, Graph, GraphEvent, GraphFilter, GraphId, GraphStatus, Graphs, JoinType,
+    Node, NodeCounts, NodeId, NodeOptions, NodeOutput, NodeSpec, NodeStatus, Recovered, Token,
     TokenColor,
 };
 pub use crate::limits::Limits;

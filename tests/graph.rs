@@ -1092,3 +1092,62 @@ fn edges_and_children_stop_at_their_limits_and_write_nothing_past_them() {
     assert!(matches!(fourth, Err(Error::TooLarge { .. })), "{fourth:?}");
     assert_eq!(store.graphs().children(&g).expect("children").len(), 3);
 }
+
+#[test]
+fn find_filters_by_status_metadata_and_parent_and_pages_either_way() {
+    let store = store();
+    let graphs = store.graphs();
+    let mut ids = Vec::new();
+    for (n, pipeline) in ["build", "test", "build", "build"].iter().enumerate() {
+        let id = graphs.create(json!({"kind": "run", "pipeline": pipeline, "n": n})).expect("g");
+        ids.push(id);
+    }
+    node(&store, &ids[0], "a");
+    graphs.start(&ids[0]).expect("start");
+    let child = graphs.create_child(&ids[0], json!({"kind": "run", "pipeline": "build"})).unwrap();
+    let builds = spindle::GraphFilter {
+        metadata: vec![("kind".into(), json!("run")), ("pipeline".into(), json!("build"))],
+        roots_only: true,
+        newest_first: true,
+        ..Default::default()
+    };
+    let found: Vec<String> =
+        graphs.find(&builds, Page::first(10)).expect("find").into_iter().map(|g| g.id).collect();
+    assert_eq!(found, vec![ids[3].clone(), ids[2].clone(), ids[0].clone()]);
+    let first = graphs.find(&builds, Page::first(2)).expect("page 1");
+    let after = first.last().map(|g| g.id.clone()).expect("a last id");
+    let rest = graphs.find(&builds, Page::after(after, 2)).expect("page 2");
+    assert_eq!(rest.iter().map(|g| g.id.clone()).collect::<Vec<_>>(), vec![ids[0].clone()]);
+
+    let with_children = spindle::GraphFilter { roots_only: false, ..builds.clone() };
+    assert_eq!(graphs.find(&with_children, Page::first(10)).expect("all").len(), 4);
+    assert!(
+        graphs.find(&with_children, Page::first(10)).expect("all").iter().any(|g| g.id == child)
+    );
+    let oldest_first = spindle::GraphFilter { newest_first: false, ..builds.clone() };
+    assert_eq!(graphs.find(&oldest_first, Page::first(1)).expect("oldest")[0].id, ids[0]);
+    let numbered =
+        spindle::GraphFilter { metadata: vec![("n".into(), json!(1))], ..Default::default() };
+    assert_eq!(graphs.find(&numbered, Page::first(10)).expect("n")[0].id, ids[1]);
+
+    let running = spindle::GraphFilter { status: Some(GraphStatus::Running), ..builds.clone() };
+    assert_eq!(graphs.find(&running, Page::first(10)).expect("running").len(), 1);
+    let counts = graphs.count_by_status(&builds).expect("counts");
+    assert_eq!(counts, vec![(GraphStatus::Pending, 2), (GraphStatus::Running, 1)]);
+}
+
+#[test]
+fn find_refuses_a_bad_metadata_key_or_a_value_that_is_not_a_scalar() {
+    let store = store();
+    store.graphs().create(json!({"kind": "run"})).expect("graph");
+    for (key, value) in [("", json!(1)), ("a.b", json!(1)), ("a\"", json!(1)), ("k", json!({}))] {
+        let filter =
+            spindle::GraphFilter { metadata: vec![(key.into(), value)], ..Default::default() };
+        let found = store.graphs().find(&filter, Page::first(10));
+        assert!(matches!(found, Err(Error::InvalidInput(_))), "{key:?}: {found:?}");
+        let counted = store.graphs().count_by_status(&filter);
+        assert!(matches!(counted, Err(Error::InvalidInput(_))), "{key:?}: {counted:?}");
+    }
+    let too_many = store.graphs().find(&spindle::GraphFilter::default(), Page::first(1_000_000));
+    assert!(matches!(too_many, Err(Error::TooLarge { .. })), "{too_many:?}");
+}

@@ -713,3 +713,32 @@ fn a_bad_queue_name_for_item_events_is_refused_and_writes_nothing() -> spindle::
     assert_eq!(store.events().read_all(0, 10)?.len(), 0, "no event was written");
     Ok(())
 }
+
+#[test]
+fn items_lists_a_queues_items_of_one_status_in_enqueue_order_by_pages() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let ids: Vec<String> = (0..4)
+        .map(|n| queue.enqueue(NewItem::new("q", json!(n))).map(|e| e.id))
+        .collect::<spindle::Result<_>>()?;
+    queue.enqueue(NewItem::new("other", json!("x")))?;
+    let later = queue.enqueue(NewItem::new("q", json!("later")).run_at_ms(T0 + 60_000))?.id;
+    let claimed = queue.claim("w", &["q"], 1_000)?.expect("claimed").item.id;
+    assert_eq!(claimed, ids[0]);
+
+    let pending = |page| -> spindle::Result<Vec<String>> {
+        Ok(queue.items("q", ItemStatus::Pending, page)?.into_iter().map(|i| i.id).collect())
+    };
+    assert_eq!(pending(Page::first(10))?, [&ids[1], &ids[2], &ids[3], &later].map(String::clone));
+    assert_eq!(pending(Page::first(2))?, [&ids[1], &ids[2]].map(String::clone));
+    assert_eq!(pending(Page::after(ids[2].clone(), 2))?, [&ids[3], &later].map(String::clone));
+    let running = queue.items("q", ItemStatus::Claimed, Page::first(10))?;
+    assert_eq!(running.iter().map(|i| &i.id).collect::<Vec<_>>(), [&ids[0]]);
+    assert!(queue.items("q", ItemStatus::Dead, Page::first(10))?.is_empty());
+
+    let too_many = queue.items("q", ItemStatus::Pending, Page::first(1_000_000));
+    assert!(matches!(too_many, Err(Error::TooLarge { .. })), "{too_many:?}");
+    let bad_queue = queue.items("", ItemStatus::Pending, Page::first(1));
+    assert!(matches!(bad_queue, Err(Error::InvalidInput(_))), "{bad_queue:?}");
+    Ok(())
+}

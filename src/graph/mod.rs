@@ -50,9 +50,9 @@ use crate::page::Page;
 use crate::store::{DEFAULT_TENANT, Store};
 
 pub use ops::{
-    AddEdge, AddNode, Audit, Cancel, Children, CompleteNode, Create, Edges, ExpireOverdue,
-    FailNode, Get, GetNode, Inputs, List, Nodes, Recover, Reopen, SetJoin, SetTimeout, Start,
-    StartNode,
+    AddEdge, AddNode, Audit, Cancel, Children, CompleteNode, CountByStatus, Create, Edges,
+    ExpireOverdue, FailNode, Find, Get, GetNode, Inputs, List, Nodes, Recover, Reopen, SetJoin,
+    SetTimeout, Start, StartNode,
 };
 pub(crate) use ops::{ExpireDeadlines, RunningTenants};
 
@@ -342,6 +342,21 @@ pub struct NodeCounts {
     pub skipped: u64,
 }
 
+/// Which graphs [`Graphs::find`] and [`Graphs::count_by_status`] read; the default is every
+/// graph, oldest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GraphFilter {
+    /// Only graphs with this status.
+    pub status: Option<GraphStatus>,
+    /// Only graphs whose metadata has each of these top-level keys (letters, digits, `_` and
+    /// `-`, at most 64) with exactly this scalar value (a string, number, boolean or null).
+    pub metadata: Vec<(String, Value)>,
+    /// Only graphs that are not a SubGraph node's child.
+    pub roots_only: bool,
+    /// Newest first (descending id) instead of oldest first.
+    pub newest_first: bool,
+}
+
 /// A graph as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Graph {
@@ -615,6 +630,26 @@ impl<'a> Graphs<'a> {
     /// `TooLarge` for a page past the page size limit.
     pub fn list(&self, page: Page) -> Result<Vec<Graph>> {
         self.store.exec(List { page })
+    }
+
+    /// A page of the tenant's graphs that match `filter`, in id (creation) order or, with
+    /// `filter.newest_first`, newest first; the page's `after` is the last id of the page before
+    /// either way.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a bad metadata key or a value that is not a scalar; `TooLarge` for a
+    /// page past the page size limit.
+    pub fn find(&self, filter: &GraphFilter, page: Page) -> Result<Vec<Graph>> {
+        self.store.exec(Find { filter: filter.clone(), page })
+    }
+
+    /// How many of the tenant's graphs match `filter` (its `status` aside), by status; a
+    /// status no graph has is left out.
+    ///
+    /// # Errors
+    /// `InvalidInput` as for [`Graphs::find`].
+    pub fn count_by_status(&self, filter: &GraphFilter) -> Result<Vec<(GraphStatus, u64)>> {
+        self.store.exec(CountByStatus { filter: filter.clone() })
     }
 
     /// Adds a node. On a running graph, a node without inbound edges is ready at once (a

@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::net::{self, Ended, Net, Outcome};
 use super::sql::{self, Key, NodeState};
 use super::{
-    Edge, GatherStrategy, Graph, GraphId, GraphStatus, JoinType, Node, NodeId, NodeOptions,
-    NodeOutput, NodeSpec, NodeStatus, Recovered, Token, TokenColor,
+    Edge, GatherStrategy, Graph, GraphFilter, GraphId, GraphStatus, JoinType, Node, NodeId,
+    NodeOptions, NodeOutput, NodeSpec, NodeStatus, Recovered, Token, TokenColor,
 };
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
@@ -40,6 +40,22 @@ pub struct Get {
 pub struct List {
     /// Which page.
     pub page: Page,
+}
+
+/// Reads a page of the tenant's graphs that match a filter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Find {
+    /// Which graphs.
+    pub filter: GraphFilter,
+    /// Which page.
+    pub page: Page,
+}
+
+/// Counts the tenant's graphs that match a filter, by status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CountByStatus {
+    /// Which graphs (its `status` and `newest_first` aside).
+    pub filter: GraphFilter,
 }
 
 /// Reads the children of a graph, in creation order.
@@ -255,6 +271,49 @@ impl Op for List {
         let after = self.page.after.as_deref().unwrap_or("");
         sql::select_graphs(tx.conn(), tx.tenant(), after, self.page.limit)
     }
+}
+
+impl Sealed for Find {}
+impl Op for Find {
+    type Output = Vec<Graph>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Graph>> {
+        tx.limits().check_page(self.page.limit)?;
+        check_filter(&self.filter)?;
+        sql::find_graphs(tx.conn(), tx.tenant(), &self.filter, &self.page)
+    }
+}
+
+impl Sealed for CountByStatus {}
+impl Op for CountByStatus {
+    type Output = Vec<(GraphStatus, u64)>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(GraphStatus, u64)>> {
+        check_filter(&self.filter)?;
+        sql::count_graphs(tx.conn(), tx.tenant(), &self.filter)
+    }
+}
+
+/// A filter's metadata keys are plain names and its values scalars.
+fn check_filter(filter: &GraphFilter) -> Result<()> {
+    for (key, value) in &filter.metadata {
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if key.is_empty() || key.len() > 64 || !key.chars().all(plain) {
+            return Err(Error::InvalidInput(format!(
+                "a metadata key is 1 to 64 letters, digits, _ or -, not {key:?}"
+            )));
+        }
+        if value.is_object() || value.is_array() {
+            return Err(Error::InvalidInput(format!(
+                "metadata {key:?} is compared with a scalar, not {value}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Sealed for Children {}

@@ -6,13 +6,15 @@
 //! counters as one row (`NodeState`) and the graph's as another (`GraphState`), so a step
 //! costs a few primary-key reads and writes per node it touches.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use super::{
-    Edge, Graph, GraphStatus, JoinType, Node, NodeCounts, NodeSpec, NodeStatus, Token, TokenColor,
+    Edge, Graph, GraphFilter, GraphStatus, JoinType, Node, NodeCounts, NodeSpec, NodeStatus, Token,
+    TokenColor,
 };
 use crate::error::{Error, Result};
-use crate::page::{from_sql_int, sql_limit};
+use crate::page::{Page, from_sql_int, sql_limit};
 
 /// Which graph of which tenant a statement is about.
 #[derive(Debug, Clone, Copy)]
@@ -225,6 +227,75 @@ pub(super) fn select_graphs(
     ))?;
     let rows = stmt.query_map(params![tenant, after, sql_limit(limit)], raw_graph)?;
     rows.map(|row| row?.decode()).collect()
+}
+
+/// A page of the tenant's graphs that match `filter`, by id (descending with `newest_first`).
+pub(super) fn find_graphs(
+    conn: &Connection,
+    tenant: &str,
+    filter: &GraphFilter,
+    page: &Page,
+) -> Result<Vec<Graph>> {
+    let (mut sql, mut values) = filter_clause(tenant, filter);
+    let order = if filter.newest_first { ("<", "DESC") } else { (">", "ASC") };
+    if let Some(after) = &page.after {
+        values.push(SqlValue::Text(after.clone()));
+        sql.push_str(&format!(" AND graph_id {} ?{}", order.0, values.len()));
+    }
+    values.push(SqlValue::Integer(sql_limit(page.limit)));
+    let sql = format!(
+        "SELECT {}, metadata, created_at_ms, updated_at_ms FROM main.graphs WHERE {sql}
+         ORDER BY graph_id {} LIMIT ?{}",
+        state_columns!(),
+        order.1,
+        values.len()
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(values), raw_graph)?;
+    rows.map(|row| row?.decode()).collect()
+}
+
+/// How many of the tenant's graphs match `filter` (its status aside), by status.
+pub(super) fn count_graphs(
+    conn: &Connection,
+    tenant: &str,
+    filter: &GraphFilter,
+) -> Result<Vec<(GraphStatus, u64)>> {
+    let unfiltered = GraphFilter { status: None, ..filter.clone() };
+    let (sql, values) = filter_clause(tenant, &unfiltered);
+    let sql = format!(
+        "SELECT status, count(*) FROM main.graphs WHERE {sql} GROUP BY status ORDER BY status"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(values), |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+    })?;
+    rows.map(|row| {
+        let (status, count) = row?;
+        Ok((GraphStatus::parse(&status)?, from_sql_int(count)))
+    })
+    .collect()
+}
+
+/// The `WHERE` conditions of `filter` and the values of their numbered parameters.
+fn filter_clause(tenant: &str, filter: &GraphFilter) -> (String, Vec<SqlValue>) {
+    let mut sql = String::from("tenant_id = ?1");
+    let mut values = vec![SqlValue::Text(tenant.to_owned())];
+    if let Some(status) = filter.status {
+        values.push(SqlValue::Text(status.as_str().to_owned()));
+        sql.push_str(&format!(" AND status = ?{}", values.len()));
+    }
+    if filter.roots_only {
+        sql.push_str(" AND parent_graph_id IS NULL");
+    }
+    for (key, value) in &filter.metadata {
+        // `->` gives the value as minified JSON text, as serde_json writes a scalar.
+        values.push(SqlValue::Text(format!("$.\"{key}\"")));
+        values.push(SqlValue::Text(value.to_string()));
+        let (path, json) = (values.len() - 1, values.len());
+        sql.push_str(&format!(" AND (metadata -> ?{path}) = ?{json}"));
+    }
+    (sql, values)
 }
 
 /// The children of `parent`, by id.

@@ -37,8 +37,8 @@ use crate::store::Store;
 pub use ops::{
     Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete, CompleteAndClaim,
     CompleteBatch, Completion, Cycle, Cycled, DeadLetters, Enqueue, EnqueueBatch, Fail,
-    FailAndClaim, Get, Heartbeat, ItemEvents, Lease, NextDue, PruneCompleted, PurgeDead, Reclaim,
-    Release, Requeue, RequeueAll, SetItemEvents, Settled, Settlement, Stats,
+    FailAndClaim, Get, Heartbeat, ItemEvents, Items, Lease, NextDue, PruneCompleted, PurgeDead,
+    Reclaim, Release, Requeue, RequeueAll, SetItemEvents, Settled, Settlement, Stats,
 };
 pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
@@ -523,6 +523,15 @@ impl<'a> Queue<'a> {
     /// `TooLarge` for a page past the page size limit.
     pub fn dead_letters(&self, queue: &str, page: Page) -> Result<Vec<QueueItem>> {
         self.store.exec(DeadLetters { queue: queue.into(), page })
+    }
+
+    /// A page of a queue's items with `status`, in enqueue order (pending items due or not:
+    /// an item's `run_at_ms` says which).
+    ///
+    /// # Errors
+    /// `TooLarge` for a page past the page size limit.
+    pub fn items(&self, queue: &str, status: ItemStatus, page: Page) -> Result<Vec<QueueItem>> {
+        self.store.exec(Items { queue: queue.into(), status, page })
     }
 
     /// Gives a dead item fresh attempts: pending and due now. Its fence keeps growing.

@@ -265,6 +265,17 @@ pub struct DeadLetters {
     pub page: Page,
 }
 
+/// Reads a page of a queue's items with one status, in enqueue order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Items {
+    /// The queue.
+    pub queue: String,
+    /// Which items.
+    pub status: ItemStatus,
+    /// Which page.
+    pub page: Page,
+}
+
 /// Gives a dead item fresh attempts, due now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requeue {
@@ -600,7 +611,25 @@ impl Op for DeadLetters {
         tx.limits().check_id("queue", &self.queue)?;
         tx.limits().check_page(self.page.limit)?;
         let after = self.page.after.as_deref().unwrap_or("");
-        let rows = sql::select_dead(tx.conn(), tx.tenant(), &self.queue, after, self.page.limit)?;
+        let (queue, limit) = (&self.queue, self.page.limit);
+        let rows =
+            sql::select_items(tx.conn(), tx.tenant(), queue, ItemStatus::Dead, after, limit)?;
+        rows.into_iter().map(ItemRow::into_item).collect()
+    }
+}
+
+impl Sealed for Items {}
+impl Op for Items {
+    type Output = Vec<QueueItem>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueItem>> {
+        tx.limits().check_id("queue", &self.queue)?;
+        tx.limits().check_page(self.page.limit)?;
+        let after = self.page.after.as_deref().unwrap_or("");
+        let (queue, limit) = (&self.queue, self.page.limit);
+        let rows = sql::select_items(tx.conn(), tx.tenant(), queue, self.status, after, limit)?;
         rows.into_iter().map(ItemRow::into_item).collect()
     }
 }
@@ -633,7 +662,8 @@ impl Op for RequeueAll {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("queue", &self.queue)?;
         let limit = tx.limits().page_size_max;
-        let dead = sql::select_dead(tx.conn(), tx.tenant(), &self.queue, "", limit)?;
+        let dead =
+            sql::select_items(tx.conn(), tx.tenant(), &self.queue, ItemStatus::Dead, "", limit)?;
         let mut notes = Notes::default();
         let mut requeued = 0;
         for item in &dead {

@@ -458,22 +458,34 @@ pub(super) fn dead_letter(
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
-/// Up to `limit` dead items of `queue` with ids after `after`, in id (enqueue) order.
-pub(super) fn select_dead(
+/// Up to `limit` items of `queue` with `status` and ids after `after`, in id (enqueue) order.
+pub(super) fn select_items(
     conn: &Connection,
     tenant: &str,
     queue: &str,
+    status: ItemStatus,
     after: &str,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        item_columns!(),
-        " FROM main.queue_items INDEXED BY queue_items_dead
-          WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead' AND item_id > ?3
-          ORDER BY item_id LIMIT ?4"
-    ))?;
-    items(&mut stmt, params![tenant, queue, after, limit as i64])
+    // Dead letters have an index of their own in id order.
+    let sql = match status {
+        ItemStatus::Dead => concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM main.queue_items INDEXED BY queue_items_dead
+              WHERE tenant_id = ?1 AND queue = ?2 AND status = ?3 AND item_id > ?4
+              ORDER BY item_id LIMIT ?5"
+        ),
+        _ => concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM main.queue_items
+              WHERE tenant_id = ?1 AND queue = ?2 AND status = ?3 AND item_id > ?4
+              ORDER BY item_id LIMIT ?5"
+        ),
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    items(&mut stmt, params![tenant, queue, status.as_str(), after, limit as i64])
 }
 
 /// Makes a dead item pending again with fresh attempts, due now.

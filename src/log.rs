@@ -10,7 +10,7 @@ use std::borrow::Borrow;
 use serde_json::Value;
 
 pub use crate::core::events::{
-    Append, Appended, Event, Head, Read, ReadAll, Stream, StreamKind, Truncate,
+    Append, Appended, Event, Head, LastPosition, Read, ReadAll, Stream, StreamKind, Truncate,
 };
 use crate::error::Result;
 use crate::store::Store;
@@ -90,6 +90,14 @@ impl<'a> Events<'a> {
     /// `InvalidInput` for a bad stream id.
     pub fn head(&self, stream: impl Borrow<Stream>) -> Result<u64> {
         self.store.exec(Head { stream: stream.borrow().clone() })
+    }
+
+    /// The position of the tenant's newest event (0: none); see [`LastPosition`].
+    ///
+    /// # Errors
+    /// Only the store's own failures.
+    pub fn last_position(&self) -> Result<u64> {
+        self.store.exec(LastPosition)
     }
 
     /// Deletes a stream's events before `before_seq`; see [`Truncate`].

@@ -128,3 +128,19 @@ fn created_at_comes_from_the_injected_clock() -> spindle::Result<()> {
     assert_eq!(stamps, [1_700_000_000_000, 1_700_000_005_000, 1_700_000_005_000]);
     Ok(())
 }
+
+#[test]
+fn last_position_is_the_tenants_newest_event_and_reading_after_it_sees_only_new_ones()
+-> spindle::Result<()> {
+    let store = Store::open_in_memory()?;
+    assert_eq!(store.events().last_position()?, 0);
+    let other = store.tenant("other")?;
+    let mine = store.events().append(Stream::custom("a"), "x", json!(1))?;
+    other.events().append(Stream::custom("a"), "x", json!(2))?;
+    assert_eq!(store.events().last_position()?, mine.position);
+    assert!(other.events().last_position()? > mine.position);
+    let next = store.events().append(Stream::custom("b"), "y", json!(3))?;
+    let after = store.events().read_all(mine.position, 10)?;
+    assert_eq!(after.iter().map(|e| e.position).collect::<Vec<_>>(), [next.position]);
+    Ok(())
+}

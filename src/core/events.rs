@@ -194,6 +194,11 @@ pub struct Head {
     pub stream: Stream,
 }
 
+/// The position of the tenant's newest event (0 when it has none): `ReadAll` after it reads
+/// only what commits next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastPosition;
+
 /// Deletes a stream's events with `seq < before_seq`; returns how many were deleted. The head
 /// stays, so later appends continue the sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,6 +263,21 @@ impl Op for Head {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         check_stream(tx, &self.stream)?;
         select_head(tx.conn(), tx.tenant(), &self.stream)
+    }
+}
+
+impl Sealed for LastPosition {}
+impl Op for LastPosition {
+    type Output = u64;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        let last: Option<i64> = tx
+            .conn()
+            .prepare_cached("SELECT max(position) FROM main.events WHERE tenant_id = ?1")?
+            .query_row(params![tx.tenant()], |row| row.get(0))?;
+        Ok(last.map_or(0, from_sql_int))
     }
 }
 

@@ -1,7 +1,9 @@
-//! `spindle ui`'s JSON API, over HTTP against the built binary: a store filled by a pipeline
-//! run (a failed and a skipped node) and by the library (dead letters), then every route's
-//! status code and JSON shape, keyset pages followed to the end, and bad input (400, 404, 405)
-//! answered as JSON errors.
+//! `spindle ui` over HTTP against the built binary: a store filled by a pipeline run (a failed
+//! and a skipped node) and by the library (dead letters, pending and scheduled items, a
+//! workflow execution), then every `/api/` route's status code and JSON shape, keyset pages
+//! followed to the end, bad input answered as JSON errors; the pages and assets; live events
+//! over Server-Sent Events; and the guards of queue actions (the flag, the session, its
+//! anti-forgery token, the origin, the token's tenant and role), each refusal writing nothing.
 #![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -22,10 +24,15 @@ struct Ui {
 
 impl Ui {
     fn start(db: &Path) -> Self {
+        Self::start_with(db, &[])
+    }
+
+    fn start_with(db: &Path, flags: &[&str]) -> Self {
         let mut child = Command::new(BIN)
             .arg("--db")
             .arg(db)
             .args(["ui", "--addr", "127.0.0.1:0"])
+            .args(flags)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -44,18 +51,34 @@ impl Ui {
 
     /// The status code and JSON body of `method path`.
     fn call(&self, method: &str, path: &str) -> (u16, Value) {
+        let (status, head, body) = self.send(method, path, &[], "");
+        assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
+        (status, serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}")))
+    }
+
+    /// The status, head and body of a request with these extra headers and body.
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, String, String) {
         let mut stream = TcpStream::connect(&self.addr).expect("connect");
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-            self.addr
-        );
+        let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+        if !headers.iter().any(|(name, _)| *name == "Host") {
+            request.push_str(&format!("Host: {}\r\n", self.addr));
+        }
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
         stream.write_all(request.as_bytes()).expect("send");
         let mut answer = String::new();
         stream.read_to_string(&mut answer).expect("read");
         let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status");
         let (head, body) = answer.split_once("\r\n\r\n").expect("a body");
-        assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
-        (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {body}")))
+        (status, head.to_owned(), body.to_owned())
     }
 
     fn get(&self, path: &str) -> Value {
@@ -99,6 +122,14 @@ fn filled(dir: &Path) -> std::path::PathBuf {
         let error = format!("smtp down {n}");
         store.queue().fail(&claimed.item.id, claimed.fence, &error, true).expect("fail");
     }
+    store.queue().enqueue(NewItem::new("jobs", json!("now"))).expect("enqueue");
+    let later = NewItem::new("jobs", json!("later")).run_at_ms(i64::MAX / 2);
+    store.queue().enqueue(later).expect("enqueue");
+    let workflows = store.workflows();
+    workflows.put_definition("deploy", "v1", json!({ "steps": ["a"] })).expect("definition");
+    let execution = workflows.create_execution("deploy", "v1", json!({ "to": "prod" })).expect("x");
+    let appended = workflows.append_event(&execution.id, "step", json!({ "a": 1 })).expect("event");
+    workflows.write_snapshot(&execution.id, appended.seq, json!({ "a": 1 })).expect("snapshot");
     store.close().expect("close");
     db
 }
@@ -112,6 +143,8 @@ fn every_route_answers_json_and_pages_go_to_the_end() {
     assert_eq!(overview["runs"]["failed"], 3, "{overview}");
     assert_eq!(overview["recent_failures"].as_array().map(Vec::len), Some(3));
     assert_eq!(overview["recent_failures"][0]["failed_node"], "test");
+    assert_eq!(overview["workflows"]["pending"], 1, "{overview}");
+    assert!(overview["processes"].is_object() && overview["samples"].is_array(), "{overview}");
 
     // Runs, a page of one at a time, followed to the end.
     let mut seen = Vec::new();
@@ -127,7 +160,7 @@ fn every_route_answers_json_and_pages_go_to_the_end() {
         }
     }
     assert_eq!(seen.len(), 3);
-    assert!(seen.windows(2).all(|w| w[0] < w[1]), "in id order: {seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] > w[1]), "newest first: {seen:?}");
     assert_eq!(ui.get("/api/runs?status=failed&name=p")["items"].as_array().map(Vec::len), Some(3));
     assert_eq!(ui.get("/api/runs?status=complete")["items"], json!([]));
 
@@ -148,7 +181,9 @@ fn every_route_answers_json_and_pages_go_to_the_end() {
     assert!(statuses.contains(&("test".into(), "failed".into())), "{statuses:?}");
     assert_eq!(run["edges"].as_array().map(Vec::len), Some(2));
     let node = ui.get(&format!("/api/runs/{}/nodes/test", seen[0]));
-    assert!(node["error"].as_str().is_some_and(|e| e.contains("broken")), "{node}");
+    assert!(node["node"]["error"].as_str().is_some_and(|e| e.contains("broken")), "{node}");
+    assert_eq!(node["attempts"][0]["try"], 1, "{node}");
+    assert!(node["attempts"][0]["log"].as_str().is_some_and(|l| l.contains("broken")), "{node}");
 
     let queues = ui.get("/api/queues");
     let mail = queues.as_array().expect("stats").iter().find(|q| q["queue"] == "mail").cloned();
@@ -159,6 +194,23 @@ fn every_route_answers_json_and_pages_go_to_the_end() {
     let rest = ui.get(&format!("/api/queues/mail/dead?limit=1&after={next}"));
     assert_eq!(rest["items"].as_array().map(Vec::len), Some(1));
     assert!(rest["items"][0]["last_error"].as_str().is_some_and(|e| e.starts_with("smtp down")));
+
+    let pending = ui.get("/api/queues/jobs/items?status=pending");
+    assert_eq!(pending["items"].as_array().map(Vec::len), Some(1), "{pending}");
+    assert_eq!(pending["items"][0]["payload"], "now");
+    let scheduled = ui.get("/api/queues/jobs/items?status=scheduled");
+    assert_eq!(scheduled["items"][0]["payload"], "later", "{scheduled}");
+    assert_eq!(ui.get("/api/queues/jobs/items?status=claimed")["items"], json!([]));
+
+    let executions = ui.get("/api/workflows?workflow=deploy");
+    let id = executions["items"][0]["id"].as_str().expect("an execution").to_owned();
+    assert_eq!(ui.get("/api/workflows?status=completed")["items"], json!([]));
+    let execution = ui.get(&format!("/api/workflows/{id}"));
+    assert_eq!(execution["execution"]["input"]["to"], "prod", "{execution}");
+    assert!(
+        execution["events"].as_array().is_some_and(|e| e.iter().any(|e| e["event_type"] == "step"))
+    );
+    assert_eq!(execution["snapshot"]["state"]["a"], 1, "{execution}");
 
     let stream = format!("/api/events?stream=graph%3A{}&limit=500", seen[0]);
     let events = ui.get(&stream)["items"].as_array().cloned().expect("events");
@@ -183,7 +235,13 @@ fn bad_requests_are_json_errors_with_their_status() {
         ("GET", "/api/events?stream=nonsense", 400),
         ("GET", "/api/events?after=x", 400),
         ("GET", "/api/runs/%zz", 400),
+        ("GET", "/api/queues/jobs/items?status=dead", 400),
+        ("GET", "/api/workflows?status=sideways", 400),
+        ("GET", "/api/workflows/no-such", 404),
+        ("GET", "/api/live?after=x", 400),
+        ("GET", "/api/live?stream=nonsense", 400),
         ("POST", "/api/overview", 405),
+        ("POST", "/api/queues/mail/purge", 403),
         ("DELETE", "/api/runs", 405),
     ] {
         let (got, body) = ui.call(method, path);
@@ -193,16 +251,269 @@ fn bad_requests_are_json_errors_with_their_status() {
 }
 
 #[test]
-fn a_non_loopback_address_or_a_bad_one_is_refused_with_exit_2() {
+fn actions_on_a_non_loopback_address_without_a_token_or_a_bad_address_exit_2() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = filled(dir.path());
-    for addr in ["0.0.0.0:7433", "localhost", "127.0.0.1:99999"] {
+    for flags in [
+        &["--addr", "0.0.0.0:0", "--allow-actions"][..],
+        &["--addr", "localhost"],
+        &["--addr", "127.0.0.1:99999"],
+    ] {
         let output = Command::new(BIN)
             .arg("--db")
             .arg(&db)
-            .args(["ui", "--addr", addr])
+            .arg("ui")
+            .args(flags)
             .output()
             .expect("spindle ui");
-        assert_eq!(output.status.code(), Some(2), "{addr}");
+        assert_eq!(output.status.code(), Some(2), "{flags:?}");
     }
+}
+
+#[test]
+fn pages_and_assets_are_served_and_other_hosts_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ui = Ui::start(&filled(dir.path()));
+    for (path, status, content_type) in [
+        ("/", 200, "text/html"),
+        ("/runs/some-run?node=a", 200, "text/html"),
+        ("/queues/mail", 200, "text/html"),
+        ("/no/such/page", 404, "text/html"),
+        ("/assets/app.js", 200, "text/javascript"),
+        ("/assets/dagre.min.js", 200, "text/javascript"),
+        ("/assets/app.css", 200, "text/css"),
+        ("/assets/nothing.js", 404, "application/json"),
+    ] {
+        let (got, head, _) = ui.send("GET", path, &[], "");
+        assert_eq!(got, status, "{path}");
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains(&format!("content-type: {content_type}")), "{path}: {head}");
+        assert!(head.contains("content-security-policy: default-src 'self'"), "{path}: {head}");
+    }
+    let (index, _, html) = ui.send("GET", "/", &[], "");
+    assert_eq!(index, 200);
+    assert!(html.contains("/assets/app.js"), "the shell loads the script: {html}");
+    // A page of another site that renamed itself to this address (DNS rebinding) is refused.
+    let (got, _, _) = ui.send("GET", "/api/runs", &[("Host", "evil.example:80")], "");
+    assert_eq!(got, 421);
+}
+
+/// A session: its cookie and anti-forgery token.
+struct Session {
+    cookie: String,
+    csrf: String,
+}
+
+impl Session {
+    fn open(ui: &Ui) -> Self {
+        let (status, head, body) = ui.send("GET", "/api/session", &[], "");
+        assert_eq!(status, 200, "{body}");
+        let cookie = head
+            .lines()
+            .find_map(|line| line.strip_prefix("Set-Cookie: "))
+            .and_then(|c| c.split(';').next())
+            .expect("a session cookie")
+            .to_owned();
+        assert!(head.contains("HttpOnly") && head.contains("SameSite=Strict"), "{head}");
+        let body: Value = serde_json::from_str(&body).expect("json");
+        Session { cookie, csrf: body["csrf"].as_str().expect("csrf").to_owned() }
+    }
+
+    /// A POST as the page sends it: same origin, the cookie, the token, JSON.
+    fn post(&self, ui: &Ui, path: &str, body: &str) -> (u16, Value) {
+        self.post_with(ui, path, body, &[])
+    }
+
+    fn post_with(
+        &self,
+        ui: &Ui,
+        path: &str,
+        body: &str,
+        overrides: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let origin = format!("http://{}", ui.addr);
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Origin", origin.as_str()),
+            ("Cookie", self.cookie.as_str()),
+            ("X-Spindle-Csrf", self.csrf.as_str()),
+            ("Content-Type", "application/json"),
+        ];
+        headers.retain(|(name, _)| !overrides.iter().any(|(o, _)| o == name));
+        headers.extend(overrides.iter().filter(|(_, value)| !value.is_empty()));
+        let (status, _, answer) = ui.send("POST", path, &headers, body);
+        (status, serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{path}: {e}: {answer}")))
+    }
+}
+
+fn dead_count(db: &Path) -> usize {
+    let store = Store::open_with(db, spindle::Options { read_only: true, ..Default::default() })
+        .expect("open");
+    store.queue().dead_letters("mail", spindle::Page::first(10)).expect("dead").len()
+}
+
+#[test]
+fn queue_actions_need_the_flag_a_session_its_token_this_origin_and_a_writer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let store = Store::open(&db).expect("open");
+    let (writer, writer_info) =
+        store.auth().create_token("ops", spindle::Role::Writer, None).expect("token");
+    let (reader, _) =
+        store.auth().create_token("eyes", spindle::Role::Reader, None).expect("token");
+    store.auth().create_tenant("acme", "Acme").expect("tenant");
+    let (foreign, _) = store
+        .tenant("acme")
+        .expect("acme")
+        .auth()
+        .create_token("x", spindle::Role::Admin, None)
+        .expect("t");
+    let dead = store.queue().dead_letters("mail", spindle::Page::first(10)).expect("dead");
+    let requeue = format!("/api/queues/mail/dead/{}/requeue", dead[0].id);
+
+    let read_only = Ui::start(&db);
+    let session = Session::open(&read_only);
+    let (status, body) = session.post(&read_only, &requeue, "");
+    assert_eq!(status, 403, "without --allow-actions: {body}");
+    drop(read_only);
+
+    let ui = Ui::start_with(&db, &["--allow-actions"]);
+    let session = Session::open(&ui);
+    let token = |secret: &spindle::TokenSecret| json!({ "token": secret.expose() }).to_string();
+    // Signed out, then refused sign-ins.
+    assert_eq!(session.post(&ui, &requeue, "").0, 401);
+    assert_eq!(session.post(&ui, "/api/session", r#"{"token":"spn_nope"}"#).0, 401);
+    assert_eq!(session.post(&ui, "/api/session", &token(&foreign)).0, 403);
+    assert_eq!(session.post(&ui, "/api/session", "not json").0, 400);
+    // A reader signs in but cannot act.
+    let (status, signed) = session.post(&ui, "/api/session", &token(&reader));
+    assert_eq!((status, signed["signed_in"]["role"].clone()), (200, json!("reader")));
+    assert_eq!(session.post(&ui, &requeue, "").0, 403);
+    // A writer: every forged variant is refused, then the page's own request works.
+    let (status, signed) = session.post(&ui, "/api/session", &token(&writer));
+    assert_eq!((status, signed["signed_in"]["role"].clone()), (200, json!("writer")));
+    assert!(!signed.to_string().contains(writer.expose()), "the secret never comes back");
+    for forged in [
+        &[("Origin", "http://evil.example")][..],
+        &[("X-Spindle-Csrf", "")],
+        &[("X-Spindle-Csrf", "0000")],
+        &[("Cookie", "")],
+        &[("Content-Type", "text/plain")],
+    ] {
+        let (status, body) = session.post_with(&ui, &requeue, "", forged);
+        assert!([403, 415].contains(&status), "{forged:?}: {status} {body}");
+    }
+    assert_eq!(dead_count(&db), 2, "no refused request wrote");
+    let (status, body) = session.post(&ui, &requeue, "");
+    assert_eq!((status, body), (200, json!({ "requeued": 1 })));
+    assert_eq!(dead_count(&db), 1);
+    assert_eq!(session.post(&ui, &requeue, "").0, 409, "it is no longer dead");
+    let cancel = format!("/api/queues/mail/items/{}/cancel", dead[0].id);
+    assert_eq!(session.post(&ui, &cancel, "").1, json!({ "cancelled": 1 }));
+    assert_eq!(session.post(&ui, "/api/queues/mail/purge", "").1, json!({ "purged": 1 }));
+    assert_eq!(dead_count(&db), 0);
+    assert_eq!(session.post(&ui, "/api/queues/mail/requeue-all", "").1, json!({ "requeued": 0 }));
+    // A revoked token stops working at once, and the session is signed out.
+    store.auth().revoke_token(&writer_info.id).expect("revoke");
+    assert_eq!(session.post(&ui, "/api/queues/mail/purge", "").0, 401);
+    let (_, _, now) = ui.send("GET", "/api/session", &[("Cookie", session.cookie.as_str())], "");
+    assert!(now.contains(r#""signed_in":null"#), "{now}");
+    store.close().expect("close");
+}
+
+#[test]
+fn with_require_token_every_read_needs_a_signed_in_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let store = Store::open(&db).expect("open");
+    let (reader, _) =
+        store.auth().create_token("eyes", spindle::Role::Reader, None).expect("token");
+    store.close().expect("close");
+    let ui = Ui::start_with(&db, &["--require-token"]);
+    assert_eq!(ui.call("GET", "/api/runs").0, 401);
+    let session = Session::open(&ui);
+    let body = json!({ "token": reader.expose() }).to_string();
+    assert_eq!(session.post(&ui, "/api/session", &body).0, 200);
+    let (status, _, runs) = ui.send("GET", "/api/runs", &[("Cookie", session.cookie.as_str())], "");
+    assert_eq!(status, 200, "{runs}");
+}
+
+/// Reads SSE messages (`id`, `data`) from a live stream until `count` came.
+fn read_messages(reader: &mut impl BufRead, count: usize) -> Vec<(u64, Value)> {
+    let mut messages = Vec::new();
+    let (mut id, mut line) = (None, String::new());
+    while messages.len() < count {
+        line.clear();
+        assert!(reader.read_line(&mut line).expect("read") > 0, "the stream ended");
+        if let Some(text) = line.trim_end().strip_prefix("id: ") {
+            id = text.parse().ok();
+        } else if let Some(data) = line.trim_end().strip_prefix("data: ") {
+            let data = serde_json::from_str(data).expect("json data");
+            messages.push((id.take().expect("an id before the data"), data));
+        }
+    }
+    messages
+}
+
+fn live(ui: &Ui, path: &str, last_event_id: Option<u64>) -> BufReader<TcpStream> {
+    let mut stream = TcpStream::connect(&ui.addr).expect("connect");
+    let resume = last_event_id.map(|id| format!("Last-Event-ID: {id}\r\n")).unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n{resume}\r\n", ui.addr);
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("status line");
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("head");
+        if line.trim().is_empty() {
+            return reader;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-type: ") {
+            assert!(value.starts_with("text/event-stream"), "{line}");
+        }
+    }
+}
+
+#[test]
+fn live_streams_send_what_commits_from_now_and_resume_after_the_last_event_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let ui = Ui::start(&db);
+    let store = Store::open(&db).expect("open");
+    let stream = spindle::Stream::custom("chat");
+    store.events().append(&stream, "old", json!(0)).expect("append");
+    let mut one = live(&ui, "/api/live?stream=custom%3Achat", None);
+    let mut all = live(&ui, "/api/live", None);
+    // The subscriptions start at what is there now: only later events come.
+    for n in 1..=3 {
+        store.events().append(&stream, "said", json!(n)).expect("append");
+    }
+    let got = read_messages(&mut one, 3);
+    assert_eq!(got.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2, 3, 4]);
+    assert_eq!(got[0].1["payload"], 1);
+    let everything = read_messages(&mut all, 3);
+    assert_eq!(everything[2].1["position"], json!(everything[2].0));
+    // A browser that reconnects after seq 2 gets 3 and 4 again, then what comes next.
+    let mut again = live(&ui, "/api/live?stream=custom%3Achat", Some(2));
+    store.events().append(&stream, "said", json!(4)).expect("append");
+    let resumed = read_messages(&mut again, 3);
+    assert_eq!(resumed.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [3, 4, 5]);
+    // Streams are bounded: past the limit the server says so instead of holding more.
+    let mut held = Vec::new();
+    let refused = loop {
+        let mut socket = TcpStream::connect(&ui.addr).expect("connect");
+        let request = format!("GET /api/live HTTP/1.1\r\nHost: {}\r\n\r\n", ui.addr);
+        socket.write_all(request.as_bytes()).expect("send");
+        let mut reader = BufReader::new(socket);
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("status");
+        if line.starts_with("HTTP/1.1 503") {
+            break held.len();
+        }
+        held.push(reader);
+        assert!(held.len() <= 64, "no bound on live streams");
+    };
+    assert_eq!(refused, 16 - 3, "three were open already");
+    store.close().expect("close");
 }

@@ -467,24 +467,25 @@ pub(super) fn select_items(
     after: &str,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
-    // Dead letters have an index of their own in id order.
-    let sql = match status {
-        ItemStatus::Dead => concat!(
+    // Dead letters have an index of their own in id order (a partial index: the statement
+    // names its status as a literal).
+    if status == ItemStatus::Dead {
+        let mut stmt = conn.prepare_cached(concat!(
             "SELECT ",
             item_columns!(),
             " FROM main.queue_items INDEXED BY queue_items_dead
-              WHERE tenant_id = ?1 AND queue = ?2 AND status = ?3 AND item_id > ?4
-              ORDER BY item_id LIMIT ?5"
-        ),
-        _ => concat!(
-            "SELECT ",
-            item_columns!(),
-            " FROM main.queue_items
-              WHERE tenant_id = ?1 AND queue = ?2 AND status = ?3 AND item_id > ?4
-              ORDER BY item_id LIMIT ?5"
-        ),
-    };
-    let mut stmt = conn.prepare_cached(sql)?;
+              WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead' AND item_id > ?3
+              ORDER BY item_id LIMIT ?4"
+        ))?;
+        return items(&mut stmt, params![tenant, queue, after, limit as i64]);
+    }
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        item_columns!(),
+        " FROM main.queue_items
+          WHERE tenant_id = ?1 AND queue = ?2 AND status = ?3 AND item_id > ?4
+          ORDER BY item_id LIMIT ?5"
+    ))?;
     items(&mut stmt, params![tenant, queue, status.as_str(), after, limit as i64])
 }
 

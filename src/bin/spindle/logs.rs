@@ -60,12 +60,12 @@ struct View<'a> {
 }
 
 /// One attempt's output as the live log holds it.
-struct Attempt {
-    node: String,
-    attempt: u64,
-    text: String,
+pub struct Attempt {
+    pub node: String,
+    pub attempt: u64,
+    pub text: String,
     /// How it ended; `None` while it runs (or if its runner was killed).
-    how: Option<String>,
+    pub how: Option<String>,
 }
 
 impl View<'_> {
@@ -105,7 +105,7 @@ impl View<'_> {
 }
 
 /// The attempts of a live log: ended ones in the order they ended, then the others.
-fn attempts(events: &[Event]) -> Vec<Attempt> {
+pub fn attempts(events: &[Event]) -> Vec<Attempt> {
     let mut open: BTreeMap<(String, u64), Attempt> = BTreeMap::new();
     let mut ended = Vec::new();
     for event in events {

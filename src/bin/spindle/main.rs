@@ -19,6 +19,9 @@ mod run;
 mod runs;
 mod ui;
 mod ui_api;
+mod ui_assets;
+mod ui_live;
+mod ui_session;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -107,12 +110,20 @@ enum Cmd {
         #[arg(long)]
         follow: bool,
     },
-    /// Serve the dashboard's JSON API (`/api/overview`, `/api/runs`, ..) for this store,
-    /// read-only, on a loopback address (port 0: any free port; the address is printed).
+    /// Serve the live web dashboard of this store (pages and their JSON API under /api/),
+    /// on a loopback address by default (port 0: any free port; the address is printed).
     Ui {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:7433")]
         addr: String,
+        /// Allow queue actions (requeue, purge, cancel) to pages signed in with a writer or
+        /// admin API token of the tenant.
+        #[arg(long)]
+        allow_actions: bool,
+        /// Every page and API call needs a session signed in with an API token of the tenant
+        /// (needed for --allow-actions on an address other machines reach).
+        #[arg(long)]
+        require_token: bool,
     },
     /// List the graphs (runs) in the store.
     Graphs,
@@ -317,6 +328,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         | Cmd::Tokens { action: TokenCmd::Create { .. } } => Access::Administrator,
         Cmd::Tenants { .. } | Cmd::Tokens { .. } => Access::Writer,
         Cmd::Prune { .. } | Cmd::Queue { action: QueueCmd::Requeue { .. } } => Access::Writer,
+        Cmd::Ui { allow_actions: true, .. } => Access::Writer,
         _ => Access::Reader,
     };
     let store = open(&cli.db, &cli.tenant, access)?;
@@ -325,7 +337,9 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             runs::list(&store, &runs::Filter { status, name, since }, out)?;
         }
         Cmd::Logs { run, node, follow } => logs::logs(&store, &run, node.as_deref(), follow, out)?,
-        Cmd::Ui { addr } => ui::serve(&store, &addr, out)?,
+        Cmd::Ui { addr, allow_actions, require_token } => {
+            ui::serve(&store, ui::Settings { addr, allow_actions, require_token }, out)?;
+        }
         Cmd::Graphs => inspect::graphs(&store, out)?,
         Cmd::Graph { action: GraphCmd::Show { id, format } } => {
             let json = if out.json { ShowFormat::Json } else { ShowFormat::Table };

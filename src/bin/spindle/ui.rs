@@ -1,72 +1,320 @@
-//! `spindle ui`: serves the dashboard's JSON API (`ui_api.rs`) over HTTP on loopback, from a
-//! read-only view of any store (another process may be running work in it).
+//! `spindle ui`: the dashboard's HTTP server. It serves the pages (`ui_assets.rs`), the JSON
+//! API (`ui_api.rs`), live updates by Server-Sent Events (`ui_live.rs`) and, with
+//! `--allow-actions`, the queue actions of a signed-in session (`ui_session.rs`), from a view of
+//! any store (another process may be running work in it).
 //!
-//! A small pool of threads takes requests from `tiny_http` (synchronous: no async runtime).
-//! Each answer is JSON with `Cache-Control: no-store`; no answer ever holds a stack trace.
+//! `tiny_http` parses HTTP (synchronous: no async runtime); a small pool of threads answers
+//! requests, and each live stream has a thread of its own, at most `ui_live::STREAMS_MAX`.
+//! Every request's `Host` must name this server (a page of another site cannot reach it by
+//! renaming itself, "DNS rebinding"). No answer ever holds a stack trace.
 
+use std::collections::VecDeque;
+use std::io::Read;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::thread;
+use std::time::Duration;
 
+use parking_lot::Mutex;
 use spindle::Store;
 
-use crate::common::{CliError, Output};
+use crate::common::{CliError, Output, now_ms};
 use crate::ui_api::{self, Reply};
+use crate::ui_assets;
+use crate::ui_live;
+use crate::ui_session::{self, Sessions};
 
-/// Threads answering requests at once.
+/// Threads answering requests at once (live streams aside).
 const THREADS: usize = 4;
+/// The largest request body read (a sign-in's token, an action's empty body).
+const BODY_BYTES_MAX: u64 = 16 * 1024;
+/// How often the overview's queue chart samples the queues.
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// Samples kept: ten minutes.
+const SAMPLES_MAX: usize = 120;
+
+/// How `spindle ui` was asked to serve.
+pub struct Settings {
+    /// The address to listen on.
+    pub addr: String,
+    /// Queue actions (requeue, purge, cancel) for sessions signed in as a writer or admin.
+    pub allow_actions: bool,
+    /// Every read needs a session signed in with a token of the tenant.
+    pub require_token: bool,
+}
+
+/// What every request handler shares.
+pub struct Ui {
+    pub store: Store,
+    pub settings: Settings,
+    pub sessions: Mutex<Sessions>,
+    pub samples: Mutex<VecDeque<Sample>>,
+    /// Live streams open now.
+    pub streams: Arc<AtomicUsize>,
+    /// The `Host` values that name this server; empty: any (bound to every address).
+    hosts: Vec<String>,
+}
+
+/// The queues at one moment, for the overview's chart.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub at_ms: i64,
+    /// Pending, scheduled and claimed items of every queue.
+    pub depth: u64,
+    /// Completed items not yet pruned, of every queue.
+    pub completed: u64,
+}
+
+/// The parts of a request the handlers look at.
+pub struct Head {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub host: Option<String>,
+    pub origin: Option<String>,
+    pub fetch_site: Option<String>,
+    pub content_type: Option<String>,
+    pub csrf: Option<String>,
+    pub session: Option<String>,
+    pub last_event_id: Option<String>,
+    pub body: String,
+}
 
 /// Serves until the process is stopped; prints the address it listens on first.
-pub fn serve(store: &Store, addr: &str, out: &Output) -> Result<(), CliError> {
-    let addr: SocketAddr = addr.parse().map_err(|_| {
-        CliError::Bad(format!("--addr is an address and port such as 127.0.0.1:7433, not {addr:?}"))
-    })?;
-    if !addr.ip().is_loopback() {
-        return Err(CliError::Bad(format!(
-            "{addr} is not a loopback address: the dashboard only listens on this machine for now"
-        )));
-    }
+pub fn serve(store: &Store, settings: Settings, out: &Output) -> Result<(), CliError> {
+    let addr = listen_address(&settings)?;
     let server = tiny_http::Server::http(addr)
         .map_err(|error| CliError::Internal(format!("cannot listen on {addr}: {error}")))?;
-    let bound = server.server_addr().to_ip().map_or_else(|| addr.to_string(), |a| a.to_string());
-    println!("spindle ui: http://{bound}/api/overview");
-    out.note("serving a read-only view of the store; Ctrl-C stops it");
-    let server = std::sync::Arc::new(server);
-    let mut workers = Vec::with_capacity(THREADS);
+    let bound = server.server_addr().to_ip().unwrap_or(addr);
+    println!("spindle ui: http://{bound}/");
+    let mode = if settings.allow_actions { "queue actions allowed" } else { "read-only" };
+    out.note(&format!("serving the store ({mode}); Ctrl-C stops it"));
+    let ui = Arc::new(Ui {
+        store: store.clone(),
+        hosts: hosts_of(bound),
+        settings,
+        sessions: Mutex::new(Sessions::default()),
+        samples: Mutex::new(VecDeque::new()),
+        streams: Arc::new(AtomicUsize::new(0)),
+    });
+    let server = Arc::new(server);
+    let mut threads = vec![spawn("spindle-ui-sampler", {
+        let ui = Arc::clone(&ui);
+        move || sample_all(&ui)
+    })?];
     for n in 0..THREADS {
-        let (server, store) = (std::sync::Arc::clone(&server), store.clone());
-        let worker = thread::Builder::new()
-            .name(format!("spindle-ui-{n}"))
-            .spawn(move || answer_all(&server, &store))
-            .map_err(|e| CliError::Internal(format!("cannot start a thread: {e}")))?;
-        workers.push(worker);
+        let (server, ui) = (Arc::clone(&server), Arc::clone(&ui));
+        threads.push(spawn(&format!("spindle-ui-{n}"), move || answer_all(&server, &ui))?);
     }
-    for worker in workers {
-        worker.join().map_err(|_| CliError::Internal("a ui thread panicked".into()))?;
+    for thread in threads {
+        thread.join().map_err(|_| CliError::Internal("a ui thread panicked".into()))?;
     }
     Ok(())
 }
 
-/// Answers requests until the server stops.
-fn answer_all(server: &tiny_http::Server, store: &Store) {
-    while let Ok(request) = server.recv() {
-        let reply = ui_api::route(store, request.method().as_str(), request.url());
-        // A client that went away is its own business.
-        let _ = request.respond(response(&reply));
+/// The address to listen on, refusing what would expose actions without a token.
+fn listen_address(settings: &Settings) -> Result<SocketAddr, CliError> {
+    let addr: SocketAddr = settings.addr.parse().map_err(|_| {
+        CliError::Bad(format!(
+            "--addr is an address and port such as 127.0.0.1:7433, not {:?}",
+            settings.addr
+        ))
+    })?;
+    if addr.ip().is_loopback() {
+        return Ok(addr);
+    }
+    if settings.allow_actions && !settings.require_token {
+        return Err(CliError::Bad(format!(
+            "{addr} is reachable from other machines: with --allow-actions it also needs \
+             --require-token (every page then asks for an API token)"
+        )));
+    }
+    eprintln!(
+        "spindle ui: warning: {addr} is reachable from other machines; {}",
+        if settings.require_token {
+            "every request needs a session signed in with an API token"
+        } else {
+            "anyone who can reach it can read the store (--require-token asks for a token)"
+        }
+    );
+    Ok(addr)
+}
+
+/// The `Host` values of a server bound to `addr` (none to check when bound to every address).
+fn hosts_of(addr: SocketAddr) -> Vec<String> {
+    let port = addr.port();
+    if addr.ip().is_unspecified() {
+        return Vec::new();
+    }
+    let mut hosts = vec![addr.to_string()];
+    if addr.ip().is_loopback() {
+        hosts.push(format!("localhost:{port}"));
+    }
+    hosts
+}
+
+fn spawn(
+    name: &str,
+    work: impl FnOnce() + Send + 'static,
+) -> Result<thread::JoinHandle<()>, CliError> {
+    thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(work)
+        .map_err(|e| CliError::Internal(format!("cannot start a thread: {e}")))
+}
+
+/// Samples the queues every `SAMPLE_EVERY`, keeping the last `SAMPLES_MAX`.
+fn sample_all(ui: &Ui) {
+    loop {
+        if let Ok(stats) = ui.store.queue().stats() {
+            let depth = stats.iter().map(|q| q.pending + q.scheduled + q.claimed).sum();
+            let completed = stats.iter().map(|q| q.completed).sum();
+            let mut samples = ui.samples.lock();
+            samples.push_back(Sample { at_ms: now_ms(), depth, completed });
+            while samples.len() > SAMPLES_MAX {
+                samples.pop_front();
+            }
+        }
+        thread::sleep(SAMPLE_EVERY);
     }
 }
 
-/// An answer as HTTP.
-fn response(reply: &Reply) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let body = reply.body.to_string().into_bytes();
+/// Answers requests until the server stops.
+fn answer_all(server: &tiny_http::Server, ui: &Arc<Ui>) {
+    while let Ok(mut request) = server.recv() {
+        let head = read_head(&mut request);
+        if !ui.host_allowed(head.host.as_deref()) {
+            let reply = Reply::error(421, "this server answers to its own address only");
+            let _ = request.respond(response(&reply, None));
+            continue;
+        }
+        if head.path == "/api/live" && head.method == "GET" {
+            match ui_live::open(ui, &head) {
+                Ok(live) => ui_live::spawn(request, live),
+                Err(reply) => drop(request.respond(response(&reply, None))),
+            }
+            continue;
+        }
+        let (reply, cookie) = answer(ui, &head);
+        // A client that went away is its own business.
+        let _ = request.respond(response(&reply, cookie.as_deref()));
+    }
+}
+
+/// The answer to one request, and a session cookie to set.
+fn answer(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
+    if !head.path.starts_with("/api/") {
+        return (ui_assets::page_or_asset(&head.method, &head.path), None);
+    }
+    if head.path == "/api/session" || head.path == "/api/session/logout" {
+        return ui_session::session(ui, head);
+    }
+    if head.method == "POST" {
+        return (ui_session::action(ui, head), None);
+    }
+    if ui.settings.require_token && !ui_session::signed_in(ui, head) {
+        return (Reply::error(401, "sign in with an API token of the tenant first"), None);
+    }
+    let url = if head.query.is_empty() {
+        head.path.clone()
+    } else {
+        format!("{}?{}", head.path, head.query)
+    };
+    let samples: Vec<Sample> = ui.samples.lock().iter().copied().collect();
+    (ui_api::route(&ui.store, &head.method, &url, &samples), None)
+}
+
+impl Ui {
+    fn host_allowed(&self, host: Option<&str>) -> bool {
+        self.hosts.is_empty() || host.is_some_and(|host| self.hosts.iter().any(|h| h == host))
+    }
+}
+
+/// The request's method, path, query, the headers the handlers use, and a small body.
+fn read_head(request: &mut tiny_http::Request) -> Head {
+    let header = |name: &str| {
+        request
+            .headers()
+            .iter()
+            .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_str().to_owned())
+    };
+    let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
+    let cookie = header("Cookie");
+    let mut head = Head {
+        method: request.method().as_str().to_owned(),
+        path: path.to_owned(),
+        query: query.to_owned(),
+        host: header("Host"),
+        origin: header("Origin"),
+        fetch_site: header("Sec-Fetch-Site"),
+        content_type: header("Content-Type"),
+        csrf: header("X-Spindle-Csrf"),
+        session: cookie.as_deref().and_then(ui_session::session_cookie),
+        last_event_id: header("Last-Event-ID"),
+        body: String::new(),
+    };
+    let mut body = Vec::new();
+    let _ = request.as_reader().take(BODY_BYTES_MAX).read_to_end(&mut body);
+    head.body = String::from_utf8_lossy(&body).into_owned();
+    head
+}
+
+/// An answer as HTTP, with the headers every answer carries.
+fn response(reply: &Reply, cookie: Option<&str>) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let (content_type, body) = reply.content();
     let mut response = tiny_http::Response::from_data(body).with_status_code(reply.status);
-    for (name, value) in [
-        ("Content-Type", "application/json; charset=utf-8"),
-        ("Cache-Control", "no-store"),
-        ("X-Content-Type-Options", "nosniff"),
-    ] {
+    let mut headers = vec![("Content-Type", content_type)];
+    headers.extend(SECURITY_HEADERS);
+    let set_cookie;
+    if let Some(cookie) = cookie {
+        set_cookie = cookie.to_owned();
+        headers.push(("Set-Cookie", set_cookie.as_str()));
+    }
+    for (name, value) in headers {
         if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
             response.add_header(header);
         }
     }
     response
+}
+
+/// What every answer says of caching, framing, sniffing and where scripts come from.
+pub const SECURITY_HEADERS: [(&str, &str); 5] = [
+    ("Cache-Control", "no-store"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+         img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loopback_server_answers_to_its_address_and_localhost_only() {
+        let hosts = hosts_of("127.0.0.1:7433".parse().expect("addr"));
+        assert_eq!(hosts, ["127.0.0.1:7433", "localhost:7433"]);
+        assert!(hosts_of("0.0.0.0:80".parse().expect("addr")).is_empty());
+    }
+
+    #[test]
+    fn actions_on_another_machines_reach_need_a_token() {
+        let settings = |addr: &str, allow_actions, require_token| Settings {
+            addr: addr.into(),
+            allow_actions,
+            require_token,
+        };
+        assert!(listen_address(&settings("0.0.0.0:0", true, false)).is_err());
+        assert!(listen_address(&settings("0.0.0.0:0", true, true)).is_ok());
+        assert!(listen_address(&settings("0.0.0.0:0", false, false)).is_ok());
+        assert!(listen_address(&settings("127.0.0.1:0", true, false)).is_ok());
+        assert!(listen_address(&settings("localhost", false, false)).is_err());
+    }
 }

@@ -8,36 +8,65 @@
 
 use serde_json::{Value, json};
 use spindle::process::{ListFilter, StatusFilter};
-use spindle::{Graph, Page, Store};
+use spindle::workflow::ExecutionFilter;
+use spindle::{Graph, GraphFilter, GraphStatus, ItemStatus, Page, Store, Stream, WorkflowStatus};
 
-use crate::common::parse_stream;
+use crate::common::{now_ms, parse_stream, read_stream};
 use crate::inspect::all_processes;
-use crate::runs::all_runs;
+use crate::livelog;
+use crate::logs::attempts;
+use crate::pipeline::RUN_KIND;
+use crate::ui::Sample;
 
 /// The most items one page may ask for.
 const PAGE_MAX: usize = 500;
 /// Items of a page when the request does not say.
 const PAGE_DEFAULT: usize = 50;
 
-/// An answer: its status code and its JSON body.
+/// An answer: its status code and its body.
 #[derive(Debug)]
 pub struct Reply {
     pub status: u16,
-    pub body: Value,
+    pub body: Body,
+}
+
+/// What an answer carries.
+#[derive(Debug)]
+pub enum Body {
+    Json(Value),
+    File { content_type: &'static str, bytes: Vec<u8> },
 }
 
 impl Reply {
-    fn ok(body: Value) -> Self {
-        Reply { status: 200, body }
+    /// 200 with a JSON body.
+    pub fn ok(body: Value) -> Self {
+        Reply { status: 200, body: Body::Json(body) }
     }
 
-    fn error(status: u16, message: impl Into<String>) -> Self {
-        Reply { status, body: json!({ "error": message.into() }) }
+    /// An error: `{"error": message}`.
+    pub fn error(status: u16, message: impl Into<String>) -> Self {
+        Reply { status, body: Body::Json(json!({ "error": message.into() })) }
+    }
+
+    /// A file's bytes.
+    pub fn file(status: u16, content_type: &'static str, bytes: Vec<u8>) -> Self {
+        Reply { status, body: Body::File { content_type, bytes } }
+    }
+
+    /// The content type and bytes to send.
+    pub fn content(&self) -> (&'static str, Vec<u8>) {
+        match &self.body {
+            Body::Json(value) => {
+                ("application/json; charset=utf-8", value.to_string().into_bytes())
+            }
+            Body::File { content_type, bytes } => (content_type, bytes.clone()),
+        }
     }
 }
 
-/// Answers `method` on `url` (a path with an optional query) from the store view `store`.
-pub fn route(store: &Store, method: &str, url: &str) -> Reply {
+/// Answers `method` on `url` (a path with an optional query) from the store view `store`;
+/// `samples` are the queues over the last minutes, for the overview.
+pub fn route(store: &Store, method: &str, url: &str, samples: &[Sample]) -> Reply {
     if method != "GET" {
         return Reply::error(405, format!("{method} is not allowed here: the API only reads"));
     }
@@ -52,12 +81,15 @@ pub fn route(store: &Store, method: &str, url: &str) -> Reply {
     };
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     let answer = match parts.as_slice() {
-        ["", "api", "overview"] => overview(store),
+        ["", "api", "overview"] => overview(store, samples),
         ["", "api", "runs"] => runs(store, &query),
         ["", "api", "runs", run] => run_detail(store, run),
         ["", "api", "runs", run, "nodes", node] => node_detail(store, run, node),
         ["", "api", "queues"] => queues(store),
         ["", "api", "queues", queue, "dead"] => dead(store, queue, &query),
+        ["", "api", "queues", queue, "items"] => items(store, queue, &query),
+        ["", "api", "workflows"] => workflows(store, &query),
+        ["", "api", "workflows", id] => workflow(store, id),
         ["", "api", "processes"] => processes(store, &query),
         ["", "api", "events"] => events(store, &query),
         ["", "api", "tenants"] => tenants(store),
@@ -69,12 +101,15 @@ pub fn route(store: &Store, method: &str, url: &str) -> Reply {
 
 type Answer = Result<Reply, Reply>;
 
-/// A store error as an answer: what was not found is 404, bad input 400, the rest 500.
-fn store_error(error: spindle::Error) -> Reply {
+/// A store error as an answer: what was not found is 404, bad input 400, a conflict 409, a
+/// refusal 403, the rest 500.
+pub fn store_error(error: spindle::Error) -> Reply {
     match error {
         spindle::Error::NotFound { kind, id } => Reply::error(404, format!("no {kind} {id}")),
-        spindle::Error::InvalidInput(message) | spindle::Error::Conflict(message) => {
-            Reply::error(400, message)
+        spindle::Error::InvalidInput(message) => Reply::error(400, message),
+        spindle::Error::Conflict(message) => Reply::error(409, message),
+        refused @ (spindle::Error::Forbidden(_) | spindle::Error::TenantSuspended(_)) => {
+            Reply::error(403, refused.to_string())
         }
         too_large @ spindle::Error::TooLarge { .. } => Reply::error(400, too_large.to_string()),
         other => Reply::error(500, format!("the store failed: {other}")),
@@ -82,10 +117,11 @@ fn store_error(error: spindle::Error) -> Reply {
 }
 
 /// The query string's parameters, decoded.
-struct Query(Vec<(String, String)>);
+pub struct Query(Vec<(String, String)>);
 
 impl Query {
-    fn parse(text: &str) -> Result<Self, String> {
+    /// Decodes `a=1&b=two`.
+    pub fn parse(text: &str) -> Result<Self, String> {
         let mut pairs = Vec::new();
         for pair in text.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -94,7 +130,8 @@ impl Query {
         Ok(Query(pairs))
     }
 
-    fn get(&self, name: &str) -> Option<&str> {
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
         self.0.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
     }
 
@@ -116,7 +153,7 @@ impl Query {
 }
 
 /// Percent-decodes a URL component (`+` is a space in a query).
-fn decode(text: &str) -> Result<String, String> {
+pub fn decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;
@@ -152,31 +189,80 @@ fn to_json(value: &impl serde::Serialize) -> Result<Value, Reply> {
     serde_json::to_value(value).map_err(|e| Reply::error(500, format!("cannot encode: {e}")))
 }
 
-/// Counts by status of runs, queue items and processes, and the latest failed runs.
-fn overview(store: &Store) -> Answer {
-    let runs = run_graphs(store)?;
-    let mut by_status = serde_json::Map::new();
-    for run in &runs {
-        let count = by_status.entry(run.status.as_str()).or_insert(json!(0));
-        *count = json!(count.as_u64().unwrap_or(0) + 1);
-    }
-    let mut failed: Vec<&Graph> = runs.iter().filter(|r| r.status.as_str() == "failed").collect();
-    failed.sort_by_key(|run| std::cmp::Reverse(run.finished_at_ms));
-    let recent: Vec<Value> = failed.iter().take(10).map(|run| run_summary(run)).collect();
+/// Counts by status of runs, queue items, processes and workflow executions, the latest failed
+/// runs, and the queues over the last minutes.
+fn overview(store: &Store, samples: &[Sample]) -> Answer {
+    let runs = store.graphs().count_by_status(&run_filter(None)).map_err(store_error)?;
+    let runs: serde_json::Map<String, Value> =
+        runs.iter().map(|(status, n)| (status.as_str().to_owned(), json!(n))).collect();
+    let failed = run_filter(Some(GraphStatus::Failed));
+    let recent = store.graphs().find(&failed, Page::first(10)).map_err(store_error)?;
+    let processes = all_processes(store, StatusFilter::Any).map_err(store_error)?;
+    let processes = count_by(processes.iter().map(|p| to_json(&p.status)))?;
     let queues = store.queue().stats().map_err(store_error)?;
     Ok(Reply::ok(json!({
-        "runs": by_status,
+        "runs": runs,
         "queues": to_json(&queues)?,
-        "processes_running": all_processes(store, StatusFilter::Running).map_err(store_error)?.len(),
-        "recent_failures": recent,
+        "processes": processes,
+        "workflows": count_executions(store)?,
+        "recent_failures": recent.iter().map(run_summary).collect::<Vec<_>>(),
+        "samples": chart(samples),
     })))
 }
 
-/// Every run (a graph the CLI made), in id order: what keyset pages go by.
-fn run_graphs(store: &Store) -> Result<Vec<Graph>, Reply> {
-    let mut runs = all_runs(store).map_err(store_error)?;
-    runs.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(runs)
+/// How many of `values` (statuses as JSON strings) there are of each.
+fn count_by(values: impl Iterator<Item = Result<Value, Reply>>) -> Result<Value, Reply> {
+    let mut counts = serde_json::Map::new();
+    for value in values {
+        let key = value?.as_str().unwrap_or("?").to_owned();
+        let count = counts.entry(key).or_insert(json!(0));
+        *count = json!(count.as_u64().unwrap_or(0) + 1);
+    }
+    Ok(Value::Object(counts))
+}
+
+/// Workflow executions by status (every page of them).
+fn count_executions(store: &Store) -> Result<Value, Reply> {
+    let mut statuses = Vec::new();
+    let mut page = Page::first(PAGE_MAX);
+    loop {
+        let found = store
+            .workflows()
+            .list_executions(ExecutionFilter::default(), page.clone())
+            .map_err(store_error)?;
+        statuses.extend(found.iter().map(|e| to_json(&e.status)));
+        match found.last() {
+            Some(last) if found.len() == page.limit => {
+                page = Page::after(last.id.clone(), page.limit)
+            }
+            _ => break,
+        }
+    }
+    count_by(statuses.into_iter())
+}
+
+/// The samples as the chart draws them: depth, and completions per minute since the sample
+/// before.
+fn chart(samples: &[Sample]) -> Vec<Value> {
+    samples
+        .windows(2)
+        .map(|pair| {
+            let (before, now) = (pair[0], pair[1]);
+            let minutes = (now.at_ms - before.at_ms).max(1) as f64 / 60_000.0;
+            let completed = now.completed.saturating_sub(before.completed) as f64;
+            json!({ "at_ms": now.at_ms, "depth": now.depth, "completed_per_min": completed / minutes })
+        })
+        .collect()
+}
+
+/// The runs the CLI made (root graphs marked as runs), newest first, with `status`.
+fn run_filter(status: Option<GraphStatus>) -> GraphFilter {
+    GraphFilter {
+        status,
+        metadata: vec![("kind".into(), json!(RUN_KIND))],
+        roots_only: true,
+        newest_first: true,
+    }
 }
 
 /// What the runs list shows of a run.
@@ -195,27 +281,27 @@ fn run_summary(run: &Graph) -> Value {
     })
 }
 
-/// `/api/runs?status=&name=&after=&limit=`: runs in id order (ids begin with their time).
+/// `/api/runs?status=&name=&after=&limit=`: runs newest first.
 fn runs(store: &Store, query: &Query) -> Answer {
     let (after, limit) = query.page()?;
-    let status = query.get("status").filter(|s| !s.is_empty());
-    let known = ["pending", "running", "complete", "failed", "cancelled"];
-    if let Some(status) = status.filter(|s| !known.contains(s)) {
-        return Err(Reply::error(
-            400,
-            format!("status is one of {}, not {status:?}", known.join(", ")),
-        ));
+    let status = match query.get("status").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => Some(enum_of::<GraphStatus>("status", text)?),
+    };
+    let mut filter = run_filter(status);
+    if let Some(name) = query.get("name").filter(|n| !n.is_empty()) {
+        filter.metadata.push(("pipeline".into(), json!(name)));
     }
-    let name = query.get("name").filter(|n| !n.is_empty());
-    let items: Vec<Value> = run_graphs(store)?
-        .iter()
-        .filter(|run| after.as_deref().is_none_or(|after| run.id.as_str() > after))
-        .filter(|run| status.is_none_or(|s| run.status.as_str() == s))
-        .filter(|run| name.is_none_or(|n| run.metadata["pipeline"] == n))
-        .take(limit + 1)
-        .map(run_summary)
-        .collect();
+    let found =
+        store.graphs().find(&filter, Page { after, limit: limit + 1 }).map_err(store_error)?;
+    let items = found.iter().map(run_summary).collect();
     Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
+}
+
+/// A status (or other enum) as the API spells it, or a 400 that says which are known.
+fn enum_of<T: serde::de::DeserializeOwned>(name: &str, text: &str) -> Result<T, Reply> {
+    serde_json::from_value(json!(text))
+        .map_err(|_| Reply::error(400, format!("{name} {text:?} is not one this API knows")))
 }
 
 /// `/api/runs/RUN`: the run with its nodes and edges.
@@ -228,10 +314,17 @@ fn run_detail(store: &Store, run: &str) -> Answer {
     ))
 }
 
-/// `/api/runs/RUN/nodes/NODE`: one node as stored (status, timings, error, output).
+/// `/api/runs/RUN/nodes/NODE`: one node as stored (status, timings, error, output) and the
+/// attempts its run's live log holds (what each printed, how it ended).
 fn node_detail(store: &Store, run: &str, node: &str) -> Answer {
-    let node = store.graphs().node(run, node).map_err(store_error)?;
-    Ok(Reply::ok(to_json(&node)?))
+    let found = store.graphs().node(run, node).map_err(store_error)?;
+    let log = read_stream(store, &livelog::stream(run)).map_err(store_error)?;
+    let attempts: Vec<Value> = attempts(&log)
+        .into_iter()
+        .filter(|attempt| attempt.node == node)
+        .map(|a| json!({ "try": a.attempt, "log": a.text, "ended": a.how }))
+        .collect();
+    Ok(Reply::ok(json!({ "node": to_json(&found)?, "attempts": attempts })))
 }
 
 /// `/api/queues`: counts per queue.
@@ -246,6 +339,79 @@ fn dead(store: &Store, queue: &str, query: &Query) -> Answer {
     let items = store.queue().dead_letters(queue, page).map_err(store_error)?;
     let items = items.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
     Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
+}
+
+/// `/api/queues/QUEUE/items?status=pending|scheduled|claimed&after=&limit=`: a queue's live
+/// items; pending ones are due now, scheduled ones later.
+fn items(store: &Store, queue: &str, query: &Query) -> Answer {
+    let (after, limit) = query.page()?;
+    let wanted = query.get("status").unwrap_or("pending");
+    let (status, due) = match wanted {
+        "pending" => (ItemStatus::Pending, Some(true)),
+        "scheduled" => (ItemStatus::Pending, Some(false)),
+        "claimed" => (ItemStatus::Claimed, None),
+        other => {
+            return Err(Reply::error(
+                400,
+                format!("status is pending, scheduled or claimed, not {other:?}"),
+            ));
+        }
+    };
+    let now = now_ms();
+    let mut items = Vec::new();
+    let mut page = Page { after, limit: limit + 1 };
+    // Pending items due and not yet due share a status: read pages until one is full.
+    loop {
+        let found = store.queue().items(queue, status, page.clone()).map_err(store_error)?;
+        let last = found.last().map(|item| item.id.clone());
+        let full = found.len() == page.limit;
+        for item in found.into_iter().filter(|i| due.is_none_or(|due| (i.run_at_ms <= now) == due))
+        {
+            items.push(to_json(&item)?);
+        }
+        match last {
+            Some(last) if full && items.len() <= limit => page = Page::after(last, limit + 1),
+            _ => break,
+        }
+    }
+    items.truncate(limit + 1);
+    Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
+}
+
+/// `/api/workflows?status=&workflow=&after=&limit=`: executions, newest first.
+fn workflows(store: &Store, query: &Query) -> Answer {
+    let (after, limit) = query.page()?;
+    let status = match query.get("status").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(text) => Some(enum_of::<WorkflowStatus>("status", text)?),
+    };
+    let workflow_id = query.get("workflow").filter(|w| !w.is_empty()).map(str::to_owned);
+    let filter = ExecutionFilter { status, workflow_id };
+    let page = Page { after, limit: limit + 1 };
+    let found = store.workflows().list_executions(filter, page).map_err(store_error)?;
+    let items = found.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
+    Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
+}
+
+/// Events of an execution shown at once: its latest.
+const EXECUTION_EVENTS: u64 = 200;
+
+/// `/api/workflows/ID`: an execution, its latest events and its latest snapshot.
+fn workflow(store: &Store, id: &str) -> Answer {
+    let execution = store
+        .workflows()
+        .execution(id)
+        .map_err(store_error)?
+        .ok_or_else(|| Reply::error(404, format!("no workflow execution {id}")))?;
+    let head = store.events().head(Stream::execution(id)).map_err(store_error)?;
+    let after = head.saturating_sub(EXECUTION_EVENTS);
+    let events = store.workflows().events(id, after).map_err(store_error)?;
+    let snapshot = store.workflows().latest_snapshot(id).map_err(store_error)?;
+    Ok(Reply::ok(json!({
+        "execution": to_json(&execution)?,
+        "events": to_json(&events)?,
+        "snapshot": to_json(&snapshot)?,
+    })))
 }
 
 /// `/api/processes?status=running|any&after=&limit=`.

@@ -1,0 +1,147 @@
+//! `GET /api/live[?stream=KIND:ID][&after=N]`: the store's events as Server-Sent Events, fed
+//! by a subscription (which also sees what other processes commit).
+//!
+//! Each event is one message: `id:` its seq (of the stream) or position (of every stream),
+//! `data:` the event as JSON. Without `Last-Event-ID` or `after`, the stream starts at the
+//! newest event: a page reads what it needs first, then hears of what commits next. A browser
+//! that reconnects sends `Last-Event-ID` and misses nothing.
+//!
+//! Bounded: at most `STREAMS_MAX` streams at once (past it, 503 and the page polls); each ends
+//! after `STREAM_MS` (the browser reconnects by itself), holds a subscription with a small
+//! buffer, and writes a comment every `PING_EVERY` so that a closed page is noticed.
+//!
+//! `tiny_http` buffers a streamed body until 8 KiB, which would hold events back, so the
+//! answer's head is written through its upgrade path and the events straight to the socket,
+//! flushed one by one; the body ends when the connection closes.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use spindle::{Event, Store, Subscription};
+
+use crate::common::parse_stream;
+use crate::ui::{Head, SECURITY_HEADERS, Ui};
+use crate::ui_api::{Query, Reply};
+use crate::ui_session;
+
+/// Live streams open at once.
+pub const STREAMS_MAX: usize = 16;
+/// How long one stream lasts before the browser is asked to reconnect.
+const STREAM_MS: Duration = Duration::from_secs(300);
+/// How often a quiet stream writes a comment.
+const PING_EVERY: Duration = Duration::from_secs(15);
+/// Events a subscription holds before it falls back to reading pages.
+const BUFFER: usize = 256;
+/// What the browser waits before reconnecting.
+const RETRY_MS: u64 = 2_000;
+
+/// A live stream about to be answered: its subscription and its place among the open ones.
+pub struct Live {
+    subscription: Subscription,
+    by_stream: bool,
+    slot: Slot,
+}
+
+/// The live stream the request asks for, or the answer that refuses it.
+pub fn open(ui: &Ui, head: &Head) -> Result<Live, Reply> {
+    if ui.settings.require_token && !ui_session::signed_in(ui, head) {
+        return Err(Reply::error(401, "sign in with an API token of the tenant first"));
+    }
+    let (subscription, by_stream) = subscribe(&ui.store, head)?;
+    let slot = Slot::take(&ui.streams)
+        .ok_or_else(|| Reply::error(503, "too many live pages open: poll instead"))?;
+    Ok(Live { subscription, by_stream, slot })
+}
+
+/// Answers the stream on a thread of its own.
+pub fn spawn(request: tiny_http::Request, live: Live) {
+    let spawned = thread::Builder::new().name("spindle-ui-live".into()).spawn(move || {
+        let Live { subscription, by_stream, slot } = live;
+        stream(request, subscription, by_stream);
+        drop(slot);
+    });
+    if spawned.is_err() {
+        eprintln!("spindle ui: cannot start a thread for a live stream");
+    }
+}
+
+/// A place among the `STREAMS_MAX`, given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(open: &Arc<AtomicUsize>) -> Option<Slot> {
+        let taken = open.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < STREAMS_MAX).then_some(n + 1)
+        });
+        taken.is_ok().then(|| Slot(Arc::clone(open)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The subscription the request asks for, from the event after its cursor, and whether it
+/// follows one stream (its ids are seqs) or every stream (positions).
+fn subscribe(store: &Store, head: &Head) -> Result<(Subscription, bool), Reply> {
+    let query = Query::parse(&head.query).map_err(|message| Reply::error(400, message))?;
+    let after = match head.last_event_id.as_deref().or(query.get("after")) {
+        Some(text) if !text.is_empty() => Some(text.parse::<u64>().map_err(|_| {
+            Reply::error(400, format!("after (or Last-Event-ID) is a number, not {text:?}"))
+        })?),
+        _ => None,
+    };
+    let failed = crate::ui_api::store_error;
+    match query.get("stream").filter(|s| !s.is_empty()) {
+        Some(stream) => {
+            let stream = parse_stream(stream).map_err(|message| Reply::error(400, message))?;
+            let after = match after {
+                Some(after) => after,
+                None => store.events().head(&stream).map_err(failed)?,
+            };
+            Ok((store.subscribe_with_buffer(&stream, after, BUFFER).map_err(failed)?, true))
+        }
+        None => {
+            let after = match after {
+                Some(after) => after,
+                None => store.events().last_position().map_err(failed)?,
+            };
+            Ok((store.subscribe_all_with_buffer(after, BUFFER).map_err(failed)?, false))
+        }
+    }
+}
+
+/// Writes events as they commit until the client leaves, the store closes or time is up.
+fn stream(request: tiny_http::Request, mut subscription: Subscription, by_stream: bool) {
+    let mut response = tiny_http::Response::empty(200);
+    let mut headers = vec![("Content-Type", "text/event-stream; charset=utf-8")];
+    headers.extend(SECURITY_HEADERS);
+    for (name, value) in headers {
+        if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            response.add_header(header);
+        }
+    }
+    let mut socket = request.upgrade("spindle-events", response);
+    let ends_at = Instant::now() + STREAM_MS;
+    let mut written = write!(socket, "retry: {RETRY_MS}\n\n").and_then(|()| socket.flush());
+    while written.is_ok() && Instant::now() < ends_at {
+        written = match subscription.recv_timeout(PING_EVERY) {
+            Ok(Some(event)) => write_event(&mut socket, &event, by_stream),
+            Ok(None) => socket.write_all(b": ping\n\n"),
+            Err(_) => break,
+        }
+        .and_then(|()| socket.flush());
+    }
+}
+
+/// One event as an SSE message.
+fn write_event(out: &mut impl Write, event: &Event, by_stream: bool) -> std::io::Result<()> {
+    let id = if by_stream { event.seq } else { event.position };
+    let data = serde_json::to_string(event).map_err(std::io::Error::other)?;
+    write!(out, "id: {id}\ndata: {data}\n\n")
+}

@@ -1,0 +1,350 @@
+//! The dashboard's sessions and what they may do: a session cookie (HttpOnly, SameSite=Strict)
+//! names a session, which holds its anti-forgery token and, once signed in, the API token it
+//! signed in with (kept in this process only; the page never stores it). Queue actions are
+//! POSTs that pass every check here before they touch the store: actions allowed, same origin,
+//! the session's anti-forgery token, a token of the tenant that still authenticates, with the
+//! writer or admin role.
+//!
+//! Sessions are bounded: at most `SESSIONS_MAX` (the oldest is forgotten first), each for at
+//! most `SESSION_IDLE_MS` without a request.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+use spindle::{Access, Role, Store};
+
+use crate::common::now_ms;
+use crate::ui::{Head, Ui};
+use crate::ui_api::{Reply, store_error};
+
+/// Sessions kept at once.
+const SESSIONS_MAX: usize = 1_000;
+/// A session unused this long is forgotten.
+const SESSION_IDLE_MS: i64 = 12 * 3_600_000;
+/// The session cookie's name.
+const COOKIE: &str = "spindle_ui";
+
+/// The sessions this server knows.
+#[derive(Default)]
+pub struct Sessions {
+    by_id: HashMap<String, Session>,
+}
+
+struct Session {
+    csrf: String,
+    signed_in: Option<SignedIn>,
+    seen_ms: i64,
+}
+
+struct SignedIn {
+    secret: String,
+    tenant: String,
+    role: Role,
+}
+
+/// The session id in a `Cookie` header.
+pub fn session_cookie(header: &str) -> Option<String> {
+    header
+        .split(';')
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.to_owned())
+}
+
+/// `GET /api/session` (the session, made if need be), `POST /api/session` (sign in with
+/// `{"token": ..}`) and `POST /api/session/logout`.
+pub fn session(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
+    match (head.method.as_str(), head.path.as_str()) {
+        ("GET", "/api/session") => current(ui, head),
+        ("POST", "/api/session") => (sign_in(ui, head).unwrap_or_else(|e| e), None),
+        ("POST", "/api/session/logout") => (sign_out(ui, head).unwrap_or_else(|e| e), None),
+        (method, _) => (Reply::error(405, format!("{method} is not allowed here")), None),
+    }
+}
+
+/// Whether the request's session is signed in.
+pub fn signed_in(ui: &Ui, head: &Head) -> bool {
+    let mut sessions = ui.sessions.lock();
+    head.session.as_deref().and_then(|id| sessions.live(id)).is_some_and(|s| s.signed_in.is_some())
+}
+
+/// A queue action (`POST /api/queues/Q/...`), once every check passes.
+pub fn action(ui: &Ui, head: &Head) -> Reply {
+    let parts: Vec<&str> = head.path.trim_end_matches('/').split('/').collect();
+    let Some(action) = Action::parse(&parts) else {
+        return Reply::error(405, format!("POST is not allowed on {}", head.path));
+    };
+    if !ui.settings.allow_actions {
+        return Reply::error(403, "actions are off: start `spindle ui --allow-actions`");
+    }
+    let store = match writer(ui, head) {
+        Ok(store) => store,
+        Err(reply) => return reply,
+    };
+    action.run(&store).unwrap_or_else(|e| e)
+}
+
+/// What a POST under `/api/queues/` asks for: the queue, and the item of a one-item action.
+enum Action {
+    Requeue(String, String),
+    RequeueAll(String),
+    Purge(String),
+    Cancel(String, String),
+}
+
+/// Rounds of a many-item action (each does up to a page of items).
+const ROUNDS_MAX: usize = 10_000;
+
+impl Action {
+    fn parse(parts: &[&str]) -> Option<Self> {
+        let decoded = |text: &str| crate::ui_api::decode(text).ok();
+        match parts {
+            ["", "api", "queues", queue, "dead", id, "requeue"] => {
+                Some(Action::Requeue(decoded(queue)?, decoded(id)?))
+            }
+            ["", "api", "queues", queue, "requeue-all"] => {
+                Some(Action::RequeueAll(decoded(queue)?))
+            }
+            ["", "api", "queues", queue, "purge"] => Some(Action::Purge(decoded(queue)?)),
+            ["", "api", "queues", queue, "items", id, "cancel"] => {
+                Some(Action::Cancel(decoded(queue)?, decoded(id)?))
+            }
+            _ => None,
+        }
+    }
+
+    fn run(self, store: &Store) -> Result<Reply, Reply> {
+        let queue = store.queue();
+        let body = match self {
+            Action::Requeue(name, id) => {
+                in_queue(store, &name, &id)?;
+                queue.requeue(&id).map_err(store_error)?;
+                json!({ "requeued": 1 })
+            }
+            Action::RequeueAll(name) => {
+                json!({ "requeued": all_rounds(|| queue.requeue_all(&name))? })
+            }
+            Action::Purge(name) => json!({ "purged": all_rounds(|| queue.purge_dead(&name))? }),
+            Action::Cancel(name, id) => {
+                in_queue(store, &name, &id)?;
+                queue.cancel(&id).map_err(store_error)?;
+                json!({ "cancelled": 1 })
+            }
+        };
+        Ok(Reply::ok(body))
+    }
+}
+
+/// An item of another queue is not found under this one.
+fn in_queue(store: &Store, queue: &str, id: &str) -> Result<(), Reply> {
+    let item = store.queue().get(id).map_err(store_error)?;
+    if item.queue != queue {
+        return Err(Reply::error(404, format!("queue {queue} has no item {id}")));
+    }
+    Ok(())
+}
+
+/// Repeats a page-at-a-time action until it does nothing more; returns the items it did.
+fn all_rounds(mut round: impl FnMut() -> spindle::Result<u64>) -> Result<u64, Reply> {
+    let mut total = 0;
+    for _ in 0..ROUNDS_MAX {
+        let done = round().map_err(store_error)?;
+        if done == 0 {
+            break;
+        }
+        total += done;
+    }
+    Ok(total)
+}
+
+/// The store as the session's token sees it, if the request may write through it.
+fn writer(ui: &Ui, head: &Head) -> Result<Store, Reply> {
+    same_origin(head)?;
+    let secret = {
+        let mut sessions = ui.sessions.lock();
+        let session = checked_session(&mut sessions, head)?;
+        let signed_in = session
+            .signed_in
+            .as_ref()
+            .ok_or_else(|| Reply::error(401, "sign in with a writer or admin token first"))?;
+        signed_in.secret.clone()
+    };
+    // Checked again at each action: a revoked or expired token stops working at once.
+    let store = match ui.store.authenticate(&secret) {
+        Ok(store) => store,
+        Err(_) => {
+            forget_sign_in(ui, head);
+            return Err(Reply::error(401, "the token no longer authenticates: sign in again"));
+        }
+    };
+    if store.tenant_id() != ui.store.tenant_id() {
+        return Err(Reply::error(403, "the token is another tenant's"));
+    }
+    if !store.role().allows(Access::Write) {
+        return Err(Reply::error(403, "a reader token cannot act: sign in as a writer or admin"));
+    }
+    Ok(store)
+}
+
+fn current(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
+    let mut sessions = ui.sessions.lock();
+    if let Some(session) = head.session.as_deref().and_then(|id| sessions.live(id)) {
+        return (Reply::ok(describe(ui, session)), None);
+    }
+    let (id, session) = sessions.create();
+    let cookie = format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict");
+    (Reply::ok(describe(ui, session)), Some(cookie))
+}
+
+fn sign_in(ui: &Ui, head: &Head) -> Result<Reply, Reply> {
+    same_origin(head)?;
+    let body: Value = serde_json::from_str(&head.body)
+        .map_err(|_| Reply::error(400, "the body is JSON: {\"token\": \"spn_...\"}"))?;
+    let secret = body["token"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| Reply::error(400, "the body names the token: {\"token\": \"spn_...\"}"))?;
+    let store = ui
+        .store
+        .authenticate(secret)
+        .map_err(|_| Reply::error(401, "that token does not authenticate"))?;
+    if store.tenant_id() != ui.store.tenant_id() {
+        return Err(Reply::error(
+            403,
+            format!("the token is another tenant's, not {}'s", ui.store.tenant_id()),
+        ));
+    }
+    let mut sessions = ui.sessions.lock();
+    let session = checked_session(&mut sessions, head)?;
+    let tenant = store.tenant_id().to_owned();
+    session.signed_in = Some(SignedIn { secret: secret.to_owned(), tenant, role: store.role() });
+    Ok(Reply::ok(describe(ui, session)))
+}
+
+fn sign_out(ui: &Ui, head: &Head) -> Result<Reply, Reply> {
+    same_origin(head)?;
+    let mut sessions = ui.sessions.lock();
+    let session = checked_session(&mut sessions, head)?;
+    session.signed_in = None;
+    Ok(Reply::ok(describe(ui, session)))
+}
+
+fn forget_sign_in(ui: &Ui, head: &Head) {
+    let mut sessions = ui.sessions.lock();
+    if let Some(session) = head.session.as_deref().and_then(|id| sessions.live(id)) {
+        session.signed_in = None;
+    }
+}
+
+/// The request's session, if its anti-forgery token matches.
+fn checked_session<'a>(sessions: &'a mut Sessions, head: &Head) -> Result<&'a mut Session, Reply> {
+    let session = head
+        .session
+        .as_deref()
+        .and_then(|id| sessions.live(id))
+        .ok_or_else(|| Reply::error(403, "no session: load the page again"))?;
+    match head.csrf.as_deref() {
+        Some(token) if constant_time_eq(token, &session.csrf) => Ok(session),
+        _ => Err(Reply::error(403, "the request lacks this session's X-Spindle-Csrf token")),
+    }
+}
+
+/// A POST must come from a page of this server, as JSON (which a form on another site cannot
+/// send without asking first).
+fn same_origin(head: &Head) -> Result<(), Reply> {
+    let from_here = match (&head.origin, &head.host) {
+        (Some(origin), Some(host)) => origin == &format!("http://{host}"),
+        (None, _) => head.fetch_site.as_deref() == Some("same-origin"),
+        (Some(_), None) => false,
+    };
+    if !from_here {
+        return Err(Reply::error(403, "cross-site requests are refused"));
+    }
+    let json = head.content_type.as_deref().is_some_and(|t| t.starts_with("application/json"));
+    if !json {
+        return Err(Reply::error(415, "a POST sends Content-Type: application/json"));
+    }
+    Ok(())
+}
+
+/// What `GET /api/session` answers.
+fn describe(ui: &Ui, session: &Session) -> Value {
+    let signed_in =
+        session.signed_in.as_ref().map(|s| json!({ "tenant": s.tenant, "role": s.role.as_str() }));
+    json!({
+        "csrf": session.csrf,
+        "tenant": ui.store.tenant_id(),
+        "actions": ui.settings.allow_actions,
+        "login_required": ui.settings.require_token,
+        "signed_in": signed_in,
+    })
+}
+
+impl Sessions {
+    /// The session `id`, if it is known and not idle too long; marks it used.
+    fn live(&mut self, id: &str) -> Option<&mut Session> {
+        let now = now_ms();
+        self.by_id.retain(|_, s| now - s.seen_ms < SESSION_IDLE_MS);
+        let session = self.by_id.get_mut(id)?;
+        session.seen_ms = now;
+        Some(session)
+    }
+
+    /// A new session, forgetting the least recently used past `SESSIONS_MAX`.
+    fn create(&mut self) -> (String, &mut Session) {
+        if self.by_id.len() >= SESSIONS_MAX {
+            let oldest = self.by_id.iter().min_by_key(|(_, s)| s.seen_ms).map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                self.by_id.remove(&oldest);
+            }
+        }
+        let id = random_hex();
+        let session = Session { csrf: random_hex(), signed_in: None, seen_ms: now_ms() };
+        let session = self.by_id.entry(id.clone()).or_insert(session);
+        (id, session)
+    }
+}
+
+/// 32 random bytes as hex.
+fn random_hex() -> String {
+    let mut bytes = [0_u8; 32];
+    // The system's randomness does not fail on the systems Spindle runs on; were it to, the
+    // bytes would be zeros and every session the same, so stop instead.
+    if getrandom::fill(&mut bytes).is_err() {
+        eprintln!("spindle ui: the system's randomness failed");
+        std::process::exit(3);
+    }
+    bytes.iter().fold(String::with_capacity(64), |mut hex, byte| {
+        let _ = write!(hex, "{byte:02x}");
+        hex
+    })
+}
+
+/// Compares secrets without stopping at the first difference.
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        assert_eq!(session_cookie("a=1; spindle_ui=abc; b=2").as_deref(), Some("abc"));
+        assert_eq!(session_cookie("spindle_uix=1"), None);
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_fresh_ids_differ() {
+        let mut sessions = Sessions::default();
+        sessions.create();
+        for _ in 0..SESSIONS_MAX {
+            sessions.create();
+        }
+        assert_eq!(sessions.by_id.len(), SESSIONS_MAX);
+        assert_ne!(random_hex(), random_hex());
+        assert!(constant_time_eq("abc", "abc") && !constant_time_eq("abc", "abd"));
+    }
+}

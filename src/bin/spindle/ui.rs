@@ -196,7 +196,10 @@ fn answer_all(server: &tiny_http::Server, ui: &Arc<Ui>) {
             }
             continue;
         }
-        let (reply, cookie) = answer(ui, &head);
+        // A bug in a handler answers 500 and leaves the thread serving.
+        let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(ui, &head)));
+        let (reply, cookie) = answered
+            .unwrap_or_else(|_| (Reply::error(500, "the dashboard failed on this request"), None));
         // A client that went away is its own business.
         let _ = request.respond(response(&reply, cookie.as_deref()));
     }

@@ -22,6 +22,7 @@ mod ui_api;
 mod ui_assets;
 mod ui_live;
 mod ui_session;
+mod ui_state;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -338,7 +339,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         }
         Cmd::Logs { run, node, follow } => logs::logs(&store, &run, node.as_deref(), follow, out)?,
         Cmd::Ui { addr, allow_actions, require_token } => {
-            ui::serve(&store, ui::Settings { addr, allow_actions, require_token }, out)?;
+            ui::serve(&store, ui_state::Settings { addr, allow_actions, require_token }, out)?;
         }
         Cmd::Graphs => inspect::graphs(&store, out)?,
         Cmd::Graph { action: GraphCmd::Show { id, format } } => {

@@ -23,7 +23,8 @@ use crate::common::{CliError, Output, now_ms};
 use crate::ui_api::{self, Reply};
 use crate::ui_assets;
 use crate::ui_live;
-use crate::ui_session::{self, Sessions};
+use crate::ui_session;
+use crate::ui_state::{Head, SECURITY_HEADERS, Sample, Sessions, Settings, Ui};
 
 /// Threads answering requests at once (live streams aside).
 const THREADS: usize = 4;
@@ -33,53 +34,6 @@ const BODY_BYTES_MAX: u64 = 16 * 1024;
 const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// Samples kept: ten minutes.
 const SAMPLES_MAX: usize = 120;
-
-/// How `spindle ui` was asked to serve.
-pub struct Settings {
-    /// The address to listen on.
-    pub addr: String,
-    /// Queue actions (requeue, purge, cancel) for sessions signed in as a writer or admin.
-    pub allow_actions: bool,
-    /// Every read needs a session signed in with a token of the tenant.
-    pub require_token: bool,
-}
-
-/// What every request handler shares.
-pub struct Ui {
-    pub store: Store,
-    pub settings: Settings,
-    pub sessions: Mutex<Sessions>,
-    pub samples: Mutex<VecDeque<Sample>>,
-    /// Live streams open now.
-    pub streams: Arc<AtomicUsize>,
-    /// The `Host` values that name this server; empty: any (bound to every address).
-    hosts: Vec<String>,
-}
-
-/// The queues at one moment, for the overview's chart.
-#[derive(Debug, Clone, Copy)]
-pub struct Sample {
-    pub at_ms: i64,
-    /// Pending, scheduled and claimed items of every queue.
-    pub depth: u64,
-    /// Completed items not yet pruned, of every queue.
-    pub completed: u64,
-}
-
-/// The parts of a request the handlers look at.
-pub struct Head {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub host: Option<String>,
-    pub origin: Option<String>,
-    pub fetch_site: Option<String>,
-    pub content_type: Option<String>,
-    pub csrf: Option<String>,
-    pub session: Option<String>,
-    pub last_event_id: Option<String>,
-    pub body: String,
-}
 
 /// Serves until the process is stopped; prints the address it listens on first.
 pub fn serve(store: &Store, settings: Settings, out: &Output) -> Result<(), CliError> {
@@ -228,12 +182,6 @@ fn answer(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
     (ui_api::route(&ui.store, &head.method, &url, &samples), None)
 }
 
-impl Ui {
-    fn host_allowed(&self, host: Option<&str>) -> bool {
-        self.hosts.is_empty() || host.is_some_and(|host| self.hosts.iter().any(|h| h == host))
-    }
-}
-
 /// The request's method, path, query, the headers the handlers use, and a small body.
 fn read_head(request: &mut tiny_http::Request) -> Head {
     let header = |name: &str| {
@@ -282,19 +230,6 @@ fn response(reply: &Reply, cookie: Option<&str>) -> tiny_http::Response<std::io:
     }
     response
 }
-
-/// What every answer says of caching, framing, sniffing and where scripts come from.
-pub const SECURITY_HEADERS: [(&str, &str); 5] = [
-    ("Cache-Control", "no-store"),
-    ("X-Content-Type-Options", "nosniff"),
-    ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "no-referrer"),
-    (
-        "Content-Security-Policy",
-        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
-         img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'",
-    ),
-];
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use crate::inspect::all_processes;
 use crate::livelog;
 use crate::logs::attempts;
 use crate::pipeline::RUN_KIND;
-use crate::ui::Sample;
+use crate::ui_state::Sample;
 
 /// The most items one page may ask for.
 const PAGE_MAX: usize = 500;

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use spindle::{Event, Store, Subscription};
 
 use crate::common::parse_stream;
-use crate::ui::{Head, SECURITY_HEADERS, Ui};
 use crate::ui_api::{Query, Reply};
 use crate::ui_session;
+use crate::ui_state::{Head, SECURITY_HEADERS, Ui};
 
 /// Live streams open at once.
 pub const STREAMS_MAX: usize = 16;

@@ -5,43 +5,16 @@
 //! the session's anti-forgery token, a token of the tenant that still authenticates, with the
 //! writer or admin role.
 //!
-//! Sessions are bounded: at most `SESSIONS_MAX` (the oldest is forgotten first), each for at
-//! most `SESSION_IDLE_MS` without a request.
-
-use std::collections::HashMap;
-use std::fmt::Write as _;
+//! Sessions are bounded (`ui_state::Sessions`).
 
 use serde_json::{Value, json};
-use spindle::{Access, Role, Store};
+use spindle::{Access, Store};
 
-use crate::common::now_ms;
-use crate::ui::{Head, Ui};
 use crate::ui_api::{Reply, store_error};
+use crate::ui_state::{Head, Session, Sessions, SignedIn, Ui};
 
-/// Sessions kept at once.
-const SESSIONS_MAX: usize = 1_000;
-/// A session unused this long is forgotten.
-const SESSION_IDLE_MS: i64 = 12 * 3_600_000;
 /// The session cookie's name.
 const COOKIE: &str = "spindle_ui";
-
-/// The sessions this server knows.
-#[derive(Default)]
-pub struct Sessions {
-    by_id: HashMap<String, Session>,
-}
-
-struct Session {
-    csrf: String,
-    signed_in: Option<SignedIn>,
-    seen_ms: i64,
-}
-
-struct SignedIn {
-    secret: String,
-    tenant: String,
-    role: Role,
-}
 
 /// The session id in a `Cookie` header.
 pub fn session_cookie(header: &str) -> Option<String> {
@@ -281,46 +254,6 @@ fn describe(ui: &Ui, session: &Session) -> Value {
     })
 }
 
-impl Sessions {
-    /// The session `id`, if it is known and not idle too long; marks it used.
-    fn live(&mut self, id: &str) -> Option<&mut Session> {
-        let now = now_ms();
-        self.by_id.retain(|_, s| now - s.seen_ms < SESSION_IDLE_MS);
-        let session = self.by_id.get_mut(id)?;
-        session.seen_ms = now;
-        Some(session)
-    }
-
-    /// A new session, forgetting the least recently used past `SESSIONS_MAX`.
-    fn create(&mut self) -> (String, &mut Session) {
-        if self.by_id.len() >= SESSIONS_MAX {
-            let oldest = self.by_id.iter().min_by_key(|(_, s)| s.seen_ms).map(|(id, _)| id.clone());
-            if let Some(oldest) = oldest {
-                self.by_id.remove(&oldest);
-            }
-        }
-        let id = random_hex();
-        let session = Session { csrf: random_hex(), signed_in: None, seen_ms: now_ms() };
-        let session = self.by_id.entry(id.clone()).or_insert(session);
-        (id, session)
-    }
-}
-
-/// 32 random bytes as hex.
-fn random_hex() -> String {
-    let mut bytes = [0_u8; 32];
-    // The system's randomness does not fail on the systems Spindle runs on; were it to, the
-    // bytes would be zeros and every session the same, so stop instead.
-    if getrandom::fill(&mut bytes).is_err() {
-        eprintln!("spindle ui: the system's randomness failed");
-        std::process::exit(3);
-    }
-    bytes.iter().fold(String::with_capacity(64), |mut hex, byte| {
-        let _ = write!(hex, "{byte:02x}");
-        hex
-    })
-}
-
 /// Compares secrets without stopping at the first difference.
 fn constant_time_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0, |diff, (x, y)| diff | (x ^ y)) == 0
@@ -337,14 +270,8 @@ mod tests {
     }
 
     #[test]
-    fn sessions_are_bounded_and_fresh_ids_differ() {
-        let mut sessions = Sessions::default();
-        sessions.create();
-        for _ in 0..SESSIONS_MAX {
-            sessions.create();
-        }
-        assert_eq!(sessions.by_id.len(), SESSIONS_MAX);
-        assert_ne!(random_hex(), random_hex());
+    fn secrets_compare_whole() {
         assert!(constant_time_eq("abc", "abc") && !constant_time_eq("abc", "abd"));
+        assert!(!constant_time_eq("abc", "abcd"));
     }
 }

@@ -1,0 +1,159 @@
+//! What the parts of `spindle ui` share: how it was asked to serve, the state every request
+//! handler reads (the store view, sessions, the queue samples, the open live streams), the
+//! parts of a request the handlers look at, and the headers every answer carries.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use parking_lot::Mutex;
+use spindle::{Role, Store};
+
+use crate::common::now_ms;
+
+/// How `spindle ui` was asked to serve.
+pub struct Settings {
+    /// The address to listen on.
+    pub addr: String,
+    /// Queue actions (requeue, purge, cancel) for sessions signed in as a writer or admin.
+    pub allow_actions: bool,
+    /// Every read needs a session signed in with a token of the tenant.
+    pub require_token: bool,
+}
+
+/// What every request handler shares.
+pub struct Ui {
+    pub store: Store,
+    pub settings: Settings,
+    pub sessions: Mutex<Sessions>,
+    pub samples: Mutex<VecDeque<Sample>>,
+    /// Live streams open now.
+    pub streams: Arc<AtomicUsize>,
+    /// The `Host` values that name this server; empty: any (bound to every address).
+    pub hosts: Vec<String>,
+}
+
+/// The queues at one moment, for the overview's chart.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub at_ms: i64,
+    /// Pending, scheduled and claimed items of every queue.
+    pub depth: u64,
+    /// Completed items not yet pruned, of every queue.
+    pub completed: u64,
+}
+
+/// The parts of a request the handlers look at.
+pub struct Head {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub host: Option<String>,
+    pub origin: Option<String>,
+    pub fetch_site: Option<String>,
+    pub content_type: Option<String>,
+    pub csrf: Option<String>,
+    pub session: Option<String>,
+    pub last_event_id: Option<String>,
+    pub body: String,
+}
+
+impl Ui {
+    /// Whether a request's `Host` names this server.
+    pub fn host_allowed(&self, host: Option<&str>) -> bool {
+        self.hosts.is_empty() || host.is_some_and(|host| self.hosts.iter().any(|h| h == host))
+    }
+}
+
+/// What every answer says of caching, framing, sniffing and where scripts come from.
+pub const SECURITY_HEADERS: [(&str, &str); 5] = [
+    ("Cache-Control", "no-store"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    (
+        "Content-Security-Policy",
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+         img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    ),
+];
+
+/// Sessions kept at once.
+const SESSIONS_MAX: usize = 1_000;
+/// A session unused this long is forgotten.
+const SESSION_IDLE_MS: i64 = 12 * 3_600_000;
+/// The sessions this server knows.
+#[derive(Default)]
+pub struct Sessions {
+    by_id: HashMap<String, Session>,
+}
+
+/// A session: its anti-forgery token, and the token it signed in with.
+pub struct Session {
+    pub csrf: String,
+    pub signed_in: Option<SignedIn>,
+    seen_ms: i64,
+}
+
+/// A signed-in session's API token (kept in this process only), tenant and role.
+pub struct SignedIn {
+    pub secret: String,
+    pub tenant: String,
+    pub role: Role,
+}
+
+impl Sessions {
+    /// The session `id`, if it is known and not idle too long; marks it used.
+    pub fn live(&mut self, id: &str) -> Option<&mut Session> {
+        let now = now_ms();
+        self.by_id.retain(|_, s| now - s.seen_ms < SESSION_IDLE_MS);
+        let session = self.by_id.get_mut(id)?;
+        session.seen_ms = now;
+        Some(session)
+    }
+
+    /// A new session, forgetting the least recently used past `SESSIONS_MAX`.
+    pub fn create(&mut self) -> (String, &mut Session) {
+        if self.by_id.len() >= SESSIONS_MAX {
+            let oldest = self.by_id.iter().min_by_key(|(_, s)| s.seen_ms).map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                self.by_id.remove(&oldest);
+            }
+        }
+        let id = random_hex();
+        let session = Session { csrf: random_hex(), signed_in: None, seen_ms: now_ms() };
+        let session = self.by_id.entry(id.clone()).or_insert(session);
+        (id, session)
+    }
+}
+
+/// 32 random bytes as hex.
+fn random_hex() -> String {
+    let mut bytes = [0_u8; 32];
+    // The system's randomness does not fail on the systems Spindle runs on; were it to, the
+    // bytes would be zeros and every session the same, so stop instead.
+    if getrandom::fill(&mut bytes).is_err() {
+        eprintln!("spindle ui: the system's randomness failed");
+        std::process::exit(3);
+    }
+    bytes.iter().fold(String::with_capacity(64), |mut hex, byte| {
+        let _ = write!(hex, "{byte:02x}");
+        hex
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_are_bounded_and_fresh_ids_differ() {
+        let mut sessions = Sessions::default();
+        for _ in 0..=SESSIONS_MAX {
+            sessions.create();
+        }
+        assert_eq!(sessions.by_id.len(), SESSIONS_MAX);
+        assert_ne!(random_hex(), random_hex());
+    }
+}

@@ -49,7 +49,7 @@ fn main() {
         newest_first: true,
         ..GraphFilter::default()
     };
-    let cases: [(&str, String, Box<dyn Fn()>); 3] = [
+    let cases: [Case; 3] = [
         (
             "runs list, first page",
             format!("/api/runs?limit={PAGE}"),
@@ -74,7 +74,7 @@ fn main() {
         ),
     ];
     for (name, path, library) in &cases {
-        let library_ms = median_ms(samples, || library());
+        let library_ms = median_ms(samples, library);
         let ui_ms = median_ms(samples, || ui.get(path));
         println!(
             "  {name}: library {library_ms:.2} ms, dashboard {ui_ms:.2} ms (median of {samples}): \
@@ -129,6 +129,9 @@ fn fill(db: &Path, runs: usize, nodes: usize) -> (String, String) {
     store.close().expect("close");
     (big, ids[ids.len() / 2].clone())
 }
+
+/// A measured answer: its name, the dashboard's path, the library's reads.
+type Case<'a> = (&'static str, String, Box<dyn Fn() + 'a>);
 
 /// The median of `samples` timings of `work`, in ms.
 fn median_ms(samples: usize, mut work: impl FnMut()) -> f64 {

@@ -122,6 +122,8 @@ fn filled(dir: &Path) -> std::path::PathBuf {
         let error = format!("smtp down {n}");
         store.queue().fail(&claimed.item.id, claimed.fence, &error, true).expect("fail");
     }
+    let agent = spindle::process::Registration::new("agent-1", "agent", json!({}));
+    store.processes().register(agent).expect("register");
     store.queue().enqueue(NewItem::new("jobs", json!("now"))).expect("enqueue");
     let later = NewItem::new("jobs", json!("later")).run_at_ms(i64::MAX / 2);
     store.queue().enqueue(later).expect("enqueue");
@@ -144,7 +146,8 @@ fn every_route_answers_json_and_pages_go_to_the_end() {
     assert_eq!(overview["recent_failures"].as_array().map(Vec::len), Some(3));
     assert_eq!(overview["recent_failures"][0]["failed_node"], "test");
     assert_eq!(overview["workflows"]["pending"], 1, "{overview}");
-    assert!(overview["processes"].is_object() && overview["samples"].is_array(), "{overview}");
+    assert_eq!(overview["processes"], json!({ "running": 1 }), "{overview}");
+    assert!(overview["samples"].is_array(), "{overview}");
 
     // Runs, a page of one at a time, followed to the end.
     let mut seen = Vec::new();

@@ -198,7 +198,12 @@ fn overview(store: &Store, samples: &[Sample]) -> Answer {
     let failed = run_filter(Some(GraphStatus::Failed));
     let recent = store.graphs().find(&failed, Page::first(10)).map_err(store_error)?;
     let processes = all_processes(store, StatusFilter::Any).map_err(store_error)?;
-    let processes = count_by(processes.iter().map(|p| to_json(&p.status)))?;
+    // A running process that waits is counted as waiting.
+    let states = processes.iter().map(|p| match (&p.wait, to_json(&p.status)) {
+        (Some(_), Ok(status)) if status["state"] == "running" => Ok(json!("waiting")),
+        (_, status) => status.map(|status| status["state"].clone()),
+    });
+    let processes = count_by(states)?;
     let queues = store.queue().stats().map_err(store_error)?;
     Ok(Reply::ok(json!({
         "runs": runs,

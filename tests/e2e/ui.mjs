@@ -262,11 +262,26 @@ async function otherPages(page, base) {
   await page.locator('[data-testid=workflows-table] tbody tr a', { hasText: /./ }).first().click();
   await page.waitForURL(/\/workflows\/.+/);
   await shoot(page, 'workflow', '[data-testid=workflow-events] tbody tr');
-  // The events page follows commits live.
+  // The events page follows commits live, and filters what it shows.
   await page.goto(`${base}/events`);
-  await page.waitForSelector('[data-testid=events-table] tbody tr', { timeout: WAIT_MS });
-  const store = run(bin, ['--db', db, 'queue', 'stats']);
-  assert.equal(store.status, 0);
+  const events = '[data-testid=events-table] tbody tr';
+  await page.waitForSelector(events, { timeout: WAIT_MS });
+  const tail = pipeline('tail', { hello: { run: 'echo hello from tail' } });
+  assert.equal(run(bin, ['--db', db, 'run', tail]).status, 0);
+  await page.waitForFunction(
+    (selector) => [...document.querySelectorAll(selector)].some((row) => row.textContent.includes('hello from tail')),
+    events,
+    { timeout: WAIT_MS },
+  );
+  await page.fill('[data-testid=events-filter]', 'dead_lettered');
+  await page.waitForFunction(
+    (selector) => {
+      const rows = [...document.querySelectorAll(selector)].filter((row) => row.offsetParent !== null);
+      return rows.length > 0 && rows.every((row) => row.textContent.includes('dead_lettered'));
+    },
+    events,
+    { timeout: WAIT_MS },
+  );
 }
 
 /** Bad addresses are pages that say what is wrong, never a blank page. */

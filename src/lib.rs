@@ -133,8 +133,8 @@ pub use crate::process::{
     SessionScope,
 };
 pub use crate::queue::{
-    Backoff, Claimed, Enqueued, FailOutcome, ItemStatus, NewItem, Queue, QueueItem, QueueStats,
-    Reclaimed,
+    Backoff, Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, Queue, QueueItem,
+    QueueStats, Reclaimed,
 };
 pub use crate::store::{DEFAULT_TENANT, Pending, Store};
 pub use crate::subscription::Subscription;

@@ -1104,7 +1104,8 @@ fn find_filters_by_status_metadata_and_parent_and_pages_either_way() {
     }
     node(&store, &ids[0], "a");
     graphs.start(&ids[0]).expect("start");
-    let child = graphs.create_child(&ids[0], json!({"kind": "run", "pipeline": "build"})).unwrap();
+    let child =
+        graphs.create_child(&ids[0], json!({"kind": "run", "pipeline": "build"})).expect("child");
     let builds = spindle::GraphFilter {
         metadata: vec![("kind".into(), json!("run")), ("pipeline".into(), json!("build"))],
         roots_only: true,
@@ -1130,16 +1131,36 @@ fn find_filters_by_status_metadata_and_parent_and_pages_either_way() {
         spindle::GraphFilter { metadata: vec![("n".into(), json!(1))], ..Default::default() };
     assert_eq!(graphs.find(&numbered, Page::first(10)).expect("n")[0].id, ids[1]);
 
+    let one_as_float =
+        spindle::GraphFilter { metadata: vec![("n".into(), json!(1.0))], ..Default::default() };
+    assert!(graphs.find(&one_as_float, Page::first(10)).expect("n").is_empty(), "1.0 is not 1");
+    let escaped = graphs
+        .create(serde_json::from_str(r#"{"name": "caf\u00e9 \"x\""}"#).expect("json"))
+        .expect("g");
+    let plain = spindle::GraphFilter {
+        metadata: vec![("name".into(), json!("café \"x\""))],
+        ..Default::default()
+    };
+    assert_eq!(graphs.find(&plain, Page::first(10)).expect("name")[0].id, escaped);
+    let other_tenant = store.tenant("acme").expect("acme");
+    other_tenant.graphs().create(json!({"kind": "run", "pipeline": "build"})).expect("theirs");
+    assert_eq!(graphs.find(&builds, Page::first(10)).expect("mine").len(), 3, "tenants apart");
+
     let running = spindle::GraphFilter { status: Some(GraphStatus::Running), ..builds.clone() };
     assert_eq!(graphs.find(&running, Page::first(10)).expect("running").len(), 1);
     let counts = graphs.count_by_status(&builds).expect("counts");
     assert_eq!(counts, vec![(GraphStatus::Pending, 2), (GraphStatus::Running, 1)]);
+    assert_eq!(graphs.count_by_status(&running).expect("counts"), counts, "status aside");
 }
 
 #[test]
 fn find_refuses_a_bad_metadata_key_or_a_value_that_is_not_a_scalar() {
     let store = store();
     store.graphs().create(json!({"kind": "run"})).expect("graph");
+    let metadata = (0..17).map(|n| (format!("k{n}"), json!(n))).collect();
+    let seventeen = spindle::GraphFilter { metadata, ..Default::default() };
+    let found = store.graphs().find(&seventeen, Page::first(10));
+    assert!(matches!(found, Err(Error::InvalidInput(_))), "{found:?}");
     for (key, value) in [("", json!(1)), ("a.b", json!(1)), ("a\"", json!(1)), ("k", json!({}))] {
         let filter =
             spindle::GraphFilter { metadata: vec![(key.into(), value)], ..Default::default() };

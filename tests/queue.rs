@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use spindle::queue::Completion;
 use spindle::{
-    Clock, Error, FailOutcome, ItemStatus, ManualClock, NewItem, Options, Page, Store, Stream,
-    TxOutcome,
+    Clock, Error, FailOutcome, ItemFilter, ItemStatus, ManualClock, NewItem, Options, Page, Store,
+    Stream, TxOutcome,
 };
 
 const T0: i64 = 1_700_000_000_000;
@@ -716,29 +716,36 @@ fn a_bad_queue_name_for_item_events_is_refused_and_writes_nothing() -> spindle::
 
 #[test]
 fn items_lists_a_queues_items_of_one_status_in_enqueue_order_by_pages() -> spindle::Result<()> {
-    let (store, _clock) = setup();
+    let (store, clock) = setup();
     let queue = store.queue();
     let ids: Vec<String> = (0..4)
         .map(|n| queue.enqueue(NewItem::new("q", json!(n))).map(|e| e.id))
         .collect::<spindle::Result<_>>()?;
     queue.enqueue(NewItem::new("other", json!("x")))?;
+    store.tenant("acme")?.queue().enqueue(NewItem::new("q", json!("theirs")))?;
     let later = queue.enqueue(NewItem::new("q", json!("later")).run_at_ms(T0 + 60_000))?.id;
     let claimed = queue.claim("w", &["q"], 1_000)?.expect("claimed").item.id;
     assert_eq!(claimed, ids[0]);
 
-    let pending = |page| -> spindle::Result<Vec<String>> {
-        Ok(queue.items("q", ItemStatus::Pending, page)?.into_iter().map(|i| i.id).collect())
+    let ids_of = |filter, page| -> spindle::Result<Vec<String>> {
+        Ok(queue.items("q", filter, page)?.into_iter().map(|i| i.id).collect())
     };
-    assert_eq!(pending(Page::first(10))?, [&ids[1], &ids[2], &ids[3], &later].map(String::clone));
-    assert_eq!(pending(Page::first(2))?, [&ids[1], &ids[2]].map(String::clone));
-    assert_eq!(pending(Page::after(ids[2].clone(), 2))?, [&ids[3], &later].map(String::clone));
-    let running = queue.items("q", ItemStatus::Claimed, Page::first(10))?;
-    assert_eq!(running.iter().map(|i| &i.id).collect::<Vec<_>>(), [&ids[0]]);
-    assert!(queue.items("q", ItemStatus::Dead, Page::first(10))?.is_empty());
+    let pending = ItemFilter::status(ItemStatus::Pending);
+    let all = [&ids[1], &ids[2], &ids[3], &later].map(String::clone);
+    assert_eq!(ids_of(pending, Page::first(10))?, all);
+    assert_eq!(ids_of(pending, Page::first(2))?, all[..2]);
+    assert_eq!(ids_of(pending, Page::after(ids[2].clone(), 2))?, all[2..]);
+    assert_eq!(ids_of(ItemFilter::due(), Page::first(10))?, all[..3]);
+    assert_eq!(ids_of(ItemFilter::scheduled(), Page::first(10))?, std::slice::from_ref(&later));
+    clock.advance_ms(60_000);
+    assert_eq!(ids_of(ItemFilter::due(), Page::first(10))?, all);
+    assert!(ids_of(ItemFilter::scheduled(), Page::first(10))?.is_empty());
+    assert_eq!(ids_of(ItemFilter::status(ItemStatus::Claimed), Page::first(10))?, [ids[0].clone()]);
+    assert!(ids_of(ItemFilter::status(ItemStatus::Dead), Page::first(10))?.is_empty());
 
-    let too_many = queue.items("q", ItemStatus::Pending, Page::first(1_000_000));
+    let too_many = queue.items("q", pending, Page::first(1_000_000));
     assert!(matches!(too_many, Err(Error::TooLarge { .. })), "{too_many:?}");
-    let bad_queue = queue.items("", ItemStatus::Pending, Page::first(1));
+    let bad_queue = queue.items("", pending, Page::first(1));
     assert!(matches!(bad_queue, Err(Error::InvalidInput(_))), "{bad_queue:?}");
     Ok(())
 }

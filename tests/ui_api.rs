@@ -307,28 +307,31 @@ struct Session {
     csrf: String,
 }
 
+/// The session cookie an answer sets, if any.
+fn set_cookie(head: &str) -> Option<String> {
+    let line = head.lines().find_map(|line| line.strip_prefix("Set-Cookie: "))?;
+    assert!(line.contains("HttpOnly") && line.contains("SameSite=Strict"), "{line}");
+    line.split(';').next().map(str::to_owned)
+}
+
 impl Session {
     fn open(ui: &Ui) -> Self {
         let (status, head, body) = ui.send("GET", "/api/session", &[], "");
         assert_eq!(status, 200, "{body}");
-        let cookie = head
-            .lines()
-            .find_map(|line| line.strip_prefix("Set-Cookie: "))
-            .and_then(|c| c.split(';').next())
-            .expect("a session cookie")
-            .to_owned();
-        assert!(head.contains("HttpOnly") && head.contains("SameSite=Strict"), "{head}");
+        let cookie = set_cookie(&head).expect("a session cookie");
         let body: Value = serde_json::from_str(&body).expect("json");
         Session { cookie, csrf: body["csrf"].as_str().expect("csrf").to_owned() }
     }
 
     /// A POST as the page sends it: same origin, the cookie, the token, JSON.
-    fn post(&self, ui: &Ui, path: &str, body: &str) -> (u16, Value) {
+    fn post(&mut self, ui: &Ui, path: &str, body: &str) -> (u16, Value) {
         self.post_with(ui, path, body, &[])
     }
 
+    /// A POST with some headers replaced (an empty value leaves the header out). A new session
+    /// the answer sets (signing in or out) is this one's from then on.
     fn post_with(
-        &self,
+        &mut self,
         ui: &Ui,
         path: &str,
         body: &str,
@@ -343,8 +346,14 @@ impl Session {
         ];
         headers.retain(|(name, _)| !overrides.iter().any(|(o, _)| o == name));
         headers.extend(overrides.iter().filter(|(_, value)| !value.is_empty()));
-        let (status, _, answer) = ui.send("POST", path, &headers, body);
-        (status, serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{path}: {e}: {answer}")))
+        let (status, head, answer) = ui.send("POST", path, &headers, body);
+        let answer: Value =
+            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{path}: {e}: {answer}"));
+        if let Some(cookie) = set_cookie(&head) {
+            self.cookie = cookie;
+            self.csrf = answer["csrf"].as_str().expect("the new session's csrf").to_owned();
+        }
+        (status, answer)
     }
 }
 
@@ -374,39 +383,55 @@ fn queue_actions_need_the_flag_a_session_its_token_this_origin_and_a_writer() {
     let requeue = format!("/api/queues/mail/dead/{}/requeue", dead[0].id);
 
     let read_only = Ui::start(&db);
-    let session = Session::open(&read_only);
+    let mut session = Session::open(&read_only);
     let (status, body) = session.post(&read_only, &requeue, "");
     assert_eq!(status, 403, "without --allow-actions: {body}");
     drop(read_only);
 
     let ui = Ui::start_with(&db, &["--allow-actions"]);
-    let session = Session::open(&ui);
+    let mut session = Session::open(&ui);
     let token = |secret: &spindle::TokenSecret| json!({ "token": secret.expose() }).to_string();
     // Signed out, then refused sign-ins.
     assert_eq!(session.post(&ui, &requeue, "").0, 401);
     assert_eq!(session.post(&ui, "/api/session", r#"{"token":"spn_nope"}"#).0, 401);
     assert_eq!(session.post(&ui, "/api/session", &token(&foreign)).0, 403);
     assert_eq!(session.post(&ui, "/api/session", "not json").0, 400);
-    // A reader signs in but cannot act.
+    let cross_site = [("Origin", "http://evil.example")];
+    assert_eq!(session.post_with(&ui, "/api/session", &token(&writer), &cross_site).0, 403);
+    // A reader signs in (on a new session: the old cookie is forgotten) but cannot act.
+    let before = (session.cookie.clone(), session.csrf.clone());
     let (status, signed) = session.post(&ui, "/api/session", &token(&reader));
     assert_eq!((status, signed["signed_in"]["role"].clone()), (200, json!("reader")));
+    assert!(session.cookie != before.0 && session.csrf != before.1, "a new session");
     assert_eq!(session.post(&ui, &requeue, "").0, 403);
-    // A writer: every forged variant is refused, then the page's own request works.
+    let mut planted = Session { cookie: before.0, csrf: before.1 };
+    assert_eq!(planted.post(&ui, &requeue, "").0, 403, "the cookie from before sign-in is dead");
+    // A writer: every forged variant is refused with its own status, then the page's own
+    // request works; without Origin a browser's Sec-Fetch-Site: same-origin stands for it.
     let (status, signed) = session.post(&ui, "/api/session", &token(&writer));
     assert_eq!((status, signed["signed_in"]["role"].clone()), (200, json!("writer")));
     assert!(!signed.to_string().contains(writer.expose()), "the secret never comes back");
-    for forged in [
-        &[("Origin", "http://evil.example")][..],
-        &[("X-Spindle-Csrf", "")],
-        &[("X-Spindle-Csrf", "0000")],
-        &[("Cookie", "")],
-        &[("Content-Type", "text/plain")],
+    for (forged, expected) in [
+        (&[("Origin", "http://evil.example")][..], 403),
+        (&[("Origin", "null")], 403),
+        (&[("Origin", ""), ("Sec-Fetch-Site", "same-site")], 403),
+        (&[("Origin", ""), ("Sec-Fetch-Site", "cross-site")], 403),
+        (&[("X-Spindle-Csrf", "")], 403),
+        (&[("X-Spindle-Csrf", "0000")], 403),
+        (&[("Cookie", "")], 403),
+        (&[("Content-Type", "text/plain")], 415),
+        (&[("Content-Type", "")], 415),
     ] {
         let (status, body) = session.post_with(&ui, &requeue, "", forged);
-        assert!([403, 415].contains(&status), "{forged:?}: {status} {body}");
+        assert_eq!(status, expected, "{forged:?}: {body}");
     }
+    let big = "x".repeat(17 * 1024);
+    assert_eq!(session.post(&ui, &requeue, &big).0, 413);
+    let elsewhere = format!("/api/queues/jobs/dead/{}/requeue", dead[0].id);
+    assert_eq!(session.post(&ui, &elsewhere, "").0, 404, "an item of another queue");
     assert_eq!(dead_count(&db), 2, "no refused request wrote");
-    let (status, body) = session.post(&ui, &requeue, "");
+    let no_origin = [("Origin", ""), ("Sec-Fetch-Site", "same-origin")];
+    let (status, body) = session.post_with(&ui, &requeue, "", &no_origin);
     assert_eq!((status, body), (200, json!({ "requeued": 1 })));
     assert_eq!(dead_count(&db), 1);
     assert_eq!(session.post(&ui, &requeue, "").0, 409, "it is no longer dead");
@@ -415,7 +440,17 @@ fn queue_actions_need_the_flag_a_session_its_token_this_origin_and_a_writer() {
     assert_eq!(session.post(&ui, "/api/queues/mail/purge", "").1, json!({ "purged": 1 }));
     assert_eq!(dead_count(&db), 0);
     assert_eq!(session.post(&ui, "/api/queues/mail/requeue-all", "").1, json!({ "requeued": 0 }));
-    // A revoked token stops working at once, and the session is signed out.
+    // The tokens page lists them, never a secret.
+    let (_, _, tokens) = ui.send("GET", "/api/tokens", &[], "");
+    assert!(tokens.contains("\"ops\"") && tokens.contains("\"eyes\""), "{tokens}");
+    for secret in [&writer, &reader] {
+        assert!(!tokens.contains(&secret.expose()[4..]), "no secret in {tokens}");
+    }
+    // Signing out ends the writer's actions; signing in again and revoking the token does too.
+    let (status, out) = session.post(&ui, "/api/session/logout", "");
+    assert_eq!((status, out["signed_in"].clone()), (200, json!(null)));
+    assert_eq!(session.post(&ui, "/api/queues/mail/purge", "").0, 401);
+    assert_eq!(session.post(&ui, "/api/session", &token(&writer)).0, 200);
     store.auth().revoke_token(&writer_info.id).expect("revoke");
     assert_eq!(session.post(&ui, "/api/queues/mail/purge", "").0, 401);
     let (_, _, now) = ui.send("GET", "/api/session", &[("Cookie", session.cookie.as_str())], "");
@@ -428,16 +463,32 @@ fn with_require_token_every_read_needs_a_signed_in_session() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = filled(dir.path());
     let store = Store::open(&db).expect("open");
-    let (reader, _) =
+    let (reader, reader_info) =
         store.auth().create_token("eyes", spindle::Role::Reader, None).expect("token");
     store.close().expect("close");
     let ui = Ui::start_with(&db, &["--require-token"]);
     assert_eq!(ui.call("GET", "/api/runs").0, 401);
-    let session = Session::open(&ui);
+    let mut session = Session::open(&ui);
     let body = json!({ "token": reader.expose() }).to_string();
     assert_eq!(session.post(&ui, "/api/session", &body).0, 200);
-    let (status, _, runs) = ui.send("GET", "/api/runs", &[("Cookie", session.cookie.as_str())], "");
-    assert_eq!(status, 200, "{runs}");
+    // The status line only: a live stream that is let in stays open.
+    let read = |session: &Session, path: &str| {
+        let mut stream = TcpStream::connect(&ui.addr).expect("connect");
+        let (addr, cookie) = (&ui.addr, &session.cookie);
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n");
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).expect("status line");
+        line.split(' ').nth(1).and_then(|s| s.parse::<u16>().ok()).expect("a status")
+    };
+    assert_eq!(read(&session, "/api/runs"), 200);
+    assert_eq!(read(&session, "/api/live"), 200);
+    // A revoked token stops reading at once.
+    let store = Store::open(&db).expect("open");
+    store.auth().revoke_token(&reader_info.id).expect("revoke");
+    assert_eq!(read(&session, "/api/runs"), 401);
+    assert_eq!(read(&session, "/api/live"), 401);
+    store.close().expect("close");
 }
 
 /// Reads SSE messages (`id`, `data`) from a live stream until `count` came.

@@ -349,7 +349,8 @@ pub struct GraphFilter {
     /// Only graphs with this status.
     pub status: Option<GraphStatus>,
     /// Only graphs whose metadata has each of these top-level keys (letters, digits, `_` and
-    /// `-`, at most 64) with exactly this scalar value (a string, number, boolean or null).
+    /// `-`, at most 64) with exactly this scalar value (a string, number, boolean or null, of
+    /// the same JSON type); at most 16 of them.
     pub metadata: Vec<(String, Value)>,
     /// Only graphs that are not a SubGraph node's child.
     pub roots_only: bool,

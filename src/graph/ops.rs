@@ -298,8 +298,18 @@ impl Op for CountByStatus {
     }
 }
 
-/// A filter's metadata keys are plain names and its values scalars.
+/// Metadata conditions one filter may hold.
+const FILTER_KEYS_MAX: usize = 16;
+
+/// A filter's metadata keys are plain names and its values scalars, at most
+/// `FILTER_KEYS_MAX` of them.
 fn check_filter(filter: &GraphFilter) -> Result<()> {
+    if filter.metadata.len() > FILTER_KEYS_MAX {
+        return Err(Error::InvalidInput(format!(
+            "a filter holds at most {FILTER_KEYS_MAX} metadata conditions, not {}",
+            filter.metadata.len()
+        )));
+    }
     for (key, value) in &filter.metadata {
         let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if key.is_empty() || key.len() > 64 || !key.chars().all(plain) {

@@ -277,6 +277,22 @@ pub(super) fn count_graphs(
     .collect()
 }
 
+/// A scalar's `json_type` name and its value as SQL compares it (none for true, false, null).
+fn json_scalar(value: &serde_json::Value) -> (&'static str, Option<SqlValue>) {
+    use serde_json::Value as Json;
+    match value {
+        Json::String(text) => ("text", Some(SqlValue::Text(text.clone()))),
+        Json::Number(n) => match n.as_i64() {
+            Some(int) => ("integer", Some(SqlValue::Integer(int))),
+            None => ("real", Some(SqlValue::Real(n.as_f64().unwrap_or(f64::NAN)))),
+        },
+        Json::Bool(true) => ("true", None),
+        Json::Bool(false) => ("false", None),
+        // Objects and arrays are refused before; null is what is left.
+        _ => ("null", None),
+    }
+}
+
 /// The `WHERE` conditions of `filter` and the values of their numbered parameters.
 fn filter_clause(tenant: &str, filter: &GraphFilter) -> (String, Vec<SqlValue>) {
     let mut sql = String::from("tenant_id = ?1");
@@ -289,11 +305,16 @@ fn filter_clause(tenant: &str, filter: &GraphFilter) -> (String, Vec<SqlValue>) 
         sql.push_str(" AND parent_graph_id IS NULL");
     }
     for (key, value) in &filter.metadata {
-        // `->` gives the value as minified JSON text, as serde_json writes a scalar.
         values.push(SqlValue::Text(format!("$.\"{key}\"")));
-        values.push(SqlValue::Text(value.to_string()));
-        let (path, json) = (values.len() - 1, values.len());
-        sql.push_str(&format!(" AND (metadata -> ?{path}) = ?{json}"));
+        let path = values.len();
+        // The JSON type first (1 is not true, nor 1.0), then the value as SQL reads it, so
+        // that a string's escapes in the stored text do not matter.
+        let (json_type, sql_value) = json_scalar(value);
+        sql.push_str(&format!(" AND json_type(metadata, ?{path}) = '{json_type}'"));
+        if let Some(sql_value) = sql_value {
+            values.push(sql_value);
+            sql.push_str(&format!(" AND (metadata ->> ?{path}) = ?{}", values.len()));
+        }
     }
     (sql, values)
 }

@@ -297,6 +297,33 @@ pub struct QueueStats {
     pub oldest_pending_age_ms: Option<i64>,
 }
 
+/// Which of a queue's items [`Queue::items`] reads: those with a status and, for pending
+/// items, those due now or only those due later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemFilter {
+    /// The items' status.
+    pub status: ItemStatus,
+    /// Pending items due by now (`Some(true)`) or later (`Some(false)`); `None`: either.
+    pub due: Option<bool>,
+}
+
+impl ItemFilter {
+    /// Every item with `status`.
+    pub fn status(status: ItemStatus) -> Self {
+        ItemFilter { status, due: None }
+    }
+
+    /// Pending items due now.
+    pub fn due() -> Self {
+        ItemFilter { status: ItemStatus::Pending, due: Some(true) }
+    }
+
+    /// Pending items due later.
+    pub fn scheduled() -> Self {
+        ItemFilter { status: ItemStatus::Pending, due: Some(false) }
+    }
+}
+
 /// The work queue of a store view: `store.queue()`.
 #[derive(Debug, Clone, Copy)]
 pub struct Queue<'a> {
@@ -525,13 +552,12 @@ impl<'a> Queue<'a> {
         self.store.exec(DeadLetters { queue: queue.into(), page })
     }
 
-    /// A page of a queue's items with `status`, in enqueue order (pending items due or not:
-    /// an item's `run_at_ms` says which).
+    /// A page of a queue's items that `filter` takes, in enqueue order.
     ///
     /// # Errors
-    /// `TooLarge` for a page past the page size limit.
-    pub fn items(&self, queue: &str, status: ItemStatus, page: Page) -> Result<Vec<QueueItem>> {
-        self.store.exec(Items { queue: queue.into(), status, page })
+    /// `InvalidInput` for a bad queue name; `TooLarge` for a page past the page size limit.
+    pub fn items(&self, queue: &str, filter: ItemFilter, page: Page) -> Result<Vec<QueueItem>> {
+        self.store.exec(Items { queue: queue.into(), filter, page })
     }
 
     /// Gives a dead item fresh attempts: pending and due now. Its fence keeps growing.

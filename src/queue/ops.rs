@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use super::sql::{self, ItemRow};
 use super::{
-    Claimed, Enqueued, FailOutcome, ItemStatus, NewItem, QueueItem, QueueStats, Reclaimed,
+    Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, QueueItem, QueueStats,
+    Reclaimed,
 };
 use crate::core::events::{self, Stream};
 use crate::core::op::{Access, Op, sealed::Sealed};
@@ -271,7 +272,7 @@ pub struct Items {
     /// The queue.
     pub queue: String,
     /// Which items.
-    pub status: ItemStatus,
+    pub filter: ItemFilter,
     /// Which page.
     pub page: Page,
 }
@@ -608,13 +609,8 @@ impl Op for DeadLetters {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueItem>> {
-        tx.limits().check_id("queue", &self.queue)?;
-        tx.limits().check_page(self.page.limit)?;
-        let after = self.page.after.as_deref().unwrap_or("");
-        let (queue, limit) = (&self.queue, self.page.limit);
-        let rows =
-            sql::select_items(tx.conn(), tx.tenant(), queue, ItemStatus::Dead, after, limit)?;
-        rows.into_iter().map(ItemRow::into_item).collect()
+        let filter = ItemFilter::status(ItemStatus::Dead);
+        Items { queue: self.queue, filter, page: self.page }.apply(tx)
     }
 }
 
@@ -629,7 +625,10 @@ impl Op for Items {
         tx.limits().check_page(self.page.limit)?;
         let after = self.page.after.as_deref().unwrap_or("");
         let (queue, limit) = (&self.queue, self.page.limit);
-        let rows = sql::select_items(tx.conn(), tx.tenant(), queue, self.status, after, limit)?;
+        let due_by_ms = self.filter.due.map(|due| (due, tx.now_ms()));
+        let status = self.filter.status;
+        let rows =
+            sql::select_items(tx.conn(), tx.tenant(), queue, status, due_by_ms, after, limit)?;
         rows.into_iter().map(ItemRow::into_item).collect()
     }
 }
@@ -662,8 +661,15 @@ impl Op for RequeueAll {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("queue", &self.queue)?;
         let limit = tx.limits().page_size_max;
-        let dead =
-            sql::select_items(tx.conn(), tx.tenant(), &self.queue, ItemStatus::Dead, "", limit)?;
+        let dead = sql::select_items(
+            tx.conn(),
+            tx.tenant(),
+            &self.queue,
+            ItemStatus::Dead,
+            None,
+            "",
+            limit,
+        )?;
         let mut notes = Notes::default();
         let mut requeued = 0;
         for item in &dead {

@@ -458,35 +458,35 @@ pub(super) fn dead_letter(
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
-/// Up to `limit` items of `queue` with `status` and ids after `after`, in id (enqueue) order.
+/// Up to `limit` items of `queue` with `status` (and, given `(due, now_ms)`, due by then or
+/// not) and ids after `after`, in id (enqueue) order.
 pub(super) fn select_items(
     conn: &Connection,
     tenant: &str,
     queue: &str,
     status: ItemStatus,
+    due_by_ms: Option<(bool, i64)>,
     after: &str,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
-    // Dead letters have an index of their own in id order (a partial index: the statement
-    // names its status as a literal).
-    if status == ItemStatus::Dead {
-        let mut stmt = conn.prepare_cached(concat!(
-            "SELECT ",
-            item_columns!(),
-            " FROM main.queue_items INDEXED BY queue_items_dead
-              WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead' AND item_id > ?3
-              ORDER BY item_id LIMIT ?4"
-        ))?;
-        return items(&mut stmt, params![tenant, queue, after, limit as i64]);
-    }
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
+    // The status is written into the statement (one of five literals), so that SQLite uses
+    // the partial index of that status; dead letters have one in id order.
+    let index = if status == ItemStatus::Dead { "INDEXED BY queue_items_dead" } else { "" };
+    let due = match due_by_ms {
+        Some((true, _)) => "AND run_at_ms <= ?5",
+        Some((false, _)) => "AND run_at_ms > ?5",
+        None => "AND ?5 IS NOT NULL", // every item (the parameter is bound either way)
+    };
+    let sql = format!(
+        "SELECT {} FROM main.queue_items {index}
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = '{}' AND item_id > ?3 {due}
+         ORDER BY item_id LIMIT ?4",
         item_columns!(),
-        " FROM main.queue_items
-          WHERE tenant_id = ?1 AND queue = ?2 AND status = ?3 AND item_id > ?4
-          ORDER BY item_id LIMIT ?5"
-    ))?;
-    items(&mut stmt, params![tenant, queue, status.as_str(), after, limit as i64])
+        status.as_str()
+    );
+    let now_ms = due_by_ms.map_or(0, |(_, now_ms)| now_ms);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    items(&mut stmt, params![tenant, queue, after, limit as i64, now_ms])
 }
 
 /// Makes a dead item pending again with fresh attempts, due now.

@@ -125,6 +125,10 @@ enum Cmd {
         /// (needed for --allow-actions on an address other machines reach).
         #[arg(long)]
         require_token: bool,
+        /// Another name this server answers to (the `Host` of a request), beside its address
+        /// (and `localhost` on loopback); repeatable.
+        #[arg(long = "host", value_name = "NAME")]
+        hosts: Vec<String>,
     },
     /// List the graphs (runs) in the store.
     Graphs,
@@ -338,8 +342,9 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             runs::list(&store, &runs::Filter { status, name, since }, out)?;
         }
         Cmd::Logs { run, node, follow } => logs::logs(&store, &run, node.as_deref(), follow, out)?,
-        Cmd::Ui { addr, allow_actions, require_token } => {
-            ui::serve(&store, ui_state::Settings { addr, allow_actions, require_token }, out)?;
+        Cmd::Ui { addr, allow_actions, require_token, hosts } => {
+            let settings = ui_state::Settings { addr, allow_actions, require_token, hosts };
+            ui::serve(&store, settings, out)?;
         }
         Cmd::Graphs => inspect::graphs(&store, out)?,
         Cmd::Graph { action: GraphCmd::Show { id, format } } => {

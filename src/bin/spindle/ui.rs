@@ -11,6 +11,7 @@
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::thread;
@@ -24,7 +25,7 @@ use crate::ui_api::{self, Reply};
 use crate::ui_assets;
 use crate::ui_live;
 use crate::ui_session;
-use crate::ui_state::{Head, SECURITY_HEADERS, Sample, Sessions, Settings, Ui};
+use crate::ui_state::{Head, Sample, Sessions, Settings, Ui, add_headers};
 
 /// Threads answering requests at once (live streams aside).
 const THREADS: usize = 4;
@@ -46,7 +47,7 @@ pub fn serve(store: &Store, settings: Settings, out: &Output) -> Result<(), CliE
     out.note(&format!("serving the store ({mode}); Ctrl-C stops it"));
     let ui = Arc::new(Ui {
         store: store.clone(),
-        hosts: hosts_of(bound),
+        hosts: hosts_of(bound, &settings.hosts),
         settings,
         sessions: Mutex::new(Sessions::default()),
         samples: Mutex::new(VecDeque::new()),
@@ -92,18 +93,30 @@ fn listen_address(settings: &Settings) -> Result<SocketAddr, CliError> {
             "anyone who can reach it can read the store (--require-token asks for a token)"
         }
     );
+    if addr.ip().is_unspecified() && settings.hosts.is_empty() {
+        eprintln!(
+            "spindle ui: warning: bound to every address and given no --host, it answers to \
+             any host name (no defence against DNS rebinding): name it with --host"
+        );
+    }
     Ok(addr)
 }
 
-/// The `Host` values of a server bound to `addr` (none to check when bound to every address).
-fn hosts_of(addr: SocketAddr) -> Vec<String> {
+/// The `Host` values of a server bound to `addr` and named `names` too: each with the port,
+/// and without it on port 80. None (no check) for a server bound to every address and named
+/// nothing.
+fn hosts_of(addr: SocketAddr, names: &[String]) -> Vec<String> {
     let port = addr.port();
-    if addr.ip().is_unspecified() {
-        return Vec::new();
+    let mut bare: Vec<String> = names.to_vec();
+    if !addr.ip().is_unspecified() {
+        bare.push(addr.to_string().rsplit_once(':').map_or_else(String::new, |(ip, _)| ip.into()));
     }
-    let mut hosts = vec![addr.to_string()];
     if addr.ip().is_loopback() {
-        hosts.push(format!("localhost:{port}"));
+        bare.push("localhost".into());
+    }
+    let mut hosts: Vec<String> = bare.iter().map(|name| format!("{name}:{port}")).collect();
+    if port == 80 {
+        hosts.extend(bare);
     }
     hosts
 }
@@ -136,27 +149,55 @@ fn sample_all(ui: &Ui) {
 
 /// Answers requests until the server stops.
 fn answer_all(server: &tiny_http::Server, ui: &Arc<Ui>) {
-    while let Ok(mut request) = server.recv() {
-        let head = read_head(&mut request);
-        if !ui.host_allowed(head.host.as_deref()) {
-            let reply = Reply::error(421, "this server answers to its own address only");
-            let _ = request.respond(response(&reply, None));
-            continue;
-        }
-        if head.path == "/api/live" && head.method == "GET" {
-            match ui_live::open(ui, &head) {
-                Ok(live) => ui_live::spawn(request, live),
-                Err(reply) => drop(request.respond(response(&reply, None))),
-            }
-            continue;
-        }
-        // A bug in a handler answers 500 and leaves the thread serving.
-        let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(ui, &head)));
-        let (reply, cookie) = answered
-            .unwrap_or_else(|_| (Reply::error(500, "the dashboard failed on this request"), None));
-        // A client that went away is its own business.
-        let _ = request.respond(response(&reply, cookie.as_deref()));
+    while let Ok(request) = server.recv() {
+        handle(ui, request);
     }
+}
+
+/// Answers one request; a bug in a handler answers 500 and leaves the thread serving.
+fn handle(ui: &Arc<Ui>, mut request: tiny_http::Request) {
+    let head = match read_head(&mut request) {
+        Ok(head) => head,
+        Err(reply) => return drop(request.respond(response(&reply, None))),
+    };
+    let live = head.path == "/api/live" && head.method == "GET";
+    let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        refused(ui, &head)?;
+        if live {
+            return ui_live::open(ui, &head).map(Answer::Live);
+        }
+        Ok(Answer::Now(answer(ui, &head)))
+    }));
+    // A client that went away is its own business.
+    let _ = match answered {
+        Ok(Ok(Answer::Live(live))) => return ui_live::spawn(request, live),
+        Ok(Ok(Answer::Now((reply, cookie)))) => {
+            request.respond(response(&reply, cookie.as_deref()))
+        }
+        Ok(Err(reply)) => request.respond(response(&reply, None)),
+        Err(_) => {
+            let reply = Reply::error(500, "the dashboard failed on this request");
+            request.respond(response(&reply, None))
+        }
+    };
+}
+
+/// What a request gets: an answer now (with a session cookie to set), or a live stream.
+enum Answer {
+    Now((Reply, Option<String>)),
+    Live(ui_live::Live),
+}
+
+/// Refuses a request that names another host (a page of another site that renamed itself to
+/// this address: "DNS rebinding"), and an API request a browser says another site made.
+fn refused(ui: &Ui, head: &Head) -> Result<(), Reply> {
+    if !ui.host_allowed(head.host.as_deref()) {
+        return Err(Reply::error(421, "this server answers to its own names only (see --host)"));
+    }
+    if head.path.starts_with("/api/") && head.fetch_site.as_deref() == Some("cross-site") {
+        return Err(Reply::error(403, "cross-site requests are refused"));
+    }
+    Ok(())
 }
 
 /// The answer to one request, and a session cookie to set.
@@ -170,8 +211,8 @@ fn answer(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
     if head.method == "POST" {
         return (ui_session::action(ui, head), None);
     }
-    if ui.settings.require_token && !ui_session::signed_in(ui, head) {
-        return (Reply::error(401, "sign in with an API token of the tenant first"), None);
+    if let Err(reply) = ui_session::may_read(ui, head) {
+        return (reply, None);
     }
     let url = if head.query.is_empty() {
         head.path.clone()
@@ -182,8 +223,9 @@ fn answer(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
     (ui_api::route(&ui.store, &head.method, &url, &samples), None)
 }
 
-/// The request's method, path, query, the headers the handlers use, and a small body.
-fn read_head(request: &mut tiny_http::Request) -> Head {
+/// The request's method, path, query, the headers the handlers use, and a POST's body (at
+/// most `BODY_BYTES_MAX`: a longer one is refused with 413).
+fn read_head(request: &mut tiny_http::Request) -> Result<Head, Reply> {
     let header = |name: &str| {
         request
             .headers()
@@ -206,10 +248,15 @@ fn read_head(request: &mut tiny_http::Request) -> Head {
         last_event_id: header("Last-Event-ID"),
         body: String::new(),
     };
-    let mut body = Vec::new();
-    let _ = request.as_reader().take(BODY_BYTES_MAX).read_to_end(&mut body);
-    head.body = String::from_utf8_lossy(&body).into_owned();
-    head
+    if head.method == "POST" {
+        let mut body = Vec::new();
+        let read = request.as_reader().take(BODY_BYTES_MAX + 1).read_to_end(&mut body);
+        if read.is_err() || body.len() as u64 > BODY_BYTES_MAX {
+            return Err(Reply::error(413, format!("a body is at most {BODY_BYTES_MAX} bytes")));
+        }
+        head.body = String::from_utf8_lossy(&body).into_owned();
+    }
+    Ok(head)
 }
 
 /// An answer as HTTP, with the headers every answer carries.
@@ -217,17 +264,10 @@ fn response(reply: &Reply, cookie: Option<&str>) -> tiny_http::Response<std::io:
     let (content_type, body) = reply.content();
     let mut response = tiny_http::Response::from_data(body).with_status_code(reply.status);
     let mut headers = vec![("Content-Type", content_type)];
-    headers.extend(SECURITY_HEADERS);
-    let set_cookie;
     if let Some(cookie) = cookie {
-        set_cookie = cookie.to_owned();
-        headers.push(("Set-Cookie", set_cookie.as_str()));
+        headers.push(("Set-Cookie", cookie));
     }
-    for (name, value) in headers {
-        if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            response.add_header(header);
-        }
-    }
+    add_headers(&mut response, &headers);
     response
 }
 
@@ -237,9 +277,13 @@ mod tests {
 
     #[test]
     fn a_loopback_server_answers_to_its_address_and_localhost_only() {
-        let hosts = hosts_of("127.0.0.1:7433".parse().expect("addr"));
+        let hosts = hosts_of("127.0.0.1:7433".parse().expect("addr"), &[]);
         assert_eq!(hosts, ["127.0.0.1:7433", "localhost:7433"]);
-        assert!(hosts_of("0.0.0.0:80".parse().expect("addr")).is_empty());
+        assert!(hosts_of("0.0.0.0:80".parse().expect("addr"), &[]).is_empty());
+        let named = hosts_of("0.0.0.0:80".parse().expect("addr"), &["ops.example".into()]);
+        assert_eq!(named, ["ops.example:80", "ops.example"]);
+        let v6 = hosts_of("[::1]:7433".parse().expect("addr"), &[]);
+        assert_eq!(v6, ["[::1]:7433", "localhost:7433"]);
     }
 
     #[test]
@@ -248,6 +292,7 @@ mod tests {
             addr: addr.into(),
             allow_actions,
             require_token,
+            hosts: Vec::new(),
         };
         assert!(listen_address(&settings("0.0.0.0:0", true, false)).is_err());
         assert!(listen_address(&settings("0.0.0.0:0", true, true)).is_ok());

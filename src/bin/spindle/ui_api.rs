@@ -9,9 +9,11 @@
 use serde_json::{Value, json};
 use spindle::process::{ListFilter, StatusFilter};
 use spindle::workflow::ExecutionFilter;
-use spindle::{Graph, GraphFilter, GraphStatus, ItemStatus, Page, Store, Stream, WorkflowStatus};
+use spindle::{
+    Graph, GraphFilter, GraphStatus, ItemFilter, ItemStatus, Page, Store, Stream, WorkflowStatus,
+};
 
-use crate::common::{now_ms, parse_stream, read_stream};
+use crate::common::{parse_stream, read_stream};
 use crate::inspect::all_processes;
 use crate::livelog;
 use crate::logs::attempts;
@@ -125,7 +127,8 @@ impl Query {
         let mut pairs = Vec::new();
         for pair in text.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            pairs.push((decode(name)?, decode(value)?));
+            let (name, value) = (name.replace('+', " "), value.replace('+', " "));
+            pairs.push((decode(&name)?, decode(&value)?));
         }
         Ok(Query(pairs))
     }
@@ -152,7 +155,7 @@ impl Query {
     }
 }
 
-/// Percent-decodes a URL component (`+` is a space in a query).
+/// Percent-decodes a path segment (a query's `+` is made a space before).
 pub fn decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -163,10 +166,6 @@ pub fn decode(text: &str) -> Result<String, String> {
                 let hex = text.get(at + 1..at + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
                 out.push(hex.ok_or_else(|| format!("a bad %-escape in {text:?}"))?);
                 at += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                at += 1;
             }
             byte => {
                 out.push(byte);
@@ -183,6 +182,12 @@ fn page_of(mut items: Vec<Value>, limit: usize, id_of: impl Fn(&Value) -> Option
     items.truncate(limit);
     let next = if more { items.last().and_then(id_of) } else { None };
     json!({ "items": items, "next": next })
+}
+
+/// A page of `found` (read with `limit + 1`) whose next cursor is the last item's `id`.
+fn by_id(found: &[impl serde::Serialize], limit: usize) -> Answer {
+    let items = found.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
+    Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
 }
 
 fn to_json(value: &impl serde::Serialize) -> Result<Value, Reply> {
@@ -341,20 +346,17 @@ fn queues(store: &Store) -> Answer {
 fn dead(store: &Store, queue: &str, query: &Query) -> Answer {
     let (after, limit) = query.page()?;
     let page = Page { after, limit: limit + 1 };
-    let items = store.queue().dead_letters(queue, page).map_err(store_error)?;
-    let items = items.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-    Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
+    by_id(&store.queue().dead_letters(queue, page).map_err(store_error)?, limit)
 }
 
 /// `/api/queues/QUEUE/items?status=pending|scheduled|claimed&after=&limit=`: a queue's live
 /// items; pending ones are due now, scheduled ones later.
 fn items(store: &Store, queue: &str, query: &Query) -> Answer {
     let (after, limit) = query.page()?;
-    let wanted = query.get("status").unwrap_or("pending");
-    let (status, due) = match wanted {
-        "pending" => (ItemStatus::Pending, Some(true)),
-        "scheduled" => (ItemStatus::Pending, Some(false)),
-        "claimed" => (ItemStatus::Claimed, None),
+    let filter = match query.get("status").filter(|s| !s.is_empty()).unwrap_or("pending") {
+        "pending" => ItemFilter::due(),
+        "scheduled" => ItemFilter::scheduled(),
+        "claimed" => ItemFilter::status(ItemStatus::Claimed),
         other => {
             return Err(Reply::error(
                 400,
@@ -362,25 +364,8 @@ fn items(store: &Store, queue: &str, query: &Query) -> Answer {
             ));
         }
     };
-    let now = now_ms();
-    let mut items = Vec::new();
-    let mut page = Page { after, limit: limit + 1 };
-    // Pending items due and not yet due share a status: read pages until one is full.
-    loop {
-        let found = store.queue().items(queue, status, page.clone()).map_err(store_error)?;
-        let last = found.last().map(|item| item.id.clone());
-        let full = found.len() == page.limit;
-        for item in found.into_iter().filter(|i| due.is_none_or(|due| (i.run_at_ms <= now) == due))
-        {
-            items.push(to_json(&item)?);
-        }
-        match last {
-            Some(last) if full && items.len() <= limit => page = Page::after(last, limit + 1),
-            _ => break,
-        }
-    }
-    items.truncate(limit + 1);
-    Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
+    let page = Page { after, limit: limit + 1 };
+    by_id(&store.queue().items(queue, filter, page).map_err(store_error)?, limit)
 }
 
 /// `/api/workflows?status=&workflow=&after=&limit=`: executions, newest first.
@@ -393,9 +378,7 @@ fn workflows(store: &Store, query: &Query) -> Answer {
     let workflow_id = query.get("workflow").filter(|w| !w.is_empty()).map(str::to_owned);
     let filter = ExecutionFilter { status, workflow_id };
     let page = Page { after, limit: limit + 1 };
-    let found = store.workflows().list_executions(filter, page).map_err(store_error)?;
-    let items = found.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-    Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
+    by_id(&store.workflows().list_executions(filter, page).map_err(store_error)?, limit)
 }
 
 /// Events of an execution shown at once: its latest.
@@ -422,7 +405,7 @@ fn workflow(store: &Store, id: &str) -> Answer {
 /// `/api/processes?status=running|any&after=&limit=`.
 fn processes(store: &Store, query: &Query) -> Answer {
     let (after, limit) = query.page()?;
-    let status = match query.get("status").unwrap_or("running") {
+    let status = match query.get("status").filter(|s| !s.is_empty()).unwrap_or("running") {
         "running" => StatusFilter::Running,
         "any" => StatusFilter::Any,
         other => {
@@ -431,9 +414,7 @@ fn processes(store: &Store, query: &Query) -> Answer {
     };
     let page = Page { after, limit: limit + 1 };
     let filter = ListFilter { status, page, ..ListFilter::default() };
-    let found = store.processes().list(&filter).map_err(store_error)?;
-    let items = found.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-    Ok(Reply::ok(page_of(items, limit, |item| item["id"].as_str().map(str::to_owned))))
+    by_id(&store.processes().list(&filter).map_err(store_error)?, limit)
 }
 
 /// `/api/events?stream=KIND:ID&after=&limit=`: a stream's events after a seq (or every

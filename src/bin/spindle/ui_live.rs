@@ -7,8 +7,10 @@
 //! that reconnects sends `Last-Event-ID` and misses nothing.
 //!
 //! Bounded: at most `STREAMS_MAX` streams at once (past it, 503 and the page polls); each ends
-//! after `STREAM_MS` (the browser reconnects by itself), holds a subscription with a small
-//! buffer, and writes a comment every `PING_EVERY` so that a closed page is noticed.
+//! after `STREAM_FOR` (the browser reconnects by itself), holds a subscription with a small
+//! buffer, and writes a comment every `PING_EVERY` so that a closed page is noticed within
+//! two of them. (`tiny_http` gives no write timeout: a client that stays connected but stops
+//! reading holds its stream until it disconnects.)
 //!
 //! `tiny_http` buffers a streamed body until 8 KiB, which would hold events back, so the
 //! answer's head is written through its upgrade path and the events straight to the socket,
@@ -25,14 +27,14 @@ use spindle::{Event, Store, Subscription};
 use crate::common::parse_stream;
 use crate::ui_api::{Query, Reply};
 use crate::ui_session;
-use crate::ui_state::{Head, SECURITY_HEADERS, Ui};
+use crate::ui_state::{Head, Ui, add_headers};
 
 /// Live streams open at once.
 pub const STREAMS_MAX: usize = 16;
 /// How long one stream lasts before the browser is asked to reconnect.
-const STREAM_MS: Duration = Duration::from_secs(300);
+const STREAM_FOR: Duration = Duration::from_secs(300);
 /// How often a quiet stream writes a comment.
-const PING_EVERY: Duration = Duration::from_secs(15);
+const PING_EVERY: Duration = Duration::from_secs(3);
 /// Events a subscription holds before it falls back to reading pages.
 const BUFFER: usize = 256;
 /// What the browser waits before reconnecting.
@@ -47,9 +49,7 @@ pub struct Live {
 
 /// The live stream the request asks for, or the answer that refuses it.
 pub fn open(ui: &Ui, head: &Head) -> Result<Live, Reply> {
-    if ui.settings.require_token && !ui_session::signed_in(ui, head) {
-        return Err(Reply::error(401, "sign in with an API token of the tenant first"));
-    }
+    ui_session::may_read(ui, head)?;
     let (subscription, by_stream) = subscribe(&ui.store, head)?;
     let slot = Slot::take(&ui.streams)
         .ok_or_else(|| Reply::error(503, "too many live pages open: poll instead"))?;
@@ -119,15 +119,9 @@ fn subscribe(store: &Store, head: &Head) -> Result<(Subscription, bool), Reply> 
 /// Writes events as they commit until the client leaves, the store closes or time is up.
 fn stream(request: tiny_http::Request, mut subscription: Subscription, by_stream: bool) {
     let mut response = tiny_http::Response::empty(200);
-    let mut headers = vec![("Content-Type", "text/event-stream; charset=utf-8")];
-    headers.extend(SECURITY_HEADERS);
-    for (name, value) in headers {
-        if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            response.add_header(header);
-        }
-    }
+    add_headers(&mut response, &[("Content-Type", "text/event-stream; charset=utf-8")]);
     let mut socket = request.upgrade("spindle-events", response);
-    let ends_at = Instant::now() + STREAM_MS;
+    let ends_at = Instant::now() + STREAM_FOR;
     let mut written = write!(socket, "retry: {RETRY_MS}\n\n").and_then(|()| socket.flush());
     while written.is_ok() && Instant::now() < ends_at {
         written = match subscription.recv_timeout(PING_EVERY) {

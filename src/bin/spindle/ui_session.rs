@@ -26,20 +26,25 @@ pub fn session_cookie(header: &str) -> Option<String> {
 }
 
 /// `GET /api/session` (the session, made if need be), `POST /api/session` (sign in with
-/// `{"token": ..}`) and `POST /api/session/logout`.
+/// `{"token": ..}`) and `POST /api/session/logout`. Signing in or out moves the session to a
+/// new id and anti-forgery token (a cookie planted before cannot ride on the sign-in).
 pub fn session(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
-    match (head.method.as_str(), head.path.as_str()) {
-        ("GET", "/api/session") => current(ui, head),
-        ("POST", "/api/session") => (sign_in(ui, head).unwrap_or_else(|e| e), None),
-        ("POST", "/api/session/logout") => (sign_out(ui, head).unwrap_or_else(|e| e), None),
-        (method, _) => (Reply::error(405, format!("{method} is not allowed here")), None),
-    }
+    let answer = match (head.method.as_str(), head.path.as_str()) {
+        ("GET", "/api/session") => return current(ui, head),
+        ("POST", "/api/session") => sign_in(ui, head),
+        ("POST", "/api/session/logout") => sign_out(ui, head),
+        (method, _) => Err(Reply::error(405, format!("{method} is not allowed here"))),
+    };
+    answer.unwrap_or_else(|reply| (reply, None))
 }
 
-/// Whether the request's session is signed in.
-pub fn signed_in(ui: &Ui, head: &Head) -> bool {
-    let mut sessions = ui.sessions.lock();
-    head.session.as_deref().and_then(|id| sessions.live(id)).is_some_and(|s| s.signed_in.is_some())
+/// Whether the request may read: always, unless every read needs a signed-in session whose
+/// token still authenticates.
+pub fn may_read(ui: &Ui, head: &Head) -> Result<(), Reply> {
+    if ui.settings.require_token {
+        token_store(ui, head)?;
+    }
+    Ok(())
 }
 
 /// A queue action (`POST /api/queues/Q/...`), once every check passes.
@@ -134,30 +139,36 @@ fn all_rounds(mut round: impl FnMut() -> spindle::Result<u64>) -> Result<u64, Re
 /// The store as the session's token sees it, if the request may write through it.
 fn writer(ui: &Ui, head: &Head) -> Result<Store, Reply> {
     same_origin(head)?;
-    let secret = {
-        let mut sessions = ui.sessions.lock();
-        let session = checked_session(&mut sessions, head)?;
-        let signed_in = session
-            .signed_in
-            .as_ref()
-            .ok_or_else(|| Reply::error(401, "sign in with a writer or admin token first"))?;
-        signed_in.secret.clone()
-    };
-    // Checked again at each action: a revoked or expired token stops working at once.
-    let store = match ui.store.authenticate(&secret) {
-        Ok(store) => store,
-        Err(_) => {
-            forget_sign_in(ui, head);
-            return Err(Reply::error(401, "the token no longer authenticates: sign in again"));
-        }
-    };
-    if store.tenant_id() != ui.store.tenant_id() {
-        return Err(Reply::error(403, "the token is another tenant's"));
-    }
+    checked_session(&mut ui.sessions.lock(), head)?;
+    let store = token_store(ui, head)?;
     if !store.role().allows(Access::Write) {
         return Err(Reply::error(403, "a reader token cannot act: sign in as a writer or admin"));
     }
     Ok(store)
+}
+
+/// The store as the session's token sees it now. The token is authenticated again at every
+/// call: a revoked or expired one stops working at once, and the session is signed out.
+fn token_store(ui: &Ui, head: &Head) -> Result<Store, Reply> {
+    let secret = {
+        let mut sessions = ui.sessions.lock();
+        let session = head.session.as_deref().and_then(|id| sessions.live(id));
+        let signed_in = session.and_then(|session| session.signed_in.as_ref());
+        let signed_in = signed_in
+            .ok_or_else(|| Reply::error(401, "sign in with an API token of the tenant first"))?;
+        signed_in.secret.clone()
+    };
+    match ui.store.authenticate(&secret) {
+        Ok(store) if store.tenant_id() == ui.store.tenant_id() => Ok(store),
+        Ok(_) => Err(Reply::error(403, "the token is another tenant's")),
+        Err(_) => {
+            let mut sessions = ui.sessions.lock();
+            if let Some(session) = head.session.as_deref().and_then(|id| sessions.live(id)) {
+                session.signed_in = None;
+            }
+            Err(Reply::error(401, "the token no longer authenticates: sign in again"))
+        }
+    }
 }
 
 fn current(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
@@ -165,13 +176,13 @@ fn current(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
     if let Some(session) = head.session.as_deref().and_then(|id| sessions.live(id)) {
         return (Reply::ok(describe(ui, session)), None);
     }
-    let (id, session) = sessions.create();
-    let cookie = format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict");
-    (Reply::ok(describe(ui, session)), Some(cookie))
+    let (id, session) = sessions.create(None);
+    (Reply::ok(describe(ui, session)), Some(cookie(&id)))
 }
 
-fn sign_in(ui: &Ui, head: &Head) -> Result<Reply, Reply> {
+fn sign_in(ui: &Ui, head: &Head) -> Result<(Reply, Option<String>), Reply> {
     same_origin(head)?;
+    checked_session(&mut ui.sessions.lock(), head)?;
     let body: Value = serde_json::from_str(&head.body)
         .map_err(|_| Reply::error(400, "the body is JSON: {\"token\": \"spn_...\"}"))?;
     let secret = body["token"]
@@ -188,26 +199,30 @@ fn sign_in(ui: &Ui, head: &Head) -> Result<Reply, Reply> {
             format!("the token is another tenant's, not {}'s", ui.store.tenant_id()),
         ));
     }
-    let mut sessions = ui.sessions.lock();
-    let session = checked_session(&mut sessions, head)?;
     let tenant = store.tenant_id().to_owned();
-    session.signed_in = Some(SignedIn { secret: secret.to_owned(), tenant, role: store.role() });
-    Ok(Reply::ok(describe(ui, session)))
+    let signed_in = SignedIn { secret: secret.to_owned(), tenant, role: store.role() };
+    Ok(renew(ui, head, Some(signed_in)))
 }
 
-fn sign_out(ui: &Ui, head: &Head) -> Result<Reply, Reply> {
+fn sign_out(ui: &Ui, head: &Head) -> Result<(Reply, Option<String>), Reply> {
     same_origin(head)?;
-    let mut sessions = ui.sessions.lock();
-    let session = checked_session(&mut sessions, head)?;
-    session.signed_in = None;
-    Ok(Reply::ok(describe(ui, session)))
+    checked_session(&mut ui.sessions.lock(), head)?;
+    Ok(renew(ui, head, None))
 }
 
-fn forget_sign_in(ui: &Ui, head: &Head) {
+/// Replaces the request's session with a new one (new id, new anti-forgery token).
+fn renew(ui: &Ui, head: &Head, signed_in: Option<SignedIn>) -> (Reply, Option<String>) {
     let mut sessions = ui.sessions.lock();
-    if let Some(session) = head.session.as_deref().and_then(|id| sessions.live(id)) {
-        session.signed_in = None;
+    if let Some(old) = head.session.as_deref() {
+        sessions.forget(old);
     }
+    let (id, session) = sessions.create(signed_in);
+    (Reply::ok(describe(ui, session)), Some(cookie(&id)))
+}
+
+/// The `Set-Cookie` value of session `id`.
+fn cookie(id: &str) -> String {
+    format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict")
 }
 
 /// The request's session, if its anti-forgery token matches.

@@ -20,6 +20,8 @@ pub struct Settings {
     pub allow_actions: bool,
     /// Every read needs a session signed in with a token of the tenant.
     pub require_token: bool,
+    /// Other names this server answers to (`Host`), beside its address.
+    pub hosts: Vec<String>,
 }
 
 /// What every request handler shares.
@@ -79,6 +81,18 @@ pub const SECURITY_HEADERS: [(&str, &str); 5] = [
     ),
 ];
 
+/// Adds `headers` and [`SECURITY_HEADERS`] to an answer.
+pub fn add_headers<R: std::io::Read>(
+    response: &mut tiny_http::Response<R>,
+    headers: &[(&str, &str)],
+) {
+    for (name, value) in headers.iter().chain(&SECURITY_HEADERS) {
+        if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            response.add_header(header);
+        }
+    }
+}
+
 /// Sessions kept at once.
 const SESSIONS_MAX: usize = 1_000;
 /// A session unused this long is forgotten.
@@ -113,18 +127,28 @@ impl Sessions {
         Some(session)
     }
 
-    /// A new session, forgetting the least recently used past `SESSIONS_MAX`.
-    pub fn create(&mut self) -> (String, &mut Session) {
+    /// A new session, forgetting one past `SESSIONS_MAX`: the least recently used of those
+    /// not signed in (a flood of new sessions cannot push out the signed-in ones), else the
+    /// least recently used.
+    pub fn create(&mut self, signed_in: Option<SignedIn>) -> (String, &mut Session) {
         if self.by_id.len() >= SESSIONS_MAX {
-            let oldest = self.by_id.iter().min_by_key(|(_, s)| s.seen_ms).map(|(id, _)| id.clone());
-            if let Some(oldest) = oldest {
+            let oldest = |signed: bool| {
+                let candidates = self.by_id.iter().filter(|(_, s)| s.signed_in.is_some() == signed);
+                candidates.min_by_key(|(_, s)| s.seen_ms).map(|(id, _)| id.clone())
+            };
+            if let Some(oldest) = oldest(false).or_else(|| oldest(true)) {
                 self.by_id.remove(&oldest);
             }
         }
         let id = random_hex();
-        let session = Session { csrf: random_hex(), signed_in: None, seen_ms: now_ms() };
+        let session = Session { csrf: random_hex(), signed_in, seen_ms: now_ms() };
         let session = self.by_id.entry(id.clone()).or_insert(session);
         (id, session)
+    }
+
+    /// Forgets session `id`.
+    pub fn forget(&mut self, id: &str) {
+        self.by_id.remove(id);
     }
 }
 
@@ -150,10 +174,13 @@ mod tests {
     #[test]
     fn sessions_are_bounded_and_fresh_ids_differ() {
         let mut sessions = Sessions::default();
+        let signed_in = SignedIn { secret: "s".into(), tenant: "t".into(), role: Role::Writer };
+        let (kept, _) = sessions.create(Some(signed_in));
         for _ in 0..=SESSIONS_MAX {
-            sessions.create();
+            sessions.create(None);
         }
         assert_eq!(sessions.by_id.len(), SESSIONS_MAX);
+        assert!(sessions.live(&kept).is_some(), "a flood does not push out a signed-in session");
         assert_ne!(random_hex(), random_hex());
     }
 }

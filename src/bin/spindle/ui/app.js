@@ -28,6 +28,7 @@
       if (value === undefined || value === null || value === false) continue;
       if (key === 'text') el.textContent = String(value);
       else if (key === 'testid') el.setAttribute('data-testid', value);
+      else if (key === 'style' && typeof value === 'object') Object.assign(el.style, value);
       else if (key === 'data') {
         for (const [name, v] of Object.entries(value)) if (v !== undefined && v !== null) el.dataset[name] = String(v);
       } else if (key === 'on') {
@@ -483,6 +484,7 @@
       spellcheck: 'false', 'aria-label': 'API token',
     });
     signInMessage = h('div', { class: 'signin-message', testid: 'signin-message', role: 'status', hidden: true });
+    signInInput.addEventListener('input', () => showSignInMessage(''));
     const form = h('form', { class: 'signin', method: 'post', testid: 'signin', on: { submit: signIn } },
       signInInput,
       h('button', { type: 'submit', class: 'btn btn-primary btn-small', testid: 'signin-submit', text: 'Sign in' }),
@@ -490,16 +492,20 @@
     sessionBox.appendChild(form);
   }
 
+  let signInMessageTimer = null;
   function showSignInMessage(text, kind = 'info') {
     if (!signInMessage) return;
     signInMessage.textContent = text;
     signInMessage.dataset.kind = kind;
     signInMessage.hidden = !text;
+    clearTimeout(signInMessageTimer);
+    if (text) signInMessageTimer = setTimeout(() => showSignInMessage(''), 10000);
   }
 
   /** Draws attention to the sign-in box (an action needs a signed-in session). */
   function promptSignIn(text) {
     if (!signInInput) return;
+    if (!text && document.activeElement === signInInput) return;
     sessionBox.classList.remove('attention');
     void sessionBox.offsetWidth;
     sessionBox.classList.add('attention');
@@ -698,7 +704,7 @@
       setParams({ after: next }, { push: true, state: { stack: [...stack(), here] } });
       onMove();
     }, { testid: 'pager-next' });
-    const el = h('div', { class: 'pager' }, prev, nextButton, info);
+    const el = h('div', { class: 'pager', hidden: true }, prev, nextButton, info);
     el.update = (cursor, shown) => {
       next = cursor ?? null;
       const paged = Boolean(new URL(location.href).searchParams.get('after'));
@@ -751,9 +757,9 @@
     const queueTotals = { pending: sum('pending'), scheduled: sum('scheduled'), claimed: sum('claimed'), dead: sum('dead'), completed: sum('completed') };
     const cards = h('div', { class: 'cards' },
       countsCard('Runs', '/runs', data.runs, RUN_STATUSES, (s) => `/runs?status=${enc(s)}`, 'overview-runs'),
-      countsCard(`Queue items (${plural(queues.length, 'queue')})`, '/queues', queueTotals, Object.keys(queueTotals), null, 'overview-queues-total',
-        queueTotals.pending + queueTotals.scheduled + queueTotals.claimed + queueTotals.dead),
-      countsCard('Processes', '/processes?status=any', data.processes, ['running', 'completed', 'failed', 'cancelled'], null, 'overview-processes'),
+      countsCard('Queue items', '/queues', queueTotals, Object.keys(queueTotals), null, 'overview-queues-total',
+        queueTotals.pending + queueTotals.scheduled + queueTotals.claimed + queueTotals.dead, `in ${plural(queues.length, 'queue')}`),
+      countsCard('Processes', '/processes?status=any', data.processes, ['running', 'waiting', 'completed', 'failed', 'cancelled'], null, 'overview-processes'),
       countsCard('Workflow executions', '/workflows', data.workflows, WORKFLOW_STATUSES, (s) => `/workflows?status=${enc(s)}`, 'overview-workflows'));
     const samples = Array.isArray(data.samples) ? data.samples : [];
     const last = samples[samples.length - 1];
@@ -767,7 +773,7 @@
 
     const shown = [...queues].sort((a, b) => activity(b) - activity(a) || String(a.queue).localeCompare(String(b.queue))).slice(0, 8);
     const queueRows = h('tbody', null, shown.length ? shown.map((q) => h('tr', { data: { queue: q.queue } },
-      td(h('a', { href: `/queues/${enc(q.queue)}`, class: 'mono', text: truncate(String(q.queue), 48), title: q.queue })),
+      td(h('a', { href: `/queues/${enc(q.queue)}`, class: 'mono nowrap', text: shortQueue(q.queue), title: q.queue })),
       tdNum(String(q.pending)), tdNum(String(q.scheduled)), tdNum(String(q.claimed)),
       tdNum(q.dead ? h('span', { class: 'danger', text: String(q.dead) }) : '0'))) : emptyRow(5, 'No queues'));
     const failures = Array.isArray(data.recent_failures) ? data.recent_failures : [];
@@ -787,6 +793,12 @@
     return [cards, chartCard, lower];
   }
 
+  /** A queue's name, a run's queue (`run:<uuid>`) shortened like the run's id. */
+  function shortQueue(name) {
+    const text = String(name);
+    return text.startsWith('run:') ? `run:${shortId(text.slice(4))}` : truncate(text, 40);
+  }
+
   function activity(q) {
     return (q.dead || 0) * 4 + (q.pending || 0) + (q.scheduled || 0) + (q.claimed || 0) * 2;
   }
@@ -800,7 +812,7 @@
     return n >= 100 ? String(Math.round(n)) : String(Math.round(n * 10) / 10);
   }
 
-  function countsCard(title, href, counts, order, linkOf, testid, totalShown) {
+  function countsCard(title, href, counts, order, linkOf, testid, totalShown, footnote) {
     const entries = Object.entries(counts && typeof counts === 'object' ? counts : {});
     entries.sort((a, b) => {
       const ia = order.indexOf(a[0]);
@@ -810,7 +822,8 @@
     const total = totalShown ?? entries.reduce((n, [, v]) => n + (Number(v) || 0), 0);
     const list = h('ul', { class: 'counts' }, entries.length ? entries.map(([status, n]) => h('li', null,
       linkOf ? h('a', { href: linkOf(status) }, badge(status)) : badge(status),
-      h('span', { class: 'count', text: String(n) }))) : h('li', { class: 'muted', text: 'none' }));
+      h('span', { class: 'count', text: String(n) }))) : h('li', { class: 'muted', text: 'none' }),
+    footnote ? h('li', { class: 'muted small', text: footnote }) : null);
     return h('div', { class: 'card', testid },
       h('div', { class: 'card-head' }, h('h2', null, h('a', { href, text: title })),
         h('span', { class: 'total', title: totalShown === undefined ? 'in all' : 'not completed', text: String(total) })),
@@ -873,7 +886,7 @@
     const bar = h('span', { class: 'bar', title });
     for (const s of ['complete', 'failed', 'skipped', 'running', 'ready', 'pending']) {
       if (!c[s]) continue;
-      bar.appendChild(h('span', { class: `seg st-${s}`, style: `width:${(100 * c[s]) / total}%` }));
+      bar.appendChild(h('span', { class: `seg st-${s}`, style: { width: `${(100 * c[s]) / total}%` } }));
     }
     return h('span', { class: 'counts-cell', title }, bar, h('span', { class: 'small', text: `${done}/${total}` }),
       c.failed ? h('span', { class: 'small danger', text: ` ${c.failed} failed` }) : null);
@@ -1022,7 +1035,8 @@
       if (e?.points) paths.set(edge.seq, { points: e.points, label: Number.isFinite(e.x) ? { x: e.x, y: e.y } : null });
     }
     const graph = g.graph();
-    return { pos, paths, width: graph.width || 100, height: graph.height || 100 };
+    const finite = (n) => (Number.isFinite(n) && n > 0 ? n : 100);
+    return { pos, paths, width: finite(graph.width), height: finite(graph.height) };
   }
 
   /** Each node's rank, the longest path to it from a source (nodes on a cycle keep the rank
@@ -1163,7 +1177,8 @@
     let selected = null;
     let selectedEl = null;
     let panelSig = '';
-    let panelBusy = false;
+    let panelLoading = null;
+    let panelGeneration = 0;
 
     // --- pan and zoom
     const applyView = () => viewport.setAttribute('transform', `translate(${Math.round(view.tx * 10) / 10},${Math.round(view.ty * 10) / 10}) scale(${Math.round(view.k * 10000) / 10000})`);
@@ -1179,9 +1194,12 @@
       const box = svg.getBoundingClientRect();
       zoomAt(factor, box.width / 2, box.height / 2);
     }
+    /** Fits the drawing in view, beside the node panel when it is open. */
     function fit() {
-      const box = svg.getBoundingClientRect();
-      if (!box.width || !box.height || !view.width) return;
+      const whole = svg.getBoundingClientRect();
+      if (!whole.width || !whole.height || !view.width) return;
+      const covered = panel.hidden ? 0 : panel.getBoundingClientRect().width + 8;
+      const box = { width: Math.max(whole.width / 3, whole.width - covered), height: whole.height };
       let k = Math.min(box.width / view.width, box.height / view.height, 1.4) * 0.96;
       if (view.big && k < 0.25 && view.firstSource) {
         k = 0.6;
@@ -1231,7 +1249,11 @@
     };
     svg.addEventListener('pointerup', endDrag);
     svg.addEventListener('pointercancel', () => { drag = null; svg.classList.remove('dragging'); });
-    svg.addEventListener('dblclick', (event) => { if (!(event.target instanceof Element && event.target.closest('g.node'))) fit(); });
+    svg.addEventListener('dblclick', (event) => {
+      if (event.target instanceof Element && event.target.closest('g.node')) return;
+      view.touched = false;
+      fit();
+    });
     svg.addEventListener('keydown', (event) => {
       const node = event.target instanceof Element ? event.target.closest('g.node') : null;
       if (node && (event.key === 'Enter' || event.key === ' ')) {
@@ -1340,6 +1362,11 @@
       }
       edgesLayer.replaceChildren(edgeFragment);
       nodesLayer.replaceChildren(nodeFragment);
+      if (!nodes.length) {
+        nodesLayer.appendChild(svText({ class: 'empty-graph', x: 24, y: 40 }, 'This run has no nodes (yet).'));
+        view.width = 400;
+        view.height = 80;
+      }
     }
 
     function nodeTitle(n) {
@@ -1399,7 +1426,7 @@
           h('span', null, 'run ', h('span', { class: 'mono', title: run.id, text: run.id ?? runId })),
           h('span', null, 'started ', timeEl(run.started_at_ms ?? run.created_at_ms)),
           run.finished_at_ms ? h('span', null, 'finished ', timeEl(run.finished_at_ms)) : null,
-          h('span', null, 'duration ', h('strong', { text: runDuration(run) })),
+          h('span', null, 'duration ', h('strong', { testid: 'run-duration', text: runDuration(run) })),
           h('span', { class: 'node-counts' }, NODE_STATUSES.filter((s) => counts[s]).map((s) => h('span', { class: 'count-chip' }, badge(s), ` ${counts[s]}`))),
           run.failed_node ? h('span', null, 'failed at ', h('a', { href: `?node=${enc(run.failed_node)}`, class: 'mono', text: run.failed_node, on: { click: (e) => { e.preventDefault(); e.stopPropagation(); selectNode(run.failed_node); } } })) : null,
           view.big ? h('span', { class: 'muted', title: 'Too big for a full layout in the page: ranked by longest path, ordered by creation', text: `${d.nodes.length} nodes, drawn in plain layers` }) : null));
@@ -1461,7 +1488,8 @@
       panel.hidden = false;
       panel.replaceChildren(panelHead(id), h('p', { class: 'muted', text: 'Loading…' }));
       panelSig = '';
-      reveal(id);
+      if (view.touched) reveal(id);
+      else fit();
       loadPanel(true);
     }
 
@@ -1472,6 +1500,7 @@
       panel.replaceChildren();
       setSelectedClass();
       setParams({ node: null });
+      if (!view.touched) fit();
     }
 
     function panelHead(id) {
@@ -1480,20 +1509,23 @@
         button('×', closePanel, { class: 'btn btn-icon', title: 'Close (Esc)', 'aria-label': 'Close', testid: 'node-panel-close' }));
     }
 
+    /** Reads the selected node (fresh: just selected; else a refresh, skipped while one for
+     * the same node is under way) and draws the panel, keeping what was open and scrolled. */
     async function loadPanel(fresh) {
       const id = selected;
-      if (!id || panelBusy) return;
-      panelBusy = true;
+      if (!id || (!fresh && panelLoading === id)) return;
+      panelLoading = id;
+      const mine = ++panelGeneration;
       let d;
       try {
         d = await api(`/api/runs/${enc(runId)}/nodes/${enc(id)}`);
       } catch (error) {
-        if (cx.alive && selected === id) panel.replaceChildren(panelHead(id), errorPanel(error));
+        if (cx.alive && selected === id && mine === panelGeneration) panel.replaceChildren(panelHead(id), errorPanel(error));
         return;
       } finally {
-        panelBusy = false;
+        if (mine === panelGeneration) panelLoading = null;
       }
-      if (!cx.alive || selected !== id) return;
+      if (!cx.alive || selected !== id || mine !== panelGeneration) return;
       const node = d.node ?? {};
       panelSig = `${node.status}|${node.updated_at_ms}|${node.fires}`;
       const open = fresh ? null : new Set([...panel.querySelectorAll('details[open]')].map((el) => el.dataset.key));
@@ -1588,14 +1620,20 @@
     }
     let connection = null;
     if (!RUN_DONE.has(data.run?.status)) {
+      // A big run's JSON is megabytes: read it less often.
       connection = live(cx, `graph:${data.run?.id ?? runId}`, {
-        onEvent: () => schedule(200),
+        onEvent: () => schedule(view.big ? 1500 : 200),
         onOpen: () => schedule(0),
         onPoll: () => refresh(),
-        pollMs: 2000,
+        pollMs: view.big ? 5000 : 2000,
         onState: (s) => state.set(s),
       });
     }
+    // A live run's duration grows.
+    cx.every(() => {
+      const el = head.querySelector('[data-testid=run-duration]');
+      if (el && data?.run && !RUN_DONE.has(data.run.status)) el.textContent = runDuration(data.run);
+    }, 1000);
     // The selected node's output grows while it runs.
     cx.every(() => {
       if (!selected) return;
@@ -1628,7 +1666,7 @@
       const queues = Array.isArray(list) ? list : [];
       const isRun = (q) => String(q.queue).startsWith('run:');
       const plain = queues.filter((q) => !isRun(q)).sort((a, b) => String(a.queue).localeCompare(String(b.queue)));
-      const runs = queues.filter(isRun).sort((a, b) => String(b.queue).localeCompare(String(a.queue)));
+      const runs = queues.filter(isRun).sort((a, b) => activity(b) - activity(a) || String(b.queue).localeCompare(String(a.queue)));
       const RUNS_SHOWN = 10;
       const runsShown = showAllRuns ? runs : runs.slice(0, RUNS_SHOWN);
       toggle.hidden = runs.length <= RUNS_SHOWN;
@@ -1722,6 +1760,8 @@
       }
       if (!cx.alive) return;
       const q = (Array.isArray(list) ? list : []).find((x) => x.queue === name);
+      requeueAll.disabled = Boolean(q) && !q.dead;
+      purge.disabled = Boolean(q) && !q.dead;
       if (!q) {
         stats.replaceChildren(h('span', { class: 'muted', text: 'This queue has no items (yet).' }));
         return;
@@ -2126,7 +2166,7 @@
 
     let start;
     try {
-      start = await tailEvents(stream, 100);
+      start = await tailEvents(stream, 200);
     } catch (error) {
       if (cx.alive) problem.replaceChildren(errorPanel(error));
       return;

@@ -219,6 +219,21 @@ fn every_route_answers_json_and_pages_go_to_the_end() {
     let events = ui.get(&stream)["items"].as_array().cloned().expect("events");
     assert!(events.iter().any(|e| e["event_type"] == "graph_failed"), "{events:?}");
     assert!(ui.get("/api/events?limit=2")["next"].is_string(), "more than two events");
+    // The latest events, and the cursor to go on from.
+    let tail = ui.get(&format!("/api/events?stream=graph%3A{}&tail=2&limit=2", seen[0]));
+    let last = tail["last"].as_u64().expect("last");
+    let seqs: Vec<u64> =
+        tail["items"].as_array().expect("items").iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, [last - 1, last], "{tail}");
+    let everything = ui.get("/api/events?tail=3&limit=3");
+    let positions: Vec<u64> = everything["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|e| e["position"].as_u64())
+        .collect();
+    assert_eq!(positions.last().copied(), everything["last"].as_u64(), "{everything}");
+    assert!(positions.len() <= 3 && !positions.is_empty(), "{everything}");
     assert!(ui.get("/api/processes?status=any")["items"].is_array());
     assert!(ui.get("/api/tenants").as_array().is_some_and(|t| !t.is_empty()));
     assert!(ui.get("/api/tokens").is_array());
@@ -237,6 +252,8 @@ fn bad_requests_are_json_errors_with_their_status() {
         ("GET", "/api/processes?status=dead", 400),
         ("GET", "/api/events?stream=nonsense", 400),
         ("GET", "/api/events?after=x", 400),
+        ("GET", "/api/events?tail=-1", 400),
+        ("OPTIONS", "/api/runs", 405),
         ("GET", "/api/runs/%zz", 400),
         ("GET", "/api/queues/jobs/items?status=dead", 400),
         ("GET", "/api/workflows?status=sideways", 400),
@@ -251,6 +268,9 @@ fn bad_requests_are_json_errors_with_their_status() {
         assert_eq!(got, status, "{method} {path}: {body}");
         assert!(body["error"].as_str().is_some_and(|e| !e.is_empty()), "{method} {path}: {body}");
     }
+    // A HEAD answer has no body; its status says the same.
+    assert_eq!(ui.send("HEAD", "/api/runs", &[], "").0, 405);
+    assert_eq!(ui.send("HEAD", "/runs", &[], "").0, 200);
 }
 
 #[test]
@@ -553,6 +573,11 @@ fn live_streams_send_what_commits_from_now_and_resume_after_the_last_event_id() 
     store.events().append(&stream, "said", json!(4)).expect("append");
     let resumed = read_messages(&mut again, 3);
     assert_eq!(resumed.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [3, 4, 5]);
+    // Every stream's feed resumes by position the same way.
+    let mut all_again = live(&ui, "/api/live", Some(everything[0].0));
+    let after = read_messages(&mut all_again, 2);
+    assert_eq!(after[0].0, everything[1].0);
+    assert_eq!(after[1].0, everything[2].0);
     // Streams are bounded: past the limit the server says so instead of holding more.
     let mut held = Vec::new();
     let refused = loop {
@@ -568,6 +593,6 @@ fn live_streams_send_what_commits_from_now_and_resume_after_the_last_event_id() 
         held.push(reader);
         assert!(held.len() <= 64, "no bound on live streams");
     };
-    assert_eq!(refused, 16 - 3, "three were open already");
+    assert_eq!(refused, 16 - 4, "four were open already");
     store.close().expect("close");
 }

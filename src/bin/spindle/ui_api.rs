@@ -418,26 +418,42 @@ fn processes(store: &Store, query: &Query) -> Answer {
 }
 
 /// `/api/events?stream=KIND:ID&after=&limit=`: a stream's events after a seq (or every
-/// stream's after a position).
+/// stream's after a position). With `tail=N` instead of `after`, the latest events: a
+/// stream's last N, or every stream's among the last N positions; `last` is then the cursor a
+/// live tail goes on from.
 fn events(store: &Store, query: &Query) -> Answer {
     let (after, limit) = query.page()?;
-    let after: u64 = match after {
-        None => 0,
-        Some(text) => text
-            .parse()
-            .map_err(|_| Reply::error(400, format!("after is a number here, not {text:?}")))?,
+    let stream = match query.get("stream").filter(|s| !s.is_empty()) {
+        Some(text) => Some(parse_stream(text).map_err(|message| Reply::error(400, message))?),
+        None => None,
     };
-    let found = match query.get("stream").filter(|s| !s.is_empty()) {
-        Some(stream) => {
-            let stream = parse_stream(stream).map_err(|message| Reply::error(400, message))?;
-            store.events().read(&stream, after, limit + 1)
-        }
+    let number = |name: &str, text: &str| {
+        text.parse::<u64>()
+            .map_err(|_| Reply::error(400, format!("{name} is a number, not {text:?}")))
+    };
+    let tail =
+        query.get("tail").filter(|t| !t.is_empty()).map(|t| number("tail", t)).transpose()?;
+    let last = match (tail, &stream) {
+        (None, _) => None,
+        (Some(_), Some(stream)) => Some(store.events().head(stream).map_err(store_error)?),
+        (Some(_), None) => Some(store.events().last_position().map_err(store_error)?),
+    };
+    let after = match (tail, last, after) {
+        (Some(tail), Some(last), _) => last.saturating_sub(tail.min(PAGE_MAX as u64)),
+        (_, _, Some(text)) => number("after", &text)?,
+        _ => 0,
+    };
+    let found = match &stream {
+        Some(stream) => store.events().read(stream, after, limit + 1),
         None => store.events().read_all(after, limit + 1),
     };
-    let by_stream = query.get("stream").is_some_and(|s| !s.is_empty());
     let items = found.map_err(store_error)?.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-    let cursor = if by_stream { "seq" } else { "position" };
-    Ok(Reply::ok(page_of(items, limit, |item| item[cursor].as_u64().map(|n| n.to_string()))))
+    let cursor = if stream.is_some() { "seq" } else { "position" };
+    let mut page = page_of(items, limit, |item| item[cursor].as_u64().map(|n| n.to_string()));
+    if let Some(last) = last {
+        page["last"] = json!(last);
+    }
+    Ok(Reply::ok(page))
 }
 
 /// `/api/tenants`.

@@ -2049,34 +2049,11 @@
     return null;
   }
 
-  /** The last `count` events: finds the newest cursor by galloping, then reads the page before
-   * it (the API pages forward only). */
+  /** The last `count` events, and the cursor a live tail goes on from. */
   async function tailEvents(stream, count) {
-    const cursorOf = (ev) => Number(stream ? ev.seq : ev.position);
-    const url = (after, limit) => `/api/events${query({ stream, after, limit })}`;
-    const firstAfter = async (after) => {
-      const page = await api(url(after, 1));
-      return Array.isArray(page.items) && page.items.length ? cursorOf(page.items[0]) : null;
-    };
-    let low = await firstAfter(0);
-    if (low === null) return { items: [], last: 0 };
-    let high = null;
-    for (let step = 256; high === null; step *= 2) {
-      const probe = low + step;
-      const found = await firstAfter(probe);
-      if (found === null) high = probe;
-      else low = found;
-    }
-    while (low < high) {
-      const mid = Math.floor((low + high) / 2);
-      const found = await firstAfter(mid);
-      if (found === null) high = mid;
-      else low = found;
-    }
-    const page = await api(url(Math.max(0, low - count), count));
+    const page = await api(`/api/events${query({ stream, tail: count, limit: count })}`);
     const items = Array.isArray(page.items) ? page.items : [];
-    const last = items.length ? Math.max(low, cursorOf(items[items.length - 1])) : low;
-    return { items, last };
+    return { items, last: Number(page.last ?? 0) };
   }
 
   async function eventsPage(cx, main) {

@@ -26,9 +26,13 @@ pub struct Settings {
 
 /// What every request handler shares.
 pub struct Ui {
+    /// The store view of the tenant served (read-only without `--allow-actions`).
     pub store: Store,
+    /// How it was asked to serve.
     pub settings: Settings,
+    /// The sessions the pages hold.
     pub sessions: Mutex<Sessions>,
+    /// The queues over the last minutes, oldest first.
     pub samples: Mutex<VecDeque<Sample>>,
     /// Live streams open now.
     pub streams: Arc<AtomicUsize>,
@@ -39,6 +43,7 @@ pub struct Ui {
 /// The queues at one moment, for the overview's chart.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
+    /// When it was taken.
     pub at_ms: i64,
     /// Pending, scheduled and claimed items of every queue.
     pub depth: u64,
@@ -48,16 +53,27 @@ pub struct Sample {
 
 /// The parts of a request the handlers look at.
 pub struct Head {
+    /// `GET`, `POST`, ..
     pub method: String,
+    /// The path, still %-encoded.
     pub path: String,
+    /// The query string (after `?`), still encoded.
     pub query: String,
+    /// The `Host` header.
     pub host: Option<String>,
+    /// The `Origin` header.
     pub origin: Option<String>,
+    /// The `Sec-Fetch-Site` header (`same-origin`, `cross-site`, ..).
     pub fetch_site: Option<String>,
+    /// The `Content-Type` header.
     pub content_type: Option<String>,
+    /// The `X-Spindle-Csrf` header: the session's anti-forgery token.
     pub csrf: Option<String>,
+    /// The session id of the `Cookie` header.
     pub session: Option<String>,
+    /// The `Last-Event-ID` header of a reconnecting live stream.
     pub last_event_id: Option<String>,
+    /// A POST's body.
     pub body: String,
 }
 

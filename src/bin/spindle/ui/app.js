@@ -79,6 +79,26 @@
     return h('tr', { class: 'empty' }, h('td', { colspan, class: 'muted', text }));
   }
 
+  /** A table body's rows, or one row saying there are none. */
+  function rowsOr(rows, colspan, text) {
+    return rows.length ? rows : [emptyRow(colspan, text)];
+  }
+
+  /** An array as the API gives it, or an empty one. */
+  const listOf = (value) => (Array.isArray(value) ? value : []);
+
+  /** The parameters of the page's address. */
+  const urlParams = () => new URL(location.href).searchParams;
+
+  function searchInput(value, placeholder, testid, label, props = {}) {
+    return h('input', { type: 'search', value, placeholder, testid, 'aria-label': label, ...props });
+  }
+
+  /** `Parent / here` above a page. */
+  function crumbs(href, text, here) {
+    return h('p', { class: 'crumbs' }, h('a', { href, text }), ' / ', here);
+  }
+
   function button(text, onClick, props = {}) {
     return h('button', { type: 'button', class: 'btn', ...props, text, on: { click: onClick } });
   }
@@ -422,6 +442,11 @@
     });
   }
 
+  /** An error's message, with its HTTP status when it has one. */
+  function errorText(error) {
+    return `${error.message}${error.status ? ` (HTTP ${error.status})` : ''}`;
+  }
+
   /** What went wrong, in the page: the server's message and the HTTP status. */
   function errorPanel(error, title) {
     const status = error?.status;
@@ -434,6 +459,25 @@
       promptSignIn();
     }
     return panel;
+  }
+
+  /** Waits for a read of the API and hands its answer to `draw`; a failure is shown in
+   * `problem` (emptied again by a success) and then told to `failed`. Nothing happens once
+   * the page is closed or, with `current`, once a later read has taken this one's place. */
+  async function read(cx, problem, request, draw, { current = () => true, failed } = {}) {
+    let data;
+    try {
+      data = await request;
+    } catch (error) {
+      if (cx.alive && current()) {
+        problem.replaceChildren(errorPanel(error));
+        if (failed) failed(error);
+      }
+      return;
+    }
+    if (!cx.alive || !current()) return;
+    problem.replaceChildren();
+    draw(data);
   }
 
   function pageHead(title, ...extra) {
@@ -528,7 +572,7 @@
       session = await post('/api/session', { token });
     } catch (error) {
       token = '';
-      showSignInMessage(`${error.message}${error.status ? ` (HTTP ${error.status})` : ''}`, 'error');
+      showSignInMessage(errorText(error), 'error');
       input.focus();
       return;
     }
@@ -578,7 +622,7 @@
         await loadSession();
         promptSignIn(error.message);
       }
-      notify(`${error.message}${error.status ? ` (HTTP ${error.status})` : ''}`, 'error');
+      notify(errorText(error), 'error');
       return null;
     }
   }
@@ -691,7 +735,7 @@
   function pager(onMove) {
     let next = null;
     const info = h('span', { class: 'muted small', testid: 'pager-info' });
-    const stack = () => (Array.isArray(history.state?.stack) ? history.state.stack : []);
+    const stack = () => listOf(history.state?.stack);
     const prev = button('← Previous', () => {
       const earlier = stack();
       const back = earlier.length ? earlier[earlier.length - 1] : '';
@@ -700,14 +744,14 @@
     }, { testid: 'pager-prev' });
     const nextButton = button('Next page →', () => {
       if (!next) return;
-      const here = new URL(location.href).searchParams.get('after') ?? '';
+      const here = urlParams().get('after') ?? '';
       setParams({ after: next }, { push: true, state: { stack: [...stack(), here] } });
       onMove();
     }, { testid: 'pager-next' });
     const el = h('div', { class: 'pager', hidden: true }, prev, nextButton, info);
     el.update = (cursor, shown) => {
       next = cursor ?? null;
-      const paged = Boolean(new URL(location.href).searchParams.get('after'));
+      const paged = Boolean(urlParams().get('after'));
       const depth = stack().length;
       nextButton.disabled = !next;
       prev.disabled = !paged;
@@ -718,6 +762,51 @@
       el.hidden = !paged && !next;
     };
     return el;
+  }
+
+  /** A select of `statuses` (or any status), set from the address. */
+  function statusSelect(statuses, params, testid) {
+    return select([['', 'any status'], ...statuses.map((s) => [s, s])], params.get('status') ?? '', { testid, 'aria-label': 'Status' });
+  }
+
+  /** A list page: a filter form in the head, then a table read by keyset pages from `path`
+   * with the address's filters and page, and the pager. A field is [label, parameter, control,
+   * how the control's value goes in the address (trimmed by default)]: a choice applies at
+   * once, typing after a pause, either from the first page. `params(p)` gives the API's
+   * filters (by default the fields' parameters as in the address); `draw(items, body, p)` fills
+   * the table. Resolves, after the first read, with the function that reads again. */
+  async function listPage(cx, main, { title, form, fields, path, params, testid, headers, draw }) {
+    const body = h('tbody');
+    const problem = h('div');
+    const pages = pager(() => load());
+    const refilter = () => {
+      const values = {};
+      for (const [, param, control, inAddress] of fields) values[param] = inAddress ? inAddress(control.value) : control.value.trim();
+      setParams({ ...values, after: null }, { state: { stack: [] } });
+      load();
+    };
+    const typed = debounce(refilter, 400);
+    for (const [, , control] of fields) {
+      if (control.tagName === 'SELECT') control.addEventListener('change', refilter);
+      else control.addEventListener('input', typed);
+    }
+    const filters = h('form', { class: 'filters', ...form, on: { submit: (e) => { e.preventDefault(); typed.cancel(); refilter(); } } },
+      fields.map(([label, , control]) => h('label', null, `${label} `, control)));
+    main.append(pageHead(title, filters), problem, table(testid, headers, body), pages);
+
+    let loading = 0;
+    async function load() {
+      const mine = ++loading;
+      const p = urlParams();
+      const filter = params ? params(p) : Object.fromEntries(fields.map(([, param]) => [param, p.get(param)]));
+      await read(cx, problem, api(`${path}${query({ ...filter, after: p.get('after'), limit: 50 })}`), (page) => {
+        const items = listOf(page.items);
+        draw(items, body, p);
+        pages.update(page.next, items.length);
+      }, { current: () => mine === loading });
+    }
+    await load();
+    return load;
   }
 
   // ------------------------------------------------------------------------------------------
@@ -734,25 +823,16 @@
     const problem = h('div');
     const root = h('div', { class: 'overview', testid: 'overview' });
     main.append(pageHead('Overview', updated), problem, root);
-    const load = async () => {
-      let data;
-      try {
-        data = await api('/api/overview');
-      } catch (error) {
-        if (cx.alive) problem.replaceChildren(errorPanel(error));
-        return;
-      }
-      if (!cx.alive) return;
-      problem.replaceChildren();
+    const load = () => read(cx, problem, api('/api/overview'), (data) => {
       root.replaceChildren(...overview(data));
       updated.textContent = `updated ${shortTime(Date.now())} · every 5 s`;
-    };
+    });
     await load();
     cx.every(load, 5000);
   }
 
   function overview(data) {
-    const queues = Array.isArray(data.queues) ? data.queues : [];
+    const queues = listOf(data.queues);
     const sum = (key) => queues.reduce((total, q) => total + (Number(q[key]) || 0), 0);
     const queueTotals = { pending: sum('pending'), scheduled: sum('scheduled'), claimed: sum('claimed'), dead: sum('dead'), completed: sum('completed') };
     const cards = h('div', { class: 'cards' },
@@ -761,7 +841,7 @@
         queueTotals.pending + queueTotals.scheduled + queueTotals.claimed + queueTotals.dead, `in ${plural(queues.length, 'queue')}`),
       countsCard('Processes', '/processes?status=any', data.processes, ['running', 'waiting', 'completed', 'failed', 'cancelled'], null, 'overview-processes'),
       countsCard('Workflow executions', '/workflows', data.workflows, WORKFLOW_STATUSES, (s) => `/workflows?status=${enc(s)}`, 'overview-workflows'));
-    const samples = Array.isArray(data.samples) ? data.samples : [];
+    const samples = listOf(data.samples);
     const last = samples[samples.length - 1];
     const chartCard = h('div', { class: 'card wide' },
       h('div', { class: 'card-head' },
@@ -772,19 +852,18 @@
       chart(samples));
 
     const shown = [...queues].sort((a, b) => activity(b) - activity(a) || String(a.queue).localeCompare(String(b.queue))).slice(0, 8);
-    const queueRows = h('tbody', null, shown.length ? shown.map((q) => h('tr', { data: { queue: q.queue } },
+    const queueRows = h('tbody', null, rowsOr(shown.map((q) => h('tr', { data: { queue: q.queue } },
       td(h('a', { href: `/queues/${enc(q.queue)}`, class: 'mono nowrap', text: shortQueue(q.queue), title: q.queue })),
       tdNum(String(q.pending)), tdNum(String(q.scheduled)), tdNum(String(q.claimed)),
-      tdNum(q.dead ? h('span', { class: 'danger', text: String(q.dead) }) : '0'))) : emptyRow(5, 'No queues'));
-    const failures = Array.isArray(data.recent_failures) ? data.recent_failures : [];
-    const failureRows = h('tbody', null, failures.length ? failures.map((run) => {
+      tdNum(q.dead ? h('span', { class: 'danger', text: String(q.dead) }) : '0'))), 5, 'No queues'));
+    const failureRows = h('tbody', null, rowsOr(listOf(data.recent_failures).map((run) => {
       const href = `/runs/${enc(run.id)}${run.failed_node ? `?node=${enc(run.failed_node)}` : ''}`;
       return h('tr', { data: { id: run.id } },
         td(h('a', { href, class: 'strong', text: runName(run) })),
         td(run.failed_node ? h('span', { class: 'mono', text: run.failed_node }) : dash()),
         td(timeEl(run.finished_at_ms ?? run.created_at_ms)),
         td(idEl(run.id, href)));
-    }) : emptyRow(4, 'No failed runs'));
+    }), 4, 'No failed runs'));
     const lower = h('div', { class: 'two-cols' },
       h('div', { class: 'card' }, h('div', { class: 'card-head' }, h('h2', null, 'Busiest queues'), h('a', { href: '/queues', class: 'small', text: 'all queues →' })),
         table('overview-queues', ['Queue', ['Pending', 'num'], ['Scheduled', 'num'], ['Running', 'num'], ['Dead', 'num']], queueRows)),
@@ -911,49 +990,28 @@
   }
 
   async function runsPage(cx, main) {
-    const params = new URL(location.href).searchParams;
-    const status = select([['', 'any status'], ...RUN_STATUSES.map((s) => [s, s])], params.get('status') ?? '', { testid: 'runs-status', 'aria-label': 'Status' });
-    const name = h('input', { type: 'search', value: params.get('name') ?? '', placeholder: 'pipeline name', testid: 'runs-name', 'aria-label': 'Pipeline name' });
-    const body = h('tbody');
-    const problem = h('div');
-    const pages = pager(() => load());
-    const refilter = () => {
-      setParams({ status: status.value, name: name.value.trim(), after: null }, { state: { stack: [] } });
-      load();
-    };
-    const typed = debounce(refilter, 400);
-    status.addEventListener('change', refilter);
-    name.addEventListener('input', typed);
-    const filters = h('form', { class: 'filters', testid: 'runs-filters', on: { submit: (e) => { e.preventDefault(); typed.cancel(); refilter(); } } },
-      h('label', null, 'Status ', status), h('label', null, 'Name ', name));
-    main.append(pageHead('Runs', filters), problem,
-      table('runs-table', ['Pipeline', 'Status', 'Started', ['Duration', 'num'], 'Nodes', 'Failed node', 'Run'], body), pages);
-
+    const params = urlParams();
     let shown = '';
-    let loading = 0;
-    async function load() {
-      const mine = ++loading;
-      const p = new URL(location.href).searchParams;
-      let page;
-      try {
-        page = await api(`/api/runs${query({ status: p.get('status'), name: p.get('name'), after: p.get('after'), limit: 50 })}`);
-      } catch (error) {
-        if (cx.alive && mine === loading) problem.replaceChildren(errorPanel(error));
-        return;
-      }
-      if (!cx.alive || mine !== loading) return;
-      problem.replaceChildren();
-      const items = Array.isArray(page.items) ? page.items : [];
-      const text = JSON.stringify(items);
-      if (text !== shown || items.some((r) => !RUN_DONE.has(r.status))) {
-        shown = text;
-        body.replaceChildren(...(items.length ? items.map(runRow) : [emptyRow(7, 'No runs match')]));
-      }
-      pages.update(page.next, items.length);
-    }
-    await load();
+    const load = await listPage(cx, main, {
+      title: 'Runs',
+      form: { testid: 'runs-filters' },
+      fields: [
+        ['Status', 'status', statusSelect(RUN_STATUSES, params, 'runs-status')],
+        ['Name', 'name', searchInput(params.get('name') ?? '', 'pipeline name', 'runs-name', 'Pipeline name')],
+      ],
+      path: '/api/runs',
+      testid: 'runs-table',
+      headers: ['Pipeline', 'Status', 'Started', ['Duration', 'num'], 'Nodes', 'Failed node', 'Run'],
+      draw(items, body) {
+        const text = JSON.stringify(items);
+        if (text !== shown || items.some((r) => !RUN_DONE.has(r.status))) {
+          shown = text;
+          body.replaceChildren(...rowsOr(items.map(runRow), 7, 'No runs match'));
+        }
+      },
+    });
     // The first page follows new runs; later pages stay as they are.
-    cx.every(() => { if (!new URL(location.href).searchParams.get('after')) return load(); return null; }, 4000);
+    cx.every(() => { if (!urlParams().get('after')) return load(); return null; }, 4000);
   }
 
   // ------------------------------------------------------------------------------------------
@@ -1167,7 +1225,7 @@
     } catch (error) {
       if (!cx.alive) return;
       main.classList.remove('full');
-      main.replaceChildren(h('p', { class: 'crumbs' }, h('a', { href: '/runs', text: 'Runs' }), ' / ', h('span', { class: 'mono', text: runId })), errorPanel(error));
+      main.replaceChildren(crumbs('/runs', 'Runs', h('span', { class: 'mono', text: runId })), errorPanel(error));
       return;
     }
     if (!cx.alive) return;
@@ -1276,8 +1334,8 @@
     }
 
     function build(d) {
-      const nodes = Array.isArray(d.nodes) ? d.nodes : [];
-      const edges = Array.isArray(d.edges) ? d.edges : [];
+      const nodes = listOf(d.nodes);
+      const edges = listOf(d.edges);
       const ranks = ranksOf(nodes, edges);
       const cost = nodes.length + ranks.span;
       view.big = nodes.length > BIG_GRAPH || cost > DAGRE_BUDGET || !window.dagre;
@@ -1415,8 +1473,7 @@
       const run = d.run ?? {};
       const counts = run.counts ?? {};
       head.replaceChildren(
-        h('p', { class: 'crumbs' }, h('a', { href: '/runs', text: 'Runs' }), ' / ',
-          h('a', { href: `/runs${query({ name: typeof run.name === 'string' ? run.name : null })}`, text: runName(run) })),
+        crumbs('/runs', 'Runs', h('a', { href: `/runs${query({ name: typeof run.name === 'string' ? run.name : null })}`, text: runName(run) })),
         h('div', { class: 'run-title' },
           h('h1', null, runName(run)), badge(run.status), state, note,
           h('span', { class: 'spacer' }),
@@ -1433,8 +1490,8 @@
     }
 
     function update(d) {
-      if (!Array.isArray(d.nodes)) d.nodes = [];
-      if (!Array.isArray(d.edges)) d.edges = [];
+      d.nodes = listOf(d.nodes);
+      d.edges = listOf(d.edges);
       data = d;
       const key = structureKey(d);
       if (key !== drawn.key) {
@@ -1567,7 +1624,7 @@
           h('summary', null, 'Output as JSON'), pre(pretty(n.output), 'json', 'node-output-json')));
         out.push(section('Output', ...kids));
       }
-      const attempts = Array.isArray(d.attempts) ? d.attempts : [];
+      const attempts = listOf(d.attempts);
       if (attempts.length) {
         out.push(section(`Attempts (${attempts.length})`, h('div', { class: 'attempts', testid: 'node-attempts' }, attempts.map((a, i) => {
           const key = `attempt-${a.try}-${i}`;
@@ -1587,7 +1644,7 @@
     update(data);
     requestAnimationFrame(() => { if (cx.alive) fit(); });
     cx.listen(window, 'resize', debounce(() => { if (cx.alive && !view.touched) fit(); }, 200));
-    const wanted = new URL(location.href).searchParams.get('node');
+    const wanted = urlParams().get('node');
     if (wanted) selectNode(wanted);
 
     let fetching = false;
@@ -1653,17 +1710,8 @@
     main.append(pageHead('Queues', h('span', { class: 'muted small', text: 'every 5 s' })), problem,
       table('queues-table', ['Queue', ['Pending', 'num'], ['Scheduled', 'num'], ['Running', 'num'], ['Dead', 'num'], ['Completed', 'num'], ['Oldest pending', 'num']], body),
       h('div', { class: 'pager' }, toggle));
-    async function load() {
-      let list;
-      try {
-        list = await api('/api/queues');
-      } catch (error) {
-        if (cx.alive) problem.replaceChildren(errorPanel(error));
-        return;
-      }
-      if (!cx.alive) return;
-      problem.replaceChildren();
-      const queues = Array.isArray(list) ? list : [];
+    const load = () => read(cx, problem, api('/api/queues'), (answer) => {
+      const queues = listOf(answer);
       const isRun = (q) => String(q.queue).startsWith('run:');
       const plain = queues.filter((q) => !isRun(q)).sort((a, b) => String(a.queue).localeCompare(String(b.queue)));
       const runs = queues.filter(isRun).sort((a, b) => activity(b) - activity(a) || String(b.queue).localeCompare(String(a.queue)));
@@ -1679,41 +1727,44 @@
           tdNum(String(q.pending)), tdNum(String(q.scheduled)), tdNum(String(q.claimed)),
           tdNum(q.dead ? h('a', { href: `/queues/${enc(q.queue)}`, class: 'danger strong', text: String(q.dead) }) : '0'),
           tdNum(String(q.completed)),
-          tdNum(q.oldest_pending_age_ms !== null && q.oldest_pending_age_ms !== undefined ? duration(q.oldest_pending_age_ms) : '—'));
+          tdNum(duration(q.oldest_pending_age_ms)));
       });
-      body.replaceChildren(...(rows.length ? rows : [emptyRow(7, 'No queues yet')]));
-    }
+      body.replaceChildren(...rowsOr(rows, 7, 'No queues yet'));
+    });
     await load();
     cx.every(load, 5000);
   }
+
+  /** A queue item's cells: its id and payload come first in every table (`cells` gives the
+   * rest). */
+  const attemptCell = (item) => tdNum(`${item.attempt}/${item.max_attempts}`);
+  const lastErrorCell = (item, max) => td(item.last_error ? h('span', { class: 'error-text', title: item.last_error, text: truncate(String(item.last_error), max) }) : dash());
 
   const ITEM_KINDS = {
     dead: {
       title: 'Dead letters', testid: 'dead-table',
       headers: ['Item', 'Payload', ['Attempts', 'num'], 'Last error', 'Updated'],
-      cells: (item) => [td(idEl(item.id)), td(compactJson(item.payload, 80)), tdNum(`${item.attempt}/${item.max_attempts}`),
-        td(item.last_error ? h('span', { class: 'error-text', title: item.last_error, text: truncate(String(item.last_error), 140) }) : dash()),
-        td(timeEl(item.updated_at_ms))],
+      cells: (item) => [attemptCell(item), lastErrorCell(item, 140), td(timeEl(item.updated_at_ms))],
       empty: 'No dead letters',
     },
     pending: {
       title: 'Pending (due now)', testid: 'pending-table',
       headers: ['Item', 'Payload', ['Priority', 'num'], ['Attempt', 'num'], 'Created'],
-      cells: (item) => [td(idEl(item.id)), td(compactJson(item.payload, 80)), tdNum(String(item.priority)), tdNum(`${item.attempt}/${item.max_attempts}`), td(timeEl(item.created_at_ms))],
+      cells: (item) => [tdNum(String(item.priority)), attemptCell(item), td(timeEl(item.created_at_ms))],
       empty: 'Nothing pending',
     },
     scheduled: {
       title: 'Scheduled (due later)', testid: 'scheduled-table',
       headers: ['Item', 'Payload', 'Runs at', ['Attempt', 'num'], 'Last error'],
-      cells: (item) => [td(idEl(item.id)), td(compactJson(item.payload, 80)), td(timeEl(item.run_at_ms), h('span', { class: 'muted small', text: ` ${relTime(item.run_at_ms)}` })),
-        tdNum(`${item.attempt}/${item.max_attempts}`), td(item.last_error ? h('span', { class: 'error-text', title: item.last_error, text: truncate(String(item.last_error), 100) }) : dash())],
+      cells: (item) => [td(timeEl(item.run_at_ms), h('span', { class: 'muted small', text: ` ${relTime(item.run_at_ms)}` })),
+        attemptCell(item), lastErrorCell(item, 100)],
       empty: 'Nothing scheduled',
     },
     claimed: {
       title: 'Running (claimed)', testid: 'claimed-table',
       headers: ['Item', 'Payload', 'Worker', ['Attempt', 'num'], 'Lease expires'],
-      cells: (item) => [td(idEl(item.id)), td(compactJson(item.payload, 80)), td(h('span', { class: 'mono', text: item.worker_id ?? '—' })),
-        tdNum(`${item.attempt}/${item.max_attempts}`), td(timeEl(item.lease_expires_at_ms),
+      cells: (item) => [td(h('span', { class: 'mono', text: item.worker_id ?? '—' })), attemptCell(item),
+        td(timeEl(item.lease_expires_at_ms),
           item.lease_expires_at_ms && item.lease_expires_at_ms < Date.now() ? h('span', { class: 'small muted', text: ' lapsed' }) : null)],
       empty: 'Nothing running',
     },
@@ -1739,7 +1790,7 @@
     showActions();
     cx.listen(window, 'spindle:session', showActions);
     main.append(
-      h('p', { class: 'crumbs' }, h('a', { href: '/queues', text: 'Queues' }), ' / ', h('span', { class: 'mono', text: name })),
+      crumbs('/queues', 'Queues', h('span', { class: 'mono', text: name })),
       pageHead(h('span', null, 'Queue ', h('span', { class: 'mono', text: name })), liveState, h('span', { class: 'spacer' }), actionBar),
       stats);
     if (name.startsWith('run:')) stats.after(h('p', { class: 'small' }, 'The queue of a pipeline run: ', h('a', { href: `/runs/${enc(name.slice(4))}`, text: 'see the run →' })));
@@ -1750,16 +1801,9 @@
       main.appendChild(sections[kind].el);
     }
 
-    async function loadStats() {
-      let list;
-      try {
-        list = await api('/api/queues');
-      } catch (error) {
-        if (cx.alive) stats.replaceChildren(errorPanel(error));
-        return;
-      }
-      if (!cx.alive) return;
-      const q = (Array.isArray(list) ? list : []).find((x) => x.queue === name);
+    // The stats are drawn anew at every read, or replaced by what went wrong.
+    const loadStats = () => read(cx, stats, api('/api/queues'), (answer) => {
+      const q = listOf(answer).find((x) => x.queue === name);
       requeueAll.disabled = Boolean(q) && !q.dead;
       purge.disabled = Boolean(q) && !q.dead;
       if (!q) {
@@ -1769,7 +1813,7 @@
       stats.replaceChildren(...[['pending', q.pending], ['scheduled', q.scheduled], ['running', q.claimed], ['dead', q.dead], ['completed', q.completed]]
         .map(([label, n]) => h('span', { class: `stat${label === 'dead' && n ? ' danger' : ''}` }, h('strong', { text: String(n) }), ` ${label}`)),
       q.oldest_pending_age_ms !== null && q.oldest_pending_age_ms !== undefined ? h('span', { class: 'stat muted', text: `oldest pending ${duration(q.oldest_pending_age_ms)}` }) : null);
-    }
+    });
 
     function reloadAll() {
       loadStats();
@@ -1798,30 +1842,25 @@
     let next = null;
     let shown = 0;
 
-    function rowActions(item) {
-      if (!session?.actions) return td();
-      if (kind === 'dead') {
-        return h('td', { class: 'actions-col' }, button('Requeue', async (event) => {
-          const target = event.currentTarget;
-          target.disabled = true;
-          const done = await act(`/api/queues/${enc(queueName)}/dead/${enc(item.id)}/requeue`, 'requeue dead letters');
-          target.disabled = false;
-          if (done) {
-            notify(`Requeued ${shortId(item.id)}`);
-            window.dispatchEvent(new Event('spindle:queue-changed'));
-          }
-        }, { class: 'btn btn-small', testid: 'requeue' }));
-      }
-      return h('td', { class: 'actions-col' }, button('Cancel', async (event) => {
+    /** A row's button: the action (`what` for the sign-in prompt), then the queue's tables again. */
+    function rowAction(item, label, testid, path, what, doneText) {
+      return h('td', { class: 'actions-col' }, button(label, async (event) => {
         const target = event.currentTarget;
         target.disabled = true;
-        const done = await act(`/api/queues/${enc(queueName)}/items/${enc(item.id)}/cancel`, 'cancel items');
+        const done = await act(`/api/queues/${enc(queueName)}/${path}`, what);
         target.disabled = false;
         if (done) {
-          notify(`Cancelled ${shortId(item.id)}`);
+          notify(`${doneText} ${shortId(item.id)}`);
           window.dispatchEvent(new Event('spindle:queue-changed'));
         }
-      }, { class: 'btn btn-small', testid: 'cancel' }));
+      }, { class: 'btn btn-small', testid }));
+    }
+
+    function rowActions(item) {
+      if (!session?.actions) return td();
+      return kind === 'dead'
+        ? rowAction(item, 'Requeue', 'requeue', `dead/${enc(item.id)}/requeue`, 'requeue dead letters', 'Requeued')
+        : rowAction(item, 'Cancel', 'cancel', `items/${enc(item.id)}/cancel`, 'cancel items', 'Cancelled');
     }
 
     let generation = 0;
@@ -1829,32 +1868,27 @@
       const mine = ++generation;
       const after = append ? next : null;
       const sep = path.includes('?') ? '&' : '?';
-      let page;
-      try {
-        page = await api(`${path}${sep}limit=50${after ? `&after=${enc(after)}` : ''}`);
-      } catch (error) {
-        if (cx.alive && mine === generation) {
-          problem.replaceChildren(errorPanel(error));
+      await read(cx, problem, api(`${path}${sep}limit=50${after ? `&after=${enc(after)}` : ''}`), (page) => {
+        const rows = listOf(page.items).map((item) => h('tr', { data: { id: item.id } },
+          td(idEl(item.id)), td(compactJson(item.payload, 80)), ...spec.cells(item), withActions ? rowActions(item) : null));
+        if (append) {
+          body.querySelector('tr.empty')?.remove();
+          body.append(...rows);
+          shown += rows.length;
+        } else {
+          body.replaceChildren(...rowsOr(rows, headers.length, spec.empty));
+          shown = rows.length;
+        }
+        next = page.next ?? null;
+        more.hidden = !next;
+        count.textContent = next ? `first ${shown}` : plural(shown, 'item');
+      }, {
+        current: () => mine === generation,
+        failed: () => {
           if (!append) body.replaceChildren();
           more.hidden = true;
-        }
-        return;
-      }
-      if (!cx.alive || mine !== generation) return;
-      problem.replaceChildren();
-      const items = Array.isArray(page.items) ? page.items : [];
-      const rows = items.map((item) => h('tr', { data: { id: item.id } }, ...spec.cells(item), withActions ? rowActions(item) : null));
-      if (append) {
-        body.querySelector('tr.empty')?.remove();
-        body.append(...rows);
-        shown += rows.length;
-      } else {
-        body.replaceChildren(...(rows.length ? rows : [emptyRow(headers.length, spec.empty)]));
-        shown = rows.length;
-      }
-      next = page.next ?? null;
-      more.hidden = !next;
-      count.textContent = next ? `first ${shown}` : plural(shown, 'item');
+        },
+      });
     }
     const redraw = () => load(false);
     cx.listen(window, 'spindle:queue-changed', redraw);
@@ -1875,100 +1909,72 @@
     return badge(state ?? 'unknown');
   }
 
+  function processRow(proc) {
+    const identity = proc.identity ?? {};
+    const origin = proc.originator ?? {};
+    const output = proc.status && typeof proc.status === 'object' ? proc.status.await_output : null;
+    return h('tr', { data: { id: proc.id } },
+      td(idEl(proc.id, `/events${query({ stream: `process:${proc.id}` })}`)),
+      td(h('span', { text: identity.kind ?? '—' }), identity.label ? h('span', { class: 'muted small', text: ` ${identity.label}` }) : null),
+      td(processStatus(proc)),
+      td(origin.type === 'session' ? h('span', { class: 'mono small', title: JSON.stringify(origin.scope), text: `session ${origin.scope?.session_id ?? ''}` }) : (origin.type ?? '—')),
+      td(compactJson(proc.input, 60), output !== null && output !== undefined ? h('div', { class: 'small' }, '→ ', compactJson(output, 60)) : null),
+      td(timeEl(proc.created_at_ms)),
+      td(timeEl(proc.updated_at_ms)),
+      td(proc.external_ref ? h('span', { class: 'mono small', title: JSON.stringify(proc.external_ref), text: `${proc.external_ref.backend}:${proc.external_ref.id}` }) : dash()));
+  }
+
   async function processesPage(cx, main) {
-    const params = new URL(location.href).searchParams;
-    const status = select([['running', 'running'], ['any', 'any status']], params.get('status') === 'any' ? 'any' : 'running', { testid: 'processes-status', 'aria-label': 'Status' });
-    const body = h('tbody');
-    const problem = h('div');
-    const pages = pager(() => load());
-    status.addEventListener('change', () => {
-      setParams({ status: status.value === 'running' ? null : status.value, after: null }, { state: { stack: [] } });
-      load();
+    const anyStatus = (p) => p.get('status') === 'any';
+    const status = select([['running', 'running'], ['any', 'any status']], anyStatus(urlParams()) ? 'any' : 'running', { testid: 'processes-status', 'aria-label': 'Status' });
+    await listPage(cx, main, {
+      title: 'Processes',
+      fields: [['Status', 'status', status, (value) => (value === 'running' ? null : value)]],
+      path: '/api/processes',
+      params: (p) => ({ status: anyStatus(p) ? 'any' : 'running' }),
+      testid: 'processes-table',
+      headers: ['Process', 'Kind', 'Status', 'Started by', 'Input / output', 'Created', 'Updated', 'Elsewhere'],
+      draw(items, body, p) {
+        body.replaceChildren(...rowsOr(items.map(processRow), 8, anyStatus(p) ? 'No processes' : 'No running processes'));
+      },
     });
-    main.append(pageHead('Processes', h('form', { class: 'filters', on: { submit: (e) => e.preventDefault() } }, h('label', null, 'Status ', status))),
-      problem,
-      table('processes-table', ['Process', 'Kind', 'Status', 'Started by', 'Input / output', 'Created', 'Updated', 'Elsewhere'], body), pages);
-    async function load() {
-      const p = new URL(location.href).searchParams;
-      let page;
-      try {
-        page = await api(`/api/processes${query({ status: p.get('status') === 'any' ? 'any' : 'running', after: p.get('after'), limit: 50 })}`);
-      } catch (error) {
-        if (cx.alive) problem.replaceChildren(errorPanel(error));
-        return;
-      }
-      if (!cx.alive) return;
-      problem.replaceChildren();
-      const items = Array.isArray(page.items) ? page.items : [];
-      body.replaceChildren(...(items.length ? items.map((proc) => {
-        const identity = proc.identity ?? {};
-        const origin = proc.originator ?? {};
-        const output = proc.status && typeof proc.status === 'object' ? proc.status.await_output : null;
-        return h('tr', { data: { id: proc.id } },
-          td(idEl(proc.id, `/events${query({ stream: `process:${proc.id}` })}`)),
-          td(h('span', { text: identity.kind ?? '—' }), identity.label ? h('span', { class: 'muted small', text: ` ${identity.label}` }) : null),
-          td(processStatus(proc)),
-          td(origin.type === 'session' ? h('span', { class: 'mono small', title: JSON.stringify(origin.scope), text: `session ${origin.scope?.session_id ?? ''}` }) : (origin.type ?? '—')),
-          td(compactJson(proc.input, 60), output !== null && output !== undefined ? h('div', { class: 'small' }, '→ ', compactJson(output, 60)) : null),
-          td(timeEl(proc.created_at_ms)),
-          td(timeEl(proc.updated_at_ms)),
-          td(proc.external_ref ? h('span', { class: 'mono small', title: JSON.stringify(proc.external_ref), text: `${proc.external_ref.backend}:${proc.external_ref.id}` }) : dash()));
-      }) : [emptyRow(8, p.get('status') === 'any' ? 'No processes' : 'No running processes')]));
-      pages.update(page.next, items.length);
-    }
-    await load();
   }
 
   // ------------------------------------------------------------------------------------------
   // Workflows
 
+  function workflowRow(ex) {
+    return h('tr', { data: { id: ex.id, status: ex.status } },
+      td(idEl(ex.id, `/workflows/${enc(ex.id)}`)),
+      td(h('a', { href: `/workflows${query({ workflow: ex.workflow_id })}`, text: ex.workflow_id }), h('span', { class: 'muted small', text: ` ${ex.workflow_version}` })),
+      td(badge(ex.status)),
+      tdNum(String(ex.state_version)),
+      td(timeEl(ex.created_at_ms)),
+      td(timeEl(ex.updated_at_ms)),
+      td(timeEl(ex.completed_at_ms)));
+  }
+
   async function workflowsPage(cx, main) {
-    const params = new URL(location.href).searchParams;
-    const status = select([['', 'any status'], ...WORKFLOW_STATUSES.map((s) => [s, s])], params.get('status') ?? '', { testid: 'workflows-status', 'aria-label': 'Status' });
-    const workflow = h('input', { type: 'search', value: params.get('workflow') ?? '', placeholder: 'workflow id', testid: 'workflows-workflow', 'aria-label': 'Workflow' });
-    const body = h('tbody');
-    const problem = h('div');
-    const pages = pager(() => load());
-    const refilter = () => {
-      setParams({ status: status.value, workflow: workflow.value.trim(), after: null }, { state: { stack: [] } });
-      load();
-    };
-    const typed = debounce(refilter, 400);
-    status.addEventListener('change', refilter);
-    workflow.addEventListener('input', typed);
-    main.append(pageHead('Workflow executions', h('form', { class: 'filters', on: { submit: (e) => { e.preventDefault(); typed.cancel(); refilter(); } } },
-      h('label', null, 'Status ', status), h('label', null, 'Workflow ', workflow))),
-    problem,
-    table('workflows-table', ['Execution', 'Workflow', 'Status', ['State version', 'num'], 'Created', 'Updated', 'Completed'], body), pages);
-    async function load() {
-      const p = new URL(location.href).searchParams;
-      let page;
-      try {
-        page = await api(`/api/workflows${query({ status: p.get('status'), workflow: p.get('workflow'), after: p.get('after'), limit: 50 })}`);
-      } catch (error) {
-        if (cx.alive) problem.replaceChildren(errorPanel(error));
-        return;
-      }
-      if (!cx.alive) return;
-      problem.replaceChildren();
-      const items = Array.isArray(page.items) ? page.items : [];
-      body.replaceChildren(...(items.length ? items.map((ex) => h('tr', { data: { id: ex.id, status: ex.status } },
-        td(idEl(ex.id, `/workflows/${enc(ex.id)}`)),
-        td(h('a', { href: `/workflows${query({ workflow: ex.workflow_id })}`, text: ex.workflow_id }), h('span', { class: 'muted small', text: ` ${ex.workflow_version}` })),
-        td(badge(ex.status)),
-        tdNum(String(ex.state_version)),
-        td(timeEl(ex.created_at_ms)),
-        td(timeEl(ex.updated_at_ms)),
-        td(timeEl(ex.completed_at_ms)))) : [emptyRow(7, 'No workflow executions match')]));
-      pages.update(page.next, items.length);
-    }
-    await load();
+    const params = urlParams();
+    await listPage(cx, main, {
+      title: 'Workflow executions',
+      fields: [
+        ['Status', 'status', statusSelect(WORKFLOW_STATUSES, params, 'workflows-status')],
+        ['Workflow', 'workflow', searchInput(params.get('workflow') ?? '', 'workflow id', 'workflows-workflow', 'Workflow')],
+      ],
+      path: '/api/workflows',
+      testid: 'workflows-table',
+      headers: ['Execution', 'Workflow', 'Status', ['State version', 'num'], 'Created', 'Updated', 'Completed'],
+      draw(items, body) {
+        body.replaceChildren(...rowsOr(items.map(workflowRow), 7, 'No workflow executions match'));
+      },
+    });
   }
 
   async function workflowPage(cx, main, id) {
     const liveState = liveBadge();
     const body = h('div', { testid: 'workflow' });
-    main.append(h('p', { class: 'crumbs' }, h('a', { href: '/workflows', text: 'Workflow executions' }), ' / ', h('span', { class: 'mono', text: shortId(id), title: id })), body);
+    main.append(crumbs('/workflows', 'Workflow executions', h('span', { class: 'mono', text: shortId(id), title: id })), body);
     let first = true;
     async function load() {
       let d;
@@ -2001,7 +2007,7 @@
 
   function workflowView(d, liveState, open) {
     const ex = d.execution ?? {};
-    const events = Array.isArray(d.events) ? d.events : [];
+    const events = listOf(d.events);
     const snapshot = d.snapshot;
     const facts = [
       ['Workflow', h('a', { href: `/workflows${query({ workflow: ex.workflow_id })}`, text: ex.workflow_id ?? '—' })],
@@ -2025,7 +2031,7 @@
         ? [h('p', { class: 'small' }, `at event ${snapshot.at_seq} · written `, timeEl(snapshot.created_at_ms)), pre(pretty(snapshot.state), 'json')]
         : h('p', { class: 'muted', text: 'No snapshot' }))),
       section(`Events (${events.length >= 200 ? 'the latest 200' : events.length}, newest first)`,
-        table('workflow-events', [['Seq', 'num'], 'Type', 'Payload', 'When'], h('tbody', null, eventRows.length ? eventRows : emptyRow(4, 'No events')))),
+        table('workflow-events', [['Seq', 'num'], 'Type', 'Payload', 'When'], h('tbody', null, rowsOr(eventRows, 4, 'No events')))),
     ];
   }
 
@@ -2052,16 +2058,15 @@
   /** The last `count` events, and the cursor a live tail goes on from. */
   async function tailEvents(stream, count) {
     const page = await api(`/api/events${query({ stream, tail: count, limit: count })}`);
-    const items = Array.isArray(page.items) ? page.items : [];
-    return { items, last: Number(page.last ?? 0) };
+    return { items: listOf(page.items), last: Number(page.last ?? 0) };
   }
 
   async function eventsPage(cx, main) {
-    const params = new URL(location.href).searchParams;
+    const params = urlParams();
     const stream = (params.get('stream') ?? '').trim();
     const cursorOf = (ev) => Number(stream ? ev.seq : ev.position);
-    const streamInput = h('input', { type: 'search', value: stream, placeholder: 'KIND:ID (every stream when empty)', testid: 'events-stream', 'aria-label': 'Stream', size: 34 });
-    const filterInput = h('input', { type: 'search', value: params.get('filter') ?? '', placeholder: 'filter: type, stream or payload text', testid: 'events-filter', 'aria-label': 'Filter' });
+    const streamInput = searchInput(stream, 'KIND:ID (every stream when empty)', 'events-stream', 'Stream', { size: 34 });
+    const filterInput = searchInput(params.get('filter') ?? '', 'filter: type, stream or payload text', 'events-filter', 'Filter');
     const liveState = liveBadge();
     const shownInfo = h('span', { class: 'muted small', testid: 'events-count' });
     let paused = false;
@@ -2141,36 +2146,30 @@
       }
     }
 
-    let start;
-    try {
-      start = await tailEvents(stream, 200);
-    } catch (error) {
-      if (cx.alive) problem.replaceChildren(errorPanel(error));
-      return;
-    }
-    if (!cx.alive) return;
-    last = start.last;
-    const rows = start.items.map(eventRow).reverse();
-    body.replaceChildren(...(rows.length ? rows : [emptyRow(5, 'No events yet: new ones appear here as they commit')]));
-    countShown();
     let polling = false;
-    live(cx, stream || null, {
-      after: last,
-      onEvent: take,
-      onPoll: async () => {
-        if (polling) return;
-        polling = true;
-        try {
-          const page = await api(`/api/events${query({ stream, after: last, limit: 500 })}`);
-          if (cx.alive) for (const ev of page.items ?? []) take(ev);
-        } catch (error) {
-          if (cx.alive) problem.replaceChildren(errorPanel(error));
-        } finally {
-          polling = false;
-        }
-      },
-      pollMs: 5000,
-      onState: (s) => liveState.set(s),
+    // The latest events, then the live tail from there on.
+    await read(cx, problem, tailEvents(stream, 200), (start) => {
+      last = start.last;
+      body.replaceChildren(...rowsOr(start.items.map(eventRow).reverse(), 5, 'No events yet: new ones appear here as they commit'));
+      countShown();
+      live(cx, stream || null, {
+        after: last,
+        onEvent: take,
+        onPoll: async () => {
+          if (polling) return;
+          polling = true;
+          try {
+            const page = await api(`/api/events${query({ stream, after: last, limit: 500 })}`);
+            if (cx.alive) for (const ev of page.items ?? []) take(ev);
+          } catch (error) {
+            if (cx.alive) problem.replaceChildren(errorPanel(error));
+          } finally {
+            polling = false;
+          }
+        },
+        pollMs: 5000,
+        onState: (s) => liveState.set(s),
+      });
     });
   }
 
@@ -2191,27 +2190,21 @@
       section('Tenants', tenantsProblem, table('tenants-table', ['Tenant', 'Name', 'Status', 'Created', 'Updated'], tenantsBody)),
       section('API tokens', h('p', { class: 'muted small', text: 'Secrets are shown once, when a token is made (spindle tokens create); the store keeps only their hashes.' }),
         tokensProblem, table('tokens-table', ['Name', 'Role', 'Tenant', 'State', 'Created', 'Expires', 'Last used', 'Id'], tokensBody)));
-    const [tenants, tokens] = await Promise.allSettled([api('/api/tenants'), api('/api/tokens')]);
-    if (!cx.alive) return;
-    if (tenants.status === 'rejected') tenantsProblem.replaceChildren(errorPanel(tenants.reason));
-    else {
-      const list = Array.isArray(tenants.value) ? tenants.value : [];
-      tenantsBody.replaceChildren(...(list.length ? list.map((t) => h('tr', { data: { id: t.id } },
-        td(h('span', { class: 'mono strong', text: t.id })), td(t.name), td(badge(t.status)), td(timeEl(t.created_at_ms || null)), td(timeEl(t.updated_at_ms || null)))) : [emptyRow(5, 'No tenants')]));
-    }
-    if (tokens.status === 'rejected') tokensProblem.replaceChildren(errorPanel(tokens.reason));
-    else {
-      const list = Array.isArray(tokens.value) ? tokens.value : [];
-      const now = Date.now();
-      tokensBody.replaceChildren(...(list.length ? list.map((t) => {
-        const state = t.revoked_at_ms ? 'revoked' : t.expires_at_ms && t.expires_at_ms <= now ? 'expired' : 'active';
-        return h('tr', { data: { id: t.id } },
-          td(h('span', { class: 'strong', text: t.name })), td(badge(t.role)), td(h('span', { class: 'mono', text: t.tenant_id })),
-          td(badge(state, t.revoked_at_ms ? `revoked ${fullTime(t.revoked_at_ms)}` : undefined)),
-          td(timeEl(t.created_at_ms)), td(t.expires_at_ms ? timeEl(t.expires_at_ms) : h('span', { class: 'muted', text: 'never' })),
-          td(timeEl(t.last_used_at_ms)), td(idEl(t.id)));
-      }) : [emptyRow(8, 'No tokens')]));
-    }
+    await Promise.all([
+      read(cx, tenantsProblem, api('/api/tenants'), (tenants) => tenantsBody.replaceChildren(...rowsOr(listOf(tenants).map((t) => h('tr', { data: { id: t.id } },
+        td(h('span', { class: 'mono strong', text: t.id })), td(t.name), td(badge(t.status)), td(timeEl(t.created_at_ms || null)), td(timeEl(t.updated_at_ms || null)))), 5, 'No tenants'))),
+      read(cx, tokensProblem, api('/api/tokens'), (tokens) => {
+        const now = Date.now();
+        tokensBody.replaceChildren(...rowsOr(listOf(tokens).map((t) => {
+          const state = t.revoked_at_ms ? 'revoked' : t.expires_at_ms && t.expires_at_ms <= now ? 'expired' : 'active';
+          return h('tr', { data: { id: t.id } },
+            td(h('span', { class: 'strong', text: t.name })), td(badge(t.role)), td(h('span', { class: 'mono', text: t.tenant_id })),
+            td(badge(state, t.revoked_at_ms ? `revoked ${fullTime(t.revoked_at_ms)}` : undefined)),
+            td(timeEl(t.created_at_ms)), td(t.expires_at_ms ? timeEl(t.expires_at_ms) : h('span', { class: 'muted', text: 'never' })),
+            td(timeEl(t.last_used_at_ms)), td(idEl(t.id)));
+        }), 8, 'No tokens'));
+      }),
+    ]);
   }
 
   // ------------------------------------------------------------------------------------------

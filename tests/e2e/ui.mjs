@@ -10,7 +10,8 @@
 //
 //   node tests/e2e/ui.mjs         (after `cargo test`, which builds the binary and example)
 //
-// SPINDLE_BIN, DASHBOARD_BIN and CHROMIUM name other builds or browsers.
+// CARGO_TARGET_DIR is followed; SPINDLE_BIN, DASHBOARD_BIN and CHROMIUM name other builds or
+// browsers.
 
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -22,8 +23,9 @@ import { chromium } from 'playwright-core';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '..', '..');
-const bin = process.env.SPINDLE_BIN ?? join(root, 'target/debug/spindle');
-const dashboardBin = process.env.DASHBOARD_BIN ?? join(root, 'target/debug/examples/dashboard');
+const target = resolve(root, process.env.CARGO_TARGET_DIR ?? 'target');
+const bin = process.env.SPINDLE_BIN ?? join(target, 'debug/spindle');
+const dashboardBin = process.env.DASHBOARD_BIN ?? join(target, 'debug/examples/dashboard');
 const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const shots = join(here, 'screenshots');
 const WAIT_MS = 20_000;

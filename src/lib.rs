@@ -129,8 +129,8 @@ pub use crate::page::Page;
 pub use crate::process::Appended as ProcessAppended;
 pub use crate::process::{
     AppendRequest, AwaitOutput, EventType, LeaseClaim, LeaseOwner, ListFilter, Liveness,
-    ProcessEvent, ProcessLease, ProcessRecord, ProcessStatus, Processes, Registration,
-    SessionScope,
+    ProcessCounts, ProcessEvent, ProcessLease, ProcessRecord, ProcessStatus, Processes,
+    Registration, SessionScope,
 };
 pub use crate::queue::{
     Backoff, Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, Queue, QueueItem,

@@ -1286,3 +1286,19 @@ fn a_local_process_is_running_until_it_exits_and_unprovable_elsewhere() {
     assert_eq!(other_boot.holds_pid_here(), None);
     assert!(matches!(Liveness::local_process("h", pid), Err(Error::NotFound { .. })));
 }
+
+#[test]
+fn count_gives_each_state_and_a_waiting_process_apart_from_running_ones() {
+    let clock = ManualClock::new(T0);
+    let store = store_at(&clock);
+    for id in ["a", "b", "c", "d"] {
+        register(&store, tool(id));
+    }
+    store.tenant("acme").expect("acme").processes().register(tool("theirs")).expect("register");
+    store.processes().set_wait("b", signal("go", 1)).expect("wait");
+    store.processes().complete("c", success(json!(1))).expect("complete");
+    let counts = store.processes().count().expect("count");
+    let expected =
+        spindle::ProcessCounts { running: 2, waiting: 1, completed: 1, ..Default::default() };
+    assert_eq!(counts, expected);
+}

@@ -536,3 +536,16 @@ fn every_value_a_workflow_keeps_is_bounded() {
     assert_eq!((kept.state_version, kept.state), (0, json!({})), "nothing written");
     assert_eq!(store.events().head(Stream::execution(&id)).expect("head"), 1);
 }
+
+#[test]
+fn count_by_status_counts_the_tenants_executions_of_each_status() {
+    let clock = ManualClock::new(T0);
+    let store = with_build(&clock);
+    let (first, _second) = (start(&store), start(&store));
+    store.workflows().set_status(&first, WorkflowStatus::Running).expect("run");
+    let counts = store.workflows().count_by_status().expect("count");
+    assert_eq!(counts, [(WorkflowStatus::Pending, 1), (WorkflowStatus::Running, 1)]);
+    assert!(
+        store.tenant("acme").expect("acme").workflows().count_by_status().expect("c").is_empty()
+    );
+}

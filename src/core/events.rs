@@ -273,11 +273,7 @@ impl Op for LastPosition {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
-        let last: Option<i64> = tx
-            .conn()
-            .prepare_cached("SELECT max(position) FROM main.events WHERE tenant_id = ?1")?
-            .query_row(params![tx.tenant()], |row| row.get(0))?;
-        Ok(last.map_or(0, from_sql_int))
+        select_last_position(tx.conn(), tx.tenant())
     }
 }
 
@@ -675,6 +671,14 @@ pub(crate) fn select_head(conn: &Connection, tenant: &str, stream: &Stream) -> R
         )?
         .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| row.get(0))?;
     Ok(from_sql_int(head))
+}
+
+/// The position of the tenant's newest event, 0 for none.
+fn select_last_position(conn: &Connection, tenant: &str) -> Result<u64> {
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT max(position) FROM main.events WHERE tenant_id = ?1")?
+        .query_row(params![tenant], |row| row.get(0))?;
+    Ok(last.map_or(0, from_sql_int))
 }
 
 /// Deletes the events before `before_seq`, first recording the stream's head so that a stream

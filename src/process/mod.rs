@@ -49,18 +49,18 @@ use crate::store::Store;
 
 pub use lease::{ClaimLease, CompleteLease, ReclaimLease, RenewLease};
 pub use ops::{
-    AckWake, AppendEvent, ClearWait, Complete, CountEventsThrough, DeleteSessionState, EventsAfter,
-    Get, GrantHandle, GrantsForProcess, HandleGrants, HasHandleGrant, List, PruneTerminal,
-    RecentEvents, Register, RevokeHandle, SetExternalRef, SetWait, TransferHandles,
-    WakeEventsAfter,
+    AckWake, AppendEvent, ClearWait, Complete, CountEventsThrough, CountProcesses,
+    DeleteSessionState, EventsAfter, Get, GrantHandle, GrantsForProcess, HandleGrants,
+    HasHandleGrant, List, PruneTerminal, RecentEvents, Register, RevokeHandle, SetExternalRef,
+    SetWait, TransferHandles, WakeEventsAfter,
 };
 pub use types::{
     AppendRequest, Appended, AwaitOutput, DedupeKey, EventSemantics, EventType, ExternalRef,
     HandleDescriptor, HandleGrant, Identity, LeaseClaim, LeaseOwner, ListFilter, Liveness,
-    Originator, ProcessEvent, ProcessLease, ProcessRecord, ProcessStatus, PruneReport,
-    Registration, Selector, SemanticsSpec, SessionDeleteReport, SessionScope, StatusFilter,
-    TerminalSemantics, TerminalSpec, TerminalState, WaitKind, WaitState, Wake, WakeDelivery,
-    WakeSpec,
+    Originator, ProcessCounts, ProcessEvent, ProcessLease, ProcessRecord, ProcessStatus,
+    PruneReport, Registration, Selector, SemanticsSpec, SessionDeleteReport, SessionScope,
+    StatusFilter, TerminalSemantics, TerminalSpec, TerminalState, WaitKind, WaitState, Wake,
+    WakeDelivery, WakeSpec,
 };
 
 /// Whether `stream` is the stream of a registered process of `tenant`: only the registry
@@ -116,6 +116,14 @@ impl<'a> Processes<'a> {
             self.store.limits().check_depth(definition)?;
         }
         self.store.exec(List { filter: filter.clone() })
+    }
+
+    /// How many of the tenant's processes are in each state (running ones that wait apart).
+    ///
+    /// # Errors
+    /// Storage errors only.
+    pub fn count(&self) -> Result<ProcessCounts> {
+        self.store.exec(CountProcesses)
     }
 
     /// The running processes, in id order: the first `Limits::page_size_max` of them (page

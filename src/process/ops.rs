@@ -10,8 +10,9 @@ use super::semantics::{self, CANCEL_REQUESTED, check_scope};
 use super::sql;
 use super::types::{
     AppendRequest, Appended, AwaitOutput, EventSemantics, ExternalRef, HandleDescriptor,
-    HandleGrant, ListFilter, ProcessEvent, ProcessRecord, ProcessStatus, PruneReport, Registration,
-    SessionDeleteReport, SessionScope, WaitKind, WaitState, WakeDelivery,
+    HandleGrant, ListFilter, ProcessCounts, ProcessEvent, ProcessRecord, ProcessStatus,
+    PruneReport, Registration, SessionDeleteReport, SessionScope, WaitKind, WaitState,
+    WakeDelivery,
 };
 use crate::core::events::{self, Event, Stream};
 use crate::core::op::{Access, Op, sealed::Sealed};
@@ -40,6 +41,10 @@ pub struct List {
     /// Which processes, and which page.
     pub filter: ListFilter,
 }
+
+/// Counts the tenant's processes by state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountProcesses;
 
 /// Sets a process's external reference once (the same again is a no-op that writes nothing;
 /// another is `Conflict`).
@@ -269,6 +274,17 @@ impl Op for List {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessRecord>> {
         tx.limits().check_page(self.filter.page.limit)?;
         sql::list(tx.conn(), tx.tenant(), &self.filter)
+    }
+}
+
+impl Sealed for CountProcesses {}
+impl Op for CountProcesses {
+    type Output = ProcessCounts;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessCounts> {
+        sql::count(tx.conn(), tx.tenant())
     }
 }
 

@@ -9,8 +9,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::types::{
-    EventSemantics, HandleDescriptor, HandleGrant, LeaseOwner, ListFilter, ProcessLease,
-    ProcessRecord, ProcessStatus, Registration, StatusFilter,
+    EventSemantics, HandleDescriptor, HandleGrant, LeaseOwner, ListFilter, ProcessCounts,
+    ProcessLease, ProcessRecord, ProcessStatus, Registration, StatusFilter,
 };
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
@@ -110,6 +110,29 @@ pub(super) fn select(conn: &Connection, tenant: &str, id: &str) -> Result<Option
         " FROM main.processes WHERE tenant_id = ?1 AND process_id = ?2"
     ))?;
     first(stmt.query(params![tenant, id])?, record_from_row)
+}
+
+/// How many of the tenant's processes are in each state.
+pub(super) fn count(conn: &Connection, tenant: &str) -> Result<ProcessCounts> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT status, wait_state IS NOT NULL, count(*) FROM main.processes
+         INDEXED BY processes_by_status WHERE tenant_id = ?1 GROUP BY 1, 2",
+    )?;
+    let mut rows = stmt.query(params![tenant])?;
+    let mut counts = ProcessCounts::default();
+    while let Some(row) = rows.next()? {
+        let (status, waiting, n): (String, bool, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+        let slot = match (status.as_str(), waiting) {
+            ("running", false) => &mut counts.running,
+            ("running", true) => &mut counts.waiting,
+            ("completed", _) => &mut counts.completed,
+            ("failed", _) => &mut counts.failed,
+            ("cancelled", _) => &mut counts.cancelled,
+            (other, _) => return Err(Error::Corrupt(format!("unknown process status {other:?}"))),
+        };
+        *slot += from_sql_int(n);
+    }
+    Ok(counts)
 }
 
 /// A page of processes matching `filter`, in id order.

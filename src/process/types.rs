@@ -570,6 +570,21 @@ pub struct PruneReport {
     pub pruned_events: u64,
 }
 
+/// How many of a tenant's processes are in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessCounts {
+    /// Running and not waiting.
+    pub running: u64,
+    /// Running and waiting (a wait state is set).
+    pub waiting: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
 /// Which statuses a listing shows. The default is running processes only, as in the seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

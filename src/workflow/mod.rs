@@ -35,9 +35,9 @@ use crate::page::Page;
 use crate::store::Store;
 
 pub use ops::{
-    AppendEvent, AppendToArray, CreateExecution, DeleteExecution, GetDefinition, GetExecution,
-    LatestDefinition, LatestSnapshot, ListExecutions, LoadStart, PatchState, PutDefinition,
-    ReadEvents, SetState, SetStatus, Versions, WriteSnapshot,
+    AppendEvent, AppendToArray, CountExecutions, CreateExecution, DeleteExecution, GetDefinition,
+    GetExecution, LatestDefinition, LatestSnapshot, ListExecutions, LoadStart, PatchState,
+    PutDefinition, ReadEvents, SetState, SetStatus, Versions, WriteSnapshot,
 };
 
 /// An execution's id (a UUID v7).
@@ -282,6 +282,14 @@ impl<'a> Workflows<'a> {
         page: Page,
     ) -> Result<Vec<Execution>> {
         self.store.exec(ListExecutions { filter: filter.borrow().clone(), page })
+    }
+
+    /// How many of the tenant's executions are in each status; a status none is in is left out.
+    ///
+    /// # Errors
+    /// Storage errors only.
+    pub fn count_by_status(&self) -> Result<Vec<(WorkflowStatus, u64)>> {
+        self.store.exec(CountExecutions)
     }
 
     /// Moves the execution to `status` and appends the lifecycle event.

@@ -78,6 +78,10 @@ pub struct ListExecutions {
     pub page: Page,
 }
 
+/// Counts the tenant's executions by status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountExecutions;
+
 /// Moves an execution along the status machine, with its lifecycle event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetStatus {
@@ -309,6 +313,17 @@ impl Op for ListExecutions {
             tx.limits().check_id("workflow id", workflow_id)?;
         }
         sql::list_executions(tx.conn(), tx.tenant(), &self.filter, &self.page)
+    }
+}
+
+impl Sealed for CountExecutions {}
+impl Op for CountExecutions {
+    type Output = Vec<(WorkflowStatus, u64)>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(WorkflowStatus, u64)>> {
+        sql::count_executions(tx.conn(), tx.tenant())
     }
 }
 

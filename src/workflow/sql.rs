@@ -171,6 +171,24 @@ pub(super) fn select_status(
 }
 
 /// A page of executions, newest first; each filter shape reads the index that serves it.
+/// How many of the tenant's executions are in each status, by status.
+pub(super) fn count_executions(
+    conn: &Connection,
+    tenant: &str,
+) -> Result<Vec<(WorkflowStatus, u64)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT status, count(*) FROM main.workflow_executions INDEXED BY workflow_executions_by_status
+         WHERE tenant_id = ?1 GROUP BY status ORDER BY status",
+    )?;
+    let rows = stmt
+        .query_map(params![tenant], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
+    rows.map(|row| {
+        let (status, count) = row?;
+        Ok((status_from(&status)?, from_sql_int(count)))
+    })
+    .collect()
+}
+
 pub(super) fn list_executions(
     conn: &Connection,
     tenant: &str,

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use serde::de::{MapAccess, Visitor};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use spindle::{GatherStrategy, JoinType, NodeOptions, NodeSpec, TokenColor, Tx};
+use spindle::{GatherStrategy, GraphFilter, JoinType, NodeOptions, NodeSpec, TokenColor, Tx};
 
 /// A checked pipeline.
 #[derive(Debug, Clone)]
@@ -665,6 +665,16 @@ const SOURCE_PART_BYTES: usize = 256 * 1024;
 
 /// The `kind` a run's graph carries in its metadata.
 pub const RUN_KIND: &str = "spindle-run";
+
+/// The runs of the tenant (root graphs whose metadata says `kind: spindle-run`), oldest first:
+/// what `Graphs::find` reads when asked for runs (narrow it with more fields).
+pub fn run_filter() -> GraphFilter {
+    GraphFilter {
+        metadata: vec![("kind".into(), json!(RUN_KIND))],
+        roots_only: true,
+        ..GraphFilter::default()
+    }
+}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()

@@ -37,7 +37,7 @@ use crate::attempt::{self, kill_group};
 use crate::common::{CliError, Output, human_duration};
 use crate::livelog::{Captured, LiveLog};
 use crate::outputs::{Outputs, output_field};
-use crate::pipeline::{Pipeline, PlanKind, RUN_KIND, Step};
+use crate::pipeline::{Pipeline, PlanKind, Step, run_filter};
 
 /// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
 /// killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short one). The
@@ -154,17 +154,13 @@ fn find_or_create(
 }
 
 fn unfinished_runs(tx: &mut Tx<'_>, pipeline: &Pipeline) -> spindle::Result<Vec<Graph>> {
-    let graphs = crate::common::all_graphs_by(|page: Page| tx.exec(spindle::graph::List { page }))?;
-    Ok(graphs
-        .into_iter()
-        .filter(|graph| {
-            let meta = &graph.metadata;
-            meta["kind"] == RUN_KIND
-                && meta["pipeline"] == pipeline.name.as_str()
-                && meta["hash"] == pipeline.hash.as_str()
-                && !graph.status.is_terminal()
-        })
-        .collect())
+    let mut filter = run_filter();
+    filter.metadata.push(("pipeline".into(), json!(pipeline.name)));
+    filter.metadata.push(("hash".into(), json!(pipeline.hash)));
+    let runs = crate::common::all_graphs_by(|page: Page| {
+        tx.exec(spindle::graph::Find { filter: filter.clone(), page })
+    })?;
+    Ok(runs.into_iter().filter(|run| !run.status.is_terminal()).collect())
 }
 
 /// Starts the run's worker pool: `jobs` handlers on the run's queue, each claiming only for

@@ -12,12 +12,12 @@ use serde_json::{Value, json};
 use spindle::{Graph, GraphStatus, NodeStatus, Store};
 
 use crate::common::{
-    CliError, Output, all_graphs, human_duration, human_time, now_ms, parse_duration_ms,
+    CliError, Output, all_graphs_by, human_duration, human_time, now_ms, parse_duration_ms,
     read_stream,
 };
 use crate::livelog;
 use crate::outputs::Outputs;
-use crate::pipeline::{self, Pipeline, RUN_KIND, source_stream};
+use crate::pipeline::{self, Pipeline, run_filter, source_stream};
 use crate::run::{self, Ending};
 
 /// Which runs `spindle runs` lists.
@@ -29,9 +29,8 @@ pub struct Filter {
 
 /// Every run of the tenant, oldest first.
 pub fn all_runs(store: &Store) -> spindle::Result<Vec<Graph>> {
-    let graphs = all_graphs(store)?;
-    let mut runs: Vec<Graph> =
-        graphs.into_iter().filter(|graph| graph.metadata["kind"] == RUN_KIND).collect();
+    let filter = run_filter();
+    let mut runs = all_graphs_by(|page| store.graphs().find(&filter, page))?;
     runs.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
     Ok(runs)
 }

@@ -158,7 +158,7 @@ fn answer_all(server: &tiny_http::Server, ui: &Arc<Ui>) {
 fn handle(ui: &Arc<Ui>, mut request: tiny_http::Request) {
     let head = match read_head(&mut request) {
         Ok(head) => head,
-        Err(reply) => return drop(request.respond(response(&reply, None))),
+        Err(reply) => return drop(request.respond(response(reply, None))),
     };
     let live = head.path == "/api/live" && head.method == "GET";
     let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -171,13 +171,11 @@ fn handle(ui: &Arc<Ui>, mut request: tiny_http::Request) {
     // A client that went away is its own business.
     let _ = match answered {
         Ok(Ok(Answer::Live(live))) => return ui_live::spawn(request, live),
-        Ok(Ok(Answer::Now((reply, cookie)))) => {
-            request.respond(response(&reply, cookie.as_deref()))
-        }
-        Ok(Err(reply)) => request.respond(response(&reply, None)),
+        Ok(Ok(Answer::Now((reply, cookie)))) => request.respond(response(reply, cookie.as_deref())),
+        Ok(Err(reply)) => request.respond(response(reply, None)),
         Err(_) => {
             let reply = Reply::error(500, "the dashboard failed on this request");
-            request.respond(response(&reply, None))
+            request.respond(response(reply, None))
         }
     };
 }
@@ -214,13 +212,8 @@ fn answer(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
     if let Err(reply) = ui_session::may_read(ui, head) {
         return (reply, None);
     }
-    let url = if head.query.is_empty() {
-        head.path.clone()
-    } else {
-        format!("{}?{}", head.path, head.query)
-    };
     let samples: Vec<Sample> = ui.samples.lock().iter().copied().collect();
-    (ui_api::route(&ui.store, &head.method, &url, &samples), None)
+    (ui_api::route(&ui.store, &head.method, &head.path, &head.query, &samples), None)
 }
 
 /// The request's method, path, query, the headers the handlers use, and a POST's body (at
@@ -260,9 +253,10 @@ fn read_head(request: &mut tiny_http::Request) -> Result<Head, Reply> {
 }
 
 /// An answer as HTTP, with the headers every answer carries.
-fn response(reply: &Reply, cookie: Option<&str>) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let (content_type, body) = reply.content();
-    let mut response = tiny_http::Response::from_data(body).with_status_code(reply.status);
+fn response(reply: Reply, cookie: Option<&str>) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let status = reply.status;
+    let (content_type, body) = reply.into_content();
+    let mut response = tiny_http::Response::from_data(body).with_status_code(status);
     let mut headers = vec![("Content-Type", content_type)];
     if let Some(cookie) = cookie {
         headers.push(("Set-Cookie", cookie));

@@ -14,10 +14,9 @@ use spindle::{
 };
 
 use crate::common::{parse_stream, read_stream};
-use crate::inspect::all_processes;
 use crate::livelog;
 use crate::logs::attempts;
-use crate::pipeline::RUN_KIND;
+use crate::pipeline::run_filter;
 use crate::ui_state::Sample;
 
 /// The most items one page may ask for.
@@ -56,28 +55,27 @@ impl Reply {
     }
 
     /// The content type and bytes to send.
-    pub fn content(&self) -> (&'static str, Vec<u8>) {
-        match &self.body {
+    pub fn into_content(self) -> (&'static str, Vec<u8>) {
+        match self.body {
             Body::Json(value) => {
                 ("application/json; charset=utf-8", value.to_string().into_bytes())
             }
-            Body::File { content_type, bytes } => (content_type, bytes.clone()),
+            Body::File { content_type, bytes } => (content_type, bytes),
         }
     }
 }
 
-/// Answers `method` on `url` (a path with an optional query) from the store view `store`;
+/// Answers `method` on `path` with `query` (both still encoded) from the store view `store`;
 /// `samples` are the queues over the last minutes, for the overview.
-pub fn route(store: &Store, method: &str, url: &str, samples: &[Sample]) -> Reply {
+pub fn route(store: &Store, method: &str, path: &str, query: &str, samples: &[Sample]) -> Reply {
     if method != "GET" {
         return Reply::error(405, format!("{method} is not allowed here: the API only reads"));
     }
-    let (path, query) = url.split_once('?').unwrap_or((url, ""));
     let query = match Query::parse(query) {
         Ok(query) => query,
         Err(message) => return Reply::error(400, message),
     };
-    let parts: Vec<String> = match path.trim_end_matches('/').split('/').map(decode).collect() {
+    let parts = match segments(path) {
         Ok(parts) => parts,
         Err(message) => return Reply::error(400, message),
     };
@@ -155,8 +153,13 @@ impl Query {
     }
 }
 
+/// A path's segments, %-decoded (`/api/runs/` gives `["", "api", "runs"]`).
+pub fn segments(path: &str) -> Result<Vec<String>, String> {
+    path.trim_end_matches('/').split('/').map(decode).collect()
+}
+
 /// Percent-decodes a path segment (a query's `+` is made a space before).
-pub fn decode(text: &str) -> Result<String, String> {
+fn decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;
@@ -197,58 +200,35 @@ fn to_json(value: &impl serde::Serialize) -> Result<Value, Reply> {
 /// Counts by status of runs, queue items, processes and workflow executions, the latest failed
 /// runs, and the queues over the last minutes.
 fn overview(store: &Store, samples: &[Sample]) -> Answer {
-    let runs = store.graphs().count_by_status(&run_filter(None)).map_err(store_error)?;
-    let runs: serde_json::Map<String, Value> =
-        runs.iter().map(|(status, n)| (status.as_str().to_owned(), json!(n))).collect();
-    let failed = run_filter(Some(GraphStatus::Failed));
+    let runs = store.graphs().count_by_status(&run_filter()).map_err(store_error)?;
+    let runs = by_name(runs.iter().map(|(status, n)| (status.as_str(), *n)));
+    let failed = runs_newest_first(Some(GraphStatus::Failed));
     let recent = store.graphs().find(&failed, Page::first(10)).map_err(store_error)?;
-    let processes = all_processes(store, StatusFilter::Any).map_err(store_error)?;
-    // A running process that waits is counted as waiting.
-    let states = processes.iter().map(|p| match (&p.wait, to_json(&p.status)) {
-        (Some(_), Ok(status)) if status["state"] == "running" => Ok(json!("waiting")),
-        (_, status) => status.map(|status| status["state"].clone()),
-    });
-    let processes = count_by(states)?;
+    let processes = store.processes().count().map_err(store_error)?;
+    let processes = by_name([
+        ("running", processes.running),
+        ("waiting", processes.waiting),
+        ("completed", processes.completed),
+        ("failed", processes.failed),
+        ("cancelled", processes.cancelled),
+    ]);
+    let workflows = store.workflows().count_by_status().map_err(store_error)?;
+    let workflows = by_name(workflows.iter().map(|(status, n)| (status.as_str(), *n)));
     let queues = store.queue().stats().map_err(store_error)?;
     Ok(Reply::ok(json!({
         "runs": runs,
         "queues": to_json(&queues)?,
         "processes": processes,
-        "workflows": count_executions(store)?,
+        "workflows": workflows,
         "recent_failures": recent.iter().map(run_summary).collect::<Vec<_>>(),
         "samples": chart(samples),
     })))
 }
 
-/// How many of `values` (statuses as JSON strings) there are of each.
-fn count_by(values: impl Iterator<Item = Result<Value, Reply>>) -> Result<Value, Reply> {
-    let mut counts = serde_json::Map::new();
-    for value in values {
-        let key = value?.as_str().unwrap_or("?").to_owned();
-        let count = counts.entry(key).or_insert(json!(0));
-        *count = json!(count.as_u64().unwrap_or(0) + 1);
-    }
-    Ok(Value::Object(counts))
-}
-
-/// Workflow executions by status (every page of them).
-fn count_executions(store: &Store) -> Result<Value, Reply> {
-    let mut statuses = Vec::new();
-    let mut page = Page::first(PAGE_MAX);
-    loop {
-        let found = store
-            .workflows()
-            .list_executions(ExecutionFilter::default(), page.clone())
-            .map_err(store_error)?;
-        statuses.extend(found.iter().map(|e| to_json(&e.status)));
-        match found.last() {
-            Some(last) if found.len() == page.limit => {
-                page = Page::after(last.id.clone(), page.limit)
-            }
-            _ => break,
-        }
-    }
-    count_by(statuses.into_iter())
+/// Counts as a JSON object by name, leaving out the names none has.
+fn by_name<'a>(counts: impl IntoIterator<Item = (&'a str, u64)>) -> Value {
+    let present = counts.into_iter().filter(|(_, n)| *n > 0);
+    Value::Object(present.map(|(name, n)| (name.to_owned(), json!(n))).collect())
 }
 
 /// The samples as the chart draws them: depth, and completions per minute since the sample
@@ -265,14 +245,9 @@ fn chart(samples: &[Sample]) -> Vec<Value> {
         .collect()
 }
 
-/// The runs the CLI made (root graphs marked as runs), newest first, with `status`.
-fn run_filter(status: Option<GraphStatus>) -> GraphFilter {
-    GraphFilter {
-        status,
-        metadata: vec![("kind".into(), json!(RUN_KIND))],
-        roots_only: true,
-        newest_first: true,
-    }
+/// The runs the CLI made, newest first, with `status`.
+fn runs_newest_first(status: Option<GraphStatus>) -> GraphFilter {
+    GraphFilter { status, newest_first: true, ..run_filter() }
 }
 
 /// What the runs list shows of a run.
@@ -298,7 +273,7 @@ fn runs(store: &Store, query: &Query) -> Answer {
         None => None,
         Some(text) => Some(enum_of::<GraphStatus>("status", text)?),
     };
-    let mut filter = run_filter(status);
+    let mut filter = runs_newest_first(status);
     if let Some(name) = query.get("name").filter(|n| !n.is_empty()) {
         filter.metadata.push(("pipeline".into(), json!(name)));
     }

@@ -10,7 +10,7 @@
 use serde_json::{Value, json};
 use spindle::{Access, Store};
 
-use crate::ui_api::{Reply, store_error};
+use crate::ui_api::{Reply, segments, store_error};
 use crate::ui_state::{Head, Session, Sessions, SignedIn, Ui};
 
 /// The session cookie's name.
@@ -49,7 +49,8 @@ pub fn may_read(ui: &Ui, head: &Head) -> Result<(), Reply> {
 
 /// A queue action (`POST /api/queues/Q/...`), once every check passes.
 pub fn action(ui: &Ui, head: &Head) -> Reply {
-    let parts: Vec<&str> = head.path.trim_end_matches('/').split('/').collect();
+    let parts = segments(&head.path).unwrap_or_default();
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     let Some(action) = Action::parse(&parts) else {
         return Reply::error(405, format!("POST is not allowed on {}", head.path));
     };
@@ -76,17 +77,15 @@ const ROUNDS_MAX: usize = 10_000;
 
 impl Action {
     fn parse(parts: &[&str]) -> Option<Self> {
-        let decoded = |text: &str| crate::ui_api::decode(text).ok();
-        match parts {
+        let owned = |text: &str| text.to_owned();
+        match *parts {
             ["", "api", "queues", queue, "dead", id, "requeue"] => {
-                Some(Action::Requeue(decoded(queue)?, decoded(id)?))
+                Some(Action::Requeue(owned(queue), owned(id)))
             }
-            ["", "api", "queues", queue, "requeue-all"] => {
-                Some(Action::RequeueAll(decoded(queue)?))
-            }
-            ["", "api", "queues", queue, "purge"] => Some(Action::Purge(decoded(queue)?)),
+            ["", "api", "queues", queue, "requeue-all"] => Some(Action::RequeueAll(owned(queue))),
+            ["", "api", "queues", queue, "purge"] => Some(Action::Purge(owned(queue))),
             ["", "api", "queues", queue, "items", id, "cancel"] => {
-                Some(Action::Cancel(decoded(queue)?, decoded(id)?))
+                Some(Action::Cancel(owned(queue), owned(id)))
             }
             _ => None,
         }

@@ -137,7 +137,9 @@ impl Sessions {
     /// The session `id`, if it is known and not idle too long; marks it used.
     pub fn live(&mut self, id: &str) -> Option<&mut Session> {
         let now = now_ms();
-        self.by_id.retain(|_, s| now - s.seen_ms < SESSION_IDLE_MS);
+        if self.by_id.get(id).is_some_and(|s| now - s.seen_ms >= SESSION_IDLE_MS) {
+            self.by_id.remove(id);
+        }
         let session = self.by_id.get_mut(id)?;
         session.seen_ms = now;
         Some(session)
@@ -147,6 +149,8 @@ impl Sessions {
     /// not signed in (a flood of new sessions cannot push out the signed-in ones), else the
     /// least recently used.
     pub fn create(&mut self, signed_in: Option<SignedIn>) -> (String, &mut Session) {
+        let now = now_ms();
+        self.by_id.retain(|_, s| now - s.seen_ms < SESSION_IDLE_MS);
         if self.by_id.len() >= SESSIONS_MAX {
             let oldest = |signed: bool| {
                 let candidates = self.by_id.iter().filter(|(_, s)| s.signed_in.is_some() == signed);
@@ -157,7 +161,7 @@ impl Sessions {
             }
         }
         let id = random_hex();
-        let session = Session { csrf: random_hex(), signed_in, seen_ms: now_ms() };
+        let session = Session { csrf: random_hex(), signed_in, seen_ms: now };
         let session = self.by_id.entry(id.clone()).or_insert(session);
         (id, session)
     }

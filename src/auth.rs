@@ -14,7 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rusqlite::{OptionalExtension, Row, params};
+use crate::core::db::{Row, args};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -216,12 +216,11 @@ impl Op for CreateTenant {
         if select_tenant(tx, &self.id)?.is_some() {
             return Err(Error::Conflict(format!("tenant {} exists", self.id)));
         }
-        tx.conn()
-            .prepare_cached(
-                "INSERT INTO main.tenants (tenant_id, name, status, created_at_ms, updated_at_ms)
+        tx.db().execute(
+            "INSERT INTO main.tenants (tenant_id, name, status, created_at_ms, updated_at_ms)
                  VALUES (?1, ?2, 'active', ?3, ?3)",
-            )?
-            .execute(params![self.id, self.name, tx.now_ms()])?;
+            args![self.id, self.name, tx.now_ms()],
+        )?;
         tx.tenants_changed();
         select_tenant(tx, &self.id)?.ok_or_else(|| Error::not_found("tenant", &self.id))
     }
@@ -256,12 +255,12 @@ impl Op for ListTenants {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Tenant>> {
         require_system(tx)?;
         let limit = sql_limit(tx.limits().page_size_max);
-        let mut stmt = tx.conn().prepare_cached(
+        tx.db().query_all(
             "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM main.tenants
              ORDER BY tenant_id LIMIT ?1",
-        )?;
-        let rows = stmt.query_map([limit], raw_tenant)?;
-        rows.map(|row| row?.decode()).collect()
+            args![limit],
+            |row| raw_tenant(row)?.decode(),
+        )
     }
 }
 
@@ -279,12 +278,11 @@ impl Op for UpdateTenant {
         let name = self.update.name.unwrap_or(current.name);
         tx.limits().check_id("tenant name", &name)?;
         let status = self.update.status.unwrap_or(current.status);
-        tx.conn()
-            .prepare_cached(
-                "UPDATE main.tenants SET name = ?2, status = ?3, updated_at_ms = ?4
+        tx.db().execute(
+            "UPDATE main.tenants SET name = ?2, status = ?3, updated_at_ms = ?4
                  WHERE tenant_id = ?1",
-            )?
-            .execute(params![self.id, name, status.as_str(), tx.now_ms()])?;
+            args![self.id, name, status.as_str(), tx.now_ms()],
+        )?;
         tx.tenants_changed();
         select_tenant(tx, &self.id)?.ok_or_else(|| Error::not_found("tenant", &self.id))
     }
@@ -307,13 +305,11 @@ impl Op for CreateToken {
         }
         let secret = new_secret(tx);
         let id = tx.new_id();
-        tx.conn()
-            .prepare_cached(
-                "INSERT INTO main.api_tokens (token_id, tenant_id, name, role, secret_hash,
+        tx.db().execute(
+            "INSERT INTO main.api_tokens (token_id, tenant_id, name, role, secret_hash,
                                          created_at_ms, expires_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?
-            .execute(params![
+            args![
                 id,
                 tx.tenant(),
                 self.name,
@@ -321,7 +317,8 @@ impl Op for CreateToken {
                 secret_hash(secret.expose()),
                 tx.now_ms(),
                 self.expires_at_ms,
-            ])?;
+            ],
+        )?;
         let info = select_token(tx, &id)?.ok_or_else(|| Error::not_found("token", &id))?;
         Ok((secret, info))
     }
@@ -339,12 +336,11 @@ impl Op for RevokeToken {
         if token.is_none() {
             return Err(Error::not_found("token", &self.id));
         }
-        tx.conn()
-            .prepare_cached(
-                "UPDATE main.api_tokens SET revoked_at_ms = ?2
+        tx.db().execute(
+            "UPDATE main.api_tokens SET revoked_at_ms = ?2
                  WHERE token_id = ?1 AND revoked_at_ms IS NULL",
-            )?
-            .execute(params![self.id, tx.now_ms()])?;
+            args![self.id, tx.now_ms()],
+        )?;
         Ok(())
     }
 }
@@ -360,14 +356,16 @@ impl Op for ListTokens {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<TokenInfo>> {
         let limit = sql_limit(tx.limits().page_size_max);
-        let mut stmt = tx.conn().prepare_cached(concat!(
-            "SELECT ",
-            token_columns!(),
-            " FROM main.api_tokens INDEXED BY api_tokens_by_tenant
-              WHERE tenant_id = ?1 ORDER BY token_id LIMIT ?2"
-        ))?;
-        let rows = stmt.query_map(params![tx.tenant(), limit], raw_token)?;
-        rows.map(|row| row?.decode()).collect()
+        tx.db().query_all(
+            concat!(
+                "SELECT ",
+                token_columns!(),
+                " FROM main.api_tokens INDEXED BY api_tokens_by_tenant
+                  WHERE tenant_id = ?1 ORDER BY token_id LIMIT ?2"
+            ),
+            args![tx.tenant(), limit],
+            |row| raw_token(row)?.decode(),
+        )
     }
 }
 
@@ -381,14 +379,17 @@ impl Op for Authenticate {
         if !checksum_holds(self.secret.expose()) {
             return Err(Error::Unauthorized);
         }
-        let mut stmt = tx.conn().prepare_cached(concat!(
-            "SELECT ",
-            token_columns!(),
-            " FROM main.api_tokens WHERE secret_hash = ?1 AND revoked_at_ms IS NULL
-                AND (expires_at_ms IS NULL OR expires_at_ms > ?2)"
-        ))?;
         let hash = secret_hash(self.secret.expose());
-        let row = stmt.query_row(params![hash, tx.now_ms()], raw_token).optional()?;
+        let row = tx.db().query_opt(
+            concat!(
+                "SELECT ",
+                token_columns!(),
+                " FROM main.api_tokens WHERE secret_hash = ?1 AND revoked_at_ms IS NULL
+                    AND (expires_at_ms IS NULL OR expires_at_ms > ?2)"
+            ),
+            args![hash, tx.now_ms()],
+            raw_token,
+        )?;
         row.ok_or(Error::Unauthorized)?.decode()
     }
 }
@@ -400,12 +401,11 @@ impl Op for TouchToken {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        tx.conn()
-            .prepare_cached(
-                "UPDATE main.api_tokens SET last_used_at_ms = ?2
+        tx.db().execute(
+            "UPDATE main.api_tokens SET last_used_at_ms = ?2
                  WHERE token_id = ?1 AND (last_used_at_ms IS NULL OR last_used_at_ms <= ?3)",
-            )?
-            .execute(params![self.id, tx.now_ms(), tx.now_ms() - TOUCH_EVERY_MS])?;
+            args![self.id, tx.now_ms(), tx.now_ms() - TOUCH_EVERY_MS],
+        )?;
         Ok(())
     }
 }
@@ -565,11 +565,15 @@ fn require_system(tx: &Tx<'_>) -> Result<()> {
 }
 
 fn select_tenant(tx: &Tx<'_>, id: &str) -> Result<Option<Tenant>> {
-    let mut stmt = tx.conn().prepare_cached(
-        "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM main.tenants
-         WHERE tenant_id = ?1",
-    )?;
-    stmt.query_row([id], raw_tenant).optional()?.map(RawTenant::decode).transpose()
+    tx.db()
+        .query_opt(
+            "SELECT tenant_id, name, status, created_at_ms, updated_at_ms FROM main.tenants
+             WHERE tenant_id = ?1",
+            args![id],
+            raw_tenant,
+        )?
+        .map(RawTenant::decode)
+        .transpose()
 }
 
 struct RawTenant(String, String, String, i64, i64);
@@ -582,17 +586,19 @@ impl RawTenant {
     }
 }
 
-fn raw_tenant(row: &Row<'_>) -> rusqlite::Result<RawTenant> {
+fn raw_tenant(row: &Row<'_>) -> Result<RawTenant> {
     Ok(RawTenant(row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
 }
 
 fn select_token(tx: &Tx<'_>, id: &str) -> Result<Option<TokenInfo>> {
-    let mut stmt = tx.conn().prepare_cached(concat!(
-        "SELECT ",
-        token_columns!(),
-        " FROM main.api_tokens WHERE token_id = ?1"
-    ))?;
-    stmt.query_row([id], raw_token).optional()?.map(RawToken::decode).transpose()
+    tx.db()
+        .query_opt(
+            concat!("SELECT ", token_columns!(), " FROM main.api_tokens WHERE token_id = ?1"),
+            args![id],
+            raw_token,
+        )?
+        .map(RawToken::decode)
+        .transpose()
 }
 
 struct RawToken {
@@ -619,7 +625,7 @@ impl RawToken {
     }
 }
 
-fn raw_token(row: &Row<'_>) -> rusqlite::Result<RawToken> {
+fn raw_token(row: &Row<'_>) -> Result<RawToken> {
     Ok(RawToken {
         id: row.get(0)?,
         tenant_id: row.get(1)?,

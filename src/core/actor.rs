@@ -962,6 +962,7 @@ mod tests {
     //! than likely.
 
     use super::*;
+    use crate::core::db::args;
     use crate::core::events::{Append, Appended, Stream};
     use crate::core::op::{Op, Role, TxOutcome};
     use crate::core::tx::Scope;
@@ -1092,7 +1093,7 @@ mod tests {
         let (first, first_answer) = append(1);
         let (sneaky, sneaky_answer) = transaction(|tx| {
             tx.append_event(Stream::custom("batch"), "sneaky", json!(null))?;
-            tx.conn().execute_batch("COMMIT")?;
+            tx.db().execute("COMMIT", args![])?;
             Ok(TxOutcome::Commit(()))
         });
         let (last, last_answer) = append(2);
@@ -1241,7 +1242,7 @@ mod tests {
         let (feed, _token) = live_subscriber(&mut actor);
         let (first, first_answer) = append(1);
         let (orphan, orphan_answer) = transaction(|tx| {
-            tx.conn().execute("INSERT INTO child (p) VALUES (7)", [])?;
+            tx.db().execute("INSERT INTO child (p) VALUES (7)", args![])?;
             Ok(TxOutcome::Commit(()))
         });
         let (rolled_back, rolled_back_answer) = transaction(|_| Ok(TxOutcome::Rollback(())));

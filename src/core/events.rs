@@ -17,7 +17,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::core::db::{Db, Query, Row, args};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -238,7 +238,7 @@ impl Op for Read {
         check_stream(tx, &self.stream)?;
         tx.limits().check_page(self.limit)?;
         let filter = Filter::Stream(self.stream);
-        read_filtered(tx.conn(), tx.tenant(), &filter, self.after_seq, self.limit)
+        read_filtered(tx.db(), tx.tenant(), &filter, self.after_seq, self.limit)
     }
 }
 
@@ -250,7 +250,7 @@ impl Op for ReadAll {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Event>> {
         tx.limits().check_page(self.limit)?;
-        read_filtered(tx.conn(), tx.tenant(), &Filter::All, self.after_position, self.limit)
+        read_filtered(tx.db(), tx.tenant(), &Filter::All, self.after_position, self.limit)
     }
 }
 
@@ -262,7 +262,7 @@ impl Op for Head {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         check_stream(tx, &self.stream)?;
-        select_head(tx.conn(), tx.tenant(), &self.stream)
+        select_head(tx.db(), tx.tenant(), &self.stream)
     }
 }
 
@@ -273,7 +273,7 @@ impl Op for LastPosition {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
-        select_last_position(tx.conn(), tx.tenant())
+        select_last_position(tx.db(), tx.tenant())
     }
 }
 
@@ -286,7 +286,7 @@ impl Op for Truncate {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         check_stream(tx, &self.stream)?;
         check_open_to_callers(tx, &self.stream)?;
-        delete_before(tx.conn(), tx.tenant(), &self.stream, self.before_seq)
+        delete_before(tx.db(), tx.tenant(), &self.stream, self.before_seq)
     }
 }
 
@@ -303,7 +303,7 @@ pub(crate) fn append(
         Some(key) => {
             tx.limits().check_id("idempotency key", key)?;
             let hash = event_hash(event_type, &payload);
-            if let Some(existing) = select_by_key(tx.conn(), tx.tenant(), stream, key)? {
+            if let Some(existing) = select_by_key(tx.db(), tx.tenant(), stream, key)? {
                 return replay(&existing, &hash, key);
             }
             Some(hash)
@@ -347,8 +347,8 @@ fn event_hash(event_type: &str, payload: &Value) -> String {
 
 /// Inserts the row (and its key), and records the event for publishing.
 fn write(tx: &mut Tx<'_>, row: &NewRow<'_>, payload: Value) -> Result<Appended> {
-    let (seq, position) = insert(tx.conn(), tx.tenant(), tx.now_ms(), row)?;
-    insert_key(tx.conn(), tx.tenant(), row, seq, position)?;
+    let (seq, position) = insert(tx.db(), tx.tenant(), tx.now_ms(), row)?;
+    insert_key(tx.db(), tx.tenant(), row, seq, position)?;
     if !tx.publishing() {
         // Nobody is live: a subscriber that comes later reads the event from the table.
         return Ok(Appended { seq, position, existed: false });
@@ -369,7 +369,7 @@ fn write(tx: &mut Tx<'_>, row: &NewRow<'_>, payload: Value) -> Result<Appended> 
 
 /// Reads the tenant's events matching `filter` past the cursor `after`, in cursor order.
 pub(crate) fn read_filtered(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     filter: &Filter,
     after: u64,
@@ -377,55 +377,44 @@ pub(crate) fn read_filtered(
 ) -> Result<Vec<Event>> {
     let after = to_sql_int(after);
     let limit = crate::page::sql_limit(limit);
-    let mut events = Vec::new();
     match filter {
-        Filter::Stream(stream) => {
-            let mut stmt = conn.prepare_cached(
-                "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
+        Filter::Stream(stream) => db.query_all(
+            "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
                         created_at_ms
                  FROM main.events
                  WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq > ?4
                  ORDER BY seq LIMIT ?5",
-            )?;
-            let args = params![tenant, stream.kind.as_str(), stream.id, after, limit];
-            let mut rows = stmt.query(args)?;
-            while let Some(row) = rows.next()? {
-                events.push(event_from_row(row)?);
-            }
-        }
-        Filter::All => {
-            let mut stmt = conn.prepare_cached(
-                "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
-                        created_at_ms
-                 FROM main.events
-                 WHERE tenant_id = ?1 AND position > ?2
-                 ORDER BY position LIMIT ?3",
-            )?;
-            let mut rows = stmt.query(params![tenant, after, limit])?;
-            while let Some(row) = rows.next()? {
-                events.push(event_from_row(row)?);
-            }
-        }
+            args![tenant, stream.kind.as_str(), stream.id, after, limit],
+            event_from_row,
+        ),
+        Filter::All => db.query_all(
+            "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
+                    created_at_ms
+             FROM main.events
+             WHERE tenant_id = ?1 AND position > ?2
+             ORDER BY position LIMIT ?3",
+            args![tenant, after, limit],
+            event_from_row,
+        ),
     }
-    Ok(events)
 }
 
 /// The event appended under idempotency key `key`, when its type and payload are these
 /// (`None` when the key is unused; `Conflict` when it appended something else, or when the
 /// event it appended has been truncated away).
 pub(crate) fn keyed_event(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     stream: &Stream,
     key: &str,
     event_type: &str,
     payload: &Value,
 ) -> Result<Option<Event>> {
-    let Some(existing) = select_by_key(conn, tenant, stream, key)? else {
+    let Some(existing) = select_by_key(db, tenant, stream, key)? else {
         return Ok(None);
     };
     replay(&existing, &event_hash(event_type, payload), key)?;
-    let found = read_stream(conn, tenant, stream, existing.seq.saturating_sub(1), 1)?;
+    let found = read_stream(db, tenant, stream, existing.seq.saturating_sub(1), 1)?;
     match found.into_iter().next() {
         Some(event) if event.seq == existing.seq => Ok(Some(event)),
         _ => Err(Error::Conflict(format!(
@@ -436,101 +425,90 @@ pub(crate) fn keyed_event(
 
 /// A stream's events after `after_seq`, oldest first, at most `limit`.
 pub(crate) fn read_stream(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     stream: &Stream,
     after_seq: u64,
     limit: usize,
 ) -> Result<Vec<Event>> {
-    read_filtered(conn, tenant, &Filter::Stream(stream.clone()), after_seq, limit)
+    read_filtered(db, tenant, &Filter::Stream(stream.clone()), after_seq, limit)
 }
 
 /// The last `limit` events of a stream, oldest first.
 pub(crate) fn read_recent(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     stream: &Stream,
     limit: usize,
 ) -> Result<Vec<Event>> {
-    let mut stmt = conn.prepare_cached(
+    let mut events = db.query_all(
         "SELECT position, stream_kind, stream_id, seq, event_type, payload, idem_key,
                 created_at_ms
          FROM main.events
          WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3
          ORDER BY seq DESC LIMIT ?4",
+        args![tenant, stream.kind.as_str(), stream.id, crate::page::sql_limit(limit)],
+        event_from_row,
     )?;
-    let args = params![tenant, stream.kind.as_str(), stream.id, crate::page::sql_limit(limit)];
-    let mut rows = stmt.query(args)?;
-    let mut events = Vec::new();
-    while let Some(row) = rows.next()? {
-        events.push(event_from_row(row)?);
-    }
     events.reverse();
     Ok(events)
 }
 
 /// How many events of `event_type` the stream holds up to and including `upto_seq`.
 pub(crate) fn count_through(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     stream: &Stream,
     event_type: &str,
     upto_seq: u64,
 ) -> Result<u64> {
-    let count: i64 = conn
-        .prepare_cached(
-            "SELECT count(*) FROM main.events
+    let count: i64 = db.query_one(
+        "SELECT count(*) FROM main.events
              WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq <= ?4
                AND event_type = ?5",
-        )?
-        .query_row(
-            params![tenant, stream.kind.as_str(), stream.id, to_sql_int(upto_seq), event_type],
-            |row| row.get(0),
-        )?;
+        args![tenant, stream.kind.as_str(), stream.id, to_sql_int(upto_seq), event_type],
+        |row| row.get(0),
+    )?;
     Ok(from_sql_int(count))
 }
 
 /// Deletes a stream's events and keys but records its head, so that a stream used again (a
 /// process id registered again after a prune) continues its numbering and a subscriber's
 /// cursor on it stays valid; returns how many events went.
-pub(crate) fn delete_history(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
-    let deleted = delete_before(conn, tenant, stream, u64::MAX)?;
-    conn.prepare_cached(
+pub(crate) fn delete_history(db: Db<'_>, tenant: &str, stream: &Stream) -> Result<u64> {
+    let deleted = delete_before(db, tenant, stream, u64::MAX)?;
+    db.execute(
         "DELETE FROM main.event_keys WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
-    )?
-    .execute(params![tenant, stream.kind.as_str(), stream.id])?;
+        args![tenant, stream.kind.as_str(), stream.id],
+    )?;
     Ok(deleted)
 }
 
 /// Whether the stream holds any event.
-pub(crate) fn has_events(conn: &Connection, tenant: &str, stream: &Stream) -> Result<bool> {
-    let found: Option<i64> = conn
-        .prepare_cached(
-            "SELECT 1 FROM main.events
+pub(crate) fn has_events(db: Db<'_>, tenant: &str, stream: &Stream) -> Result<bool> {
+    let found: Option<i64> = db.query_opt(
+        "SELECT 1 FROM main.events
              WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 LIMIT 1",
-        )?
-        .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| row.get(0))
-        .optional()?;
+        args![tenant, stream.kind.as_str(), stream.id],
+        |row| row.get(0),
+    )?;
     Ok(found.is_some())
 }
 
 /// Deletes a stream whole, with its keys and its recorded head, when its owner is deleted for
 /// good (an execution: its id is never used again); returns how many events went.
-pub(crate) fn delete_stream(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
-    let args = params![tenant, stream.kind.as_str(), stream.id];
-    let deleted = conn
-        .prepare_cached(
-            "DELETE FROM main.events WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
-        )?
-        .execute(args)?;
-    conn.prepare_cached(
+pub(crate) fn delete_stream(db: Db<'_>, tenant: &str, stream: &Stream) -> Result<u64> {
+    let kind = stream.kind.as_str();
+    let args = args![tenant, kind, stream.id];
+    let deleted = db.execute(
+        "DELETE FROM main.events WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
+        args,
+    )?;
+    db.execute(
         "DELETE FROM main.event_keys WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
-    )?
-    .execute(args)?;
-    conn.prepare_cached(
-        "DELETE FROM main.stream_heads WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3",
-    )?
-    .execute(args)?;
+        args,
+    )?;
+    db.execute("DELETE FROM main.stream_heads WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3", args)?;
     Ok(deleted as u64)
 }
 
@@ -549,7 +527,7 @@ pub(crate) fn check_open_to_callers(tx: &Tx<'_>, stream: &Stream) -> Result<()> 
 
 /// A domain's check of whether `stream` (of `tenant`) is one only that domain may write: a
 /// registered process's, an existing execution's. Registered in `crate::domains`.
-pub(crate) type OwnedStreams = fn(&Connection, &str, &Stream) -> Result<bool>;
+pub(crate) type OwnedStreams = fn(Db<'_>, &str, &Stream) -> Result<bool>;
 
 fn check_stream(tx: &Tx<'_>, stream: &Stream) -> Result<()> {
     tx.limits().check_id("stream id", &stream.id)
@@ -581,45 +559,29 @@ struct NewRow<'r> {
     hash: Option<&'r str>,
 }
 
-fn select_by_key(
-    conn: &Connection,
-    tenant: &str,
-    stream: &Stream,
-    key: &str,
-) -> Result<Option<Existing>> {
-    let mut stmt = conn.prepare_cached(
+fn select_by_key(db: Db<'_>, tenant: &str, stream: &Stream, key: &str) -> Result<Option<Existing>> {
+    db.query_opt(
         "SELECT seq, position, payload_hash FROM main.event_keys
          WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND idem_key = ?4",
-    )?;
-    let found = stmt
-        .query_row(params![tenant, stream.kind.as_str(), stream.id, key], |row| {
+        args![tenant, stream.kind.as_str(), stream.id, key],
+        |row| {
             Ok(Existing {
                 seq: from_sql_int(row.get(0)?),
                 position: from_sql_int(row.get(1)?),
                 hash: row.get(2)?,
             })
-        })
-        .optional()?;
-    Ok(found)
+        },
+    )
 }
 
 /// Remembers which event an idempotency key appended.
-fn insert_key(
-    conn: &Connection,
-    tenant: &str,
-    row: &NewRow<'_>,
-    seq: u64,
-    position: u64,
-) -> Result<()> {
+fn insert_key(db: Db<'_>, tenant: &str, row: &NewRow<'_>, seq: u64, position: u64) -> Result<()> {
     let (Some(key), Some(hash)) = (row.idem_key, row.hash) else {
         return Ok(());
     };
-    conn.prepare_cached(
-        "INSERT INTO main.event_keys (tenant_id, stream_kind, stream_id, idem_key, payload_hash, seq,
+    db.execute("INSERT INTO main.event_keys (tenant_id, stream_kind, stream_id, idem_key, payload_hash, seq,
                                  position)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", args![
         tenant,
         row.stream.kind.as_str(),
         row.stream.id,
@@ -633,72 +595,68 @@ fn insert_key(
 
 /// Takes the stream's next sequence and inserts the row; returns `(seq, position)`. Only the
 /// event row is written: the sequence is read from the events themselves (see `select_head`).
-fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(u64, u64)> {
+fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(u64, u64)> {
     let kind = row.stream.kind.as_str();
-    let seq = to_sql_int(select_head(conn, tenant, row.stream)?) + 1;
-    conn.prepare_cached(
-        "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
-                             idem_key, created_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![
-        tenant,
-        kind,
-        row.stream.id,
-        seq,
-        row.event_type,
-        row.encoded,
-        row.idem_key,
-        now_ms
-    ])?;
+    let seq = to_sql_int(select_head(db, tenant, row.stream)?) + 1;
     // The position is the rowid. (`RETURNING` would say so in SQL, but SQLite builds a
     // temporary table for every `RETURNING` statement.)
-    let position = conn.last_insert_rowid();
+    let position = db.insert_rowid(
+        Query::per_engine(
+            "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                             idem_key, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                             idem_key, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING position",
+        ),
+        args![tenant, kind, row.stream.id, seq, row.event_type, row.encoded, row.idem_key, now_ms],
+    )?;
     Ok((from_sql_int(seq), from_sql_int(position)))
 }
 
 /// The stream's last sequence: its newest event's, or (for a stream truncated to nothing) the
 /// head the truncation recorded. Both are index seeks.
-pub(crate) fn select_head(conn: &Connection, tenant: &str, stream: &Stream) -> Result<u64> {
-    let head: i64 = conn
-        .prepare_cached(
-            "SELECT COALESCE(
+pub(crate) fn select_head(db: Db<'_>, tenant: &str, stream: &Stream) -> Result<u64> {
+    let head: i64 = db.query_one(
+        "SELECT COALESCE(
                  (SELECT max(seq) FROM main.events
                   WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
                  (SELECT head_seq FROM main.stream_heads
                   WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
                  0)",
-        )?
-        .query_row(params![tenant, stream.kind.as_str(), stream.id], |row| row.get(0))?;
+        args![tenant, stream.kind.as_str(), stream.id],
+        |row| row.get(0),
+    )?;
     Ok(from_sql_int(head))
 }
 
 /// The position of the tenant's newest event, 0 for none.
-fn select_last_position(conn: &Connection, tenant: &str) -> Result<u64> {
-    let last: Option<i64> = conn
-        .prepare_cached("SELECT max(position) FROM main.events WHERE tenant_id = ?1")?
-        .query_row(params![tenant], |row| row.get(0))?;
+fn select_last_position(db: Db<'_>, tenant: &str) -> Result<u64> {
+    let last: Option<i64> = db.query_one(
+        "SELECT max(position) FROM main.events WHERE tenant_id = ?1",
+        args![tenant],
+        |row| row.get(0),
+    )?;
     Ok(last.map_or(0, from_sql_int))
 }
 
 /// Deletes the events before `before_seq`, first recording the stream's head so that a stream
 /// truncated to nothing still continues its sequence.
-fn delete_before(conn: &Connection, tenant: &str, stream: &Stream, before_seq: u64) -> Result<u64> {
-    let head = select_head(conn, tenant, stream)?;
+fn delete_before(db: Db<'_>, tenant: &str, stream: &Stream, before_seq: u64) -> Result<u64> {
+    let head = select_head(db, tenant, stream)?;
     if head > 0 {
-        conn.prepare_cached(
+        db.execute(
             "INSERT INTO main.stream_heads (tenant_id, stream_kind, stream_id, head_seq)
              VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (tenant_id, stream_kind, stream_id) DO UPDATE SET head_seq = ?4",
-        )?
-        .execute(params![tenant, stream.kind.as_str(), stream.id, to_sql_int(head)])?;
+            args![tenant, stream.kind.as_str(), stream.id, to_sql_int(head)],
+        )?;
     }
-    let deleted = conn
-        .prepare_cached(
-            "DELETE FROM main.events
+    let deleted = db.execute(
+        "DELETE FROM main.events
              WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3 AND seq < ?4",
-        )?
-        .execute(params![tenant, stream.kind.as_str(), stream.id, to_sql_int(before_seq)])?;
+        args![tenant, stream.kind.as_str(), stream.id, to_sql_int(before_seq)],
+    )?;
     Ok(deleted as u64)
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod actor;
 pub(crate) mod bell;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
+pub(crate) mod db;
 pub(crate) mod events;
 pub(crate) mod fresh;
 pub(crate) mod guard;

@@ -11,6 +11,7 @@ use std::sync::{Arc, Weak};
 use crossbeam_channel::{Sender, TrySendError};
 use rusqlite::Connection;
 
+use crate::core::db::Db;
 use crate::core::events::{self, Event, Stream};
 use crate::error::Result;
 
@@ -110,8 +111,13 @@ impl Publisher {
         }
         self.live.retain(|subscriber| subscriber.alive.strong_count() > 0);
         let limit = request.capacity + 1;
-        let backlog =
-            events::read_filtered(conn, &request.tenant, &request.filter, request.after, limit)?;
+        let backlog = events::read_filtered(
+            Db::Sqlite(conn),
+            &request.tenant,
+            &request.filter,
+            request.after,
+            limit,
+        )?;
         if backlog.len() > request.capacity {
             return Ok(());
         }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 use serde_json::Value;
 
+use crate::core::db::Db;
 use crate::core::events::{self, Appended, OwnedStreams, Stream};
 use crate::core::guard::{JobGuard, SchemaLinks};
 use crate::core::op::{Op, Role};
@@ -244,16 +245,16 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    /// The connection, for the crate's own statements (ops' SQL is trusted).
-    pub(crate) fn conn(&self) -> &'a Connection {
-        self.engine.conn
+    /// The open transaction's connection, for the crate's own statements (ops' SQL is trusted).
+    pub(crate) fn db(&self) -> Db<'a> {
+        Db::Sqlite(self.engine.conn)
     }
 
     /// Whether `stream` is one only its domain may write (a registered process's, an
     /// execution's), as the domains registered with the engine say.
     pub(crate) fn stream_is_owned(&self, stream: &Stream) -> Result<bool> {
         for owns in self.engine.owned_streams {
-            if owns(self.engine.conn, self.tenant(), stream)? {
+            if owns(self.db(), self.tenant(), stream)? {
                 return Ok(true);
             }
         }

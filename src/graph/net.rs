@@ -55,7 +55,7 @@ impl<'t, 'a> Net<'t, 'a> {
     pub(super) fn open(tx: &'t mut Tx<'a>, graph: &str) -> Result<Self> {
         let key = Key { tenant: tx.tenant(), graph };
         let state =
-            sql::select_state(tx.conn(), key)?.ok_or_else(|| Error::not_found("graph", graph))?;
+            sql::select_state(tx.db(), key)?.ok_or_else(|| Error::not_found("graph", graph))?;
         let stream = Stream::graph(graph);
         Ok(Self { tx, state, stream, work: Vec::new(), ended: None })
     }
@@ -109,7 +109,7 @@ impl<'t, 'a> Net<'t, 'a> {
 
     /// A node's state, or `NotFound`.
     pub(super) fn node(&self, node: &str) -> Result<NodeState> {
-        sql::select_node_state(self.tx.conn(), self.key(), node)?
+        sql::select_node_state(self.tx.db(), self.key(), node)?
             .ok_or_else(|| Error::not_found("node", node))
     }
 
@@ -122,7 +122,7 @@ impl<'t, 'a> Net<'t, 'a> {
         let mut seen = std::collections::HashSet::from([from.to_owned()]);
         let mut frontier = vec![from.to_owned()];
         while let Some(next) = frontier.pop() {
-            for edge in sql::select_out_edges(self.tx.conn(), self.key(), &next)? {
+            for edge in sql::select_out_edges(self.tx.db(), self.key(), &next)? {
                 if edge.to != from && targets.contains(edge.to.as_str()) {
                     return Ok(Some(edge.to));
                 }
@@ -136,12 +136,12 @@ impl<'t, 'a> Net<'t, 'a> {
 
     /// Whether the graph has a node `node`.
     pub(super) fn has_node(&self, node: &str) -> Result<bool> {
-        Ok(sql::select_node_state(self.tx.conn(), self.key(), node)?.is_some())
+        Ok(sql::select_node_state(self.tx.db(), self.key(), node)?.is_some())
     }
 
     /// The nodes in `status`, in the order they were added.
     pub(super) fn nodes_in(&self, status: NodeStatus) -> Result<Vec<NodeState>> {
-        sql::select_nodes_in(self.tx.conn(), self.key(), status)
+        sql::select_nodes_in(self.tx.db(), self.key(), status)
     }
 
     /// The limits in force.
@@ -170,7 +170,7 @@ impl<'t, 'a> Net<'t, 'a> {
     /// (a Gather waits for an edge).
     pub(super) fn add_node(&mut self, node: NodeState) -> Result<()> {
         let created_seq = self.state.node_count + 1;
-        sql::insert_node(self.tx.conn(), self.key(), &node, created_seq, self.tx.now_ms())?;
+        sql::insert_node(self.tx.db(), self.key(), &node, created_seq, self.tx.now_ms())?;
         self.state.add(node.status);
         if self.state.status == GraphStatus::Running && startable(&node) {
             self.fire(node)?;
@@ -189,7 +189,7 @@ impl<'t, 'a> Net<'t, 'a> {
         let seq = self.state.edge_count + 1;
         let encoded = condition.as_ref().map(serde_json::to_string).transpose()?;
         let to = target.id.clone();
-        sql::insert_edge(self.tx.conn(), self.key(), seq, &from.id, &to, encoded.as_deref())?;
+        sql::insert_edge(self.tx.db(), self.key(), seq, &from.id, &to, encoded.as_deref())?;
         self.state.edge_count = seq;
         if from.id != to {
             target.in_edges += 1;
@@ -213,7 +213,7 @@ impl<'t, 'a> Net<'t, 'a> {
             )));
         }
         self.set_status(&mut node, NodeStatus::Running)?;
-        sql::set_started(self.tx.conn(), self.key(), &node.id, self.tx.now_ms())?;
+        sql::set_started(self.tx.db(), self.key(), &node.id, self.tx.now_ms())?;
         self.emit(&GraphEvent::NodeStarted { node_id: node.id })
     }
 
@@ -359,7 +359,7 @@ impl<'t, 'a> Net<'t, 'a> {
         if self.state.status == GraphStatus::Running && idle == 0 {
             self.complete()?;
         }
-        sql::update_state(self.tx.conn(), self.tx.tenant(), &self.state, self.tx.now_ms())?;
+        sql::update_state(self.tx.db(), self.tx.tenant(), &self.state, self.tx.now_ms())?;
         Ok(self.ended)
     }
 
@@ -404,7 +404,7 @@ impl<'t, 'a> Net<'t, 'a> {
         self.set_status(node, NodeStatus::Complete)?;
         let encoded = output.as_ref().map(serde_json::to_string).transpose()?;
         let now_ms = self.tx.now_ms();
-        sql::set_result(self.tx.conn(), self.key(), &node.id, encoded.as_deref(), None, now_ms)?;
+        sql::set_result(self.tx.db(), self.key(), &node.id, encoded.as_deref(), None, now_ms)?;
         self.emit(&GraphEvent::NodeDone { node_id: node.id.clone() })?;
         Ok(match output {
             Some(output) => output.tokens().into_iter().cloned().collect(),
@@ -415,7 +415,7 @@ impl<'t, 'a> Net<'t, 'a> {
     fn record_failed(&mut self, node: &mut NodeState, error: &str) -> Result<Vec<Token>> {
         self.set_status(node, NodeStatus::Failed)?;
         let now_ms = self.tx.now_ms();
-        sql::set_result(self.tx.conn(), self.key(), &node.id, None, Some(error), now_ms)?;
+        sql::set_result(self.tx.db(), self.key(), &node.id, None, Some(error), now_ms)?;
         let event = GraphEvent::NodeFailed { node_id: node.id.clone(), error: excerpt(error) };
         self.emit(&event)?;
         Ok(vec![Token::error(error)])
@@ -425,7 +425,7 @@ impl<'t, 'a> Net<'t, 'a> {
     /// node failed and no edge accepts its error token; then tells each target, and marks the edges that got
     /// nothing dead if the node stays finished.
     fn route(&mut self, node: &NodeState, tokens: &[Token]) -> Result<()> {
-        let mut edges = sql::select_out_edges(self.tx.conn(), self.key(), &node.id)?;
+        let mut edges = sql::select_out_edges(self.tx.db(), self.key(), &node.id)?;
         let failed = node.status == NodeStatus::Failed;
         if let Some(unhandled) = unaccepted_error(tokens, &edges).filter(|_| failed) {
             let message = error_message(unhandled);
@@ -470,11 +470,11 @@ impl<'t, 'a> Net<'t, 'a> {
         for token in tokens {
             self.state.token_count += 1;
             let encoded = serde_json::to_string(token)?;
-            sql::insert_token(self.tx.conn(), self.key(), self.state.token_count, edge, &encoded)?;
+            sql::insert_token(self.tx.db(), self.key(), self.state.token_count, edge, &encoded)?;
         }
         edge.tokens += i64::try_from(tokens.len()).unwrap_or(i64::MAX);
         edge.dead = false;
-        sql::update_edge(self.tx.conn(), self.key(), edge)?;
+        sql::update_edge(self.tx.db(), self.key(), edge)?;
         Ok(arrival)
     }
 
@@ -521,7 +521,7 @@ impl<'t, 'a> Net<'t, 'a> {
     fn mark_dead(&mut self, source: &str, edges: &mut [EdgeState]) -> Result<()> {
         for edge in edges.iter_mut().filter(|e| e.tokens == 0 && !e.dead && e.to != source) {
             edge.dead = true;
-            sql::update_edge(self.tx.conn(), self.key(), edge)?;
+            sql::update_edge(self.tx.db(), self.key(), edge)?;
             let mut target = self.node(&edge.to)?;
             target.in_dead += 1;
             self.save(&target)?;
@@ -563,10 +563,10 @@ impl<'t, 'a> Net<'t, 'a> {
 
     /// A node fires again: its dead edges may carry tokens once more.
     fn revive_out_edges(&mut self, source: &str) -> Result<()> {
-        let edges = sql::select_out_edges(self.tx.conn(), self.key(), source)?;
+        let edges = sql::select_out_edges(self.tx.db(), self.key(), source)?;
         for mut edge in edges.into_iter().filter(|edge| edge.dead) {
             edge.dead = false;
-            sql::update_edge(self.tx.conn(), self.key(), &edge)?;
+            sql::update_edge(self.tx.db(), self.key(), &edge)?;
             if edge.to != source {
                 let mut target = self.node(&edge.to)?;
                 target.in_dead -= 1;
@@ -581,7 +581,7 @@ impl<'t, 'a> Net<'t, 'a> {
         let NodeSpec::Gather { strategy } = node.spec()? else {
             return Err(Error::Corrupt(format!("node {} is not a gather", node.id)));
         };
-        let mut tokens = sql::select_inputs(self.tx.conn(), self.key(), &node.id)?;
+        let mut tokens = sql::select_inputs(self.tx.db(), self.key(), &node.id)?;
         if let GatherStrategy::First { n } = strategy {
             tokens.truncate(n);
         }
@@ -605,7 +605,7 @@ impl<'t, 'a> Net<'t, 'a> {
 
     /// The tokens a finished node produced last.
     fn produced(&self, node: &NodeState) -> Result<Vec<Token>> {
-        let whole = sql::select_node(self.tx.conn(), self.key(), &node.id)?
+        let whole = sql::select_node(self.tx.db(), self.key(), &node.id)?
             .ok_or_else(|| Error::not_found("node", &node.id))?;
         Ok(match (node.status, whole.output, whole.error) {
             (NodeStatus::Failed, _, error) => vec![Token::error(error.as_deref().unwrap_or(""))],
@@ -622,7 +622,7 @@ impl<'t, 'a> Net<'t, 'a> {
     }
 
     fn save(&self, node: &NodeState) -> Result<()> {
-        sql::update_node_state(self.tx.conn(), self.key(), node, self.tx.now_ms())
+        sql::update_node_state(self.tx.db(), self.key(), node, self.tx.now_ms())
     }
 
     fn emit(&mut self, event: &GraphEvent) -> Result<()> {

@@ -243,7 +243,7 @@ impl Op for Create {
         }
         let id = tx.new_id();
         let key = Key { tenant: tx.tenant(), graph: &id };
-        sql::insert_graph(tx.conn(), key, self.parent.as_deref(), &metadata, tx.now_ms())?;
+        sql::insert_graph(tx.db(), key, self.parent.as_deref(), &metadata, tx.now_ms())?;
         Ok(id)
     }
 }
@@ -256,7 +256,7 @@ impl Op for Get {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Graph> {
         let key = Key { tenant: tx.tenant(), graph: &self.graph };
-        sql::select_graph(tx.conn(), key)?.ok_or_else(|| Error::not_found("graph", &self.graph))
+        sql::select_graph(tx.db(), key)?.ok_or_else(|| Error::not_found("graph", &self.graph))
     }
 }
 
@@ -269,7 +269,7 @@ impl Op for List {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Graph>> {
         tx.limits().check_page(self.page.limit)?;
         let after = self.page.after.as_deref().unwrap_or("");
-        sql::select_graphs(tx.conn(), tx.tenant(), after, self.page.limit)
+        sql::select_graphs(tx.db(), tx.tenant(), after, self.page.limit)
     }
 }
 
@@ -282,7 +282,7 @@ impl Op for Find {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Graph>> {
         tx.limits().check_page(self.page.limit)?;
         check_filter(&self.filter)?;
-        sql::find_graphs(tx.conn(), tx.tenant(), &self.filter, &self.page)
+        sql::find_graphs(tx.db(), tx.tenant(), &self.filter, &self.page)
     }
 }
 
@@ -294,7 +294,7 @@ impl Op for CountByStatus {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(GraphStatus, u64)>> {
         check_filter(&self.filter)?;
-        sql::count_graphs(tx.conn(), tx.tenant(), &self.filter)
+        sql::count_graphs(tx.db(), tx.tenant(), &self.filter)
     }
 }
 
@@ -334,7 +334,7 @@ impl Op for Children {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Graph>> {
         let key = existing(tx, &self.graph)?;
-        sql::select_children(tx.conn(), key)
+        sql::select_children(tx.db(), key)
     }
 }
 
@@ -638,7 +638,7 @@ impl Op for Nodes {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Node>> {
         let key = existing(tx, &self.graph)?;
-        sql::select_nodes(tx.conn(), key)
+        sql::select_nodes(tx.db(), key)
     }
 }
 
@@ -650,7 +650,7 @@ impl Op for GetNode {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Node> {
         let key = existing(tx, &self.graph)?;
-        sql::select_node(tx.conn(), key, &self.node)?
+        sql::select_node(tx.db(), key, &self.node)?
             .ok_or_else(|| Error::not_found("node", &self.node))
     }
 }
@@ -663,7 +663,7 @@ impl Op for Edges {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Edge>> {
         let key = existing(tx, &self.graph)?;
-        sql::select_edges(tx.conn(), key)
+        sql::select_edges(tx.db(), key)
     }
 }
 
@@ -675,10 +675,10 @@ impl Op for Inputs {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Token>> {
         let key = existing(tx, &self.graph)?;
-        if sql::select_node_state(tx.conn(), key, &self.node)?.is_none() {
+        if sql::select_node_state(tx.db(), key, &self.node)?.is_none() {
             return Err(Error::not_found("node", &self.node));
         }
-        sql::select_inputs(tx.conn(), key, &self.node)
+        sql::select_inputs(tx.db(), key, &self.node)
     }
 }
 
@@ -692,7 +692,7 @@ impl Op for Recover {
         let mut recovered = Recovered::default();
         let after = self.after.as_deref().unwrap_or("");
         let limit = tx.limits().page_size_max;
-        for graph in sql::select_running(tx.conn(), tx.tenant(), after, limit)? {
+        for graph in sql::select_running(tx.db(), tx.tenant(), after, limit)? {
             recovered.graphs += 1;
             recover_graph(tx, &graph, &mut recovered)?;
             recovered.last = Some(graph);
@@ -709,10 +709,10 @@ impl Op for Audit {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
         let key = Key { tenant: tx.tenant(), graph: &self.graph };
-        let state = sql::select_state(tx.conn(), key)?
+        let state = sql::select_state(tx.db(), key)?
             .ok_or_else(|| Error::not_found("graph", &self.graph))?;
-        let nodes = sql::select_node_states(tx.conn(), key)?;
-        let edges = sql::select_edge_states(tx.conn(), key)?;
+        let nodes = sql::select_node_states(tx.db(), key)?;
+        let edges = sql::select_edge_states(tx.db(), key)?;
         Ok(audit(&state, &nodes, &edges))
     }
 }
@@ -725,7 +725,7 @@ impl Op for ExpireOverdue {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         let limit = tx.limits().page_size_max;
-        let overdue = sql::select_overdue(tx.conn(), tx.tenant(), tx.now_ms(), limit)?;
+        let overdue = sql::select_overdue(tx.db(), tx.tenant(), tx.now_ms(), limit)?;
         for graph in &overdue {
             expire(tx, graph)?;
         }
@@ -741,10 +741,10 @@ impl Op for ExpireDeadlines {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         let mut expired = 0;
-        for tenant in sql::select_tenants_overdue(tx.conn(), tx.now_ms())? {
+        for tenant in sql::select_tenants_overdue(tx.db(), tx.now_ms())? {
             expired += tx.as_tenant(&tenant, |tx| ExpireOverdue.apply(tx))?;
         }
-        if let Some(next_ms) = sql::select_next_deadline(tx.conn())? {
+        if let Some(next_ms) = sql::select_next_deadline(tx.db())? {
             tx.set_alarm(next_ms);
         }
         Ok(expired)
@@ -758,7 +758,7 @@ impl Op for RunningTenants {
         Access::Admin
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
-        sql::select_tenants_running(tx.conn())
+        sql::select_tenants_running(tx.db())
     }
 }
 
@@ -788,7 +788,7 @@ fn settle_up(tx: &mut Tx<'_>, ended: Option<Ended>) -> Result<()> {
     while let Some(end) = ends.pop() {
         let bound_only = end.status == GraphStatus::Complete;
         for child in
-            sql::select_live_children(tx.conn(), Key { tenant: tx.tenant(), graph: &end.graph_id })?
+            sql::select_live_children(tx.db(), Key { tenant: tx.tenant(), graph: &end.graph_id })?
         {
             if bound_only && child.1.is_none() {
                 continue;
@@ -995,7 +995,7 @@ fn check_room(count: i64, max: usize, what: &'static str) -> Result<()> {
 /// The key of an existing graph of the tenant, or `NotFound`.
 fn existing<'k>(tx: &'k Tx<'_>, graph: &'k str) -> Result<Key<'k>> {
     let key = Key { tenant: tx.tenant(), graph };
-    if sql::select_state(tx.conn(), key)?.is_none() {
+    if sql::select_state(tx.db(), key)?.is_none() {
         return Err(Error::not_found("graph", graph));
     }
     Ok(key)

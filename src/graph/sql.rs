@@ -6,8 +6,7 @@
 //! counters as one row (`NodeState`) and the graph's as another (`GraphState`), so a step
 //! costs a few primary-key reads and writes per node it touches.
 
-use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use crate::core::db::{Db, OwnedArg, Row, args, borrow_args};
 
 use super::{
     Edge, Graph, GraphFilter, GraphStatus, JoinType, Node, NodeCounts, NodeSpec, NodeStatus, Token,
@@ -131,107 +130,115 @@ pub(super) struct EdgeState {
 
 /// A new graph.
 pub(super) fn insert_graph(
-    conn: &Connection,
+    db: Db<'_>,
     key: Key<'_>,
     parent: Option<&str>,
     metadata: &str,
     now_ms: i64,
 ) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
+    db.execute(
         "INSERT INTO main.graphs (tenant_id, graph_id, parent_graph_id, metadata, status,
                              created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5)",
+        args![key.tenant, key.graph, parent, metadata, now_ms],
     )?;
-    stmt.execute(params![key.tenant, key.graph, parent, metadata, now_ms])?;
     Ok(())
 }
 
 /// The graph's state, if it exists.
-pub(super) fn select_state(conn: &Connection, key: Key<'_>) -> Result<Option<GraphState>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        state_columns!(),
-        " FROM main.graphs WHERE tenant_id = ?1 AND graph_id = ?2"
-    ))?;
-    let row = stmt.query_row(params![key.tenant, key.graph], raw_state).optional()?;
+pub(super) fn select_state(db: Db<'_>, key: Key<'_>) -> Result<Option<GraphState>> {
+    let row = db.query_opt(
+        concat!(
+            "SELECT ",
+            state_columns!(),
+            " FROM main.graphs WHERE tenant_id = ?1 AND graph_id = ?2"
+        ),
+        args![key.tenant, key.graph],
+        raw_state,
+    )?;
     row.map(RawState::decode).transpose()
 }
 
 /// Writes back everything of `state` the engine changes.
 pub(super) fn update_state(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     state: &GraphState,
     now_ms: i64,
 ) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
+    let [pending, ready, running, complete, failed, skipped] = state.counts;
+    let changed = db.execute(
         "UPDATE main.graphs SET status = ?3, parent_node_id = ?4, node_count = ?5, edge_count = ?6,
                 child_count = ?7, token_count = ?8, fire_count = ?9, pending = ?10, ready = ?11,
                 running = ?12, complete = ?13, failed = ?14, skipped = ?15, timeout_ms = ?16,
                 deadline_at_ms = ?17, error = ?18, failed_node_id = ?19, started_at_ms = ?20,
                 finished_at_ms = ?21, updated_at_ms = ?22
          WHERE tenant_id = ?1 AND graph_id = ?2",
+        args![
+            tenant,
+            state.id,
+            state.status.as_str(),
+            state.parent_node_id,
+            state.node_count,
+            state.edge_count,
+            state.child_count,
+            state.token_count,
+            state.fire_count,
+            pending,
+            ready,
+            running,
+            complete,
+            failed,
+            skipped,
+            state.timeout_ms,
+            state.deadline_at_ms,
+            state.error,
+            state.failed_node_id,
+            state.started_at_ms,
+            state.finished_at_ms,
+            now_ms,
+        ],
     )?;
-    let [pending, ready, running, complete, failed, skipped] = state.counts;
-    let changed = stmt.execute(params![
-        tenant,
-        state.id,
-        state.status.as_str(),
-        state.parent_node_id,
-        state.node_count,
-        state.edge_count,
-        state.child_count,
-        state.token_count,
-        state.fire_count,
-        pending,
-        ready,
-        running,
-        complete,
-        failed,
-        skipped,
-        state.timeout_ms,
-        state.deadline_at_ms,
-        state.error,
-        state.failed_node_id,
-        state.started_at_ms,
-        state.finished_at_ms,
-        now_ms,
-    ])?;
     Error::expect_one(changed, "graph", &state.id)
 }
 
 /// One graph with its metadata.
-pub(super) fn select_graph(conn: &Connection, key: Key<'_>) -> Result<Option<Graph>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        state_columns!(),
-        ", metadata, created_at_ms, updated_at_ms FROM main.graphs
+pub(super) fn select_graph(db: Db<'_>, key: Key<'_>) -> Result<Option<Graph>> {
+    let row = db.query_opt(
+        concat!(
+            "SELECT ",
+            state_columns!(),
+            ", metadata, created_at_ms, updated_at_ms FROM main.graphs
          WHERE tenant_id = ?1 AND graph_id = ?2"
-    ))?;
-    let row = stmt.query_row(params![key.tenant, key.graph], raw_graph).optional()?;
+        ),
+        args![key.tenant, key.graph],
+        raw_graph,
+    )?;
     row.map(RawGraph::decode).transpose()
 }
 
 /// A page of the tenant's graphs after `after`, by id (creation order).
 pub(super) fn select_graphs(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     after: &str,
     limit: usize,
 ) -> Result<Vec<Graph>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        state_columns!(),
-        ", metadata, created_at_ms, updated_at_ms FROM main.graphs
+    db.query_all(
+        concat!(
+            "SELECT ",
+            state_columns!(),
+            ", metadata, created_at_ms, updated_at_ms FROM main.graphs
          WHERE tenant_id = ?1 AND graph_id > ?2 ORDER BY graph_id LIMIT ?3"
-    ))?;
-    let rows = stmt.query_map(params![tenant, after, sql_limit(limit)], raw_graph)?;
-    rows.map(|row| row?.decode()).collect()
+        ),
+        args![tenant, after, sql_limit(limit)],
+        |row| raw_graph(row)?.decode(),
+    )
 }
 
 /// A page of the tenant's graphs that match `filter`, by id (descending with `newest_first`).
 pub(super) fn find_graphs(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     filter: &GraphFilter,
     page: &Page,
@@ -239,10 +246,10 @@ pub(super) fn find_graphs(
     let (mut sql, mut values) = filter_clause(tenant, filter);
     let order = if filter.newest_first { ("<", "DESC") } else { (">", "ASC") };
     if let Some(after) = &page.after {
-        values.push(SqlValue::Text(after.clone()));
+        values.push(OwnedArg::Text(after.clone()));
         sql.push_str(&format!(" AND graph_id {} ?{}", order.0, values.len()));
     }
-    values.push(SqlValue::Integer(sql_limit(page.limit)));
+    values.push(OwnedArg::Int(sql_limit(page.limit)));
     let sql = format!(
         "SELECT {}, metadata, created_at_ms, updated_at_ms FROM main.graphs WHERE {sql}
          ORDER BY graph_id {} LIMIT ?{}",
@@ -250,14 +257,12 @@ pub(super) fn find_graphs(
         order.1,
         values.len()
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(values), raw_graph)?;
-    rows.map(|row| row?.decode()).collect()
+    db.query_all(&sql, &borrow_args(&values), |row| raw_graph(row)?.decode())
 }
 
 /// How many of the tenant's graphs match `filter` (its status aside), by status.
 pub(super) fn count_graphs(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     filter: &GraphFilter,
 ) -> Result<Vec<(GraphStatus, u64)>> {
@@ -266,25 +271,19 @@ pub(super) fn count_graphs(
     let sql = format!(
         "SELECT status, count(*) FROM main.graphs WHERE {sql} GROUP BY status ORDER BY status"
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params_from_iter(values), |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-    })?;
-    rows.map(|row| {
-        let (status, count) = row?;
-        Ok((GraphStatus::parse(&status)?, from_sql_int(count)))
+    db.query_all(&sql, &borrow_args(&values), |row| {
+        Ok((GraphStatus::parse(&row.get::<String>(0)?)?, from_sql_int(row.get(1)?)))
     })
-    .collect()
 }
 
 /// A scalar's `json_type` name and its value as SQL compares it (none for true, false, null).
-fn json_scalar(value: &serde_json::Value) -> (&'static str, Option<SqlValue>) {
+fn json_scalar(value: &serde_json::Value) -> (&'static str, Option<OwnedArg>) {
     use serde_json::Value as Json;
     match value {
-        Json::String(text) => ("text", Some(SqlValue::Text(text.clone()))),
+        Json::String(text) => ("text", Some(OwnedArg::Text(text.clone()))),
         Json::Number(n) => match n.as_i64() {
-            Some(int) => ("integer", Some(SqlValue::Integer(int))),
-            None => ("real", Some(SqlValue::Real(n.as_f64().unwrap_or(f64::NAN)))),
+            Some(int) => ("integer", Some(OwnedArg::Int(int))),
+            None => ("real", Some(OwnedArg::Real(n.as_f64().unwrap_or(f64::NAN)))),
         },
         Json::Bool(true) => ("true", None),
         Json::Bool(false) => ("false", None),
@@ -294,18 +293,18 @@ fn json_scalar(value: &serde_json::Value) -> (&'static str, Option<SqlValue>) {
 }
 
 /// The `WHERE` conditions of `filter` and the values of their numbered parameters.
-fn filter_clause(tenant: &str, filter: &GraphFilter) -> (String, Vec<SqlValue>) {
+fn filter_clause(tenant: &str, filter: &GraphFilter) -> (String, Vec<OwnedArg>) {
     let mut sql = String::from("tenant_id = ?1");
-    let mut values = vec![SqlValue::Text(tenant.to_owned())];
+    let mut values = vec![OwnedArg::Text(tenant.to_owned())];
     if let Some(status) = filter.status {
-        values.push(SqlValue::Text(status.as_str().to_owned()));
+        values.push(OwnedArg::Text(status.as_str().to_owned()));
         sql.push_str(&format!(" AND status = ?{}", values.len()));
     }
     if filter.roots_only {
         sql.push_str(" AND parent_graph_id IS NULL");
     }
     for (key, value) in &filter.metadata {
-        values.push(SqlValue::Text(format!("$.\"{key}\"")));
+        values.push(OwnedArg::Text(format!("$.\"{key}\"")));
         let path = values.len();
         // The JSON type first (1 is not true, nor 1.0), then the value as SQL reads it, so
         // that a string's escapes in the stored text do not matter.
@@ -320,205 +319,200 @@ fn filter_clause(tenant: &str, filter: &GraphFilter) -> (String, Vec<SqlValue>) 
 }
 
 /// The children of `parent`, by id.
-pub(super) fn select_children(conn: &Connection, key: Key<'_>) -> Result<Vec<Graph>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        state_columns!(),
-        ", metadata, created_at_ms, updated_at_ms FROM main.graphs INDEXED BY graphs_by_parent
+pub(super) fn select_children(db: Db<'_>, key: Key<'_>) -> Result<Vec<Graph>> {
+    db.query_all(
+        concat!(
+            "SELECT ",
+            state_columns!(),
+            ", metadata, created_at_ms, updated_at_ms FROM main.graphs INDEXED BY graphs_by_parent
          WHERE tenant_id = ?1 AND parent_graph_id = ?2 ORDER BY graph_id"
-    ))?;
-    let rows = stmt.query_map(params![key.tenant, key.graph], raw_graph)?;
-    rows.map(|row| row?.decode()).collect()
+        ),
+        args![key.tenant, key.graph],
+        |row| raw_graph(row)?.decode(),
+    )
 }
 
 /// The ids of the unfinished children of `parent`, with the node bound to run each.
 pub(super) fn select_live_children(
-    conn: &Connection,
+    db: Db<'_>,
     key: Key<'_>,
 ) -> Result<Vec<(String, Option<String>)>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT graph_id, parent_node_id FROM main.graphs INDEXED BY graphs_by_parent
          WHERE tenant_id = ?1 AND parent_graph_id = ?2 AND status IN ('pending', 'running')
          ORDER BY graph_id",
-    )?;
-    let rows =
-        stmt.query_map(params![key.tenant, key.graph], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![key.tenant, key.graph],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )
 }
 
 /// The ids of up to `limit` of the tenant's running graphs after `after`, by id.
 pub(super) fn select_running(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     after: &str,
     limit: usize,
 ) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT graph_id FROM main.graphs INDEXED BY graphs_running_ids
          WHERE tenant_id = ?1 AND status = 'running' AND graph_id > ?2
          ORDER BY graph_id LIMIT ?3",
-    )?;
-    let rows = stmt.query_map(params![tenant, after, sql_limit(limit)], |row| row.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![tenant, after, sql_limit(limit)],
+        |row| row.get(0),
+    )
 }
 
 /// The ids of up to `limit` running graphs whose deadline is at or before `now_ms`.
 pub(super) fn select_overdue(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     now_ms: i64,
     limit: usize,
 ) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT graph_id FROM main.graphs
          WHERE tenant_id = ?1 AND status = 'running' AND deadline_at_ms <= ?2
          ORDER BY deadline_at_ms, graph_id LIMIT ?3",
-    )?;
-    let rows = stmt.query_map(params![tenant, now_ms, sql_limit(limit)], |row| row.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![tenant, now_ms, sql_limit(limit)],
+        |row| row.get(0),
+    )
 }
 
 /// Every tenant with a running graph past its deadline at `now_ms`.
-pub(crate) fn select_tenants_overdue(conn: &Connection, now_ms: i64) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
+pub(crate) fn select_tenants_overdue(db: Db<'_>, now_ms: i64) -> Result<Vec<String>> {
+    db.query_all(
         "SELECT DISTINCT tenant_id FROM main.graphs INDEXED BY graphs_deadlines
          WHERE status = 'running' AND deadline_at_ms IS NOT NULL AND deadline_at_ms <= ?1",
-    )?;
-    let rows = stmt.query_map(params![now_ms], |row| row.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![now_ms],
+        |row| row.get(0),
+    )
 }
 
 /// The earliest deadline of any running graph of any tenant.
-pub(super) fn select_next_deadline(conn: &Connection) -> Result<Option<i64>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn select_next_deadline(db: Db<'_>) -> Result<Option<i64>> {
+    Ok(db.query_one(
         "SELECT min(deadline_at_ms) FROM main.graphs INDEXED BY graphs_deadlines
          WHERE status = 'running' AND deadline_at_ms IS NOT NULL",
-    )?;
-    Ok(stmt.query_row([], |row| row.get(0))?)
+        args![],
+        |row| row.get(0),
+    )?)
 }
 
 /// Every tenant with a running graph (for recovery at open).
-pub(crate) fn select_tenants_running(conn: &Connection) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
+pub(crate) fn select_tenants_running(db: Db<'_>) -> Result<Vec<String>> {
+    db.query_all(
         "SELECT DISTINCT tenant_id FROM main.graphs WHERE status = 'running' ORDER BY tenant_id",
-    )?;
-    let rows = stmt.query_map([], |row| row.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![],
+        |row| row.get(0),
+    )
 }
 
 /// A new node.
 pub(super) fn insert_node(
-    conn: &Connection,
+    db: Db<'_>,
     key: Key<'_>,
     node: &NodeState,
     created_seq: i64,
     now_ms: i64,
 ) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
+    db.execute(
         "INSERT INTO main.graph_nodes (tenant_id, graph_id, node_id, kind, spec, join_type, status,
                                   in_edges, in_filled, in_dead, fires, fired_seq, created_seq,
                                   created_at_ms, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)",
+        args![
+            key.tenant,
+            key.graph,
+            node.id,
+            node.kind,
+            node.spec,
+            node.join.as_str(),
+            node.status.as_str(),
+            node.in_edges,
+            node.in_filled,
+            node.in_dead,
+            node.fires,
+            node.fired_seq,
+            created_seq,
+            now_ms,
+        ],
     )?;
-    stmt.execute(params![
-        key.tenant,
-        key.graph,
-        node.id,
-        node.kind,
-        node.spec,
-        node.join.as_str(),
-        node.status.as_str(),
-        node.in_edges,
-        node.in_filled,
-        node.in_dead,
-        node.fires,
-        node.fired_seq,
-        created_seq,
-        now_ms,
-    ])?;
     Ok(())
 }
 
 /// A node's state, if it exists.
-pub(super) fn select_node_state(
-    conn: &Connection,
-    key: Key<'_>,
-    node: &str,
-) -> Result<Option<NodeState>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
-                fired_seq FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
-    )?;
-    let row = stmt.query_row(params![key.tenant, key.graph, node], raw_node_state).optional()?;
+pub(super) fn select_node_state(db: Db<'_>, key: Key<'_>, node: &str) -> Result<Option<NodeState>> {
+    let row = db.query_opt("SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
+                fired_seq FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3", args![key.tenant, key.graph, node], raw_node_state)?;
     row.map(RawNodeState::decode).transpose()
 }
 
 /// The states of the nodes in `status`, in the order they were added.
 pub(super) fn select_nodes_in(
-    conn: &Connection,
+    db: Db<'_>,
     key: Key<'_>,
     status: NodeStatus,
 ) -> Result<Vec<NodeState>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
+    db.query_all("SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
                 fired_seq FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND status = ?3
-         ORDER BY created_seq",
-    )?;
-    let rows = stmt.query_map(params![key.tenant, key.graph, status.as_str()], raw_node_state)?;
-    rows.map(|row| row?.decode()).collect()
+         ORDER BY created_seq", args![key.tenant, key.graph, status.as_str()], |row| raw_node_state(row)?.decode())
 }
 
 /// Writes back a node's status, join, counters and fires.
 pub(super) fn update_node_state(
-    conn: &Connection,
+    db: Db<'_>,
     key: Key<'_>,
     node: &NodeState,
     now_ms: i64,
 ) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
+    let changed = db.execute(
         "UPDATE main.graph_nodes SET status = ?4, join_type = ?5, in_edges = ?6, in_filled = ?7,
                 in_dead = ?8, fires = ?9, fired_seq = ?10, updated_at_ms = ?11
          WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
+        args![
+            key.tenant,
+            key.graph,
+            node.id,
+            node.status.as_str(),
+            node.join.as_str(),
+            node.in_edges,
+            node.in_filled,
+            node.in_dead,
+            node.fires,
+            node.fired_seq,
+            now_ms,
+        ],
     )?;
-    let changed = stmt.execute(params![
-        key.tenant,
-        key.graph,
-        node.id,
-        node.status.as_str(),
-        node.join.as_str(),
-        node.in_edges,
-        node.in_filled,
-        node.in_dead,
-        node.fires,
-        node.fired_seq,
-        now_ms,
-    ])?;
     Error::expect_one(changed, "node", &node.id)
 }
 
 /// Records that a node was started.
-pub(super) fn set_started(conn: &Connection, key: Key<'_>, node: &str, now_ms: i64) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE main.graph_nodes SET started_at_ms = ?4
+pub(super) fn set_started(db: Db<'_>, key: Key<'_>, node: &str, now_ms: i64) -> Result<()> {
+    Error::expect_one(
+        db.execute(
+            "UPDATE main.graph_nodes SET started_at_ms = ?4
          WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
-    )?;
-    Error::expect_one(stmt.execute(params![key.tenant, key.graph, node, now_ms])?, "node", node)
+            args![key.tenant, key.graph, node, now_ms],
+        )?,
+        "node",
+        node,
+    )
 }
 
 /// Records how a node finished: its output or its error (the other is cleared).
 pub(super) fn set_result(
-    conn: &Connection,
+    db: Db<'_>,
     key: Key<'_>,
     node: &str,
     output: Option<&str>,
     error: Option<&str>,
     now_ms: i64,
 ) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
+    let changed = db.execute(
         "UPDATE main.graph_nodes SET output = ?4, error = ?5, finished_at_ms = ?6
          WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3",
+        args![key.tenant, key.graph, node, output, error, now_ms],
     )?;
-    let changed = stmt.execute(params![key.tenant, key.graph, node, output, error, now_ms])?;
     Error::expect_one(changed, "node", node)
 }
 
@@ -531,144 +525,137 @@ macro_rules! node_columns {
 }
 
 /// One node, whole.
-pub(super) fn select_node(conn: &Connection, key: Key<'_>, node: &str) -> Result<Option<Node>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        node_columns!(),
-        " FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3"
-    ))?;
-    let row = stmt.query_row(params![key.tenant, key.graph, node], raw_node).optional()?;
+pub(super) fn select_node(db: Db<'_>, key: Key<'_>, node: &str) -> Result<Option<Node>> {
+    let row = db.query_opt(
+        concat!(
+            "SELECT ",
+            node_columns!(),
+            " FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 AND node_id = ?3"
+        ),
+        args![key.tenant, key.graph, node],
+        raw_node,
+    )?;
     row.map(RawNode::decode).transpose()
 }
 
 /// Every node of a graph, whole, in the order they were added.
-pub(super) fn select_nodes(conn: &Connection, key: Key<'_>) -> Result<Vec<Node>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        node_columns!(),
-        " FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY created_seq"
-    ))?;
-    let rows = stmt.query_map(params![key.tenant, key.graph], raw_node)?;
-    rows.map(|row| row?.decode()).collect()
+pub(super) fn select_nodes(db: Db<'_>, key: Key<'_>) -> Result<Vec<Node>> {
+    db.query_all(
+        concat!(
+            "SELECT ",
+            node_columns!(),
+            " FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY created_seq"
+        ),
+        args![key.tenant, key.graph],
+        |row| raw_node(row)?.decode(),
+    )
 }
 
 /// A new edge.
 pub(super) fn insert_edge(
-    conn: &Connection,
+    db: Db<'_>,
     key: Key<'_>,
     seq: i64,
     from: &str,
     to: &str,
     condition: Option<&str>,
 ) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
+    db.execute(
         "INSERT INTO main.graph_edges (tenant_id, graph_id, edge_seq, from_node_id, to_node_id,
                                   condition)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        args![key.tenant, key.graph, seq, from, to, condition],
     )?;
-    stmt.execute(params![key.tenant, key.graph, seq, from, to, condition])?;
     Ok(())
 }
 
 /// The outbound edges of a node (self-loops included), in the order they were added.
-pub(super) fn select_out_edges(
-    conn: &Connection,
-    key: Key<'_>,
-    from: &str,
-) -> Result<Vec<EdgeState>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn select_out_edges(db: Db<'_>, key: Key<'_>, from: &str) -> Result<Vec<EdgeState>> {
+    db.query_all(
         "SELECT edge_seq, to_node_id, condition, tokens, dead FROM main.graph_edges
          WHERE tenant_id = ?1 AND graph_id = ?2 AND from_node_id = ?3 ORDER BY edge_seq",
-    )?;
-    let rows = stmt.query_map(params![key.tenant, key.graph, from], |row| {
-        Ok((row.get(0)?, row.get(1)?, row.get::<_, Option<String>>(2)?, row.get(3)?, row.get(4)?))
-    })?;
-    rows.map(|row| {
-        let (seq, to, condition, tokens, dead) = row?;
-        let condition = condition.as_deref().map(serde_json::from_str).transpose()?;
-        Ok(EdgeState { seq, from: from.to_owned(), to, condition, tokens, dead })
-    })
-    .collect()
+        args![key.tenant, key.graph, from],
+        |row| {
+            let condition = row.get::<Option<String>>(2)?;
+            let condition = condition.as_deref().map(serde_json::from_str).transpose()?;
+            let (seq, to, tokens, dead) = (row.get(0)?, row.get(1)?, row.get(3)?, row.get(4)?);
+            Ok(EdgeState { seq, from: from.to_owned(), to, condition, tokens, dead })
+        },
+    )
 }
 
 /// Writes back an edge's token count and dead flag.
-pub(super) fn update_edge(conn: &Connection, key: Key<'_>, edge: &EdgeState) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn update_edge(db: Db<'_>, key: Key<'_>, edge: &EdgeState) -> Result<()> {
+    let args = args![key.tenant, key.graph, edge.from, edge.seq, edge.tokens, edge.dead];
+    let changed = db.execute(
         "UPDATE main.graph_edges SET tokens = ?5, dead = ?6
          WHERE tenant_id = ?1 AND graph_id = ?2 AND from_node_id = ?3 AND edge_seq = ?4",
+        args,
     )?;
-    let args = params![key.tenant, key.graph, edge.from, edge.seq, edge.tokens, edge.dead];
-    let changed = stmt.execute(args)?;
     Error::expect_one(changed, "edge", &edge.seq.to_string())
 }
 
 /// Every edge of a graph, in the order they were added.
-pub(super) fn select_edges(conn: &Connection, key: Key<'_>) -> Result<Vec<Edge>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn select_edges(db: Db<'_>, key: Key<'_>) -> Result<Vec<Edge>> {
+    db.query_all(
         "SELECT edge_seq, from_node_id, to_node_id, condition, tokens FROM main.graph_edges
          WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY edge_seq",
-    )?;
-    let rows = stmt.query_map(params![key.tenant, key.graph], |row| {
-        Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get::<_, Option<String>>(3)?, row.get(4)?))
-    })?;
-    rows.map(|row| {
-        let (seq, from, to, condition, tokens): (i64, _, _, _, i64) = row?;
-        let condition = condition.as_deref().map(serde_json::from_str).transpose()?;
-        Ok(Edge { seq: from_sql_int(seq), from, to, condition, tokens: from_sql_int(tokens) })
-    })
-    .collect()
+        args![key.tenant, key.graph],
+        |row| {
+            let condition = row.get::<Option<String>>(3)?;
+            let condition = condition.as_deref().map(serde_json::from_str).transpose()?;
+            let (seq, from, to, tokens) = (row.get(0)?, row.get(1)?, row.get(2)?, row.get(4)?);
+            Ok(Edge { seq: from_sql_int(seq), from, to, condition, tokens: from_sql_int(tokens) })
+        },
+    )
 }
 
 /// Every edge's endpoints, token count and dead flag (for `Audit`).
-pub(super) fn select_edge_states(conn: &Connection, key: Key<'_>) -> Result<Vec<EdgeState>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn select_edge_states(db: Db<'_>, key: Key<'_>) -> Result<Vec<EdgeState>> {
+    db.query_all(
         "SELECT edge_seq, from_node_id, to_node_id, tokens, dead FROM main.graph_edges
          WHERE tenant_id = ?1 AND graph_id = ?2 ORDER BY edge_seq",
-    )?;
-    let rows = stmt.query_map(params![key.tenant, key.graph], |row| {
-        let (seq, from, to, tokens, dead) =
-            (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
-        Ok(EdgeState { seq, from, to, condition: None, tokens, dead })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+        args![key.tenant, key.graph],
+        |row| {
+            let (seq, from, to, tokens, dead) =
+                (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?);
+            Ok(EdgeState { seq, from, to, condition: None, tokens, dead })
+        },
+    )
 }
 
 /// Every node's state, in the order they were added (for `Audit`).
-pub(super) fn select_node_states(conn: &Connection, key: Key<'_>) -> Result<Vec<NodeState>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn select_node_states(db: Db<'_>, key: Key<'_>) -> Result<Vec<NodeState>> {
+    db.query_all(
         "SELECT node_id, kind, spec, join_type, status, in_edges, in_filled, in_dead, fires,
                 fired_seq FROM main.graph_nodes WHERE tenant_id = ?1 AND graph_id = ?2
          ORDER BY created_seq",
-    )?;
-    let rows = stmt.query_map(params![key.tenant, key.graph], raw_node_state)?;
-    rows.map(|row| row?.decode()).collect()
+        args![key.tenant, key.graph],
+        |row| raw_node_state(row)?.decode(),
+    )
 }
 
 /// A token delivered on an edge, numbered in arrival order.
 pub(super) fn insert_token(
-    conn: &Connection,
+    db: Db<'_>,
     key: Key<'_>,
     token_seq: i64,
     edge: &EdgeState,
     token: &str,
 ) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO main.graph_tokens (tenant_id, graph_id, token_seq, edge_seq, to_node_id, token)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
-    stmt.execute(params![key.tenant, key.graph, token_seq, edge.seq, edge.to, token])?;
+    db.execute("INSERT INTO main.graph_tokens (tenant_id, graph_id, token_seq, edge_seq, to_node_id, token)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)", args![key.tenant, key.graph, token_seq, edge.seq, edge.to, token])?;
     Ok(())
 }
 
 /// The tokens delivered to a node, in arrival order.
-pub(super) fn select_inputs(conn: &Connection, key: Key<'_>, node: &str) -> Result<Vec<Token>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn select_inputs(db: Db<'_>, key: Key<'_>, node: &str) -> Result<Vec<Token>> {
+    db.query_all(
         "SELECT token FROM main.graph_tokens WHERE tenant_id = ?1 AND graph_id = ?2 AND to_node_id = ?3
          ORDER BY token_seq",
-    )?;
-    let rows =
-        stmt.query_map(params![key.tenant, key.graph, node], |row| row.get::<_, String>(0))?;
-    rows.map(|row| Ok(serde_json::from_str(&row?)?)).collect()
+        args![key.tenant, key.graph, node],
+        |row| Ok(serde_json::from_str(&row.get::<String>(0)?)?),
+    )
 }
 
 struct RawState {
@@ -710,7 +697,7 @@ impl RawState {
     }
 }
 
-fn raw_state(row: &Row<'_>) -> rusqlite::Result<RawState> {
+fn raw_state(row: &Row<'_>) -> Result<RawState> {
     Ok(RawState {
         id: row.get(0)?,
         status: row.get(1)?,
@@ -758,7 +745,7 @@ impl RawGraph {
     }
 }
 
-fn raw_graph(row: &Row<'_>) -> rusqlite::Result<RawGraph> {
+fn raw_graph(row: &Row<'_>) -> Result<RawGraph> {
     Ok(RawGraph {
         state: raw_state(row)?,
         metadata: row.get(21)?,
@@ -794,7 +781,7 @@ impl RawNodeState {
     }
 }
 
-fn raw_node_state(row: &Row<'_>) -> rusqlite::Result<RawNodeState> {
+fn raw_node_state(row: &Row<'_>) -> Result<RawNodeState> {
     Ok(RawNodeState {
         id: row.get(0)?,
         kind: row.get(1)?,
@@ -837,7 +824,7 @@ impl RawNode {
     }
 }
 
-fn raw_node(row: &Row<'_>) -> rusqlite::Result<RawNode> {
+fn raw_node(row: &Row<'_>) -> Result<RawNode> {
     Ok(RawNode {
         id: row.get(0)?,
         graph_id: row.get(1)?,

@@ -67,7 +67,7 @@ impl Op for ClaimLease {
         require(tx, &self.id)?;
         check_owner(tx, &self.owner, self.ttl_ms)?;
         let now_ms = tx.now_ms();
-        let (current, last_fence) = sql::select_lease(tx.conn(), tx.tenant(), &self.id)?;
+        let (current, last_fence) = sql::select_lease(tx.db(), tx.tenant(), &self.id)?;
         let Some(holder) = current.filter(|lease| lease.expires_at_ms > now_ms) else {
             return grant(tx, &self.id, self.owner, last_fence, self.ttl_ms)
                 .map(LeaseClaim::Acquired);
@@ -76,7 +76,7 @@ impl Op for ClaimLease {
             return Ok(LeaseClaim::Busy { holder });
         }
         let expires_at_ms = now_ms.saturating_add(self.ttl_ms);
-        let extended = sql::extend_lease(tx.conn(), tx.tenant(), &holder, now_ms, expires_at_ms)?;
+        let extended = sql::extend_lease(tx.db(), tx.tenant(), &holder, now_ms, expires_at_ms)?;
         Error::expect_one(usize::from(extended), "process lease", &self.id)?;
         Ok(LeaseClaim::Acquired(ProcessLease { expires_at_ms, ..holder }))
     }
@@ -92,7 +92,7 @@ impl Op for ReclaimLease {
         require(tx, &self.id)?;
         check_owner(tx, &self.claimant, self.ttl_ms)?;
         let now_ms = tx.now_ms();
-        let (current, last_fence) = sql::select_lease(tx.conn(), tx.tenant(), &self.id)?;
+        let (current, last_fence) = sql::select_lease(tx.db(), tx.tenant(), &self.id)?;
         let Some(holder) = current.filter(|lease| lease.expires_at_ms > now_ms) else {
             return grant(tx, &self.id, self.claimant, last_fence, self.ttl_ms)
                 .map(LeaseClaim::Acquired);
@@ -101,7 +101,7 @@ impl Op for ReclaimLease {
             return Ok(LeaseClaim::Busy { holder });
         }
         let lease = new_lease(tx, &self.id, self.claimant, last_fence, self.ttl_ms);
-        if !sql::replace_observed_lease(tx.conn(), tx.tenant(), &holder, &lease)? {
+        if !sql::replace_observed_lease(tx.db(), tx.tenant(), &holder, &lease)? {
             return Ok(LeaseClaim::Busy { holder });
         }
         Ok(LeaseClaim::Acquired(lease))
@@ -118,7 +118,7 @@ impl Op for RenewLease {
         check_owner(tx, &self.lease.owner, self.ttl_ms)?;
         let now_ms = tx.now_ms();
         let expires_at_ms = now_ms.saturating_add(self.ttl_ms);
-        if !sql::extend_lease(tx.conn(), tx.tenant(), &self.lease, now_ms, expires_at_ms)? {
+        if !sql::extend_lease(tx.db(), tx.tenant(), &self.lease, now_ms, expires_at_ms)? {
             return Err(lease_lost(&self.lease));
         }
         Ok(ProcessLease { expires_at_ms, ..self.lease })
@@ -136,11 +136,11 @@ impl Op for CompleteLease {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         tx.limits().check_id("process id", &self.lease.process_id)?;
-        if sql::release_lease(tx.conn(), tx.tenant(), &self.lease)? {
+        if sql::release_lease(tx.db(), tx.tenant(), &self.lease)? {
             return Ok(());
         }
         let (current, last_fence) =
-            sql::select_lease(tx.conn(), tx.tenant(), &self.lease.process_id)?;
+            sql::select_lease(tx.db(), tx.tenant(), &self.lease.process_id)?;
         if current.is_none() && last_fence == self.lease.fencing_token {
             return Ok(());
         }
@@ -157,7 +157,7 @@ fn grant(
     ttl_ms: i64,
 ) -> Result<ProcessLease> {
     let lease = new_lease(tx, id, owner, last_fence, ttl_ms);
-    sql::upsert_lease(tx.conn(), tx.tenant(), &lease)?;
+    sql::upsert_lease(tx.db(), tx.tenant(), &lease)?;
     Ok(lease)
 }
 

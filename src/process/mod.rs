@@ -42,6 +42,7 @@ mod types;
 use std::borrow::Borrow;
 use std::time::{Duration, Instant};
 
+use crate::core::db::Db;
 use crate::core::events::Stream;
 use crate::error::{Error, Result};
 use crate::page::Page;
@@ -66,14 +67,14 @@ pub use types::{
 /// Whether `stream` is the stream of a registered process of `tenant`: only the registry
 /// writes it (registered with the engine in `crate::domains`).
 pub(crate) fn owns_stream(
-    conn: &rusqlite::Connection,
+    db: Db<'_>,
     tenant: &str,
     stream: &crate::core::events::Stream,
 ) -> Result<bool> {
     if stream.kind() != crate::core::events::StreamKind::Process {
         return Ok(false);
     }
-    Ok(sql::select_hash(conn, tenant, stream.id())?.is_some())
+    Ok(sql::select_hash(db, tenant, stream.id())?.is_some())
 }
 
 /// The process registry of a store view: `store.processes()`.

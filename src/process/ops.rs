@@ -229,7 +229,7 @@ impl Op for Register {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let prepared = semantics::prepare(self.registration, tx.limits())?;
-        if let Some(existing) = sql::select(tx.conn(), tx.tenant(), &prepared.registration.id)? {
+        if let Some(existing) = sql::select(tx.db(), tx.tenant(), &prepared.registration.id)? {
             if existing.registration_hash != prepared.hash {
                 return Err(Error::Conflict(format!(
                     "process {} is registered with other content (hash {}, not {})",
@@ -239,13 +239,13 @@ impl Op for Register {
             return Ok(existing);
         }
         let stream = Stream::process(&prepared.registration.id);
-        if events::has_events(tx.conn(), tx.tenant(), &stream)? {
+        if events::has_events(tx.db(), tx.tenant(), &stream)? {
             return Err(Error::Conflict(format!(
                 "{stream} already holds events appended without the registry"
             )));
         }
         let record = ProcessRecord::registered(prepared.registration, prepared.hash, tx.now_ms());
-        sql::insert(tx.conn(), tx.tenant(), &record, &prepared.encoded)?;
+        sql::insert(tx.db(), tx.tenant(), &record, &prepared.encoded)?;
         Ok(record)
     }
 }
@@ -258,7 +258,7 @@ impl Op for Get {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Option<ProcessRecord>> {
         tx.limits().check_id("process id", &self.id)?;
-        sql::select(tx.conn(), tx.tenant(), &self.id)
+        sql::select(tx.db(), tx.tenant(), &self.id)
     }
 }
 
@@ -273,7 +273,7 @@ impl Op for List {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ProcessRecord>> {
         tx.limits().check_page(self.filter.page.limit)?;
-        sql::list(tx.conn(), tx.tenant(), &self.filter)
+        sql::list(tx.db(), tx.tenant(), &self.filter)
     }
 }
 
@@ -284,7 +284,7 @@ impl Op for CountProcesses {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessCounts> {
-        sql::count(tx.conn(), tx.tenant())
+        sql::count(tx.db(), tx.tenant())
     }
 }
 
@@ -331,7 +331,7 @@ impl Op for GrantHandle {
             process_id: self.id,
             descriptor: self.descriptor,
         };
-        sql::upsert_grant(tx.conn(), tx.tenant(), &grant, tx.now_ms())?;
+        sql::upsert_grant(tx.db(), tx.tenant(), &grant, tx.now_ms())?;
         Ok(grant)
     }
     fn single_write(&self) -> bool {
@@ -348,7 +348,7 @@ impl Op for RevokeHandle {
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
         check_scope(tx.limits(), &self.scope)?;
         tx.limits().check_id("process id", &self.id)?;
-        sql::delete_grant(tx.conn(), tx.tenant(), &self.scope.id(), &self.id)
+        sql::delete_grant(tx.db(), tx.tenant(), &self.scope.id(), &self.id)
     }
     fn single_write(&self) -> bool {
         true
@@ -368,16 +368,16 @@ impl Op for TransferHandles {
         let (from_id, to_id) = (self.from.id(), self.to.id());
         for id in &self.ids {
             tx.limits().check_id("process id", id)?;
-            let Some(grant) = sql::select_grant(tx.conn(), tx.tenant(), &from_id, id)? else {
+            let Some(grant) = sql::select_grant(tx.db(), tx.tenant(), &from_id, id)? else {
                 return Err(Error::not_found("handle grant", &format!("{from_id} -> {id}")));
             };
-            sql::delete_grant(tx.conn(), tx.tenant(), &from_id, id)?;
+            sql::delete_grant(tx.db(), tx.tenant(), &from_id, id)?;
             let moved = HandleGrant {
                 session_id: self.to.session_id.clone(),
                 scope_id: to_id.clone(),
                 ..grant
             };
-            sql::upsert_grant(tx.conn(), tx.tenant(), &moved, tx.now_ms())?;
+            sql::upsert_grant(tx.db(), tx.tenant(), &moved, tx.now_ms())?;
         }
         Ok(())
     }
@@ -392,7 +392,7 @@ impl Op for HandleGrants {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(HandleGrant, ProcessRecord)>> {
         check_scope(tx.limits(), &self.scope)?;
         let limit = tx.limits().page_size_max;
-        sql::select_scope_grants(tx.conn(), tx.tenant(), &self.scope.id(), self.live_only, limit)
+        sql::select_scope_grants(tx.db(), tx.tenant(), &self.scope.id(), self.live_only, limit)
     }
 }
 
@@ -405,8 +405,8 @@ impl Op for HasHandleGrant {
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
         check_scope(tx.limits(), &self.scope)?;
         tx.limits().check_id("process id", &self.id)?;
-        let grant = sql::select_grant(tx.conn(), tx.tenant(), &self.scope.id(), &self.id)?;
-        Ok(grant.is_some() && sql::select_hash(tx.conn(), tx.tenant(), &self.id)?.is_some())
+        let grant = sql::select_grant(tx.db(), tx.tenant(), &self.scope.id(), &self.id)?;
+        Ok(grant.is_some() && sql::select_hash(tx.db(), tx.tenant(), &self.id)?.is_some())
     }
 }
 
@@ -419,7 +419,7 @@ impl Op for GrantsForProcess {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<HandleGrant>> {
         require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
-        sql::select_process_grants(tx.conn(), tx.tenant(), &self.id, limit)
+        sql::select_process_grants(tx.db(), tx.tenant(), &self.id, limit)
     }
 }
 
@@ -431,15 +431,15 @@ impl Op for DeleteSessionState {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<SessionDeleteReport> {
         tx.limits().check_id("session id", &self.session_id)?;
-        let grants = sql::select_session_grants(tx.conn(), tx.tenant(), &self.session_id)?;
-        let revoked = sql::delete_session_grants(tx.conn(), tx.tenant(), &self.session_id)?;
+        let grants = sql::select_session_grants(tx.db(), tx.tenant(), &self.session_id)?;
+        let revoked = sql::delete_session_grants(tx.db(), tx.tenant(), &self.session_id)?;
         let mut report = SessionDeleteReport {
             session_id: self.session_id.clone(),
             revoked_handle_count: revoked,
             ..SessionDeleteReport::default()
         };
         sort_orphans(tx, &grants, &mut report)?;
-        sql::clear_wake_targets(tx.conn(), tx.tenant(), &self.session_id, tx.now_ms())?;
+        sql::clear_wake_targets(tx.db(), tx.tenant(), &self.session_id, tx.now_ms())?;
         Ok(report)
     }
 }
@@ -454,11 +454,11 @@ fn sort_orphans(
     let mut ids: Vec<&str> = grants.iter().map(|grant| grant.process_id.as_str()).collect();
     ids.dedup();
     for id in ids {
-        let Some(record) = sql::select(tx.conn(), tx.tenant(), id)? else { continue };
+        let Some(record) = sql::select(tx.db(), tx.tenant(), id)? else { continue };
         if record.is_terminal() {
             continue;
         }
-        if sql::has_any_grant(tx.conn(), tx.tenant(), id)? {
+        if sql::has_any_grant(tx.db(), tx.tenant(), id)? {
             report.preserved_process_ids.push(id.to_owned());
         } else {
             report.orphaned_process_ids.push(id.to_owned());
@@ -483,7 +483,7 @@ impl Op for AppendEvent {
             let stream = Stream::process(&self.id);
             let request = &self.request;
             let found = events::keyed_event(
-                tx.conn(),
+                tx.db(),
                 tx.tenant(),
                 &stream,
                 key,
@@ -538,10 +538,10 @@ fn replay(
     request: &AppendRequest,
     existing: Event,
 ) -> Result<Appended> {
-    let semantics = sql::select_semantics(tx.conn(), tx.tenant(), &record.id, existing.seq)?;
+    let semantics = sql::select_semantics(tx.db(), tx.tenant(), &record.id, existing.seq)?;
     if let (Some(terminal), false) = (&semantics.terminal, record.is_terminal()) {
         project_terminal(&mut record, terminal.await_output.clone(), existing.created_at_ms);
-        sql::save(tx.conn(), tx.tenant(), &record)?;
+        sql::save(tx.db(), tx.tenant(), &record)?;
     }
     let event = process_event(&record.id, existing, semantics);
     let wake = wake_delivery(&record, request, &event);
@@ -570,7 +570,7 @@ fn append_new(
     }
     semantics::check_payload(event_type, &request.payload)?;
     let stream = Stream::process(&record.id);
-    let seq = events::select_head(tx.conn(), tx.tenant(), &stream)? + 1;
+    let seq = events::select_head(tx.db(), tx.tenant(), &stream)? + 1;
     let limit_bytes = tx.limits().payload_bytes_max;
     let semantics =
         semantics::materialize(event_type, &record.id, seq, &request.payload, limit_bytes)?;
@@ -588,7 +588,7 @@ fn append_new(
         Some(terminal) => project_terminal(&mut record, terminal.await_output.clone(), tx.now_ms()),
         None => record.updated_at_ms = tx.now_ms(),
     }
-    sql::save(tx.conn(), tx.tenant(), &record)?;
+    sql::save(tx.db(), tx.tenant(), &record)?;
     let event = ProcessEvent {
         process_id: record.id.clone(),
         seq: appended.seq,
@@ -609,7 +609,7 @@ fn record_semantics(tx: &Tx<'_>, id: &str, seq: u64, semantics: &EventSemantics)
     }
     let encoded = serde_json::to_string(semantics)?;
     tx.limits().check_payload("event semantics bytes", &encoded)?;
-    sql::insert_semantics(tx.conn(), tx.tenant(), id, seq, &encoded, semantics.wake.is_some())
+    sql::insert_semantics(tx.db(), tx.tenant(), id, seq, &encoded, semantics.wake.is_some())
 }
 
 /// Ends the record with `output`: a finished process waits for nothing.
@@ -665,7 +665,7 @@ impl Op for EventsAfter {
         require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
         let events = events::read_stream(
-            tx.conn(),
+            tx.db(),
             tx.tenant(),
             &Stream::process(&self.id),
             self.after_seq,
@@ -685,7 +685,7 @@ impl Op for CountEventsThrough {
         require(tx, &self.id)?;
         tx.limits().check_id("event type", &self.event_type)?;
         let stream = Stream::process(&self.id);
-        events::count_through(tx.conn(), tx.tenant(), &stream, &self.event_type, self.upto_seq)
+        events::count_through(tx.db(), tx.tenant(), &stream, &self.event_type, self.upto_seq)
     }
 }
 
@@ -699,7 +699,7 @@ impl Op for RecentEvents {
         require(tx, &self.id)?;
         tx.limits().check_page(self.limit)?;
         let stream = Stream::process(&self.id);
-        let events = events::read_recent(tx.conn(), tx.tenant(), &stream, self.limit)?;
+        let events = events::read_recent(tx.db(), tx.tenant(), &stream, self.limit)?;
         with_semantics(tx, &self.id, events)
     }
 }
@@ -714,12 +714,12 @@ impl Op for WakeEventsAfter {
         require(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
         let seqs =
-            sql::select_unacked_wakes(tx.conn(), tx.tenant(), &self.id, self.after_seq, limit)?;
+            sql::select_unacked_wakes(tx.db(), tx.tenant(), &self.id, self.after_seq, limit)?;
         let stream = Stream::process(&self.id);
         let mut events = Vec::with_capacity(seqs.len());
         for seq in seqs {
             let found =
-                events::read_stream(tx.conn(), tx.tenant(), &stream, seq.saturating_sub(1), 1)?;
+                events::read_stream(tx.db(), tx.tenant(), &stream, seq.saturating_sub(1), 1)?;
             events.extend(found.into_iter().filter(|event| event.seq == seq));
         }
         with_semantics(tx, &self.id, events)
@@ -731,7 +731,7 @@ fn with_semantics(tx: &Tx<'_>, id: &str, events: Vec<Event>) -> Result<Vec<Proce
     events
         .into_iter()
         .map(|event| {
-            let semantics = sql::select_semantics(tx.conn(), tx.tenant(), id, event.seq)?;
+            let semantics = sql::select_semantics(tx.db(), tx.tenant(), id, event.seq)?;
             Ok(process_event(id, event, semantics))
         })
         .collect()
@@ -745,14 +745,14 @@ impl Op for AckWake {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         require(tx, &self.id)?;
-        let semantics = sql::select_semantics(tx.conn(), tx.tenant(), &self.id, self.seq)?;
+        let semantics = sql::select_semantics(tx.db(), tx.tenant(), &self.id, self.seq)?;
         if semantics.wake.is_none() {
             return Err(Error::InvalidInput(format!(
                 "event {} of process {} carries no wake",
                 self.seq, self.id
             )));
         }
-        sql::insert_ack(tx.conn(), tx.tenant(), &self.id, self.seq, tx.now_ms())
+        sql::insert_ack(tx.db(), tx.tenant(), &self.id, self.seq, tx.now_ms())
     }
     fn single_write(&self) -> bool {
         true
@@ -829,13 +829,13 @@ impl Op for PruneTerminal {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<PruneReport> {
         let limit = tx.limits().page_size_max;
-        let ids = sql::select_prunable(tx.conn(), tx.tenant(), self.cutoff_ms, limit)?;
+        let ids = sql::select_prunable(tx.db(), tx.tenant(), self.cutoff_ms, limit)?;
         let mut report = PruneReport::default();
         for id in ids {
             let stream = Stream::process(&id);
-            report.pruned_events += events::delete_history(tx.conn(), tx.tenant(), &stream)?;
-            sql::raise_fence_floor(tx.conn(), tx.tenant(), &id)?;
-            sql::delete(tx.conn(), tx.tenant(), &id)?;
+            report.pruned_events += events::delete_history(tx.db(), tx.tenant(), &stream)?;
+            sql::raise_fence_floor(tx.db(), tx.tenant(), &id)?;
+            sql::delete(tx.db(), tx.tenant(), &id)?;
             report.pruned_processes += 1;
         }
         Ok(report)
@@ -845,14 +845,14 @@ impl Op for PruneTerminal {
 /// Stamps a changed record with the batch's time and saves it.
 fn save_changed(tx: &Tx<'_>, mut record: ProcessRecord) -> Result<ProcessRecord> {
     record.updated_at_ms = tx.now_ms();
-    sql::save(tx.conn(), tx.tenant(), &record)?;
+    sql::save(tx.db(), tx.tenant(), &record)?;
     Ok(record)
 }
 
 /// `NotFound` unless the process exists (without reading its record).
 pub(super) fn require(tx: &Tx<'_>, id: &str) -> Result<()> {
     tx.limits().check_id("process id", id)?;
-    match sql::select_hash(tx.conn(), tx.tenant(), id)? {
+    match sql::select_hash(tx.db(), tx.tenant(), id)? {
         Some(_) => Ok(()),
         None => Err(Error::not_found("process", id)),
     }
@@ -861,5 +861,5 @@ pub(super) fn require(tx: &Tx<'_>, id: &str) -> Result<()> {
 /// The process, or `NotFound`.
 pub(super) fn process(tx: &Tx<'_>, id: &str) -> Result<ProcessRecord> {
     tx.limits().check_id("process id", id)?;
-    sql::select(tx.conn(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("process", id))
+    sql::select(tx.db(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("process", id))
 }

@@ -419,7 +419,7 @@ impl Op for Heartbeat {
         tx.limits().check_lease(self.lease_ms)?;
         let expires_at_ms = tx.now_ms().saturating_add(self.lease_ms);
         let held = sql::Held { tenant: tx.tenant(), id: &self.id, fence: self.fence };
-        if !sql::renew_lease(tx.conn(), &held, tx.now_ms(), expires_at_ms)? {
+        if !sql::renew_lease(tx.db(), &held, tx.now_ms(), expires_at_ms)? {
             return Err(lease_lost(tx, &self.id, self.fence)?);
         }
         Ok(expires_at_ms)
@@ -439,7 +439,7 @@ impl Op for Checkpoint {
         let encoded = serde_json::to_string(&self.payload)?;
         tx.limits().check_payload("payload bytes", &encoded)?;
         let held = sql::Held { tenant: tx.tenant(), id: &self.id, fence: self.fence };
-        if !sql::replace_payload(tx.conn(), &held, tx.now_ms(), &encoded)? {
+        if !sql::replace_payload(tx.db(), &held, tx.now_ms(), &encoded)? {
             return Err(lease_lost(tx, &self.id, self.fence)?);
         }
         Ok(())
@@ -627,8 +627,7 @@ impl Op for Items {
         let (queue, limit) = (&self.queue, self.page.limit);
         let due_by_ms = self.filter.due.map(|due| (due, tx.now_ms()));
         let status = self.filter.status;
-        let rows =
-            sql::select_items(tx.conn(), tx.tenant(), queue, status, due_by_ms, after, limit)?;
+        let rows = sql::select_items(tx.db(), tx.tenant(), queue, status, due_by_ms, after, limit)?;
         rows.into_iter().map(ItemRow::into_item).collect()
     }
 }
@@ -662,7 +661,7 @@ impl Op for RequeueAll {
         tx.limits().check_id("queue", &self.queue)?;
         let limit = tx.limits().page_size_max;
         let dead = sql::select_items(
-            tx.conn(),
+            tx.db(),
             tx.tenant(),
             &self.queue,
             ItemStatus::Dead,
@@ -688,7 +687,7 @@ impl Op for PurgeDead {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("queue", &self.queue)?;
-        sql::delete_dead(tx.conn(), tx.tenant(), &self.queue, tx.limits().page_size_max)
+        sql::delete_dead(tx.db(), tx.tenant(), &self.queue, tx.limits().page_size_max)
     }
 }
 
@@ -700,7 +699,7 @@ impl Op for Cancel {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         let item = item_in(tx, &self.id, ItemStatus::Pending)?;
-        sql::cancel(tx.conn(), tx.tenant(), &item.id, tx.now_ms())?;
+        sql::cancel(tx.db(), tx.tenant(), &item.id, tx.now_ms())?;
         item_event(tx, &item, "cancelled", json!({}))
     }
 }
@@ -714,11 +713,10 @@ impl Op for CancelExecution {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("execution id", &self.execution_id)?;
         let limit = tx.limits().page_size_max;
-        let live =
-            sql::select_live_of_execution(tx.conn(), tx.tenant(), &self.execution_id, limit)?;
+        let live = sql::select_live_of_execution(tx.db(), tx.tenant(), &self.execution_id, limit)?;
         let mut notes = Notes::default();
         for item in &live {
-            sql::cancel(tx.conn(), tx.tenant(), &item.id, tx.now_ms())?;
+            sql::cancel(tx.db(), tx.tenant(), &item.id, tx.now_ms())?;
             notes.note(
                 &item.queue,
                 "cancelled",
@@ -737,7 +735,7 @@ impl Op for Stats {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueStats>> {
-        sql::select_stats(tx.conn(), tx.tenant(), tx.now_ms())
+        sql::select_stats(tx.db(), tx.tenant(), tx.now_ms())
     }
 }
 
@@ -752,7 +750,7 @@ impl Op for PruneCompleted {
             return Err(Error::InvalidInput("older_than_ms must not be negative".into()));
         }
         let cutoff_ms = tx.now_ms().saturating_sub(self.older_than_ms);
-        sql::delete_finished_before(tx.conn(), tx.tenant(), cutoff_ms, tx.limits().page_size_max)
+        sql::delete_finished_before(tx.db(), tx.tenant(), cutoff_ms, tx.limits().page_size_max)
     }
 }
 
@@ -764,7 +762,7 @@ impl Op for SetItemEvents {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         tx.limits().check_id("queue", &self.queue)?;
-        sql::set_item_events(tx.conn(), tx.tenant(), &self.queue, self.enabled, tx.now_ms())?;
+        sql::set_item_events(tx.db(), tx.tenant(), &self.queue, self.enabled, tx.now_ms())?;
         // Written whatever the setting: a follower sees why the stream goes quiet.
         let payload = json!({ "enabled": self.enabled });
         events::append(tx, &Stream::queue(&self.queue), "item_events", payload, None)?;
@@ -780,7 +778,7 @@ impl Op for ItemEvents {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
         tx.limits().check_id("queue", &self.queue)?;
-        sql::item_events(tx.conn(), tx.tenant(), &self.queue)
+        sql::item_events(tx.db(), tx.tenant(), &self.queue)
     }
 }
 
@@ -794,7 +792,7 @@ impl Op for NextDue {
         check_queues(tx, &self.queues)?;
         let mut earliest: Option<i64> = None;
         for queue in &self.queues {
-            let due = sql::select_next_due(tx.conn(), tx.tenant(), queue)?;
+            let due = sql::select_next_due(tx.db(), tx.tenant(), queue)?;
             earliest = match (earliest, due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -822,7 +820,7 @@ impl Notes {
     /// savepoint makes them atomic with its changes.
     fn append(self, tx: &mut Tx<'_>) -> Result<()> {
         for (queue, kinds) in self.pending {
-            if !sql::item_events(tx.conn(), tx.tenant(), &queue)? {
+            if !sql::item_events(tx.db(), tx.tenant(), &queue)? {
                 continue;
             }
             for (event_type, items) in kinds {
@@ -839,7 +837,7 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
     let encoded = check_new_item(tx, &item)?;
     let hash = item.dedupe_key.as_ref().map(|_| content_hash(&item.payload));
     if let (Some(key), Some(hash)) = (&item.dedupe_key, &hash)
-        && let Some(live) = sql::select_live_by_dedupe(tx.conn(), tx.tenant(), &item.queue, key)?
+        && let Some(live) = sql::select_live_by_dedupe(tx.db(), tx.tenant(), &item.queue, key)?
     {
         return deduplicated(live, hash, key);
     }
@@ -847,7 +845,7 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
     let run_at_ms = item.run_at_ms.unwrap_or(tx.now_ms());
     let row =
         sql::NewRow { id: &id, item: &item, encoded: &encoded, hash: hash.as_deref(), run_at_ms };
-    sql::insert(tx.conn(), tx.tenant(), tx.now_ms(), &row)?;
+    sql::insert(tx.db(), tx.tenant(), tx.now_ms(), &row)?;
     let entry = json!({ "id": id, "priority": item.priority, "run_at_ms": run_at_ms });
     notes.note(&item.queue, "enqueued", entry);
     tx.ring_bell();
@@ -888,7 +886,7 @@ fn renew_all(tx: &mut Tx<'_>, renew: &[Lease], lease_ms: i64) -> Result<Vec<Resu
     let mut renewed = Vec::with_capacity(renew.len());
     for lease in renew {
         let held = sql::Held { tenant: tx.tenant(), id: &lease.id, fence: lease.fence };
-        let result = if sql::renew_lease(tx.conn(), &held, tx.now_ms(), expires_at_ms)? {
+        let result = if sql::renew_lease(tx.db(), &held, tx.now_ms(), expires_at_ms)? {
             Ok(expires_at_ms)
         } else {
             Err(lease_lost(tx, &lease.id, lease.fence)?)
@@ -923,7 +921,7 @@ fn fail(tx: &mut Tx<'_>, failure: &Fail) -> Result<FailOutcome> {
 /// Gives a held item back, its attempt refunded.
 fn release(tx: &mut Tx<'_>, release: &Release) -> Result<()> {
     let item = held(tx, &release.id, release.fence)?;
-    sql::release(tx.conn(), tx.tenant(), &item.id, item.fence, tx.now_ms())?;
+    sql::release(tx.db(), tx.tenant(), &item.id, item.fence, tx.now_ms())?;
     item_event(tx, &item, "released", json!({}))?;
     tx.ring_bell();
     Ok(())
@@ -943,11 +941,11 @@ fn claim(
     reclaim(tx, Some(queues))?;
     let now_ms = tx.now_ms();
     let expires_at_ms = now_ms.saturating_add(lease_ms);
-    let due = sql::select_due(tx.conn(), tx.tenant(), queues, now_ms, max_items)?;
+    let due = sql::select_due(tx.db(), tx.tenant(), queues, now_ms, max_items)?;
     let mut claimed = Vec::with_capacity(due.len());
     let mut notes = Notes::default();
     for row in due {
-        let item = sql::claim(tx.conn(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
+        let item = sql::claim(tx.db(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
         let entry = json!({
             "id": item.id, "attempt": item.attempt, "fence": item.fence,
             "worker_id": worker_id, "lease_expires_at_ms": expires_at_ms,
@@ -968,7 +966,7 @@ fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Resul
     let result = serde_json::to_string(&completion.result)?;
     tx.limits().check_payload("result bytes", &result)?;
     let done = sql::complete(
-        tx.conn(),
+        tx.db(),
         tx.tenant(),
         &completion.id,
         completion.fence,
@@ -992,7 +990,7 @@ fn reclaim(tx: &mut Tx<'_>, queues: Option<&[String]>) -> Result<Reclaimed> {
             let mut expired = Vec::new();
             for queue in queues {
                 expired.extend(sql::select_expired_in(
-                    tx.conn(),
+                    tx.db(),
                     tx.tenant(),
                     queue,
                     tx.now_ms(),
@@ -1001,7 +999,7 @@ fn reclaim(tx: &mut Tx<'_>, queues: Option<&[String]>) -> Result<Reclaimed> {
             }
             expired
         }
-        None => sql::select_expired(tx.conn(), tx.tenant(), tx.now_ms(), limit)?,
+        None => sql::select_expired(tx.db(), tx.tenant(), tx.now_ms(), limit)?,
     };
     let mut reclaimed = Reclaimed::default();
     for item in &expired {
@@ -1023,18 +1021,10 @@ fn settle_failure(
     let now_ms = tx.now_ms();
     let outcome = if retryable && item.attempt < item.max_attempts {
         let run_at_ms = now_ms.saturating_add(item.backoff.delay_ms(item.attempt));
-        sql::schedule_retry(
-            tx.conn(),
-            tx.tenant(),
-            &item.id,
-            item.fence,
-            now_ms,
-            run_at_ms,
-            error,
-        )?;
+        sql::schedule_retry(tx.db(), tx.tenant(), &item.id, item.fence, now_ms, run_at_ms, error)?;
         FailOutcome::Retrying { run_at_ms }
     } else {
-        sql::dead_letter(tx.conn(), tx.tenant(), &item.id, item.fence, now_ms, error)?;
+        sql::dead_letter(tx.db(), tx.tenant(), &item.id, item.fence, now_ms, error)?;
         FailOutcome::DeadLettered
     };
     // The event carries the start of the error; the item keeps all of it.
@@ -1067,11 +1057,11 @@ fn shortened(text: &str, max_bytes: usize) -> &str {
 /// Requeues a dead item; false when a live item holds its dedupe key.
 fn requeue(tx: &mut Tx<'_>, item: &ItemRow, notes: &mut Notes) -> Result<bool> {
     if let Some(key) = &item.dedupe_key
-        && sql::select_live_by_dedupe(tx.conn(), tx.tenant(), &item.queue, key)?.is_some()
+        && sql::select_live_by_dedupe(tx.db(), tx.tenant(), &item.queue, key)?.is_some()
     {
         return Ok(false);
     }
-    sql::requeue(tx.conn(), tx.tenant(), &item.id, tx.now_ms())?;
+    sql::requeue(tx.db(), tx.tenant(), &item.id, tx.now_ms())?;
     notes.note(&item.queue, "requeued", entry(item, json!({})));
     tx.ring_bell();
     Ok(true)
@@ -1126,7 +1116,7 @@ fn item_in(tx: &Tx<'_>, id: &str, status: ItemStatus) -> Result<ItemRow> {
 /// The item `id` of the tenant (`NotFound` for another tenant's), after checking the id.
 fn item(tx: &Tx<'_>, id: &str) -> Result<ItemRow> {
     tx.limits().check_id("item id", id)?;
-    let row = sql::select_item(tx.conn(), tx.tenant(), id)?;
+    let row = sql::select_item(tx.db(), tx.tenant(), id)?;
     row.ok_or_else(|| Error::not_found("queue item", id))
 }
 

@@ -3,7 +3,7 @@
 //! Every statement names the tenant. Every lease-holder write carries the fence and the
 //! `claimed` status in its own `WHERE`, so it cannot apply to an item claimed again since.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::core::db::{Arg, Db, Row, args};
 
 use super::{Backoff, ItemStatus, NewItem, QueueItem, QueueStats};
 use crate::error::{Error, Result};
@@ -86,15 +86,12 @@ pub(super) struct NewRow<'r> {
     pub(super) run_at_ms: i64,
 }
 
-pub(super) fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<()> {
+pub(super) fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<()> {
     let item = row.item;
-    conn.prepare_cached(
-        "INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
+    db.execute("INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
              run_at_ms, attempt, max_attempts, backoff_base_ms, backoff_max_ms, dedupe_key,
              execution_id, node_id, status, fence, created_at_ms, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14)",
-    )?
-    .execute(params![
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14)", args![
         tenant,
         row.id,
         item.queue,
@@ -113,34 +110,32 @@ pub(super) fn insert(conn: &Connection, tenant: &str, now_ms: i64, row: &NewRow<
     Ok(())
 }
 
-pub(super) fn select_item(conn: &Connection, tenant: &str, id: &str) -> Result<Option<ItemRow>> {
-    let row = conn
-        .prepare_cached(concat!(
+pub(super) fn select_item(db: Db<'_>, tenant: &str, id: &str) -> Result<Option<ItemRow>> {
+    let row = db.query_opt(
+        concat!(
             "SELECT ",
             item_columns!(),
             " FROM main.queue_items WHERE tenant_id = ?1 AND item_id = ?2"
-        ))?
-        .query_row(params![tenant, id], item_from_row)
-        .optional()?;
+        ),
+        args![tenant, id],
+        item_from_row,
+    )?;
     Ok(row)
 }
 
 pub(super) fn select_live_by_dedupe(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     queue: &str,
     key: &str,
 ) -> Result<Option<LiveDuplicate>> {
-    let row = conn
-        .prepare_cached(
-            "SELECT item_id, payload_hash FROM main.queue_items
+    let row = db.query_opt(
+        "SELECT item_id, payload_hash FROM main.queue_items
              WHERE tenant_id = ?1 AND queue = ?2 AND dedupe_key = ?3
                AND status IN ('pending', 'claimed')",
-        )?
-        .query_row(params![tenant, queue, key], |r| {
-            Ok(LiveDuplicate { id: r.get(0)?, payload_hash: r.get(1)? })
-        })
-        .optional()?;
+        args![tenant, queue, key],
+        |r| Ok(LiveDuplicate { id: r.get(0)?, payload_hash: r.get(1)? }),
+    )?;
     Ok(row)
 }
 
@@ -151,7 +146,7 @@ const PRIORITY_LEVELS_MAX: usize = 64;
 /// Up to `limit` due items of `queues`, in claim order (priority desc, run_at asc, id asc).
 /// Each queue is read through its own index ranges, then the heads are merged.
 pub(super) fn select_due(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     queues: &[String],
     now_ms: i64,
@@ -159,7 +154,7 @@ pub(super) fn select_due(
 ) -> Result<Vec<ItemRow>> {
     let mut due: Vec<ItemRow> = Vec::new();
     for queue in queues {
-        due.extend(select_due_in(conn, tenant, queue, now_ms, limit)?);
+        due.extend(select_due_in(db, tenant, queue, now_ms, limit)?);
     }
     if queues.len() > 1 {
         due.sort_by(|a, b| {
@@ -174,80 +169,81 @@ pub(super) fn select_due(
 /// The due items of one queue, a priority level at a time: within a level the index is ordered
 /// by due time, so items scheduled for later are never read.
 fn select_due_in(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     queue: &str,
     now_ms: i64,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
-    let mut level_stmt = conn.prepare_cached(
-        "SELECT priority FROM main.queue_items
-         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority < ?3
-         ORDER BY priority DESC LIMIT 1",
-    )?;
-    let mut due_stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        item_columns!(),
-        " FROM main.queue_items
-          WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority = ?3
-            AND run_at_ms <= ?4
-          ORDER BY run_at_ms, item_id LIMIT ?5"
-    ))?;
     let mut due = Vec::new();
     let mut below = i64::MAX;
     for _ in 0..PRIORITY_LEVELS_MAX {
-        let level: Option<i64> =
-            level_stmt.query_row(params![tenant, queue, below], |r| r.get(0)).optional()?;
+        let level: Option<i64> = db.query_value(
+            "SELECT priority FROM main.queue_items
+             WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority < ?3
+             ORDER BY priority DESC LIMIT 1",
+            args![tenant, queue, below],
+        )?;
         let Some(priority) = level else { return Ok(due) };
         let wanted = (limit - due.len()) as i64;
-        let rows =
-            due_stmt.query_map(params![tenant, queue, priority, now_ms, wanted], item_from_row)?;
-        for row in rows {
-            due.push(row?);
-        }
+        due.extend(items(
+            db,
+            concat!(
+                "SELECT ",
+                item_columns!(),
+                " FROM main.queue_items
+                  WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority = ?3
+                    AND run_at_ms <= ?4
+                  ORDER BY run_at_ms, item_id LIMIT ?5"
+            ),
+            args![tenant, queue, priority, now_ms, wanted],
+        )?);
         if due.len() >= limit {
             return Ok(due);
         }
         below = priority;
     }
-    select_due_scanning(conn, tenant, queue, now_ms, limit)
+    select_due_scanning(db, tenant, queue, now_ms, limit)
 }
 
 /// The due items of one queue in one query; reads past items not yet due, so it is only the
 /// fallback for queues with very many priority levels.
 fn select_due_scanning(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     queue: &str,
     now_ms: i64,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        item_columns!(),
-        " FROM main.queue_items
+    items(
+        db,
+        concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM main.queue_items
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND run_at_ms <= ?3
           ORDER BY priority DESC, run_at_ms, item_id LIMIT ?4"
-    ))?;
-    items(&mut stmt, params![tenant, queue, now_ms, limit as i64])
+        ),
+        args![tenant, queue, now_ms, limit as i64],
+    )
 }
 
 /// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed.
 pub(super) fn claim(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     mut row: ItemRow,
     worker_id: &str,
     now_ms: i64,
     expires_at_ms: i64,
 ) -> Result<ItemRow> {
-    conn.prepare_cached(
+    db.execute(
         "UPDATE main.queue_items
          SET status = 'claimed', attempt = attempt + 1, fence = fence + 1, worker_id = ?3,
              lease_expires_at_ms = ?5, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
-    )?
-    .execute(params![tenant, row.id, worker_id, now_ms, expires_at_ms])
+        args![tenant, row.id, worker_id, now_ms, expires_at_ms],
+    )
     .map(|changed| Error::expect_one(changed, "item", &row.id))??;
     row.status = ItemStatus::Claimed;
     row.attempt += 1;
@@ -267,64 +263,61 @@ pub(super) struct Held<'a> {
 
 /// Moves a live lease's expiry; false when `fence` no longer holds one.
 pub(super) fn renew_lease(
-    conn: &Connection,
+    db: Db<'_>,
     held: &Held<'_>,
     now_ms: i64,
     expires_at_ms: i64,
 ) -> Result<bool> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE main.queue_items SET lease_expires_at_ms = ?5, updated_at_ms = ?4
+    let changed = db.execute(
+        "UPDATE main.queue_items SET lease_expires_at_ms = ?5, updated_at_ms = ?4
              WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
                AND lease_expires_at_ms > ?4",
-        )?
-        .execute(params![held.tenant, held.id, held.fence as i64, now_ms, expires_at_ms])?;
+        args![held.tenant, held.id, held.fence as i64, now_ms, expires_at_ms],
+    )?;
     Ok(changed == 1)
 }
 
 /// Replaces a held item's payload; false when `fence` no longer holds a live lease.
 pub(super) fn replace_payload(
-    conn: &Connection,
+    db: Db<'_>,
     held: &Held<'_>,
     now_ms: i64,
     payload: &str,
 ) -> Result<bool> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE main.queue_items SET payload = ?5, updated_at_ms = ?4
+    let changed = db.execute(
+        "UPDATE main.queue_items SET payload = ?5, updated_at_ms = ?4
              WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
                AND lease_expires_at_ms > ?4",
-        )?
-        .execute(params![held.tenant, held.id, held.fence as i64, now_ms, payload])?;
+        args![held.tenant, held.id, held.fence as i64, now_ms, payload],
+    )?;
     Ok(changed == 1)
 }
 
 /// Whether `queue` appends per-item events: true unless a setting turned them off.
-pub(super) fn item_events(conn: &Connection, tenant: &str, queue: &str) -> Result<bool> {
-    let enabled: Option<bool> = conn
-        .prepare_cached(
-            "SELECT item_events FROM main.queue_settings WHERE tenant_id = ?1 AND queue = ?2",
-        )?
-        .query_row(params![tenant, queue], |r| r.get(0))
-        .optional()?;
+pub(super) fn item_events(db: Db<'_>, tenant: &str, queue: &str) -> Result<bool> {
+    let enabled: Option<bool> = db.query_opt(
+        "SELECT item_events FROM main.queue_settings WHERE tenant_id = ?1 AND queue = ?2",
+        args![tenant, queue],
+        |r| r.get(0),
+    )?;
     Ok(enabled.unwrap_or(true))
 }
 
 /// Records whether `queue` appends per-item events.
 pub(super) fn set_item_events(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     queue: &str,
     enabled: bool,
     now_ms: i64,
 ) -> Result<()> {
-    conn.prepare_cached(
+    db.execute(
         "INSERT INTO main.queue_settings (tenant_id, queue, item_events, updated_at_ms)
          VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (tenant_id, queue)
          DO UPDATE SET item_events = excluded.item_events, updated_at_ms = excluded.updated_at_ms",
-    )?
-    .execute(params![tenant, queue, enabled, now_ms])?;
+        args![tenant, queue, enabled, now_ms],
+    )?;
     Ok(())
 }
 
@@ -336,92 +329,89 @@ pub(super) struct EventFields {
 
 /// Completes a held item; `None` when `fence` no longer holds a live lease.
 pub(super) fn complete(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     id: &str,
     fence: u64,
     now_ms: i64,
     result: &str,
 ) -> Result<Option<EventFields>> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE main.queue_items
+    let changed = db.execute(
+        "UPDATE main.queue_items
              SET status = 'completed', result = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
                  updated_at_ms = ?4, finished_at_ms = ?4
              WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
                AND lease_expires_at_ms > ?4",
-        )?
-        .execute(params![tenant, id, fence as i64, now_ms, result])?;
+        args![tenant, id, fence as i64, now_ms, result],
+    )?;
     if changed != 1 {
         return Ok(None);
     }
-    let fields = conn
-        .prepare_cached(
-            "SELECT queue, attempt FROM main.queue_items WHERE tenant_id = ?1 AND item_id = ?2",
-        )?
-        .query_row(params![tenant, id], |r| {
-            Ok(EventFields { queue: r.get(0)?, attempt: r.get(1)? })
-        })?;
+    let fields = db.query_one(
+        "SELECT queue, attempt FROM main.queue_items WHERE tenant_id = ?1 AND item_id = ?2",
+        args![tenant, id],
+        |r| Ok(EventFields { queue: r.get(0)?, attempt: r.get(1)? }),
+    )?;
     Ok(Some(fields))
 }
 
 /// Returns a held item to pending with its attempt refunded.
-pub(super) fn release(
-    conn: &Connection,
-    tenant: &str,
-    id: &str,
-    fence: u64,
-    now_ms: i64,
-) -> Result<()> {
-    conn.prepare_cached(
+pub(super) fn release(db: Db<'_>, tenant: &str, id: &str, fence: u64, now_ms: i64) -> Result<()> {
+    db.execute(
         "UPDATE main.queue_items
          SET status = 'pending', attempt = attempt - 1, worker_id = NULL,
              lease_expires_at_ms = NULL, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
-    )?
-    .execute(params![tenant, id, fence as i64, now_ms])
+        args![tenant, id, fence as i64, now_ms],
+    )
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Up to `limit` claimed items of `queue` whose lease has expired, oldest expiry first.
 pub(super) fn select_expired_in(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     queue: &str,
     now_ms: i64,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        item_columns!(),
-        " FROM main.queue_items
+    items(
+        db,
+        concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM main.queue_items
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed' AND lease_expires_at_ms <= ?3
           ORDER BY lease_expires_at_ms LIMIT ?4"
-    ))?;
-    items(&mut stmt, params![tenant, queue, now_ms, limit as i64])
+        ),
+        args![tenant, queue, now_ms, limit as i64],
+    )
 }
 
 /// Up to `limit` claimed items of any queue whose lease has expired. Reads the tenant's claimed
 /// items, which are few: one per lease a worker holds.
 pub(super) fn select_expired(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     now_ms: i64,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        item_columns!(),
-        " FROM main.queue_items INDEXED BY queue_items_leases
+    items(
+        db,
+        concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM main.queue_items INDEXED BY queue_items_leases
           WHERE tenant_id = ?1 AND status = 'claimed' AND lease_expires_at_ms <= ?2
           ORDER BY lease_expires_at_ms LIMIT ?3"
-    ))?;
-    items(&mut stmt, params![tenant, now_ms, limit as i64])
+        ),
+        args![tenant, now_ms, limit as i64],
+    )
 }
 
 /// Ends a claimed attempt with a retry due at `run_at_ms`.
 pub(super) fn schedule_retry(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     id: &str,
     fence: u64,
@@ -429,39 +419,39 @@ pub(super) fn schedule_retry(
     run_at_ms: i64,
     error: &str,
 ) -> Result<()> {
-    conn.prepare_cached(
+    db.execute(
         "UPDATE main.queue_items
          SET status = 'pending', run_at_ms = ?5, last_error = ?6, worker_id = NULL,
              lease_expires_at_ms = NULL, updated_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
-    )?
-    .execute(params![tenant, id, fence as i64, now_ms, run_at_ms, error])
+        args![tenant, id, fence as i64, now_ms, run_at_ms, error],
+    )
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Ends a claimed attempt in the dead-letter state.
 pub(super) fn dead_letter(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     id: &str,
     fence: u64,
     now_ms: i64,
     error: &str,
 ) -> Result<()> {
-    conn.prepare_cached(
+    db.execute(
         "UPDATE main.queue_items
          SET status = 'dead', last_error = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
              updated_at_ms = ?4, finished_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
-    )?
-    .execute(params![tenant, id, fence as i64, now_ms, error])
+        args![tenant, id, fence as i64, now_ms, error],
+    )
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Up to `limit` items of `queue` with `status` (and, given `(due, now_ms)`, due by then or
 /// not) and ids after `after`, in id (enqueue) order.
 pub(super) fn select_items(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     queue: &str,
     status: ItemStatus,
@@ -485,76 +475,68 @@ pub(super) fn select_items(
         status.as_str()
     );
     let now_ms = due_by_ms.map_or(0, |(_, now_ms)| now_ms);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    items(&mut stmt, params![tenant, queue, after, limit as i64, now_ms])
+    items(db, &sql, args![tenant, queue, after, limit as i64, now_ms])
 }
 
 /// Makes a dead item pending again with fresh attempts, due now.
-pub(super) fn requeue(conn: &Connection, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
-    conn.prepare_cached(
+pub(super) fn requeue(db: Db<'_>, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
+    db.execute(
         "UPDATE main.queue_items
          SET status = 'pending', attempt = 0, run_at_ms = ?3, updated_at_ms = ?3,
              finished_at_ms = NULL
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'dead'",
-    )?
-    .execute(params![tenant, id, now_ms])
+        args![tenant, id, now_ms],
+    )
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Deletes up to `limit` dead items of `queue`; returns how many.
-pub(super) fn delete_dead(
-    conn: &Connection,
-    tenant: &str,
-    queue: &str,
-    limit: usize,
-) -> Result<u64> {
-    let deleted = conn
-        .prepare_cached(
-            "DELETE FROM main.queue_items
+pub(super) fn delete_dead(db: Db<'_>, tenant: &str, queue: &str, limit: usize) -> Result<u64> {
+    let deleted = db.execute(
+        "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
                  SELECT item_id FROM main.queue_items INDEXED BY queue_items_dead
                  WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'
                  ORDER BY item_id LIMIT ?3)",
-        )?
-        .execute(params![tenant, queue, limit as i64])?;
+        args![tenant, queue, limit as i64],
+    )?;
     Ok(deleted as u64)
 }
 
 /// Cancels a live item.
-pub(super) fn cancel(conn: &Connection, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
-    conn.prepare_cached(
+pub(super) fn cancel(db: Db<'_>, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
+    db.execute(
         "UPDATE main.queue_items
          SET status = 'cancelled', worker_id = NULL, lease_expires_at_ms = NULL,
              updated_at_ms = ?3, finished_at_ms = ?3
          WHERE tenant_id = ?1 AND item_id = ?2 AND status IN ('pending', 'claimed')",
-    )?
-    .execute(params![tenant, id, now_ms])
+        args![tenant, id, now_ms],
+    )
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Up to `limit` live items of a workflow execution.
 pub(super) fn select_live_of_execution(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     execution_id: &str,
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        item_columns!(),
-        " FROM main.queue_items INDEXED BY queue_items_execution
+    items(
+        db,
+        concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM main.queue_items INDEXED BY queue_items_execution
           WHERE tenant_id = ?1 AND execution_id = ?2 AND status IN ('pending', 'claimed')
           ORDER BY item_id LIMIT ?3"
-    ))?;
-    items(&mut stmt, params![tenant, execution_id, limit as i64])
+        ),
+        args![tenant, execution_id, limit as i64],
+    )
 }
 
-pub(super) fn select_stats(
-    conn: &Connection,
-    tenant: &str,
-    now_ms: i64,
-) -> Result<Vec<QueueStats>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn select_stats(db: Db<'_>, tenant: &str, now_ms: i64) -> Result<Vec<QueueStats>> {
+    db.query_all(
         "SELECT queue,
                 SUM(CASE WHEN status = 'pending' AND run_at_ms <= ?2 THEN 1 ELSE 0 END),
                 SUM(CASE WHEN status = 'pending' AND run_at_ms > ?2 THEN 1 ELSE 0 END),
@@ -564,63 +546,59 @@ pub(super) fn select_stats(
                 MIN(CASE WHEN status = 'pending' AND run_at_ms <= ?2 THEN run_at_ms END)
          FROM main.queue_items WHERE tenant_id = ?1
          GROUP BY queue ORDER BY queue",
-    )?;
-    let rows = stmt.query_map(params![tenant, now_ms], |r| {
-        let count =
-            |index: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(index)?.max(0) as u64) };
-        let oldest: Option<i64> = r.get(6)?;
-        Ok(QueueStats {
-            queue: r.get(0)?,
-            pending: count(1)?,
-            scheduled: count(2)?,
-            claimed: count(3)?,
-            dead: count(4)?,
-            completed: count(5)?,
-            oldest_pending_age_ms: oldest.map(|at| now_ms.saturating_sub(at)),
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        args![tenant, now_ms],
+        |r| {
+            let count = |index: usize| -> Result<u64> { Ok(r.get::<i64>(index)?.max(0) as u64) };
+            let oldest: Option<i64> = r.get(6)?;
+            Ok(QueueStats {
+                queue: r.get(0)?,
+                pending: count(1)?,
+                scheduled: count(2)?,
+                claimed: count(3)?,
+                dead: count(4)?,
+                completed: count(5)?,
+                oldest_pending_age_ms: oldest.map(|at| now_ms.saturating_sub(at)),
+            })
+        },
+    )
 }
 
 /// Deletes up to `limit` completed or cancelled items finished before `cutoff_ms`.
 pub(super) fn delete_finished_before(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     cutoff_ms: i64,
     limit: usize,
 ) -> Result<u64> {
-    let deleted = conn
-        .prepare_cached(
-            "DELETE FROM main.queue_items
+    let deleted = db.execute(
+        "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
                  SELECT item_id FROM main.queue_items INDEXED BY queue_items_finished
                  WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
                    AND finished_at_ms < ?2
                  ORDER BY finished_at_ms LIMIT ?3)",
-        )?
-        .execute(params![tenant, cutoff_ms, limit as i64])?;
+        args![tenant, cutoff_ms, limit as i64],
+    )?;
     Ok(deleted as u64)
 }
 
 /// The next moment something in `queue` may become claimable: the earliest due time of its
 /// pending items, or the earliest expiry of its leases (an expired lease is retried).
-pub(super) fn select_next_due(conn: &Connection, tenant: &str, queue: &str) -> Result<Option<i64>> {
-    let due: Option<i64> = conn
-        .prepare_cached(
-            "SELECT run_at_ms FROM main.queue_items
+pub(super) fn select_next_due(db: Db<'_>, tenant: &str, queue: &str) -> Result<Option<i64>> {
+    let due: Option<i64> = db.query_opt(
+        "SELECT run_at_ms FROM main.queue_items
              WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending'
              ORDER BY run_at_ms LIMIT 1",
-        )?
-        .query_row(params![tenant, queue], |r| r.get(0))
-        .optional()?;
-    let expiry: Option<i64> = conn
-        .prepare_cached(
-            "SELECT lease_expires_at_ms FROM main.queue_items
+        args![tenant, queue],
+        |r| r.get(0),
+    )?;
+    let expiry: Option<i64> = db.query_opt(
+        "SELECT lease_expires_at_ms FROM main.queue_items
              WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed'
              ORDER BY lease_expires_at_ms LIMIT 1",
-        )?
-        .query_row(params![tenant, queue], |r| r.get(0))
-        .optional()?;
+        args![tenant, queue],
+        |r| r.get(0),
+    )?;
     Ok(match (due, expiry) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -628,19 +606,13 @@ pub(super) fn select_next_due(conn: &Connection, tenant: &str, queue: &str) -> R
 }
 
 /// Every row a statement over `item_columns!()` returns.
-fn items(
-    stmt: &mut rusqlite::CachedStatement<'_>,
-    args: impl rusqlite::Params,
-) -> Result<Vec<ItemRow>> {
-    let rows = stmt.query_map(args, item_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+fn items(db: Db<'_>, sql: &str, args: &[Arg<'_>]) -> Result<Vec<ItemRow>> {
+    db.query_all(sql, args, item_from_row)
 }
 
-fn item_from_row(row: &Row<'_>) -> rusqlite::Result<ItemRow> {
+fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
     let status: String = row.get(12)?;
-    let status = ItemStatus::parse(&status).map_err(|error| {
-        rusqlite::Error::FromSqlConversionFailure(12, rusqlite::types::Type::Text, Box::new(error))
-    })?;
+    let status = ItemStatus::parse(&status)?;
     Ok(ItemRow {
         id: row.get(0)?,
         queue: row.get(1)?,
@@ -654,7 +626,7 @@ fn item_from_row(row: &Row<'_>) -> rusqlite::Result<ItemRow> {
         execution_id: row.get(10)?,
         node_id: row.get(11)?,
         status,
-        fence: row.get::<_, i64>(13)?.max(0) as u64,
+        fence: row.get::<i64>(13)?.max(0) as u64,
         worker_id: row.get(14)?,
         lease_expires_at_ms: row.get(15)?,
         last_error: row.get(16)?,

@@ -29,6 +29,7 @@ use std::borrow::Borrow;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::core::db::Db;
 use crate::core::events::{Event, Stream};
 use crate::error::Result;
 use crate::page::Page;
@@ -189,14 +190,14 @@ pub struct Loaded {
 /// Whether `stream` is the stream of an existing execution of `tenant`: only its workflow
 /// writes it (registered with the engine in `crate::domains`).
 pub(crate) fn owns_stream(
-    conn: &rusqlite::Connection,
+    db: Db<'_>,
     tenant: &str,
     stream: &crate::core::events::Stream,
 ) -> Result<bool> {
     if stream.kind() != crate::core::events::StreamKind::Execution {
         return Ok(false);
     }
-    Ok(sql::select_status(conn, tenant, stream.id())?.is_some())
+    Ok(sql::select_status(db, tenant, stream.id())?.is_some())
 }
 
 /// The workflows of a store view: `store.workflows()`.

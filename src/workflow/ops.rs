@@ -188,8 +188,7 @@ impl Op for PutDefinition {
         check_workflow(tx, &self.workflow_id, &self.version)?;
         tx.limits().check_json("workflow definition bytes", &self.ir)?;
         let hash = content_hash(&self.ir);
-        let found =
-            sql::select_definition(tx.conn(), tx.tenant(), &self.workflow_id, &self.version)?;
+        let found = sql::select_definition(tx.db(), tx.tenant(), &self.workflow_id, &self.version)?;
         if let Some((existing, existing_hash)) = found {
             if existing_hash != hash {
                 return Err(Error::Conflict(format!(
@@ -205,8 +204,8 @@ impl Op for PutDefinition {
             ir: self.ir,
             created_at_ms: tx.now_ms(),
         };
-        let def_seq = sql::next_def_seq(tx.conn(), tx.tenant(), &definition.workflow_id)?;
-        sql::insert_definition(tx.conn(), tx.tenant(), &definition, &hash, def_seq)?;
+        let def_seq = sql::next_def_seq(tx.db(), tx.tenant(), &definition.workflow_id)?;
+        sql::insert_definition(tx.db(), tx.tenant(), &definition, &hash, def_seq)?;
         Ok(definition)
     }
 }
@@ -219,8 +218,7 @@ impl Op for GetDefinition {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Option<Definition>> {
         check_workflow(tx, &self.workflow_id, &self.version)?;
-        let found =
-            sql::select_definition(tx.conn(), tx.tenant(), &self.workflow_id, &self.version)?;
+        let found = sql::select_definition(tx.db(), tx.tenant(), &self.workflow_id, &self.version)?;
         Ok(found.map(|(definition, _)| definition))
     }
 }
@@ -233,7 +231,7 @@ impl Op for LatestDefinition {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Option<Definition>> {
         tx.limits().check_id("workflow id", &self.workflow_id)?;
-        sql::select_latest_definition(tx.conn(), tx.tenant(), &self.workflow_id)
+        sql::select_latest_definition(tx.db(), tx.tenant(), &self.workflow_id)
     }
 }
 
@@ -246,7 +244,7 @@ impl Op for Versions {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
         tx.limits().check_id("workflow id", &self.workflow_id)?;
         let limit = tx.limits().page_size_max;
-        sql::select_versions(tx.conn(), tx.tenant(), &self.workflow_id, limit)
+        sql::select_versions(tx.db(), tx.tenant(), &self.workflow_id, limit)
     }
 }
 
@@ -262,8 +260,7 @@ impl Op for CreateExecution {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Execution> {
         check_workflow(tx, &self.workflow_id, &self.version)?;
         tx.limits().check_json("execution input bytes", &self.input)?;
-        if sql::select_definition(tx.conn(), tx.tenant(), &self.workflow_id, &self.version)?
-            .is_none()
+        if sql::select_definition(tx.db(), tx.tenant(), &self.workflow_id, &self.version)?.is_none()
         {
             let id = format!("{}@{}", self.workflow_id, self.version);
             return Err(Error::not_found("workflow definition", &id));
@@ -281,7 +278,7 @@ impl Op for CreateExecution {
             updated_at_ms: now_ms,
             completed_at_ms: None,
         };
-        sql::insert_execution(tx.conn(), tx.tenant(), &execution)?;
+        sql::insert_execution(tx.db(), tx.tenant(), &execution)?;
         Ok(execution)
     }
     fn single_write(&self) -> bool {
@@ -297,7 +294,7 @@ impl Op for GetExecution {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Option<Execution>> {
         tx.limits().check_id("execution id", &self.id)?;
-        sql::select_execution(tx.conn(), tx.tenant(), &self.id)
+        sql::select_execution(tx.db(), tx.tenant(), &self.id)
     }
 }
 
@@ -312,7 +309,7 @@ impl Op for ListExecutions {
         if let Some(workflow_id) = &self.filter.workflow_id {
             tx.limits().check_id("workflow id", workflow_id)?;
         }
-        sql::list_executions(tx.conn(), tx.tenant(), &self.filter, &self.page)
+        sql::list_executions(tx.db(), tx.tenant(), &self.filter, &self.page)
     }
 }
 
@@ -323,7 +320,7 @@ impl Op for CountExecutions {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(WorkflowStatus, u64)>> {
-        sql::count_executions(tx.conn(), tx.tenant())
+        sql::count_executions(tx.db(), tx.tenant())
     }
 }
 
@@ -347,7 +344,7 @@ impl Op for SetStatus {
         execution.status = to;
         execution.updated_at_ms = tx.now_ms();
         execution.completed_at_ms = to.is_terminal().then_some(tx.now_ms());
-        sql::update_status(tx.conn(), tx.tenant(), &execution)?;
+        sql::update_status(tx.db(), tx.tenant(), &execution)?;
         let payload = json!({
             "from": from.as_str(),
             "to": to.as_str(),
@@ -451,7 +448,7 @@ fn save_state(tx: &Tx<'_>, current: Execution, state: Value) -> Result<Execution
         updated_at_ms: tx.now_ms(),
         ..current
     };
-    if !sql::update_state(tx.conn(), tx.tenant(), &next, expected_version)? {
+    if !sql::update_state(tx.db(), tx.tenant(), &next, expected_version)? {
         return Err(stale_version(&next, expected_version));
     }
     Ok(next)
@@ -496,7 +493,7 @@ impl Op for ReadEvents {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Event>> {
         status_of(tx, &self.id)?;
         let limit = tx.limits().page_size_max;
-        events::read_stream(tx.conn(), tx.tenant(), &stream_of(&self.id), self.after_seq, limit)
+        events::read_stream(tx.db(), tx.tenant(), &stream_of(&self.id), self.after_seq, limit)
     }
 }
 
@@ -513,7 +510,7 @@ impl Op for WriteSnapshot {
         status_of(tx, &self.id)?;
         let encoded = serde_json::to_string(&self.state)?;
         tx.limits().check_payload("snapshot state bytes", &encoded)?;
-        let head = events::select_head(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
+        let head = events::select_head(tx.db(), tx.tenant(), &stream_of(&self.id))?;
         if self.at_seq > head {
             return Err(Error::InvalidInput(format!(
                 "a snapshot at {} is past the head {head} of execution {}",
@@ -522,7 +519,7 @@ impl Op for WriteSnapshot {
         }
         let hash = content_hash(&self.state);
         if let Some((existing, existing_hash)) =
-            sql::select_snapshot(tx.conn(), tx.tenant(), &self.id, self.at_seq)?
+            sql::select_snapshot(tx.db(), tx.tenant(), &self.id, self.at_seq)?
         {
             if existing_hash != hash {
                 return Err(Error::Conflict(format!(
@@ -538,7 +535,7 @@ impl Op for WriteSnapshot {
             state: self.state,
             created_at_ms: tx.now_ms(),
         };
-        sql::insert_snapshot(tx.conn(), tx.tenant(), &snapshot, &encoded, &hash)?;
+        sql::insert_snapshot(tx.db(), tx.tenant(), &snapshot, &encoded, &hash)?;
         Ok(snapshot)
     }
 }
@@ -551,7 +548,7 @@ impl Op for LatestSnapshot {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Option<Snapshot>> {
         status_of(tx, &self.id)?;
-        sql::select_latest_snapshot(tx.conn(), tx.tenant(), &self.id)
+        sql::select_latest_snapshot(tx.db(), tx.tenant(), &self.id)
     }
 }
 
@@ -563,8 +560,8 @@ impl Op for LoadStart {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<(Execution, Option<Snapshot>, u64)> {
         let execution = execution(tx, &self.id)?;
-        let snapshot = sql::select_latest_snapshot(tx.conn(), tx.tenant(), &self.id)?;
-        let head = events::select_head(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
+        let snapshot = sql::select_latest_snapshot(tx.db(), tx.tenant(), &self.id)?;
+        let head = events::select_head(tx.db(), tx.tenant(), &stream_of(&self.id))?;
         Ok((execution, snapshot, head))
     }
 }
@@ -577,10 +574,10 @@ impl Op for DeleteExecution {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
         tx.limits().check_id("execution id", &self.id)?;
-        if !sql::delete_execution(tx.conn(), tx.tenant(), &self.id)? {
+        if !sql::delete_execution(tx.db(), tx.tenant(), &self.id)? {
             return Ok(false);
         }
-        events::delete_stream(tx.conn(), tx.tenant(), &stream_of(&self.id))?;
+        events::delete_stream(tx.db(), tx.tenant(), &stream_of(&self.id))?;
         Ok(true)
     }
 }
@@ -602,13 +599,13 @@ fn check_running(id: &str, status: WorkflowStatus) -> Result<()> {
 /// The execution's status, or `NotFound` (without reading its input and state).
 fn status_of(tx: &Tx<'_>, id: &str) -> Result<WorkflowStatus> {
     tx.limits().check_id("execution id", id)?;
-    sql::select_status(tx.conn(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("execution", id))
+    sql::select_status(tx.db(), tx.tenant(), id)?.ok_or_else(|| Error::not_found("execution", id))
 }
 
 /// The execution, or `NotFound`.
 fn execution(tx: &Tx<'_>, id: &str) -> Result<Execution> {
     tx.limits().check_id("execution id", id)?;
-    sql::select_execution(tx.conn(), tx.tenant(), id)?
+    sql::select_execution(tx.db(), tx.tenant(), id)?
         .ok_or_else(|| Error::not_found("execution", id))
 }
 

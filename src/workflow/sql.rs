@@ -1,7 +1,7 @@
 //! The workflows' SQL: every statement, and the mapping of rows back to definitions,
 //! executions and snapshots. Every statement names the tenant.
 
-use rusqlite::{Connection, Row, params};
+use crate::core::db::{Db, Row, args};
 
 use super::{Definition, Execution, ExecutionFilter, Snapshot, WorkflowStatus};
 use crate::error::{Error, Result};
@@ -32,18 +32,15 @@ macro_rules! list_sql {
 
 /// Inserts a new definition version, numbered `def_seq` among the workflow's versions.
 pub(super) fn insert_definition(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     definition: &Definition,
     ir_hash: &str,
     def_seq: i64,
 ) -> Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO main.workflow_definitions (tenant_id, workflow_id, version, ir, ir_hash, def_seq,
+    db.execute("INSERT INTO main.workflow_definitions (tenant_id, workflow_id, version, ir, ir_hash, def_seq,
                                            created_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", args![
         tenant,
         definition.workflow_id,
         definition.version,
@@ -57,140 +54,119 @@ pub(super) fn insert_definition(
 
 /// One version of a definition with its content hash.
 pub(super) fn select_definition(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     workflow_id: &str,
     version: &str,
 ) -> Result<Option<(Definition, String)>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_opt(
         "SELECT workflow_id, version, ir, created_at_ms, ir_hash FROM main.workflow_definitions
          WHERE tenant_id = ?1 AND workflow_id = ?2 AND version = ?3",
-    )?;
-    let mut rows = stmt.query(params![tenant, workflow_id, version])?;
-    let Some(row) = rows.next()? else { return Ok(None) };
-    Ok(Some((definition_from_row(row)?, row.get(4)?)))
+        args![tenant, workflow_id, version],
+        |row| Ok((definition_from_row(row)?, row.get(4)?)),
+    )
 }
 
 /// The version put last.
 pub(super) fn select_latest_definition(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     workflow_id: &str,
 ) -> Result<Option<Definition>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_opt(
         "SELECT workflow_id, version, ir, created_at_ms FROM main.workflow_definitions
          WHERE tenant_id = ?1 AND workflow_id = ?2 ORDER BY def_seq DESC LIMIT 1",
-    )?;
-    let mut rows = stmt.query(params![tenant, workflow_id])?;
-    rows.next()?.map(definition_from_row).transpose()
+        args![tenant, workflow_id],
+        definition_from_row,
+    )
 }
 
 /// The number the workflow's next version takes.
-pub(super) fn next_def_seq(conn: &Connection, tenant: &str, workflow_id: &str) -> Result<i64> {
-    let last: i64 = conn
-        .prepare_cached(
-            "SELECT COALESCE(max(def_seq), 0) FROM main.workflow_definitions
+pub(super) fn next_def_seq(db: Db<'_>, tenant: &str, workflow_id: &str) -> Result<i64> {
+    let last: i64 = db.query_one(
+        "SELECT COALESCE(max(def_seq), 0) FROM main.workflow_definitions
              WHERE tenant_id = ?1 AND workflow_id = ?2",
-        )?
-        .query_row(params![tenant, workflow_id], |row| row.get(0))?;
+        args![tenant, workflow_id],
+        |row| row.get(0),
+    )?;
     Ok(last + 1)
 }
 
 /// The workflow's versions in the order they were put.
 pub(super) fn select_versions(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     workflow_id: &str,
     limit: usize,
 ) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_all(
         "SELECT version FROM main.workflow_definitions
          WHERE tenant_id = ?1 AND workflow_id = ?2 ORDER BY def_seq LIMIT ?3",
-    )?;
-    let mut rows = stmt.query(params![tenant, workflow_id, sql_limit(limit)])?;
-    let mut versions = Vec::new();
-    while let Some(row) = rows.next()? {
-        versions.push(row.get(0)?);
-    }
-    Ok(versions)
+        args![tenant, workflow_id, sql_limit(limit)],
+        |row| row.get(0),
+    )
 }
 
 /// Inserts a new execution.
-pub(super) fn insert_execution(
-    conn: &Connection,
-    tenant: &str,
-    execution: &Execution,
-) -> Result<()> {
-    conn.prepare_cached(concat!(
-        "INSERT INTO main.workflow_executions (tenant_id, ",
-        execution_columns!(),
-        ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
-    ))?
-    .execute(params![
-        tenant,
-        execution.id,
-        execution.workflow_id,
-        execution.workflow_version,
-        execution.status.as_str(),
-        serde_json::to_string(&execution.input)?,
-        serde_json::to_string(&execution.state)?,
-        to_sql_int(execution.state_version),
-        execution.created_at_ms,
-        execution.updated_at_ms,
-        execution.completed_at_ms
-    ])?;
+pub(super) fn insert_execution(db: Db<'_>, tenant: &str, execution: &Execution) -> Result<()> {
+    db.execute(
+        concat!(
+            "INSERT INTO main.workflow_executions (tenant_id, ",
+            execution_columns!(),
+            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+        ),
+        args![
+            tenant,
+            execution.id,
+            execution.workflow_id,
+            execution.workflow_version,
+            execution.status.as_str(),
+            serde_json::to_string(&execution.input)?,
+            serde_json::to_string(&execution.state)?,
+            to_sql_int(execution.state_version),
+            execution.created_at_ms,
+            execution.updated_at_ms,
+            execution.completed_at_ms
+        ],
+    )?;
     Ok(())
 }
 
 /// One execution.
-pub(super) fn select_execution(
-    conn: &Connection,
-    tenant: &str,
-    id: &str,
-) -> Result<Option<Execution>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        execution_columns!(),
-        " FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2"
-    ))?;
-    let mut rows = stmt.query(params![tenant, id])?;
-    rows.next()?.map(execution_from_row).transpose()
+pub(super) fn select_execution(db: Db<'_>, tenant: &str, id: &str) -> Result<Option<Execution>> {
+    db.query_opt(
+        concat!(
+            "SELECT ",
+            execution_columns!(),
+            " FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2"
+        ),
+        args![tenant, id],
+        execution_from_row,
+    )
 }
 
 /// One execution's status.
-pub(super) fn select_status(
-    conn: &Connection,
-    tenant: &str,
-    id: &str,
-) -> Result<Option<WorkflowStatus>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn select_status(db: Db<'_>, tenant: &str, id: &str) -> Result<Option<WorkflowStatus>> {
+    db.query_opt(
         "SELECT status FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
-    )?;
-    let mut rows = stmt.query(params![tenant, id])?;
-    rows.next()?.map(|row| status_from(&row.get::<_, String>(0)?)).transpose()
+        args![tenant, id],
+        |row| status_from(&row.get::<String>(0)?),
+    )
 }
 
 /// A page of executions, newest first; each filter shape reads the index that serves it.
 /// How many of the tenant's executions are in each status, by status.
-pub(super) fn count_executions(
-    conn: &Connection,
-    tenant: &str,
-) -> Result<Vec<(WorkflowStatus, u64)>> {
-    let mut stmt = conn.prepare_cached(
+pub(super) fn count_executions(db: Db<'_>, tenant: &str) -> Result<Vec<(WorkflowStatus, u64)>> {
+    db.query_all(
         "SELECT status, count(*) FROM main.workflow_executions INDEXED BY workflow_executions_by_status
          WHERE tenant_id = ?1 GROUP BY status ORDER BY status",
-    )?;
-    let rows = stmt
-        .query_map(params![tenant], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?;
-    rows.map(|row| {
-        let (status, count) = row?;
-        Ok((status_from(&status)?, from_sql_int(count)))
-    })
-    .collect()
+        args![tenant],
+        |row| Ok((status_from(&row.get::<String>(0)?)?, from_sql_int(row.get(1)?))),
+    )
 }
 
 pub(super) fn list_executions(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     filter: &ExecutionFilter,
     page: &Page,
@@ -213,117 +189,107 @@ pub(super) fn list_executions(
     let status = filter.status.map(WorkflowStatus::as_str);
     // Ids are UUID v7 text: every id sorts below this one.
     let after = page.after.as_deref().unwrap_or("~");
-    let mut stmt = conn.prepare_cached(sql)?;
-    let args = params![tenant, status, filter.workflow_id, after, sql_limit(page.limit)];
-    let mut rows = stmt.query(args)?;
-    let mut executions = Vec::new();
-    while let Some(row) = rows.next()? {
-        executions.push(execution_from_row(row)?);
-    }
-    Ok(executions)
+    let limit = sql_limit(page.limit);
+    db.query_all(sql, args![tenant, status, filter.workflow_id, after, limit], execution_from_row)
 }
 
 /// Writes a new status (and, for a terminal one, the completion time).
-pub(super) fn update_status(conn: &Connection, tenant: &str, execution: &Execution) -> Result<()> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE main.workflow_executions SET status = ?3, updated_at_ms = ?4, completed_at_ms = ?5
+pub(super) fn update_status(db: Db<'_>, tenant: &str, execution: &Execution) -> Result<()> {
+    let changed = db.execute(
+        "UPDATE main.workflow_executions SET status = ?3, updated_at_ms = ?4, completed_at_ms = ?5
              WHERE tenant_id = ?1 AND execution_id = ?2",
-        )?
-        .execute(params![
+        args![
             tenant,
             execution.id,
             execution.status.as_str(),
             execution.updated_at_ms,
             execution.completed_at_ms
-        ])?;
+        ],
+    )?;
     Error::expect_one(changed, "execution", &execution.id)
 }
 
 /// Writes a new state if the stored version is still `expected_version`; whether it did.
 pub(super) fn update_state(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     execution: &Execution,
     expected_version: u64,
 ) -> Result<bool> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE main.workflow_executions SET state = ?3, state_version = ?4, updated_at_ms = ?5
+    let changed = db.execute(
+        "UPDATE main.workflow_executions SET state = ?3, state_version = ?4, updated_at_ms = ?5
              WHERE tenant_id = ?1 AND execution_id = ?2 AND state_version = ?6",
-        )?
-        .execute(params![
+        args![
             tenant,
             execution.id,
             serde_json::to_string(&execution.state)?,
             to_sql_int(execution.state_version),
             execution.updated_at_ms,
             to_sql_int(expected_version)
-        ])?;
+        ],
+    )?;
     Ok(changed == 1)
 }
 
 /// Inserts a snapshot.
 pub(super) fn insert_snapshot(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     snapshot: &Snapshot,
     encoded: &str,
     state_hash: &str,
 ) -> Result<()> {
-    conn.prepare_cached(
+    db.execute(
         "INSERT INTO main.workflow_snapshots (tenant_id, execution_id, at_seq, state, state_hash,
                                          created_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        tenant,
-        snapshot.execution_id,
-        to_sql_int(snapshot.at_seq),
-        encoded,
-        state_hash,
-        snapshot.created_at_ms
-    ])?;
+        args![
+            tenant,
+            snapshot.execution_id,
+            to_sql_int(snapshot.at_seq),
+            encoded,
+            state_hash,
+            snapshot.created_at_ms
+        ],
+    )?;
     Ok(())
 }
 
 /// The snapshot at `at_seq` with its state hash.
 pub(super) fn select_snapshot(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     id: &str,
     at_seq: u64,
 ) -> Result<Option<(Snapshot, String)>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_opt(
         "SELECT execution_id, at_seq, state, created_at_ms, state_hash FROM main.workflow_snapshots
          WHERE tenant_id = ?1 AND execution_id = ?2 AND at_seq = ?3",
-    )?;
-    let mut rows = stmt.query(params![tenant, id, to_sql_int(at_seq)])?;
-    let Some(row) = rows.next()? else { return Ok(None) };
-    Ok(Some((snapshot_from_row(row)?, row.get(4)?)))
+        args![tenant, id, to_sql_int(at_seq)],
+        |row| Ok((snapshot_from_row(row)?, row.get(4)?)),
+    )
 }
 
 /// The snapshot at the highest sequence.
 pub(super) fn select_latest_snapshot(
-    conn: &Connection,
+    db: Db<'_>,
     tenant: &str,
     id: &str,
 ) -> Result<Option<Snapshot>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_opt(
         "SELECT execution_id, at_seq, state, created_at_ms FROM main.workflow_snapshots
          WHERE tenant_id = ?1 AND execution_id = ?2 ORDER BY at_seq DESC LIMIT 1",
-    )?;
-    let mut rows = stmt.query(params![tenant, id])?;
-    rows.next()?.map(snapshot_from_row).transpose()
+        args![tenant, id],
+        snapshot_from_row,
+    )
 }
 
 /// Deletes an execution (its snapshots go with it); whether it existed.
-pub(super) fn delete_execution(conn: &Connection, tenant: &str, id: &str) -> Result<bool> {
-    let deleted = conn
-        .prepare_cached(
-            "DELETE FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
-        )?
-        .execute(params![tenant, id])?;
+pub(super) fn delete_execution(db: Db<'_>, tenant: &str, id: &str) -> Result<bool> {
+    let deleted = db.execute(
+        "DELETE FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
+        args![tenant, id],
+    )?;
     Ok(deleted == 1)
 }
 
@@ -331,7 +297,7 @@ fn definition_from_row(row: &Row<'_>) -> Result<Definition> {
     Ok(Definition {
         workflow_id: row.get(0)?,
         version: row.get(1)?,
-        ir: decode(&row.get::<_, String>(2)?)?,
+        ir: decode(&row.get::<String>(2)?)?,
         created_at_ms: row.get(3)?,
     })
 }
@@ -343,8 +309,8 @@ fn execution_from_row(row: &Row<'_>) -> Result<Execution> {
         workflow_id: row.get(1)?,
         workflow_version: row.get(2)?,
         status: status_from(&status)?,
-        input: decode(&row.get::<_, String>(4)?)?,
-        state: decode(&row.get::<_, String>(5)?)?,
+        input: decode(&row.get::<String>(4)?)?,
+        state: decode(&row.get::<String>(5)?)?,
         state_version: from_sql_int(row.get(6)?),
         created_at_ms: row.get(7)?,
         updated_at_ms: row.get(8)?,
@@ -361,7 +327,7 @@ fn snapshot_from_row(row: &Row<'_>) -> Result<Snapshot> {
     Ok(Snapshot {
         execution_id: row.get(0)?,
         at_seq: from_sql_int(row.get(1)?),
-        state: decode(&row.get::<_, String>(2)?)?,
+        state: decode(&row.get::<String>(2)?)?,
         created_at_ms: row.get(3)?,
     })
 }

@@ -1,0 +1,279 @@
+//! The engine seam: one handle over the open transaction's connection, whichever engine it is.
+//!
+//! Domains write their statements once where the SQL is the same on both engines, and side by
+//! side ([`Query::per_engine`]) where it is not. Both texts follow SQLite's conventions:
+//! numbered parameters (`?1`), tables named in `main.`, and index hints (`INDEXED BY`); the
+//! PostgreSQL engine rewrites those three mechanically and nothing else. Arguments are
+//! [`Arg`]s (built by `args![]` the way `rusqlite::params![]` is used) and rows are read
+//! through [`Row::get`], so a domain decodes its rows once for both engines.
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, params_from_iter};
+
+use crate::error::{Error, Result};
+
+/// The connection of the open transaction, for the crate's own statements.
+#[derive(Clone, Copy)]
+pub(crate) enum Db<'a> {
+    /// The store's SQLite connection.
+    Sqlite(&'a Connection),
+}
+
+/// A statement's text: one for both engines, or one for each.
+#[derive(Clone, Copy)]
+pub(crate) struct Query<'q> {
+    sqlite: &'q str,
+    #[allow(dead_code)] // read by the PostgreSQL engine
+    postgres: Option<&'q str>,
+}
+
+impl<'q> Query<'q> {
+    /// A statement whose SQLite and PostgreSQL texts differ in more than the dialect's
+    /// mechanical differences (see the module header).
+    pub(crate) const fn per_engine(sqlite: &'q str, postgres: &'q str) -> Self {
+        Self { sqlite, postgres: Some(postgres) }
+    }
+}
+
+impl<'q> From<&'q str> for Query<'q> {
+    fn from(sql: &'q str) -> Self {
+        Self { sqlite: sql, postgres: None }
+    }
+}
+
+impl<'q> From<&'q String> for Query<'q> {
+    fn from(sql: &'q String) -> Self {
+        Self { sqlite: sql, postgres: None }
+    }
+}
+
+/// One argument of a statement, borrowed from the caller.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(&'a str),
+    Blob(&'a [u8]),
+}
+
+/// An argument owned, for statements built at run time with a varying number of arguments.
+#[derive(Debug, Clone)]
+pub(crate) enum OwnedArg {
+    Int(i64),
+    Real(f64),
+    Text(String),
+}
+
+impl ToArg for OwnedArg {
+    fn to_arg(&self) -> Arg<'_> {
+        match self {
+            OwnedArg::Int(value) => Arg::Int(*value),
+            OwnedArg::Real(value) => Arg::Real(*value),
+            OwnedArg::Text(text) => Arg::Text(text),
+        }
+    }
+}
+
+/// Borrows owned arguments as a statement's.
+pub(crate) fn borrow_args(values: &[OwnedArg]) -> Vec<Arg<'_>> {
+    values.iter().map(ToArg::to_arg).collect()
+}
+
+/// A value that can be a statement's argument.
+pub(crate) trait ToArg {
+    /// The value as an argument.
+    fn to_arg(&self) -> Arg<'_>;
+}
+
+/// The arguments of a statement, each borrowed: `args![tenant, id, now_ms]`.
+macro_rules! args {
+    ($($value:expr),* $(,)?) => {
+        &[$($crate::core::db::ToArg::to_arg(&$value)),*] as &[$crate::core::db::Arg<'_>]
+    };
+}
+pub(crate) use args;
+
+/// A row of a result, of either engine.
+pub(crate) enum Row<'r> {
+    Sqlite(&'r rusqlite::Row<'r>),
+}
+
+/// A value a column can be read as.
+pub(crate) trait Column: rusqlite::types::FromSql {}
+
+impl Row<'_> {
+    /// Column `index` (from 0) as a `T`.
+    pub(crate) fn get<T: Column>(&self, index: usize) -> Result<T> {
+        match self {
+            Row::Sqlite(row) => Ok(row.get(index)?),
+        }
+    }
+}
+
+impl<'a> Db<'a> {
+    /// Runs a statement that returns no rows; the number of rows it changed.
+    pub(crate) fn execute<'q>(self, sql: impl Into<Query<'q>>, args: &[Arg<'_>]) -> Result<usize> {
+        match self {
+            Db::Sqlite(conn) => {
+                Ok(conn.prepare_cached(sql.into().sqlite)?.execute(params_from_iter(args))?)
+            }
+        }
+    }
+
+    /// The first row of a query mapped by `map`, if there is one.
+    pub(crate) fn query_opt<'q, T>(
+        self,
+        sql: impl Into<Query<'q>>,
+        args: &[Arg<'_>],
+        map: impl FnOnce(&Row<'_>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        match self {
+            Db::Sqlite(conn) => {
+                let mut stmt = conn.prepare_cached(sql.into().sqlite)?;
+                let mut rows = stmt.query(params_from_iter(args))?;
+                rows.next()?.map(|row| map(&Row::Sqlite(row))).transpose()
+            }
+        }
+    }
+
+    /// The first row of a query that always returns one (an aggregate), mapped by `map`.
+    pub(crate) fn query_one<'q, T>(
+        self,
+        sql: impl Into<Query<'q>>,
+        args: &[Arg<'_>],
+        map: impl FnOnce(&Row<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.query_opt(sql, args, map)?.ok_or(Error::Sqlite(rusqlite::Error::QueryReturnedNoRows))
+    }
+
+    /// Every row of a query, each mapped by `map`.
+    pub(crate) fn query_all<'q, T>(
+        self,
+        sql: impl Into<Query<'q>>,
+        args: &[Arg<'_>],
+        mut map: impl FnMut(&Row<'_>) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        match self {
+            Db::Sqlite(conn) => {
+                let mut stmt = conn.prepare_cached(sql.into().sqlite)?;
+                let mut rows = stmt.query(params_from_iter(args))?;
+                let mut out = Vec::new();
+                while let Some(row) = rows.next()? {
+                    out.push(map(&Row::Sqlite(row))?);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Runs an `INSERT` of one row and returns the row's integer key: SQLite's rowid; on
+    /// PostgreSQL, the statement's text for it ends `RETURNING` that column.
+    pub(crate) fn insert_rowid<'q>(
+        self,
+        sql: impl Into<Query<'q>>,
+        args: &[Arg<'_>],
+    ) -> Result<i64> {
+        match self {
+            Db::Sqlite(conn) => {
+                conn.prepare_cached(sql.into().sqlite)?.execute(params_from_iter(args))?;
+                Ok(conn.last_insert_rowid())
+            }
+        }
+    }
+
+    /// The value of the first column of the first row, if there is a row.
+    pub(crate) fn query_value<'q, T: Column>(
+        self,
+        sql: impl Into<Query<'q>>,
+        args: &[Arg<'_>],
+    ) -> Result<Option<T>> {
+        self.query_opt(sql, args, |row| row.get(0))
+    }
+}
+
+impl rusqlite::ToSql for Arg<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match *self {
+            Arg::Null => ValueRef::Null,
+            Arg::Int(value) => ValueRef::Integer(value),
+            Arg::Real(value) => ValueRef::Real(value),
+            Arg::Text(text) => ValueRef::Text(text.as_bytes()),
+            Arg::Blob(bytes) => ValueRef::Blob(bytes),
+        }))
+    }
+}
+
+impl ToArg for Arg<'_> {
+    fn to_arg(&self) -> Arg<'_> {
+        *self
+    }
+}
+
+impl ToArg for str {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Text(self)
+    }
+}
+
+impl ToArg for String {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Text(self)
+    }
+}
+
+impl ToArg for [u8] {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Blob(self)
+    }
+}
+
+impl ToArg for Vec<u8> {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Blob(self)
+    }
+}
+
+impl ToArg for bool {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Int(i64::from(*self))
+    }
+}
+
+impl ToArg for f64 {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Real(*self)
+    }
+}
+
+/// Integers that always fit an `i64`.
+macro_rules! int_args {
+    ($($ty:ty),*) => {$(
+        impl ToArg for $ty {
+            fn to_arg(&self) -> Arg<'_> {
+                Arg::Int(i64::from(*self))
+            }
+        }
+    )*};
+}
+int_args!(i64, i32, u32, u16, u8);
+
+impl<T: ToArg + ?Sized> ToArg for &T {
+    fn to_arg(&self) -> Arg<'_> {
+        (**self).to_arg()
+    }
+}
+
+impl<T: ToArg> ToArg for Option<T> {
+    fn to_arg(&self) -> Arg<'_> {
+        self.as_ref().map_or(Arg::Null, ToArg::to_arg)
+    }
+}
+
+impl<T: Column> Column for Option<T> {}
+impl Column for i64 {}
+impl Column for u32 {}
+impl Column for bool {}
+impl Column for f64 {}
+impl Column for String {}
+impl Column for Vec<u8> {}

@@ -85,6 +85,13 @@ pub enum Error {
     /// Any other SQLite error.
     #[error("sqlite: {0}")]
     Sqlite(#[source] rusqlite::Error),
+    /// The call asked for what only another engine has (`Tx::sqlite` on a PostgreSQL store,
+    /// say); it did nothing.
+    #[error("this store runs on another engine: {0} is not available")]
+    WrongEngine(String),
+    /// Any other PostgreSQL error (the `postgres` feature's engine), with its SQLSTATE.
+    #[error("postgres: {0}")]
+    Postgres(String),
     /// A JSON value could not be encoded or decoded.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
@@ -141,6 +148,8 @@ impl Error {
             Self::Poisoned(m) => Self::Poisoned(m.clone()),
             Self::OpPanicked(m) => Self::OpPanicked(m.clone()),
             Self::Sqlite(e) => Self::from_sqlite_ref(e),
+            Self::Postgres(m) => Self::Postgres(m.clone()),
+            Self::WrongEngine(m) => Self::WrongEngine(m.clone()),
             Self::Json(e) => Self::Json(<serde_json::Error as serde::de::Error>::custom(e)),
             Self::Io(e) => Self::Io(std::io::Error::new(e.kind(), e.to_string())),
         }

@@ -46,11 +46,11 @@
 //! - [`Store::auth`] and [`Store::authenticate`]: tenants (a suspended one reads but cannot
 //!   write) and hashed API tokens that open views bound to a tenant and a role.
 //! - [`Store::transaction`]: any of the above, and the caller's own tables through
-//!   [`Tx::sql`], committed or rolled back together.
+//!   [`Tx::sqlite`], committed or rolled back together.
 //!
 //! # Raw SQL in a transaction
 //!
-//! [`Tx::sql`] hands a closure an [`Sql`] handle, never the connection: statements that read
+//! [`Tx::sqlite`] hands a closure an [`Sql`] handle, never the connection: statements that read
 //! and write the caller's own tables inside the transaction (and create, alter or drop them),
 //! reads of the store's tables (not from a view bound to a tenant by a token), and reads of the
 //! schema and of a few pragmas. Everything that would outlive the transaction on the store's

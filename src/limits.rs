@@ -41,7 +41,7 @@ pub struct Limits {
     /// Deepest nesting of arrays and objects in a JSON value the store keeps. Default 64; at
     /// most 100 (serde_json refuses to read back values nested past 128).
     pub json_depth_max: usize,
-    /// Most SQLite virtual-machine steps a transaction closure's own SQL (`Tx::sql`) may take,
+    /// Most SQLite virtual-machine steps a transaction closure's own SQL (`Tx::sqlite`) may take,
     /// counted in thousands: past it the statement is interrupted and the closure refused
     /// with `TooLarge`, so one caller cannot hold the store's thread. Default 100,000,000
     /// (about a second here).

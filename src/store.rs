@@ -132,6 +132,34 @@ impl Store {
         Self::start(Location::Memory, options)
     }
 
+    /// Opens (or creates) the store in a PostgreSQL database, shared by every process that
+    /// connects to it, with the default options. `url` is a `postgres://` URL or a
+    /// `key=value` connection string; the store lives in the connection's current schema
+    /// (`options=-csearch_path=NAME` in the URL chooses another).
+    ///
+    /// # Errors
+    /// `Postgres` when the server cannot be reached or refuses; `NotADatabase` when the schema
+    /// holds tables that are not a store's; `SchemaTooNew` for a store of a newer Spindle.
+    #[cfg(feature = "postgres")]
+    pub fn connect(url: &str) -> Result<Store> {
+        Self::connect_with(url, Options::default())
+    }
+
+    /// Opens (or creates) the store in a PostgreSQL database with `options`.
+    ///
+    /// # Errors
+    /// As [`Store::connect`], and `InvalidInput` for options only a SQLite store has (a VFS,
+    /// a file size cap).
+    #[cfg(feature = "postgres")]
+    pub fn connect_with(url: &str, options: Options) -> Result<Store> {
+        if options.vfs.is_some() || options.file_bytes_max.is_some() {
+            return Err(Error::InvalidInput(
+                "a PostgreSQL store has no SQLite file: no VFS, no file size cap".into(),
+            ));
+        }
+        Self::start(Location::Postgres(url.to_owned()), options)
+    }
+
     fn start(location: Location, options: Options) -> Result<Store> {
         options.validate()?;
         let limits = options.limits.clone();

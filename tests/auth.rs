@@ -197,12 +197,14 @@ fn a_token_views_raw_sql_cannot_read_the_stores_tables() {
         .expect("token");
     let acme = store.authenticate(secret.expose()).expect("authenticate");
     let peek = acme.transaction(|tx| {
-        let count: i64 = tx.sql().query_row("SELECT count(*) FROM graphs", [], |row| row.get(0))?;
+        let count: i64 =
+            tx.sqlite()?.query_row("SELECT count(*) FROM graphs", [], |row| row.get(0))?;
         Ok(TxOutcome::Commit(count))
     });
     assert!(peek.is_err(), "{peek:?}");
     let own = store.transaction(|tx| {
-        let count: i64 = tx.sql().query_row("SELECT count(*) FROM graphs", [], |row| row.get(0))?;
+        let count: i64 =
+            tx.sqlite()?.query_row("SELECT count(*) FROM graphs", [], |row| row.get(0))?;
         Ok(TxOutcome::Commit(count))
     });
     assert_eq!(own.expect("the owner reads"), 1);

@@ -91,7 +91,8 @@ fn check(path: &std::path::Path, acked: &[(u64, u64)], round: u64) {
     }
     let check: String = store
         .transaction(|tx| {
-            let result: String = tx.sql().query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+            let result: String =
+                tx.sqlite()?.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
             Ok(spindle::TxOutcome::Rollback(result))
         })
         .expect("integrity check");

@@ -132,11 +132,12 @@ fn default_options_are_the_safe_ones_and_the_pragmas_took() -> spindle::Result<(
         store.transaction(|tx| {
             let read = |name: &str| -> spindle::Result<String> {
                 let sql = format!("PRAGMA {name}");
-                let value: rusqlite::types::Value = tx.sql().query_row(&sql, [], |r| r.get(0))?;
+                let value: rusqlite::types::Value =
+                    tx.sqlite()?.query_row(&sql, [], |r| r.get(0))?;
                 Ok(format!("{value:?}"))
             };
             let tenants: String =
-                tx.sql()
+                tx.sqlite()?
                     .query_row("SELECT group_concat(tenant_id) FROM tenants", [], |r| r.get(0))?;
             let found =
                 [read("journal_mode")?, read("synchronous")?, read("foreign_keys")?, tenants];

@@ -5,11 +5,11 @@ mod common;
 
 use common::{append_n, assert_dense, read_stream};
 use serde_json::json;
-use spindle::{Error, Store, Stream, StreamKind};
+use spindle::{Error, Stream, StreamKind};
 
 #[test]
 fn sequences_are_dense_per_stream_and_positions_global() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let (a, b) = (Stream::custom("a"), Stream::graph("g1"));
     let first = store.events().append(&a, "x", json!(1))?;
     let second = store.events().append(&b, "x", json!(2))?;
@@ -25,7 +25,7 @@ fn sequences_are_dense_per_stream_and_positions_global() -> spindle::Result<()> 
 
 #[test]
 fn reads_page_after_a_cursor() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let s = Stream::execution("e1");
     append_n(&store, &s, 25);
     let page = store.events().read(&s, 10, 5)?;
@@ -41,7 +41,7 @@ fn reads_page_after_a_cursor() -> spindle::Result<()> {
 
 #[test]
 fn an_idempotent_append_writes_once() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let s = Stream::process("p1");
     let first = store.events().append_idempotent(&s, "done", json!({"a": 1, "b": 2}), "k1")?;
     // Same content (keys in another order): the first event comes back, nothing is written.
@@ -74,7 +74,7 @@ fn an_idempotent_append_writes_once() -> spindle::Result<()> {
 
 #[test]
 fn truncation_deletes_before_a_seq_and_never_reuses_one() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let s = Stream::custom("t");
     append_n(&store, &s, 10);
     assert_eq!(store.events().truncate(&s, 4)?, 3);
@@ -89,7 +89,7 @@ fn truncation_deletes_before_a_seq_and_never_reuses_one() -> spindle::Result<()>
 
 #[test]
 fn tenants_do_not_see_each_others_events() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let (acme, globex) = (store.tenant("acme")?, store.tenant("globex")?);
     let s = Stream::custom("orders");
     append_n(&acme, &s, 3);
@@ -117,7 +117,7 @@ fn created_at_comes_from_the_injected_clock() -> spindle::Result<()> {
         clock: std::sync::Arc::new(clock.clone()),
         ..spindle::Options::default()
     };
-    let store = Store::open_in_memory_with(options)?;
+    let store = common::new_store_with(options);
     let s = Stream::custom("c");
     store.events().append(&s, "a", json!(1))?;
     clock.advance_ms(5_000);
@@ -132,7 +132,7 @@ fn created_at_comes_from_the_injected_clock() -> spindle::Result<()> {
 #[test]
 fn last_position_is_the_tenants_newest_event_and_reading_after_it_sees_only_new_ones()
 -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     assert_eq!(store.events().last_position()?, 0);
     let other = store.tenant("other")?;
     let mine = store.events().append(Stream::custom("a"), "x", json!(1))?;

@@ -123,7 +123,7 @@ fn a_failed_commit_fails_the_batch_publishes_nothing_and_the_store_carries_on()
 -> spindle::Result<()> {
     let store = Store::open_in_memory()?;
     store.transaction(|tx| {
-        tx.sql().execute_batch(
+        tx.sqlite()?.execute_batch(
             "CREATE TABLE parent (id INTEGER PRIMARY KEY);
              CREATE TABLE child (parent_id INTEGER REFERENCES parent (id)
                                  DEFERRABLE INITIALLY DEFERRED);",
@@ -137,7 +137,7 @@ fn a_failed_commit_fails_the_batch_publishes_nothing_and_the_store_carries_on()
     // The orphan row passes every statement and fails only at COMMIT.
     let result = store.transaction(move |tx| {
         tx.append_event(&s2, "lost", json!(1))?;
-        tx.sql().execute("INSERT INTO child (parent_id) VALUES (42)", [])?;
+        tx.sqlite()?.execute("INSERT INTO child (parent_id) VALUES (42)", [])?;
         Ok(TxOutcome::Commit(()))
     });
     assert!(matches!(result, Err(Error::Sqlite(_))), "got {result:?}");

@@ -47,7 +47,7 @@ fn assert_refused(view: &Store, who: &str, sql: &str) {
     let s = stream.clone();
     let result = view.transaction(move |tx| {
         tx.append_event(&s, "before the sql", json!(1))?;
-        tx.sql().execute_batch(&owned)?;
+        tx.sqlite()?.execute_batch(&owned)?;
         Ok(TxOutcome::Commit(()))
     });
     assert!(matches!(result, Err(Error::Forbidden(_))), "{who}: {sql}: got {result:?}");
@@ -76,7 +76,7 @@ fn assert_durable(fixture: Fixture, rounds: u64) {
         assert_eq!(pending, rounds);
     }
     let check = store.transaction(|tx| {
-        let check: String = tx.sql().query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        let check: String = tx.sqlite()?.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         Ok(TxOutcome::Rollback(check))
     });
     assert_eq!(check.expect("integrity check"), "ok");
@@ -105,7 +105,7 @@ fn temporary_tables_cannot_shadow_the_stores_tables_and_acknowledged_appends_sur
     let stream = Stream::custom("st");
     t.store.events().append(&stream, "e", json!(0))?;
     let shadow = t.store.transaction(|tx| {
-        tx.sql().execute_batch(
+        tx.sqlite()?.execute_batch(
             "CREATE TEMP TABLE stream_heads AS SELECT * FROM main.stream_heads WHERE 0;
              CREATE TEMP TABLE events AS SELECT * FROM main.events WHERE 0;",
         )?;
@@ -127,7 +127,7 @@ fn a_tenants_admin_token_cannot_make_the_store_read_only() -> spindle::Result<()
     let fixture = Fixture::new();
     let view = fixture.t.store.authenticate(&fixture.secret)?;
     let result = view.transaction(|tx| {
-        tx.sql().execute_batch("PRAGMA query_only=ON")?;
+        tx.sqlite()?.execute_batch("PRAGMA query_only=ON")?;
         Ok(TxOutcome::Commit(()))
     });
     let Err(Error::Forbidden(message)) = result else { panic!("got {result:?}") };
@@ -226,9 +226,10 @@ fn a_closure_that_swallows_a_refusal_is_still_refused_whole_and_writes_nothing()
         let s = stream.clone();
         let result = view.transaction(move |tx| {
             tx.append_event(&s, "before", json!(1))?;
+            let sql = tx.sqlite()?;
             let refused = ["PRAGMA query_only = ON", "CREATE TEMP TABLE events (x)"]
-                .map(|sql| matches!(tx.sql().execute_batch(sql), Err(Error::Forbidden(_))));
-            tx.sql().execute_batch(
+                .map(|statement| matches!(sql.execute_batch(statement), Err(Error::Forbidden(_))));
+            tx.sqlite()?.execute_batch(
                 "CREATE TABLE IF NOT EXISTS mine (x); INSERT INTO mine VALUES (1)",
             )?;
             Ok(TxOutcome::Commit(refused))
@@ -238,12 +239,12 @@ fn a_closure_that_swallows_a_refusal_is_still_refused_whole_and_writes_nothing()
     }
     write_everywhere(&fixture, 1);
     let state = fixture.t.store.transaction(|tx| {
-        let tables: i64 = tx.sql().query_row(
+        let tables: i64 = tx.sqlite()?.query_row(
             "SELECT count(*) FROM sqlite_master WHERE name = 'mine'",
             [],
             |r| r.get(0),
         )?;
-        let query_only: i64 = tx.sql().query_row("PRAGMA query_only", [], |r| r.get(0))?;
+        let query_only: i64 = tx.sqlite()?.query_row("PRAGMA query_only", [], |r| r.get(0))?;
         Ok(TxOutcome::Rollback((tables, query_only)))
     })?;
     assert_eq!(state, (0, 0), "neither the caller's table nor the pragma was kept");
@@ -258,7 +259,7 @@ fn a_token_view_may_not_plant_triggers_or_virtual_tables() {
         .t
         .store
         .transaction(|tx| {
-            tx.sql().execute_batch("CREATE TABLE shared (x)")?;
+            tx.sqlite()?.execute_batch("CREATE TABLE shared (x)")?;
             Ok(TxOutcome::Commit(()))
         })
         .expect("the owner's table");
@@ -276,7 +277,7 @@ fn a_token_view_may_not_plant_triggers_or_virtual_tables() {
         .t
         .store
         .transaction(|tx| {
-            tx.sql().execute_batch(
+            tx.sqlite()?.execute_batch(
                 "CREATE TABLE log (x);
                  CREATE TRIGGER audit AFTER INSERT ON shared BEGIN INSERT INTO log VALUES (NEW.x); END;
                  INSERT INTO shared VALUES (1);
@@ -313,7 +314,7 @@ fn a_foreign_key_made_by_another_connection_is_not_the_closures_fault() -> spind
     other.execute_batch("CREATE TABLE legacy (item INTEGER REFERENCES queue_items (rowid))")?;
     drop(other);
     let ran = fixture.t.store.transaction(|tx| {
-        tx.sql()
+        tx.sqlite()?
             .execute_batch("CREATE TABLE IF NOT EXISTS mine (x); INSERT INTO mine VALUES (1)")?;
         Ok(TxOutcome::Commit(true))
     })?;
@@ -328,7 +329,7 @@ fn reads_of_the_schema_and_the_callers_own_tables_are_allowed() -> spindle::Resu
     let fixture = Fixture::new();
     for (who, view) in fixture.views() {
         let read = view.transaction(|tx| {
-            let sql = tx.sql();
+            let sql = tx.sqlite()?;
             sql.execute_batch("CREATE TABLE IF NOT EXISTS notes (body TEXT)")?;
             sql.execute("INSERT INTO notes (body) VALUES (?1)", ["hello"])?;
             let mut stmt = sql.prepare("SELECT body FROM notes")?;
@@ -356,13 +357,14 @@ fn a_token_view_may_not_read_the_stores_tables_or_check_their_integrity() -> spi
         ["SELECT count(*) FROM events", "SELECT count(*) FROM dbstat", "PRAGMA integrity_check"]
     {
         let result = view.transaction(move |tx| {
-            let value: rusqlite::types::Value = tx.sql().query_row(sql, [], |r| r.get(0))?;
+            let value: rusqlite::types::Value = tx.sqlite()?.query_row(sql, [], |r| r.get(0))?;
             Ok(TxOutcome::Rollback(format!("{value:?}")))
         });
         assert!(matches!(result, Err(Error::Forbidden(_))), "{sql}: {result:?}");
     }
     let owner = fixture.t.store.transaction(|tx| {
-        let count: i64 = tx.sql().query_row("SELECT count(*) FROM tenants", [], |r| r.get(0))?;
+        let count: i64 =
+            tx.sqlite()?.query_row("SELECT count(*) FROM tenants", [], |r| r.get(0))?;
         Ok(TxOutcome::Rollback(count))
     })?;
     assert_eq!(owner, 2, "the owner reads the store's tables (the default tenant and acme)");
@@ -377,7 +379,7 @@ fn sql_that_would_hold_the_stores_thread_is_cut_off_and_refused() -> spindle::Re
     let stream = Stream::custom("budget");
     // Within the budget: a short recursive count.
     let small = store.transaction(|tx| {
-        let n: i64 = tx.sql().query_row(
+        let n: i64 = tx.sqlite()?.query_row(
             "WITH c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000) SELECT count(*) FROM c",
             [],
             |r| r.get(0),
@@ -394,7 +396,7 @@ fn sql_that_would_hold_the_stores_thread_is_cut_off_and_refused() -> spindle::Re
         let s = stream.clone();
         let result = store.transaction(move |tx| {
             tx.append_event(&s, "before", json!(1))?;
-            tx.sql().query_row(sql, [], |r| r.get::<_, i64>(0))?;
+            tx.sqlite()?.query_row(sql, [], |r| r.get::<_, i64>(0))?;
             Ok(TxOutcome::Commit(()))
         });
         assert!(matches!(result, Err(Error::TooLarge { .. })), "{sql}: {result:?}");
@@ -414,7 +416,7 @@ fn a_closure_that_swallows_a_cut_off_is_still_refused() -> spindle::Result<()> {
         tx.append_event(&s, "before", json!(1))?;
         let endless =
             "WITH c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c";
-        let _ = tx.sql().query_row(endless, [], |r| r.get::<_, i64>(0));
+        let _ = tx.sqlite()?.query_row(endless, [], |r| r.get::<_, i64>(0));
         Ok(TxOutcome::Commit(()))
     });
     assert!(matches!(result, Err(Error::TooLarge { .. })), "{result:?}");

@@ -148,7 +148,7 @@ fn a_commit_through_raw_sql_keeps_nothing_and_the_store_carries_on() -> spindle:
     let s = stream.clone();
     let result = store.transaction(move |tx| {
         tx.append_event(&s, "sneaky", json!(1))?;
-        tx.sql().execute_batch("COMMIT")?;
+        tx.sqlite()?.execute_batch("COMMIT")?;
         Ok(TxOutcome::Commit(()))
     });
     assert!(result.is_err());
@@ -197,7 +197,7 @@ fn assert_refused_whole(store: &Store, stream: &Stream, sql: &'static str) {
     let before = store.events().head(stream).expect("head");
     let result = store.transaction(move |tx| {
         tx.append_event(&s, "swallowed", json!(1))?;
-        let refused = tx.sql().execute_batch(sql).is_err();
+        let refused = tx.sqlite()?.execute_batch(sql).is_err();
         Ok(TxOutcome::Commit(refused))
     });
     assert!(matches!(result, Err(Error::Forbidden(_))), "{sql}: {result:?}");
@@ -215,7 +215,8 @@ fn transaction_and_savepoint_statements_through_raw_sql_are_refused() -> spindle
     let s = stream.clone();
     store.transaction(move |tx| {
         tx.append_event(&s, "kept", json!(1))?;
-        tx.sql().execute_batch("CREATE TABLE mine (x INTEGER); INSERT INTO mine VALUES (1);")?;
+        tx.sqlite()?
+            .execute_batch("CREATE TABLE mine (x INTEGER); INSERT INTO mine VALUES (1);")?;
         Ok(TxOutcome::Commit(()))
     })?;
     assert_eq!(store.events().head(&stream)?, 1);
@@ -240,9 +241,9 @@ fn raw_sql_may_read_the_stores_tables_but_not_write_or_reshape_them() -> spindle
         assert_refused_whole(&store, &stream, sql);
     }
     let count = store.transaction(|tx| {
-        let count: i64 = tx.sql().query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+        let count: i64 = tx.sqlite()?.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
         // Its own tables are the caller's to shape and write, and ops still work in between.
-        tx.sql().execute_batch(
+        tx.sqlite()?.execute_batch(
             "CREATE TABLE projection (seq INTEGER);
              CREATE TRIGGER feed AFTER INSERT ON projection BEGIN SELECT 1; END;
              INSERT INTO projection VALUES (1);",

@@ -318,7 +318,7 @@ impl Harness {
         let sql = self.dump_sql.clone();
         let got = self.owner.transaction(move |tx| {
             let mut hasher = DefaultHasher::new();
-            let sql_handle = tx.sql();
+            let sql_handle = tx.sqlite()?;
             let mut stmt = sql_handle.prepare(&sql)?;
             let mut rows = stmt.query([])?;
             while let Some(row) = rows.next()? {
@@ -333,7 +333,7 @@ impl Harness {
 /// One query that reads every row of every table of the store as text: `table:quote(c1),..`.
 fn dump_sql(store: &Store) -> String {
     let got = store.transaction(|tx| {
-        let sql = tx.sql();
+        let sql = tx.sqlite()?;
         let mut tables: Vec<String> = Vec::new();
         let mut stmt =
             sql.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?;

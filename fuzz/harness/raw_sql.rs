@@ -158,7 +158,7 @@ type Object = (String, String, String, Option<String>);
 /// Every object of the `main` schema, read by an owner's closure that rolls back.
 fn schema(store: &Store) -> spindle::Result<Vec<Object>> {
     store.transaction(|tx| {
-        let sql = tx.sql();
+        let sql = tx.sqlite()?;
         let mut stmt = sql.prepare(
             "SELECT type, name, tbl_name, sql FROM main.sqlite_master ORDER BY type, name",
         )?;
@@ -184,9 +184,9 @@ fn run_piece(
     marker: Option<&str>,
     leak: &Mutex<Option<String>>,
 ) -> spindle::Result<()> {
-    tx.sql().execute_batch(piece)?;
+    tx.sqlite()?.execute_batch(piece)?;
     for part in piece.split(';').filter(|part| looks_like_read(part)) {
-        let sql = tx.sql();
+        let sql = tx.sqlite()?;
         let mut stmt = sql.prepare(part)?;
         let columns = stmt.column_count();
         let mut rows = stmt.query([])?;
@@ -370,7 +370,7 @@ pub fn run(data: &[u8]) {
     }
 
     let check = store.transaction(|tx| {
-        let check: String = tx.sql().query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        let check: String = tx.sqlite()?.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         Ok(TxOutcome::Rollback(check))
     });
     assert_eq!(check.expect("integrity check").as_str(), "ok", "integrity; input {input:?}");

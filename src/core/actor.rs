@@ -32,21 +32,16 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounded};
 use parking_lot::Mutex;
-use rusqlite::wal::CheckpointMode;
-use rusqlite::{Connection, OptionalExtension};
-use sha2::{Digest, Sha256};
 
 use crate::core::bell::Bell;
-use crate::core::checkpoint::WalSchedule;
 use crate::core::clock::Stamp;
+use crate::core::conn::Conn;
+use crate::core::db::args;
 use crate::core::events::OwnedStreams;
-use crate::core::fresh;
-use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks};
-use crate::core::identity::FileWatch;
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
-use crate::core::schema::{self, Kept, Location, Opened};
+use crate::core::schema::Location;
 use crate::core::tx::{Engine, Finished, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
@@ -132,8 +127,8 @@ pub(crate) fn spawn(
     let thread = std::thread::Builder::new().name("spindle-store".into()).spawn(move || {
         let _acting = Acting::enter(&state);
         let exited = ExitFlag(Arc::clone(&state));
-        match schema::open(&location, &options) {
-            Ok(opened) => match Actor::new(opened, inbox, &location, options, state, hooks) {
+        match Conn::open(&location, &options) {
+            Ok(conn) => match Actor::new(conn, inbox, &location, options, state, hooks) {
                 Ok(actor) => {
                     let _ = opened_tx.send(Ok(()));
                     actor.run();
@@ -176,10 +171,10 @@ impl Inline {
         state: Arc<ActorState>,
         hooks: &'static EngineHooks,
     ) -> Result<Self> {
-        let opened = schema::open(location, &options)?;
+        let conn = Conn::open(location, &options)?;
         // A mailbox whose sender is gone: the loop's helpers find it empty and never wait.
         let (_, inbox) = bounded(0);
-        let actor = Actor::new(opened, inbox, location, options, Arc::clone(&state), hooks)?;
+        let actor = Actor::new(conn, inbox, location, options, Arc::clone(&state), hooks)?;
         Ok(Self { actor: Mutex::new(Some(actor)), state })
     }
 
@@ -230,7 +225,7 @@ impl Drop for ExitFlag {
 }
 
 struct Actor {
-    conn: Connection,
+    conn: Conn,
     inbox: Receiver<Msg>,
     stamp: Stamp,
     limits: Limits,
@@ -240,16 +235,8 @@ struct Actor {
     publisher: Publisher,
     poisoned: Option<String>,
     state: Arc<ActorState>,
-    wal: WalSchedule,
     /// Recent cost of a write commit, in microseconds (moving average).
     commit_us: u64,
-    /// Keeps jobs from ending or reshaping the batch's transaction.
-    guard: Arc<JobGuard>,
-    /// The connection's settings as opened: what a caller's SQL must leave them as.
-    connection: ConnectionState,
-    /// The foreign keys from callers' tables into the store's, as of a schema version
-    /// (refreshed by a closure's first `Tx::sql`, read again after it).
-    schema: RefCell<SchemaLinks>,
     /// When the alarm job is next due (set by committed jobs through `Tx::set_alarm`).
     alarm_ms: Option<i64>,
     /// Builds the job that runs when the alarm is due.
@@ -258,16 +245,9 @@ struct Actor {
     owned_streams: &'static [OwnedStreams],
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
     writable: HashMap<Arc<str>, bool>,
-    /// The store's file as opened: a writing batch commits only while its path still names it
-    /// (`None` in memory, read-only, or where identities cannot be read).
-    file: Option<FileWatch>,
     /// Why writes are refused after SQLite found the file corrupt (reads go on: what is
     /// undamaged still reads).
     corrupt: Option<String>,
-    /// Whether the connection is a writable in-memory store's, which serves the next one once
-    /// this one closes (see `fresh`). One capped by `Options::file_bytes_max`, or on another
-    /// VFS, is not.
-    spare_at_close: bool,
 }
 
 /// How long after a failed alarm job it runs again, in milliseconds.
@@ -286,27 +266,6 @@ pub(crate) struct EngineHooks {
     /// Streams only their domain may write (a registered process's, an execution's): the
     /// event log refuses callers' writes to them.
     pub(crate) owned_streams: &'static [OwnedStreams],
-}
-
-/// The seed of the store's randomness: `Options::seed`, and for a writable file store also
-/// what the file holds and the time, so that each session of a seeded file store makes ids of
-/// its own.
-fn seed_at_open(conn: &Connection, location: &Location, options: &Options) -> Result<Option<u64>> {
-    let Some(seed) = options.seed else {
-        return Ok(None);
-    };
-    if matches!(location, Location::Memory) || options.read_only {
-        return Ok(Some(seed));
-    }
-    let held = schema::content_digest(conn)?;
-    let now_ms = options.clock.now_ms();
-    let mut hasher = Sha256::new();
-    hasher.update(seed.to_le_bytes());
-    hasher.update(held);
-    hasher.update(now_ms.to_le_bytes());
-    let mut first = [0_u8; 8];
-    first.copy_from_slice(&hasher.finalize()[..8]);
-    Ok(Some(u64::from_le_bytes(first)))
 }
 
 /// The earlier of two optional times.
@@ -331,40 +290,14 @@ struct Batch {
 
 impl Actor {
     fn new(
-        opened: Opened,
+        conn: Conn,
         inbox: Receiver<Msg>,
         location: &Location,
         options: Options,
         state: Arc<ActorState>,
         hooks: &'static EngineHooks,
     ) -> Result<Self> {
-        let mut conn = opened.conn;
-        let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
-        let ids = IdGen::new(seed_at_open(&conn, location, &options)?)?;
-        let spare_at_close = matches!(location, Location::Memory)
-            && !options.read_only
-            && options.vfs.is_none()
-            && options.file_bytes_max.is_none();
-        let (guard, schema) = match opened.kept {
-            Some(Kept { guard, schema }) => {
-                guard.configure(&conn, &options.limits)?;
-                (guard, schema)
-            }
-            None => {
-                let guard = JobGuard::install(&mut conn, &options.limits)?;
-                let schema = SchemaLinks::new(&conn, &guard);
-                (guard, schema)
-            }
-        };
-        let connection = ConnectionState::read(&conn)?;
-        let schema = RefCell::new(schema);
-        // A VFS of the caller's own need not keep its files in the operating system's.
-        let file = match location {
-            Location::File(path) if !options.read_only && options.vfs.is_none() => {
-                FileWatch::new(path)
-            }
-            _ => None,
-        };
+        let ids = IdGen::new(conn.seed(location, &options)?)?;
         Ok(Self {
             conn,
             inbox,
@@ -376,18 +309,12 @@ impl Actor {
             publisher: Publisher::default(),
             poisoned: None,
             state,
-            wal,
             commit_us: 0,
-            guard,
-            connection,
-            schema,
             alarm_ms: None,
             alarm_job: hooks.alarm_job,
             owned_streams: hooks.owned_streams,
             writable: HashMap::new(),
-            file,
             corrupt: None,
-            spare_at_close,
         })
     }
 
@@ -400,7 +327,7 @@ impl Actor {
                     self.run_batch(Vec::new());
                 }
                 self.run_batch(vec![job]);
-                self.schedule_checkpoint();
+                self.conn.schedule_checkpoint();
             }
             Msg::GoLive(request) => self.go_live(request),
             // `Inline::close` closes; a close message has nobody else to come from.
@@ -425,7 +352,7 @@ impl Actor {
                 Msg::Run(job) => {
                     let (jobs, stopped_at) = self.gather(job);
                     self.run_batch(jobs);
-                    self.schedule_checkpoint();
+                    self.conn.schedule_checkpoint();
                     held = stopped_at;
                 }
                 Msg::GoLive(request) => self.go_live(request),
@@ -453,8 +380,8 @@ impl Actor {
             return Some(message);
         }
         loop {
-            let idle =
-                (self.wal.dirty || self.publisher.has_live()).then_some(IDLE_CHECKPOINT_AFTER);
+            let idle = (self.conn.idle_work() || self.publisher.has_live())
+                .then_some(IDLE_CHECKPOINT_AFTER);
             let Some(wait) = [idle, self.alarm_wait()].into_iter().flatten().min() else {
                 return self.inbox.recv().ok();
             };
@@ -487,13 +414,11 @@ impl Actor {
     /// What an idle moment is used for: a checkpoint, noticing another process's writes (live
     /// subscribers cannot have seen them, so they go back to paging), and a due alarm.
     fn idle_turn(&mut self) {
-        if self.wal.dirty && self.wal.may_retry() {
-            self.checkpoint(CheckpointMode::PASSIVE);
-        }
-        self.publisher.notice_foreign_writes(&self.conn);
+        self.conn.idle();
+        self.conn.notice_foreign_writes(&mut self.publisher);
         if self.alarm_wait().is_some_and(|wait| wait.is_zero()) {
             self.run_batch(Vec::new());
-            self.schedule_checkpoint();
+            self.conn.schedule_checkpoint();
         }
     }
 
@@ -549,7 +474,7 @@ impl Actor {
         let mut index = 0;
         while let Some(job) = jobs.pop_front() {
             if !batch.open {
-                if let Err(error) = self.begin(writes) {
+                if let Err(error) = self.conn.begin(writes) {
                     // Another connection holds the lock: the rest would only wait again.
                     for job in std::iter::once(job).chain(jobs.drain(..)) {
                         job.refuse(error.replicate());
@@ -557,7 +482,7 @@ impl Actor {
                     return self.retry_alarm(carried, now_ms);
                 }
                 batch.open = true;
-                self.publisher.notice_foreign_writes(&self.conn);
+                self.conn.notice_foreign_writes(&mut self.publisher);
             }
             let is_alarm = carried && index == 0;
             index += 1;
@@ -589,11 +514,10 @@ impl Actor {
         if let Some(writable) = self.writable.get(tenant) {
             return Ok(*writable);
         }
-        let status: Option<String> = self
-            .conn
-            .prepare_cached("SELECT status FROM main.tenants WHERE tenant_id = ?1")?
-            .query_row([tenant.as_ref()], |row| row.get(0))
-            .optional()?;
+        let status: Option<String> = self.conn.db().query_value(
+            "SELECT status FROM main.tenants WHERE tenant_id = ?1",
+            args![tenant.as_ref()],
+        )?;
         let writable = status.is_none_or(|status| status == "active");
         self.writable.insert(Arc::clone(tenant), writable);
         Ok(writable)
@@ -630,12 +554,6 @@ impl Actor {
         Some(job)
     }
 
-    fn begin(&self, writes: bool) -> Result<()> {
-        let sql = if writes { "BEGIN IMMEDIATE" } else { "BEGIN DEFERRED" };
-        self.conn.prepare_cached(sql)?.execute([])?;
-        Ok(())
-    }
-
     /// Runs one job (under its own savepoint unless it needs none) and keeps or rolls back its
     /// work.
     fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch, alone: bool) {
@@ -651,9 +569,10 @@ impl Actor {
                 Err(error) => return job.refuse(error),
             }
         }
-        let savepoint = job.savepoint && !alone;
-        let undo_by_rollback = job.savepoint && alone;
-        if savepoint && let Err(error) = self.statement("SAVEPOINT op") {
+        let needs_savepoint = job.savepoint || self.conn.needs_savepoints();
+        let savepoint = needs_savepoint && !alone;
+        let undo_by_rollback = needs_savepoint && alone;
+        if savepoint && let Err(error) = self.conn.statement("SAVEPOINT op") {
             job.refuse(error.replicate());
             return self.abandon(batch, &error);
         }
@@ -661,23 +580,22 @@ impl Actor {
         // Only what SQLite reports while this job runs counts against the file.
         crate::error::take_sqlite_corruption();
         let engine = Engine {
-            conn: &self.conn,
+            db: self.conn.db(),
+            sqlite: self.conn.sqlite_parts(),
             limits: &self.limits,
             ids: &self.ids,
-            guard: &self.guard,
             owned_streams: self.owned_streams,
-            schema: &self.schema,
         };
         let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(self.publisher.has_live());
-        self.guard.enter(job.internal, job.scope.bound);
+        self.conn.enter_job(job.internal, job.scope.bound);
         let applied = job.run(&mut tx);
         let finished = tx.finish();
-        self.guard.leave();
-        let (applied, problem) = self.vet(applied, finished.caller_sql);
+        self.conn.leave_job();
+        let (applied, problem) = self.conn.vet(applied, finished.caller_sql);
         self.settle(applied, finished, (savepoint, undo_by_rollback), batch);
         if let Some(problem) = problem
-            && let Err(unrepaired) = self.restore_connection()
+            && let Err(unrepaired) = self.conn.restore_connection()
         {
             self.poison(batch, &format!("after {problem}: {unrepaired}"));
         }
@@ -696,12 +614,12 @@ impl Actor {
     ) {
         let (savepoint, by_rollback) = undo;
         self.notice_corruption(applied.failure.as_ref());
-        if by_rollback && !applied.keep && !self.conn.is_autocommit() {
+        if by_rollback && !applied.keep && self.conn.in_transaction() {
             // Answered with its own result: `abandon` delivers work it did not keep that way.
             batch.applied.push(applied);
             return self.abandon(batch, &Error::InvalidInput("the job was rolled back".into()));
         }
-        if self.conn.is_autocommit() {
+        if !self.conn.in_transaction() {
             let cause = applied.failure.as_ref().map_or_else(
                 || Error::InvalidInput("an operation ended the batch's transaction".into()),
                 Error::replicate,
@@ -712,10 +630,11 @@ impl Actor {
         let ended = match (savepoint, applied.keep) {
             // Without a savepoint there is nothing to release, and a failed job wrote nothing.
             (false, _) => Ok(()),
-            (true, true) => self.statement("RELEASE op"),
-            (true, false) => {
-                self.statement("ROLLBACK TO op").and_then(|()| self.statement("RELEASE op"))
-            }
+            (true, true) => self.conn.statement("RELEASE op"),
+            (true, false) => self
+                .conn
+                .statement("ROLLBACK TO op")
+                .and_then(|()| self.conn.statement("RELEASE op")),
         };
         let keep = applied.keep;
         batch.applied.push(applied);
@@ -730,63 +649,6 @@ impl Actor {
             }
             Ok(()) => {}
             Err(error) => self.abandon(batch, &error),
-        }
-    }
-
-    /// The verdict on a job that just ran, before its savepoint is settled: it is overruled
-    /// (rolled back, answered with the error) if the guard refused one of its statements or
-    /// cut its SQL off, or if its SQL changed the connection (the problem is returned: the
-    /// connection must be put back) or made a foreign key into the store's tables. Defence in
-    /// depth behind the guard: a closure's SQL must leave the connection as every later batch
-    /// expects it.
-    fn vet(&self, mut applied: Applied, caller_sql: bool) -> (Applied, Option<String>) {
-        if let Some(reason) = self.guard.take_job_refusal() {
-            let refused = format!("a transaction closure's SQL may not do this: {reason}");
-            applied = applied.overrule(Error::Forbidden(refused));
-        } else if self.guard.take_exhausted() {
-            applied = applied.overrule(self.guard.too_many_steps());
-        }
-        if !caller_sql {
-            return (applied, None);
-        }
-        let problem = self.connection_problem();
-        if let Some(changed) = problem.clone().or_else(|| self.new_foreign_key()) {
-            let refused =
-                format!("a transaction closure's SQL changed the store's connection: {changed}");
-            applied = applied.overrule(Error::Forbidden(refused));
-        }
-        (applied, problem)
-    }
-
-    /// What a caller's SQL changed of the connection that every later batch runs on, if
-    /// anything: a setting, an attached database, a temporary object.
-    fn connection_problem(&self) -> Option<String> {
-        match ConnectionState::read(&self.conn) {
-            Ok(state) if state == self.connection => None,
-            Ok(state) => Some(format!("{state:?}, expected {:?}", self.connection)),
-            Err(error) => Some(format!("its state cannot be read: {error}")),
-        }
-    }
-
-    /// A foreign key from a caller's table into the store's that the closure just made, if
-    /// any: such a key would let the caller's rows block or probe the store's own writes. The
-    /// closure's first `Tx::sql` brought the schema up to date, so keys that were there before
-    /// (another connection's) are not counted.
-    fn new_foreign_key(&self) -> Option<String> {
-        let mut schema = self.schema.borrow_mut();
-        let before = schema.refresh(&self.conn, &self.guard)?;
-        let made = schema.made_since(&before)?;
-        Some(format!("a foreign key into the store's tables ({made})"))
-    }
-
-    /// Puts the connection's settings back after a refused closure (its savepoint, with any
-    /// temporary object it made, is rolled back already) and checks that they took.
-    fn restore_connection(&mut self) -> Result<()> {
-        let now = ConnectionState::read(&self.conn)?;
-        self.connection.restore(&self.conn, &now)?;
-        match self.connection_problem() {
-            None => Ok(()),
-            Some(problem) => Err(Error::Poisoned(problem)),
         }
     }
 
@@ -814,12 +676,12 @@ impl Actor {
     /// Commits the batch (a writing one only while the store's file is still at its path);
     /// returns whether it committed.
     fn commit(&mut self, mut batch: Batch, writes: bool) -> bool {
-        if let Some(Err(gone)) = self.file.as_ref().filter(|_| writes).map(FileWatch::check) {
+        if let Err(gone) = self.conn.check_before_commit(writes) {
             self.abandon(&mut batch, &gone);
             return false;
         }
         let started = Instant::now();
-        let committed = self.statement("COMMIT");
+        let committed = self.conn.commit();
         if writes {
             // A moving average of what a write commit costs (an fsync, under Full).
             let spent_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -827,9 +689,7 @@ impl Actor {
         }
         match committed {
             Ok(()) => {
-                if writes {
-                    self.wal.dirty = true;
-                }
+                self.conn.committed(writes);
                 for applied in batch.applied {
                     applied.deliver(None);
                 }
@@ -851,8 +711,8 @@ impl Actor {
     /// batch (kept work with `cause`, rolled-back work with its own result), publish nothing.
     fn abandon(&mut self, batch: &mut Batch, cause: &Error) {
         self.notice_corruption(Some(cause));
-        if !self.conn.is_autocommit()
-            && let Err(error) = self.conn.execute_batch("ROLLBACK")
+        if self.conn.in_transaction()
+            && let Err(error) = self.conn.rollback()
         {
             self.poisoned = Some(format!("rollback after {cause} failed: {error}"));
         }
@@ -868,34 +728,10 @@ impl Actor {
         self.writable.clear();
     }
 
-    fn statement(&self, sql: &str) -> Result<()> {
-        self.conn.prepare_cached(sql)?.execute([])?;
-        Ok(())
-    }
-
     fn go_live(&mut self, request: LiveRequest) {
         // A failed read drops the request; the subscriber goes back to paging and sees the
         // error there.
-        let _ = self.publisher.go_live(&self.conn, request);
-    }
-
-    fn schedule_checkpoint(&mut self) {
-        if let Some(mode) = self.wal.due() {
-            self.checkpoint(mode);
-        }
-    }
-
-    /// Runs a checkpoint. One that cannot finish (another process is reading) is tried again
-    /// once the WAL has grown further; committed data is safe in the WAL either way.
-    fn checkpoint(&mut self, mode: CheckpointMode) {
-        if self.read_only || !self.wal.enabled {
-            return;
-        }
-        let complete = matches!(
-            self.conn.wal_checkpoint_v2(None::<&str>, mode),
-            Ok((log_pages, done_pages)) if log_pages == done_pages
-        );
-        self.wal.checkpointed(complete);
+        let _ = self.conn.go_live(&mut self.publisher, request);
     }
 
     /// Finishes what is queued, drops the subscribers, checkpoints and closes the connection.
@@ -916,30 +752,7 @@ impl Actor {
             }
         }
         self.publisher.clear();
-        let checkpointed = self.final_checkpoint();
-        // A connection serves the next store only as it was opened (tests, and a closure the
-        // guard missed, could have changed it behind the checks).
-        let unchanged = self.poisoned.is_none() && self.connection_problem().is_none();
-        let closed = if self.spare_at_close && unchanged {
-            let kept = Kept { guard: self.guard, schema: self.schema.into_inner() };
-            fresh::retire(self.conn, kept)
-        } else {
-            self.conn.close().map_err(|(_, error)| Error::from(error))
-        };
-        checkpointed.and(closed)
-    }
-
-    fn final_checkpoint(&mut self) -> Result<()> {
-        if self.read_only || !self.wal.enabled || self.poisoned.is_some() {
-            return Ok(());
-        }
-        match self.conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::TRUNCATE) {
-            // Another connection (another process) is using the file: everything committed is
-            // safe in the WAL, which that connection, or the next open, checkpoints.
-            Err(error) if matches!(Error::from_sqlite_ref(&error), Error::Busy) => Ok(()),
-            Err(error) => Err(error.into()),
-            Ok(_) => Ok(()),
-        }
+        self.conn.close(self.poisoned.is_some())
     }
 }
 
@@ -970,11 +783,20 @@ mod tests {
 
     fn actor() -> Actor {
         let options = Options::default();
-        let opened = schema::open(&Location::Memory, &options).expect("open");
+        let conn = Conn::open(&Location::Memory, &options).expect("open");
         let (_mailbox, inbox) = bounded(1);
         let state = Arc::new(ActorState::default());
         static NO_HOOKS: EngineHooks = EngineHooks { alarm_job: None, owned_streams: &[] };
-        Actor::new(opened, inbox, &Location::Memory, options, state, &NO_HOOKS).expect("actor")
+        Actor::new(conn, inbox, &Location::Memory, options, state, &NO_HOOKS).expect("actor")
+    }
+
+    /// The actor's SQLite connection.
+    fn sqlite(actor: &Actor) -> &rusqlite::Connection {
+        match &actor.conn {
+            Conn::Sqlite(lite) => &lite.conn,
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => unreachable!("the tests' actor runs on SQLite"),
+        }
     }
 
     fn scope() -> Scope {
@@ -1001,7 +823,9 @@ mod tests {
     }
 
     fn events_in(actor: &Actor) -> i64 {
-        actor.conn.query_row("SELECT count(*) FROM main.events", [], |r| r.get(0)).expect("count")
+        sqlite(actor)
+            .query_row("SELECT count(*) FROM main.events", [], |r| r.get(0))
+            .expect("count")
     }
 
     /// A live subscriber to every event, and the token that keeps it alive.
@@ -1026,7 +850,7 @@ mod tests {
             capacity,
             alive: Arc::downgrade(&token),
         };
-        actor.publisher.go_live(&actor.conn, request).expect("go live");
+        actor.conn.go_live(&mut actor.publisher, request).expect("go live");
         (receiver, token)
     }
 
@@ -1108,12 +932,12 @@ mod tests {
 
     fn pragma(actor: &Actor, name: &str) -> i64 {
         let sql = format!("PRAGMA {name}");
-        actor.conn.query_row(&sql, [], |r| r.get(0)).expect("pragma")
+        sqlite(actor).query_row(&sql, [], |r| r.get(0)).expect("pragma")
     }
 
     fn temp_objects(actor: &Actor) -> i64 {
         let sql = "SELECT count(*) FROM temp.sqlite_master";
-        actor.conn.query_row(sql, [], |r| r.get(0)).expect("count")
+        sqlite(actor).query_row(sql, [], |r| r.get(0)).expect("count")
     }
 
     #[test]
@@ -1161,14 +985,14 @@ mod tests {
     #[test]
     fn a_commit_outside_the_actor_is_vetoed_while_a_job_runs() {
         let actor = actor();
-        actor.conn.execute_batch("CREATE TABLE t (x INTEGER)").expect("table");
+        sqlite(&actor).execute_batch("CREATE TABLE t (x INTEGER)").expect("table");
         // Simulate a job whose transaction SQLite already ended: a statement now autocommits.
-        actor.guard.enter(true, false);
-        let vetoed = actor.conn.execute("INSERT INTO t VALUES (1)", []);
-        actor.guard.leave();
+        actor.conn.enter_job(true, false);
+        let vetoed = sqlite(&actor).execute("INSERT INTO t VALUES (1)", []);
+        actor.conn.leave_job();
         assert!(vetoed.is_err(), "the commit hook turned the autocommit into a rollback");
         let rows: i64 =
-            actor.conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).expect("count");
+            sqlite(&actor).query_row("SELECT count(*) FROM t", [], |r| r.get(0)).expect("count");
         assert_eq!(rows, 0);
     }
 
@@ -1208,8 +1032,8 @@ mod tests {
     fn a_full_disk_fails_every_job_of_the_batch_and_the_next_batch_recovers() {
         let mut actor = actor();
         let pages: i64 =
-            actor.conn.query_row("PRAGMA page_count", [], |r| r.get(0)).expect("pages");
-        actor.conn.pragma_update(None, "max_page_count", pages).expect("cap");
+            sqlite(&actor).query_row("PRAGMA page_count", [], |r| r.get(0)).expect("pages");
+        sqlite(&actor).pragma_update(None, "max_page_count", pages).expect("cap");
         let (jobs, answers): (Vec<_>, Vec<_>) = (0..10).map(append).unzip();
         let (feed, _token) = live_subscriber(&mut actor);
         actor.run_batch(jobs);
@@ -1221,7 +1045,7 @@ mod tests {
         assert_eq!(feed.try_iter().count(), 0);
         assert!(actor.poisoned.is_none());
 
-        actor.conn.pragma_update(None, "max_page_count", 1_000_000).expect("uncap");
+        sqlite(&actor).pragma_update(None, "max_page_count", 1_000_000).expect("uncap");
         let (job, answer) = append(99);
         actor.run_batch(vec![job]);
         assert_eq!(answer.recv().expect("reply").expect("ok").seq, 1);
@@ -1231,8 +1055,7 @@ mod tests {
     #[test]
     fn a_failed_commit_answers_every_job_with_the_error_and_publishes_nothing() {
         let mut actor = actor();
-        actor
-            .conn
+        sqlite(&actor)
             .execute_batch(
                 "CREATE TABLE parent (id INTEGER PRIMARY KEY);
                  CREATE TABLE child (p INTEGER REFERENCES parent (id)
@@ -1255,7 +1078,7 @@ mod tests {
         assert!(rolled_back_answer.recv().expect("reply").is_ok());
         assert_eq!(events_in(&actor), 0);
         assert_eq!(feed.try_iter().count(), 0);
-        assert!(actor.conn.is_autocommit(), "no transaction left open");
+        assert!(sqlite(&actor).is_autocommit(), "no transaction left open");
 
         let (job, answer) = append(3);
         actor.run_batch(vec![job]);
@@ -1265,8 +1088,7 @@ mod tests {
     #[test]
     fn a_single_write_op_without_savepoint_that_fails_leaves_nothing_and_costs_only_itself() {
         let mut actor = actor();
-        actor
-            .conn
+        sqlite(&actor)
             .execute_batch(
                 "CREATE TRIGGER refuse BEFORE INSERT ON events WHEN NEW.event_type = 'refused'
                  BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",

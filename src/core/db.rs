@@ -10,6 +10,8 @@
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
+#[cfg(feature = "postgres")]
+use crate::core::pg::PgConn;
 use crate::error::{Error, Result};
 
 /// The connection of the open transaction, for the crate's own statements.
@@ -17,13 +19,16 @@ use crate::error::{Error, Result};
 pub(crate) enum Db<'a> {
     /// The store's SQLite connection.
     Sqlite(&'a Connection),
+    /// The store's PostgreSQL connection.
+    #[cfg(feature = "postgres")]
+    Postgres(&'a PgConn),
 }
 
 /// A statement's text: one for both engines, or one for each.
 #[derive(Clone, Copy)]
 pub(crate) struct Query<'q> {
     sqlite: &'q str,
-    #[allow(dead_code)] // read by the PostgreSQL engine
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     postgres: Option<&'q str>,
 }
 
@@ -32,6 +37,12 @@ impl<'q> Query<'q> {
     /// mechanical differences (see the module header).
     pub(crate) const fn per_engine(sqlite: &'q str, postgres: &'q str) -> Self {
         Self { sqlite, postgres: Some(postgres) }
+    }
+
+    /// The text the PostgreSQL engine prepares (before its dialect rewrite).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres_text(&self) -> &'q str {
+        self.postgres.unwrap_or(self.sqlite)
     }
 }
 
@@ -97,6 +108,8 @@ pub(crate) use args;
 /// A row of a result, of either engine.
 pub(crate) enum Row<'r> {
     Sqlite(&'r rusqlite::Row<'r>),
+    #[cfg(feature = "postgres")]
+    Postgres(&'r postgres::Row),
 }
 
 /// A value a column can be read as.
@@ -107,6 +120,8 @@ impl Row<'_> {
     pub(crate) fn get<T: Column>(&self, index: usize) -> Result<T> {
         match self {
             Row::Sqlite(row) => Ok(row.get(index)?),
+            #[cfg(feature = "postgres")]
+            Row::Postgres(row) => crate::core::pg::column(row, index),
         }
     }
 }
@@ -114,10 +129,13 @@ impl Row<'_> {
 impl<'a> Db<'a> {
     /// Runs a statement that returns no rows; the number of rows it changed.
     pub(crate) fn execute<'q>(self, sql: impl Into<Query<'q>>, args: &[Arg<'_>]) -> Result<usize> {
+        let sql = sql.into();
         match self {
             Db::Sqlite(conn) => {
-                Ok(conn.prepare_cached(sql.into().sqlite)?.execute(params_from_iter(args))?)
+                Ok(conn.prepare_cached(sql.sqlite)?.execute(params_from_iter(args))?)
             }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => conn.execute(sql.postgres_text(), args),
         }
     }
 
@@ -128,11 +146,17 @@ impl<'a> Db<'a> {
         args: &[Arg<'_>],
         map: impl FnOnce(&Row<'_>) -> Result<T>,
     ) -> Result<Option<T>> {
+        let sql = sql.into();
         match self {
             Db::Sqlite(conn) => {
-                let mut stmt = conn.prepare_cached(sql.into().sqlite)?;
+                let mut stmt = conn.prepare_cached(sql.sqlite)?;
                 let mut rows = stmt.query(params_from_iter(args))?;
                 rows.next()?.map(|row| map(&Row::Sqlite(row))).transpose()
+            }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => {
+                let rows = conn.query(sql.postgres_text(), args)?;
+                rows.first().map(|row| map(&Row::Postgres(row))).transpose()
             }
         }
     }
@@ -154,15 +178,21 @@ impl<'a> Db<'a> {
         args: &[Arg<'_>],
         mut map: impl FnMut(&Row<'_>) -> Result<T>,
     ) -> Result<Vec<T>> {
+        let sql = sql.into();
         match self {
             Db::Sqlite(conn) => {
-                let mut stmt = conn.prepare_cached(sql.into().sqlite)?;
+                let mut stmt = conn.prepare_cached(sql.sqlite)?;
                 let mut rows = stmt.query(params_from_iter(args))?;
                 let mut out = Vec::new();
                 while let Some(row) = rows.next()? {
                     out.push(map(&Row::Sqlite(row))?);
                 }
                 Ok(out)
+            }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => {
+                let rows = conn.query(sql.postgres_text(), args)?;
+                rows.iter().map(|row| map(&Row::Postgres(row))).collect()
             }
         }
     }
@@ -174,10 +204,28 @@ impl<'a> Db<'a> {
         sql: impl Into<Query<'q>>,
         args: &[Arg<'_>],
     ) -> Result<i64> {
+        let sql = sql.into();
         match self {
             Db::Sqlite(conn) => {
-                conn.prepare_cached(sql.into().sqlite)?.execute(params_from_iter(args))?;
+                conn.prepare_cached(sql.sqlite)?.execute(params_from_iter(args))?;
                 Ok(conn.last_insert_rowid())
+            }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => self.query_one(sql, args, |row| row.get(0)),
+        }
+    }
+
+    /// Serialises the appends to `tenant`'s event log with every other connection's until this
+    /// transaction ends: positions then commit in the order they are taken (a subscriber to
+    /// the tenant's whole log never pages past one still to commit), and a stream's next `seq`
+    /// is read after the last one committed. SQLite's single writer does this already.
+    pub(crate) fn lock_event_appends(self, tenant: &str) -> Result<()> {
+        match self {
+            Db::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => {
+                let sql = "SELECT pg_advisory_xact_lock(1397771844, hashtext(?1))";
+                conn.execute(sql, &[Arg::Text(tenant)]).map(drop)
             }
         }
     }

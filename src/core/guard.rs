@@ -1,10 +1,10 @@
-//! `JobGuard`: keeps a caller's own SQL (`Tx::sql` in a transaction closure) to the caller's
+//! `JobGuard`: keeps a caller's own SQL (`Tx::sqlite` in a transaction closure) to the caller's
 //! own tables and to its own transaction, and checks afterwards that the connection every later
 //! batch runs on is still the one the store relies on.
 //!
 //! While a job runs, an authorizer looks at every statement as it is prepared. Statements of the
 //! crate's own ops run as *internal* and are trusted; statements a closure runs through
-//! `Tx::sql` are the caller's. A commit hook also turns any commit during a job into a rollback
+//! `Tx::sqlite` are the caller's. A commit hook also turns any commit during a job into a rollback
 //! (a statement running in autocommit after SQLite rolled the transaction back under the job).
 //!
 //! The store's connection outlives every transaction and serves every tenant, so the rule for
@@ -31,7 +31,7 @@
 //!
 //! Integrity checks (`integrity_check`, `quick_check`) read every table, so only the store
 //! owner's views may run them. A job with a refused statement is refused whole: the actor
-//! rolls it back and answers `Forbidden` even if the closure swallowed the error. After a closure that used `Tx::sql`, the actor reads the
+//! rolls it back and answers `Forbidden` even if the closure swallowed the error. After a closure that used `Tx::sqlite`, the actor reads the
 //! connection's state back ([`ConnectionState`]) and refuses the closure if anything changed
 //! (see `Actor::run_job`); this is defence in depth behind the authorizer.
 

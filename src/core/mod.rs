@@ -10,6 +10,7 @@ pub(crate) mod actor;
 pub(crate) mod bell;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
+pub(crate) mod conn;
 pub(crate) mod db;
 pub(crate) mod events;
 pub(crate) mod fresh;
@@ -17,6 +18,8 @@ pub(crate) mod guard;
 pub(crate) mod identity;
 pub(crate) mod msg;
 pub(crate) mod op;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg;
 pub(crate) mod publish;
 pub(crate) mod schema;
 pub(crate) mod sql;

@@ -9,7 +9,6 @@
 use std::sync::{Arc, Weak};
 
 use crossbeam_channel::{Sender, TrySendError};
-use rusqlite::Connection;
 
 use crate::core::db::Db;
 use crate::core::events::{self, Event, Stream};
@@ -87,14 +86,14 @@ impl Publisher {
         !self.live.is_empty()
     }
 
-    /// Drops every live subscriber if another connection committed since the last look: they
-    /// go back to paging from their cursors and read what it wrote. Runs before this
-    /// connection's events are published, so none of them can be skipped.
-    pub(crate) fn notice_foreign_writes(&mut self, conn: &Connection) {
+    /// Drops every live subscriber if another connection committed since the last look (the
+    /// connection's count of foreign commits, `version`, moved or cannot be read): they go back
+    /// to paging from their cursors and read what it wrote. Runs before this connection's events
+    /// are published, so none of them can be skipped.
+    pub(crate) fn notice_foreign_writes(&mut self, version: Option<i64>) {
         if self.live.is_empty() {
             return;
         }
-        let version = read_data_version(conn);
         if version.is_none() || version != self.data_version {
             self.live.clear();
             self.data_version = version;
@@ -104,20 +103,21 @@ impl Publisher {
     /// Sends the events past the request's cursor and registers it, or drops the request (which
     /// sends it back to paging) when the backlog does not fit its buffer. Runs between commits,
     /// so no event can fall between the backlog and the live feed.
-    pub(crate) fn go_live(&mut self, conn: &Connection, request: LiveRequest) -> Result<()> {
-        self.notice_foreign_writes(conn);
+    /// `version` is the connection's count of foreign commits (see `notice_foreign_writes`).
+    pub(crate) fn go_live(
+        &mut self,
+        db: Db<'_>,
+        version: Option<i64>,
+        request: LiveRequest,
+    ) -> Result<()> {
+        self.notice_foreign_writes(version);
         if self.live.is_empty() {
-            self.data_version = read_data_version(conn);
+            self.data_version = version;
         }
         self.live.retain(|subscriber| subscriber.alive.strong_count() > 0);
         let limit = request.capacity + 1;
-        let backlog = events::read_filtered(
-            Db::Sqlite(conn),
-            &request.tenant,
-            &request.filter,
-            request.after,
-            limit,
-        )?;
+        let backlog =
+            events::read_filtered(db, &request.tenant, &request.filter, request.after, limit)?;
         if backlog.len() > request.capacity {
             return Ok(());
         }
@@ -134,12 +134,6 @@ impl Publisher {
     pub(crate) fn clear(&mut self) {
         self.live.clear();
     }
-}
-
-/// The connection's `PRAGMA data_version`, or `None` if it cannot be read (which drops the
-/// subscribers: paging is always safe).
-fn read_data_version(conn: &Connection) -> Option<i64> {
-    conn.query_row("PRAGMA data_version", [], |row| row.get(0)).ok()
 }
 
 /// Sends the events `subscriber` wants; false when it must be dropped.

@@ -21,7 +21,7 @@ use crate::options::{Durability, Options};
 pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// Identifies a Spindle file (`PRAGMA application_id`, the bytes 'SPND').
-const APPLICATION_ID: i64 = 0x5350_4E44;
+pub(crate) const APPLICATION_ID: i64 = 0x5350_4E44;
 
 /// The whole current schema, applied to an empty file.
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -48,6 +48,9 @@ pub(crate) enum Location {
     File(std::path::PathBuf),
     /// A private in-memory database.
     Memory,
+    /// A PostgreSQL database (its connection URL).
+    #[cfg(feature = "postgres")]
+    Postgres(String),
 }
 
 /// An open connection, and what a spare connection keeps of the store that used it (see
@@ -106,6 +109,10 @@ fn open_connection(location: &Location, options: &Options) -> Result<Connection>
         (Location::File(path), Some(vfs)) => Connection::open_with_flags_and_vfs(path, flags, vfs)?,
         (Location::Memory, None) => Connection::open_in_memory_with_flags(flags)?,
         (Location::Memory, Some(vfs)) => Connection::open_in_memory_with_flags_and_vfs(flags, vfs)?,
+        #[cfg(feature = "postgres")]
+        (Location::Postgres(_), _) => {
+            return Err(Error::InvalidInput("a PostgreSQL store has no SQLite file".into()));
+        }
     };
     Ok(conn)
 }

@@ -1,4 +1,4 @@
-//! `Sql`: the narrow handle a transaction closure gets for its own SQL (`Tx::sql`).
+//! `Sql`: the narrow handle a transaction closure gets for its own SQL (`Tx::sqlite`).
 //!
 //! The store's connection serves every batch of every caller, so a closure never holds it: the
 //! handle offers statements only (prepare, execute, query), each seen by the job guard's

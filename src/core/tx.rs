@@ -34,7 +34,7 @@ pub struct Tx<'a> {
     rang: bool,
     alarm_ms: Option<i64>,
     tenants_changed: bool,
-    /// Whether the caller's closure asked for [`Tx::sql`]: the actor then checks the
+    /// Whether the caller's closure asked for [`Tx::sqlite`]: the actor then checks the
     /// connection afterwards.
     caller_sql: Cell<bool>,
 }
@@ -42,14 +42,32 @@ pub struct Tx<'a> {
 /// What the actor lends every `Tx` of a batch.
 #[derive(Clone, Copy)]
 pub(crate) struct Engine<'a> {
-    pub(crate) conn: &'a Connection,
+    pub(crate) db: Db<'a>,
+    /// What only the SQLite engine has: the job guard and a caller's raw SQL.
+    pub(crate) sqlite: Option<SqliteParts<'a>>,
     pub(crate) limits: &'a Limits,
     pub(crate) ids: &'a IdGen,
-    pub(crate) guard: &'a JobGuard,
     /// The domains' checks of which streams only they may write.
     pub(crate) owned_streams: &'a [OwnedStreams],
-    /// What the checks of a caller's SQL know of the schema.
+}
+
+/// The SQLite engine's connection, its job guard, and what the checks of a caller's SQL know
+/// of the schema.
+#[derive(Clone, Copy)]
+pub(crate) struct SqliteParts<'a> {
+    pub(crate) conn: &'a Connection,
+    pub(crate) guard: &'a JobGuard,
     pub(crate) schema: &'a RefCell<SchemaLinks>,
+}
+
+impl Engine<'_> {
+    /// Runs the crate's own work past the job guard (which watches only a caller's SQL).
+    fn internal<T>(&self, work: impl FnOnce() -> T) -> T {
+        match self.sqlite {
+            Some(parts) => parts.guard.internal(work),
+            None => work(),
+        }
+    }
 }
 
 /// Who a job runs as: the tenant whose data it may touch and the role it holds.
@@ -125,8 +143,8 @@ impl<'a> Tx<'a> {
             crate::core::op::forget_if_deep(op, &error);
             return Err(error);
         }
-        let guard = self.engine.guard;
-        guard.internal(|| self.nested(|tx| op.apply(tx)))
+        let engine = self.engine;
+        engine.internal(|| self.nested(|tx| op.apply(tx)))
     }
 
     /// Runs `work` under a savepoint of its own: on `Err` its writes and events are rolled
@@ -178,8 +196,8 @@ impl<'a> Tx<'a> {
 
     /// Runs one of the crate's own savepoint statements, past the job guard.
     fn control(&self, sql: &str) -> Result<()> {
-        let Engine { conn, guard, .. } = self.engine;
-        guard.internal(|| conn.prepare_cached(sql)?.execute([]).map(|_| ()))?;
+        let engine = self.engine;
+        engine.internal(|| engine.db.execute(sql, &[]))?;
         Ok(())
     }
 
@@ -194,9 +212,9 @@ impl<'a> Tx<'a> {
         event_type: &str,
         payload: Value,
     ) -> Result<Appended> {
-        let (stream, guard) = (stream.borrow(), self.engine.guard);
-        guard.internal(|| events::check_open_to_callers(self, stream))?;
-        guard.internal(|| self.nested(|tx| events::append(tx, stream, event_type, payload, None)))
+        let (stream, engine) = (stream.borrow(), self.engine);
+        engine.internal(|| events::check_open_to_callers(self, stream))?;
+        engine.internal(|| self.nested(|tx| events::append(tx, stream, event_type, payload, None)))
     }
 
     /// Appends an event unless one with the same `idem_key` exists on the stream: the same type
@@ -212,42 +230,49 @@ impl<'a> Tx<'a> {
         payload: Value,
         idem_key: &str,
     ) -> Result<Appended> {
-        let (stream, guard) = (stream.borrow(), self.engine.guard);
+        let (stream, engine) = (stream.borrow(), self.engine);
         let key = Some(idem_key);
-        guard.internal(|| events::check_open_to_callers(self, stream))?;
-        guard.internal(|| self.nested(|tx| events::append(tx, stream, event_type, payload, key)))
+        engine.internal(|| events::check_open_to_callers(self, stream))?;
+        engine.internal(|| self.nested(|tx| events::append(tx, stream, event_type, payload, key)))
     }
 
-    /// SQL of the caller's own, for its own tables, inside this transaction: statements only,
-    /// never the store's connection. See [`Sql`] for exactly what it may and may not do;
-    /// what it may not is refused with `Forbidden` and writes nothing.
-    pub fn sql(&self) -> Sql<'_> {
-        self.note_caller_sql();
-        Sql::new(self.engine.conn, self.engine.guard)
+    /// SQL of the caller's own, for its own tables, inside this transaction, on a store of the
+    /// SQLite engine: statements only, never the store's connection. See [`Sql`] for exactly
+    /// what it may and may not do; what it may not is refused with `Forbidden` and writes
+    /// nothing.
+    ///
+    /// # Errors
+    /// `WrongEngine` on a store of another engine (PostgreSQL).
+    pub fn sqlite(&self) -> Result<Sql<'_>> {
+        let parts = self.sqlite_parts()?;
+        Ok(Sql::new(parts.conn, parts.guard))
     }
 
-    /// Marks that the caller's own SQL runs in this job; before its first statement, brings
-    /// the schema the checks know up to date (another connection may have moved it).
-    fn note_caller_sql(&self) {
+    /// The SQLite engine's parts, once the caller's SQL is noted: before its first statement,
+    /// the schema the checks know is brought up to date (another connection may have moved it).
+    fn sqlite_parts(&self) -> Result<SqliteParts<'a>> {
+        let Some(parts) = self.engine.sqlite else {
+            return Err(Error::WrongEngine("the SQLite handle (Tx::sqlite)".into()));
+        };
         if !self.caller_sql.replace(true) {
-            let Engine { conn, guard, schema, .. } = self.engine;
+            let SqliteParts { conn, guard, schema } = parts;
             guard.internal(|| schema.borrow_mut().refresh(conn, guard));
         }
+        Ok(parts)
     }
 
     /// Runs `sql` as the caller's SQL but past the job guard: what the guard would refuse,
     /// done anyway, for tests of the actor's check behind it.
     #[cfg(test)]
     pub(crate) fn sql_past_the_guard(&self, sql: &str) -> Result<()> {
-        self.note_caller_sql();
-        let Engine { conn, guard, .. } = self.engine;
+        let SqliteParts { conn, guard, .. } = self.sqlite_parts()?;
         guard.internal(|| conn.execute_batch(sql))?;
         Ok(())
     }
 
     /// The open transaction's connection, for the crate's own statements (ops' SQL is trusted).
     pub(crate) fn db(&self) -> Db<'a> {
-        Db::Sqlite(self.engine.conn)
+        self.engine.db
     }
 
     /// Whether `stream` is one only its domain may write (a registered process's, an
@@ -336,7 +361,7 @@ pub(crate) struct Finished {
     pub(crate) rang: bool,
     pub(crate) alarm_ms: Option<i64>,
     pub(crate) tenants_changed: bool,
-    /// Whether the caller's own SQL ran (see [`Tx::sql`]).
+    /// Whether the caller's own SQL ran (see [`Tx::sqlite`]).
     pub(crate) caller_sql: bool,
 }
 

@@ -390,12 +390,12 @@ pub(crate) fn select_tenants_overdue(db: Db<'_>, now_ms: i64) -> Result<Vec<Stri
 
 /// The earliest deadline of any running graph of any tenant.
 pub(super) fn select_next_deadline(db: Db<'_>) -> Result<Option<i64>> {
-    Ok(db.query_one(
+    db.query_one(
         "SELECT min(deadline_at_ms) FROM main.graphs INDEXED BY graphs_deadlines
          WHERE status = 'running' AND deadline_at_ms IS NOT NULL",
         args![],
         |row| row.get(0),
-    )?)
+    )
 }
 
 /// Every tenant with a running graph (for recovery at open).

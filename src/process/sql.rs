@@ -388,7 +388,7 @@ pub(super) fn select_prunable(
          WHERE tenant_id = ?1 AND status <> 'running' AND updated_at_ms < ?2
          ORDER BY updated_at_ms, process_id LIMIT ?3",
         args![tenant, cutoff_ms, sql_limit(limit)],
-        |row| Ok(row.get(0)?),
+        |row| row.get(0),
     )
 }
 

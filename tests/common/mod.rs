@@ -110,3 +110,73 @@ pub fn files_in(dir: impl AsRef<std::path::Path>) -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// Whether the suites run on the PostgreSQL engine: `SPINDLE_TEST_ENGINE=postgres`, with
+/// `SPINDLE_TEST_PG` the connection string of a server to make schemas in.
+pub fn on_postgres() -> bool {
+    std::env::var("SPINDLE_TEST_ENGINE").is_ok_and(|engine| engine == "postgres")
+}
+
+/// A fresh, private store on the engine under test: in memory on SQLite, a new schema of its
+/// own on PostgreSQL.
+pub fn new_store() -> Store {
+    new_store_with(Options::default())
+}
+
+/// A fresh, private store with `options` on the engine under test.
+pub fn new_store_with(options: Options) -> Store {
+    if on_postgres() {
+        return connect_postgres(&new_postgres_location(), options);
+    }
+    Store::open_in_memory_with(options).expect("open in-memory store")
+}
+
+/// The connection string of a new schema of its own on the test server.
+pub fn new_postgres_location() -> String {
+    let server = std::env::var("SPINDLE_TEST_PG").expect("SPINDLE_TEST_PG names the test server");
+    let schema = format!("t_{}", uuid::Uuid::now_v7().simple());
+    format!("{server} options='-csearch_path={schema}'")
+}
+
+/// Opens the store at a PostgreSQL location (with the `postgres` feature).
+#[cfg(feature = "postgres")]
+pub fn connect_postgres(location: &str, options: Options) -> Store {
+    Store::connect_with(location, options).expect("connect to the test server")
+}
+
+#[cfg(not(feature = "postgres"))]
+pub fn connect_postgres(_: &str, _: Options) -> Store {
+    panic!(
+        "SPINDLE_TEST_ENGINE=postgres needs the postgres feature (cargo test --features postgres)"
+    )
+}
+
+/// A store that several handles open as separate processes would (each with its own
+/// connection): a file on SQLite, a schema on PostgreSQL.
+pub struct SharedStore {
+    location: String,
+    _dir: Option<TempDir>,
+}
+
+impl SharedStore {
+    pub fn new() -> Self {
+        if on_postgres() {
+            return Self { location: new_postgres_location(), _dir: None };
+        }
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("store.db");
+        Self { location: path.display().to_string(), _dir: Some(dir) }
+    }
+
+    /// Opens the store again, on a connection of its own.
+    pub fn open(&self) -> Store {
+        self.open_with(Options::default())
+    }
+
+    pub fn open_with(&self, options: Options) -> Store {
+        if on_postgres() {
+            return connect_postgres(&self.location, options);
+        }
+        Store::open_with(&self.location, options).expect("open store")
+    }
+}

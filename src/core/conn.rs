@@ -1,0 +1,418 @@
+//! The connection an actor owns, of either engine: transaction control, and what only the SQLite
+//! engine has around it (the job guard and the connection settings a caller's SQL must leave
+//! alone, WAL checkpoints, the file's identity, spare in-memory connections, other processes'
+//! commits seen through `data_version`).
+//!
+//! The actor's batch loop is the same for both engines; it asks this module for every step
+//! that differs.
+
+// Without the `postgres` feature the SQLite engine is the only one.
+#![cfg_attr(not(feature = "postgres"), allow(irrefutable_let_patterns))]
+
+use std::cell::RefCell;
+
+use rusqlite::Connection;
+use rusqlite::wal::CheckpointMode;
+use sha2::{Digest, Sha256};
+
+use crate::core::checkpoint::WalSchedule;
+use crate::core::db::Db;
+use crate::core::fresh;
+use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks};
+use crate::core::identity::FileWatch;
+use crate::core::msg::Applied;
+#[cfg(feature = "postgres")]
+use crate::core::pg::PgConn;
+use crate::core::publish::{LiveRequest, Publisher};
+use crate::core::schema::{self, Kept, Location};
+use crate::core::tx::SqliteParts;
+use crate::error::{Error, Result};
+use crate::options::Options;
+
+/// The actor's connection.
+pub(crate) enum Conn {
+    Sqlite(Box<SqliteConn>),
+    #[cfg(feature = "postgres")]
+    Postgres(Box<PgConn>),
+}
+
+/// The SQLite engine's connection and what the actor keeps with it.
+pub(crate) struct SqliteConn {
+    pub(crate) conn: Connection,
+    wal: WalSchedule,
+    /// Keeps jobs from ending or reshaping the batch's transaction.
+    guard: std::sync::Arc<JobGuard>,
+    /// The connection's settings as opened: what a caller's SQL must leave them as.
+    connection: ConnectionState,
+    /// The foreign keys from callers' tables into the store's, as of a schema version
+    /// (refreshed by a closure's first `Tx::sqlite`, read again after it).
+    schema: RefCell<SchemaLinks>,
+    /// The store's file as opened: a writing batch commits only while its path still names it
+    /// (`None` in memory, read-only, or where identities cannot be read).
+    file: Option<FileWatch>,
+    /// Whether the connection is a writable in-memory store's, which serves the next one once
+    /// this one closes (see `fresh`). One capped by `Options::file_bytes_max`, or on another
+    /// VFS, is not.
+    spare_at_close: bool,
+    read_only: bool,
+}
+
+impl Conn {
+    /// Opens the store at `location`: the file or memory of the SQLite engine, or a PostgreSQL
+    /// database.
+    pub(crate) fn open(location: &Location, options: &Options) -> Result<Self> {
+        match location {
+            #[cfg(feature = "postgres")]
+            Location::Postgres(url) => {
+                Ok(Conn::Postgres(Box::new(crate::core::pg::open(url, options)?)))
+            }
+            _ => Ok(Conn::Sqlite(Box::new(SqliteConn::open(location, options)?))),
+        }
+    }
+
+    /// The connection, for statements.
+    pub(crate) fn db(&self) -> Db<'_> {
+        match self {
+            Conn::Sqlite(lite) => Db::Sqlite(&lite.conn),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => Db::Postgres(pg),
+        }
+    }
+
+    /// What a `Tx` gets of the SQLite engine's own parts (none on another engine).
+    pub(crate) fn sqlite_parts(&self) -> Option<SqliteParts<'_>> {
+        match self {
+            Conn::Sqlite(lite) => {
+                Some(SqliteParts { conn: &lite.conn, guard: &lite.guard, schema: &lite.schema })
+            }
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => None,
+        }
+    }
+
+    /// Whether every job must run under a savepoint of its own: on PostgreSQL a failed
+    /// statement spoils the whole transaction until it is rolled back to one.
+    pub(crate) fn needs_savepoints(&self) -> bool {
+        !matches!(self, Conn::Sqlite(_))
+    }
+
+    /// The seed of the store's randomness: `Options::seed`, and for a writable shared store
+    /// (a file, a database) also what it holds or who opens it, and the time, so that each
+    /// session of a seeded store makes ids of its own.
+    pub(crate) fn seed(&self, location: &Location, options: &Options) -> Result<Option<u64>> {
+        let Some(seed) = options.seed else {
+            return Ok(None);
+        };
+        if matches!(location, Location::Memory) || options.read_only {
+            return Ok(Some(seed));
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(seed.to_le_bytes());
+        match self {
+            Conn::Sqlite(lite) => hasher.update(schema::content_digest(&lite.conn)?),
+            // Many processes open one database at once: each must make ids of its own.
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => hasher.update(std::process::id().to_le_bytes()),
+        }
+        hasher.update(options.clock.now_ms().to_le_bytes());
+        let mut first = [0_u8; 8];
+        first.copy_from_slice(&hasher.finalize()[..8]);
+        Ok(Some(u64::from_le_bytes(first)))
+    }
+
+    /// Opens the batch's transaction: one that takes the write lock at once when the batch
+    /// writes, a deferred (read-only) one when it only reads.
+    pub(crate) fn begin(&self, writes: bool) -> Result<()> {
+        match self {
+            Conn::Sqlite(_) => {
+                self.statement(if writes { "BEGIN IMMEDIATE" } else { "BEGIN DEFERRED" })
+            }
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.begin(writes),
+        }
+    }
+
+    /// Runs one of the actor's control statements (savepoints).
+    pub(crate) fn statement(&self, sql: &str) -> Result<()> {
+        self.db().execute(sql, &[])?;
+        Ok(())
+    }
+
+    /// Whether a transaction is open (SQLite ends one by itself on some failures).
+    pub(crate) fn in_transaction(&self) -> bool {
+        match self {
+            Conn::Sqlite(lite) => !lite.conn.is_autocommit(),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.in_transaction(),
+        }
+    }
+
+    /// Commits the open transaction.
+    pub(crate) fn commit(&self) -> Result<()> {
+        match self {
+            Conn::Sqlite(_) => self.statement("COMMIT"),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.commit(),
+        }
+    }
+
+    /// Rolls back the open transaction.
+    pub(crate) fn rollback(&self) -> Result<()> {
+        match self {
+            Conn::Sqlite(lite) => Ok(lite.conn.execute_batch("ROLLBACK")?),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.rollback(),
+        }
+    }
+
+    /// A job starts: the guard learns whose SQL runs.
+    pub(crate) fn enter_job(&self, internal: bool, confined: bool) {
+        if let Conn::Sqlite(lite) = self {
+            lite.guard.enter(internal, confined);
+        }
+    }
+
+    /// The job has ended.
+    pub(crate) fn leave_job(&self) {
+        if let Conn::Sqlite(lite) = self {
+            lite.guard.leave();
+        }
+    }
+
+    /// The verdict on a job that just ran, before its savepoint is settled: it is overruled
+    /// (rolled back, answered with the error) if the guard refused one of its statements or
+    /// cut its SQL off, or if its SQL changed the connection (the problem is returned: the
+    /// connection must be put back) or made a foreign key into the store's tables. Defence in
+    /// depth behind the guard: a closure's SQL must leave the connection as every later batch
+    /// expects it.
+    pub(crate) fn vet(&self, applied: Applied, caller_sql: bool) -> (Applied, Option<String>) {
+        match self {
+            Conn::Sqlite(lite) => lite.vet(applied, caller_sql),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => (applied, None),
+        }
+    }
+
+    /// Puts the connection's settings back after a refused closure and checks that they took.
+    pub(crate) fn restore_connection(&mut self) -> Result<()> {
+        match self {
+            Conn::Sqlite(lite) => lite.restore_connection(),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// Whether a writing batch may commit: the store's file must still be at its path.
+    pub(crate) fn check_before_commit(&self, writes: bool) -> Result<()> {
+        match self {
+            Conn::Sqlite(lite) => match lite.file.as_ref().filter(|_| writes) {
+                Some(file) => file.check(),
+                None => Ok(()),
+            },
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// A batch committed.
+    pub(crate) fn committed(&mut self, writes: bool) {
+        if let Conn::Sqlite(lite) = self {
+            lite.wal.dirty |= writes;
+        }
+    }
+
+    /// Whether an idle moment has work to do (a checkpoint).
+    pub(crate) fn idle_work(&self) -> bool {
+        match self {
+            Conn::Sqlite(lite) => lite.wal.dirty,
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => false,
+        }
+    }
+
+    /// What an idle moment is for: a passive checkpoint.
+    pub(crate) fn idle(&mut self) {
+        if let Conn::Sqlite(lite) = self
+            && lite.wal.dirty
+            && lite.wal.may_retry()
+        {
+            lite.checkpoint(CheckpointMode::PASSIVE);
+        }
+    }
+
+    /// Runs a checkpoint if the WAL has grown past its schedule.
+    pub(crate) fn schedule_checkpoint(&mut self) {
+        if let Conn::Sqlite(lite) = self
+            && let Some(mode) = lite.wal.due()
+        {
+            lite.checkpoint(mode);
+        }
+    }
+
+    /// Drops the live subscribers if another process committed since last asked: they cannot
+    /// have seen its events, and page from their cursors instead.
+    pub(crate) fn notice_foreign_writes(&self, publisher: &mut Publisher) {
+        publisher.notice_foreign_writes(self.foreign_version());
+    }
+
+    /// Takes a subscriber live (see `Publisher::go_live`).
+    pub(crate) fn go_live(&self, publisher: &mut Publisher, request: LiveRequest) -> Result<()> {
+        publisher.go_live(self.db(), self.foreign_version(), request)
+    }
+
+    /// A number that moves whenever another connection commits, or `None` when it cannot be
+    /// known (which drops the live subscribers: paging is always safe). SQLite's is the
+    /// connection's `PRAGMA data_version`. The PostgreSQL engine does not follow other
+    /// processes' commits yet, so its subscribers page.
+    fn foreign_version(&self) -> Option<i64> {
+        match self {
+            Conn::Sqlite(lite) => {
+                lite.conn.query_row("PRAGMA data_version", [], |row| row.get(0)).ok()
+            }
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => None,
+        }
+    }
+
+    /// Checkpoints and closes the connection; a spare in-memory one (see `fresh`) serves the
+    /// next store when nothing was changed behind the checks.
+    pub(crate) fn close(self, poisoned: bool) -> Result<()> {
+        match self {
+            Conn::Sqlite(lite) => lite.close(poisoned),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => Ok(()),
+        }
+    }
+}
+
+impl SqliteConn {
+    fn open(location: &Location, options: &Options) -> Result<Self> {
+        let opened = schema::open(location, options)?;
+        let mut conn = opened.conn;
+        let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
+        let spare_at_close = matches!(location, Location::Memory)
+            && !options.read_only
+            && options.vfs.is_none()
+            && options.file_bytes_max.is_none();
+        let (guard, schema) = match opened.kept {
+            Some(Kept { guard, schema }) => {
+                guard.configure(&conn, &options.limits)?;
+                (guard, schema)
+            }
+            None => {
+                let guard = JobGuard::install(&mut conn, &options.limits)?;
+                let schema = SchemaLinks::new(&conn, &guard);
+                (guard, schema)
+            }
+        };
+        let connection = ConnectionState::read(&conn)?;
+        // A VFS of the caller's own need not keep its files in the operating system's.
+        let file = match location {
+            Location::File(path) if !options.read_only && options.vfs.is_none() => {
+                FileWatch::new(path)
+            }
+            _ => None,
+        };
+        Ok(Self {
+            conn,
+            wal,
+            guard,
+            connection,
+            schema: RefCell::new(schema),
+            file,
+            spare_at_close,
+            read_only: options.read_only,
+        })
+    }
+
+    fn vet(&self, mut applied: Applied, caller_sql: bool) -> (Applied, Option<String>) {
+        if let Some(reason) = self.guard.take_job_refusal() {
+            let refused = format!("a transaction closure's SQL may not do this: {reason}");
+            applied = applied.overrule(Error::Forbidden(refused));
+        } else if self.guard.take_exhausted() {
+            applied = applied.overrule(self.guard.too_many_steps());
+        }
+        if !caller_sql {
+            return (applied, None);
+        }
+        let problem = self.connection_problem();
+        if let Some(changed) = problem.clone().or_else(|| self.new_foreign_key()) {
+            let refused =
+                format!("a transaction closure's SQL changed the store's connection: {changed}");
+            applied = applied.overrule(Error::Forbidden(refused));
+        }
+        (applied, problem)
+    }
+
+    /// What a caller's SQL changed of the connection that every later batch runs on, if
+    /// anything: a setting, an attached database, a temporary object.
+    fn connection_problem(&self) -> Option<String> {
+        match ConnectionState::read(&self.conn) {
+            Ok(state) if state == self.connection => None,
+            Ok(state) => Some(format!("{state:?}, expected {:?}", self.connection)),
+            Err(error) => Some(format!("its state cannot be read: {error}")),
+        }
+    }
+
+    /// A foreign key from a caller's table into the store's that the closure just made, if
+    /// any: such a key would let the caller's rows block or probe the store's own writes. The
+    /// closure's first `Tx::sqlite` brought the schema up to date, so keys that were there
+    /// before (another connection's) are not counted.
+    fn new_foreign_key(&self) -> Option<String> {
+        let mut schema = self.schema.borrow_mut();
+        let before = schema.refresh(&self.conn, &self.guard)?;
+        let made = schema.made_since(&before)?;
+        Some(format!("a foreign key into the store's tables ({made})"))
+    }
+
+    /// Puts the connection's settings back after a refused closure (its savepoint, with any
+    /// temporary object it made, is rolled back already) and checks that they took.
+    fn restore_connection(&mut self) -> Result<()> {
+        let now = ConnectionState::read(&self.conn)?;
+        self.connection.restore(&self.conn, &now)?;
+        match self.connection_problem() {
+            None => Ok(()),
+            Some(problem) => Err(Error::Poisoned(problem)),
+        }
+    }
+
+    /// Runs a checkpoint. One that cannot finish (another process is reading) is tried again
+    /// once the WAL has grown further; committed data is safe in the WAL either way.
+    fn checkpoint(&mut self, mode: CheckpointMode) {
+        if self.read_only || !self.wal.enabled {
+            return;
+        }
+        let complete = matches!(
+            self.conn.wal_checkpoint_v2(None::<&str>, mode),
+            Ok((log_pages, done_pages)) if log_pages == done_pages
+        );
+        self.wal.checkpointed(complete);
+    }
+
+    fn close(self, poisoned: bool) -> Result<()> {
+        let checkpointed = self.final_checkpoint(poisoned);
+        // A connection serves the next store only as it was opened (tests, and a closure the
+        // guard missed, could have changed it behind the checks).
+        let unchanged = !poisoned && self.connection_problem().is_none();
+        let closed = if self.spare_at_close && unchanged {
+            let kept = Kept { guard: self.guard, schema: self.schema.into_inner() };
+            fresh::retire(self.conn, kept)
+        } else {
+            self.conn.close().map_err(|(_, error)| Error::from(error))
+        };
+        checkpointed.and(closed)
+    }
+
+    fn final_checkpoint(&self, poisoned: bool) -> Result<()> {
+        if self.read_only || !self.wal.enabled || poisoned {
+            return Ok(());
+        }
+        match self.conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::TRUNCATE) {
+            // Another connection (another process) is using the file: everything committed is
+            // safe in the WAL, which that connection, or the next open, checkpoints.
+            Err(error) if matches!(Error::from_sqlite_ref(&error), Error::Busy) => Ok(()),
+            Err(error) => Err(error.into()),
+            Ok(_) => Ok(()),
+        }
+    }
+}

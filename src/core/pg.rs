@@ -1,0 +1,450 @@
+//! The PostgreSQL side of the engine seam: the connection an actor owns, its prepared-statement
+//! cache, the dialect rewrite of the crate's statements, and the mapping of values, rows and
+//! errors onto the ones the SQLite side uses.
+//!
+//! Statements arrive in the conventions `core::db` describes (`?1`, `main.`, `INDEXED BY`); they
+//! are rewritten once, when first prepared, and kept prepared for the connection's life. Values
+//! cross as [`Arg`]s (encoded for whatever type the server inferred for the parameter) and come
+//! back as rusqlite `ValueRef`s, so every domain decodes a row with the same code on both
+//! engines.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use bytes::{BufMut, BytesMut};
+use postgres::error::SqlState;
+use postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
+use postgres::{Client, NoTls, Statement};
+use rusqlite::types::ValueRef;
+
+use crate::core::db::{Arg, Column};
+use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION};
+use crate::error::{Error, Result};
+use crate::options::{Durability, Options};
+
+/// The store's connection to a PostgreSQL database, owned by one actor.
+pub(crate) struct PgConn {
+    client: RefCell<Client>,
+    /// Prepared statements by their text as written (before the rewrite).
+    statements: RefCell<HashMap<String, Statement>>,
+    /// Whether a transaction is open (the client does not say).
+    in_transaction: Cell<bool>,
+}
+
+impl PgConn {
+    /// Connects to `url` (a `postgres://` URL or a `key=value` connection string).
+    ///
+    /// # Errors
+    /// `Postgres` when the server cannot be reached or refuses the connection.
+    pub(crate) fn connect(url: &str) -> Result<Self> {
+        let client = Client::connect(url, NoTls).map_err(Error::from_postgres)?;
+        Ok(Self {
+            client: RefCell::new(client),
+            statements: RefCell::new(HashMap::new()),
+            in_transaction: Cell::new(false),
+        })
+    }
+
+    /// Runs a statement and returns how many rows it changed.
+    pub(crate) fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize> {
+        let statement = self.prepared(sql)?;
+        let changed = self
+            .client
+            .borrow_mut()
+            .execute(&statement, &params(args))
+            .map_err(Error::from_postgres)?;
+        Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+    }
+
+    /// Runs a query and returns every row.
+    pub(crate) fn query(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<postgres::Row>> {
+        let statement = self.prepared(sql)?;
+        self.client.borrow_mut().query(&statement, &params(args)).map_err(Error::from_postgres)
+    }
+
+    /// Runs statements as they are written (no parameters, no rewrite): the schema, and
+    /// transaction control.
+    pub(crate) fn batch(&self, sql: &str) -> Result<()> {
+        self.client.borrow_mut().batch_execute(sql).map_err(Error::from_postgres)
+    }
+
+    /// Opens a transaction.
+    pub(crate) fn begin(&self, writes: bool) -> Result<()> {
+        let sql = if writes { "BEGIN" } else { "BEGIN READ ONLY" };
+        self.batch(sql)?;
+        self.in_transaction.set(true);
+        Ok(())
+    }
+
+    /// Commits the open transaction. A failed commit leaves none open (the server rolls back).
+    pub(crate) fn commit(&self) -> Result<()> {
+        let committed = self.batch("COMMIT");
+        self.in_transaction.set(false);
+        committed
+    }
+
+    /// Rolls back the open transaction, if any.
+    pub(crate) fn rollback(&self) -> Result<()> {
+        self.in_transaction.set(false);
+        self.batch("ROLLBACK")
+    }
+
+    /// Whether a transaction is open.
+    pub(crate) fn in_transaction(&self) -> bool {
+        self.in_transaction.get()
+    }
+
+    /// The statement for `sql`, prepared on first use.
+    fn prepared(&self, sql: &str) -> Result<Statement> {
+        if let Some(statement) = self.statements.borrow().get(sql) {
+            return Ok(statement.clone());
+        }
+        let rewritten = rewrite(sql);
+        let statement =
+            self.client.borrow_mut().prepare(&rewritten).map_err(Error::from_postgres)?;
+        self.statements.borrow_mut().insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
+/// The PostgreSQL schema, applied to an empty database schema in one transaction.
+const SCHEMA_SQL: &str = include_str!("../../schema_postgres.sql");
+
+/// Opens the store in the connection's current schema (a URL's `options=-csearch_path=NAME`
+/// chooses it): creates it there if the schema holds no store yet, checks its version if it
+/// does, and sets the session up as the actor needs it.
+///
+/// # Errors
+/// `Postgres` when the server cannot be reached; `NotADatabase` when the schema holds tables
+/// that are not a store's; `SchemaTooNew` for a store of a newer Spindle.
+pub(crate) fn open(url: &str, options: &Options) -> Result<PgConn> {
+    let conn = PgConn::connect(url)?;
+    let schema = current_schema(&conn)?;
+    let lock_timeout_ms = options.busy_timeout.as_millis();
+    // Temporary tables (searched first otherwise) cannot take the place of the store's.
+    let mut setup = format!(
+        "SET search_path = {}, pg_catalog, pg_temp; SET lock_timeout = {lock_timeout_ms};",
+        quote_name(&schema)
+    );
+    if options.durability == Durability::Normal {
+        setup.push_str(" SET synchronous_commit = off;");
+    }
+    if options.read_only {
+        setup.push_str(" SET default_transaction_read_only = on;");
+    }
+    conn.batch(&setup)?;
+    if !options.read_only {
+        create_if_missing(&conn)?;
+    }
+    check_version(&conn)?;
+    Ok(conn)
+}
+
+/// The schema the store lives in: the connection's current one, or the first one its
+/// `search_path` names, created if it does not exist yet.
+fn current_schema(conn: &PgConn) -> Result<String> {
+    if let Some(schema) = query_text(conn, "SELECT current_schema()::text")? {
+        return Ok(schema);
+    }
+    let path = query_text(conn, "SHOW search_path")?.unwrap_or_default();
+    let first = path.split(',').map(str::trim).find(|name| *name != "\"$user\"");
+    let Some(first) = first.filter(|name| !name.is_empty()) else {
+        return Err(Error::InvalidInput("the connection's search_path names no schema".into()));
+    };
+    let name = first.trim_matches('"').replace("\"\"", "\"");
+    conn.batch(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_name(&name)))?;
+    Ok(name)
+}
+
+/// The first column of the first row of `sql`, as text.
+fn query_text(conn: &PgConn, sql: &str) -> Result<Option<String>> {
+    let rows = conn.query(sql, &[])?;
+    Ok(rows.first().map(|row| column::<Option<String>>(row, 0)).transpose()?.flatten())
+}
+
+/// Creates the store's tables unless they are there, under a lock that keeps two processes
+/// opening a new database at once from both creating them.
+fn create_if_missing(conn: &PgConn) -> Result<()> {
+    conn.begin(true)?;
+    let created = conn
+        .batch("SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema()))")
+        .and_then(|()| store_exists(conn))
+        .and_then(|exists| if exists { Ok(()) } else { create(conn) });
+    match created {
+        Ok(()) => conn.commit(),
+        Err(error) => {
+            let _ = conn.rollback();
+            Err(error)
+        }
+    }
+}
+
+/// Whether the schema holds a store (its `spindle_meta` table).
+fn store_exists(conn: &PgConn) -> Result<bool> {
+    let rows = conn.query("SELECT to_regclass('spindle_meta') IS NOT NULL", &[])?;
+    Ok(rows.first().map(|row| column::<bool>(row, 0)).transpose()?.unwrap_or(false))
+}
+
+/// Creates the store in an empty schema.
+fn create(conn: &PgConn) -> Result<()> {
+    let rows = conn.query(
+        "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
+        &[],
+    )?;
+    let tables: i64 = rows.first().map(|row| column(row, 0)).transpose()?.unwrap_or(0);
+    if tables > 0 {
+        return Err(Error::NotADatabase);
+    }
+    conn.batch(SCHEMA_SQL)
+}
+
+/// Refuses a schema that is not a store, or a store of a newer Spindle.
+fn check_version(conn: &PgConn) -> Result<()> {
+    if !store_exists(conn)? {
+        return Err(Error::NotADatabase);
+    }
+    let rows = conn.query("SELECT key, value FROM spindle_meta", &[])?;
+    let mut meta = HashMap::new();
+    for row in &rows {
+        meta.insert(column::<String>(row, 0)?, column::<i64>(row, 1)?);
+    }
+    if meta.get("application_id") != Some(&APPLICATION_ID) {
+        return Err(Error::NotADatabase);
+    }
+    let found = meta.get("schema_version").copied().unwrap_or(0);
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
+    }
+    if found < SCHEMA_VERSION {
+        return Err(Error::Corrupt(format!(
+            "schema version {found}: no PostgreSQL store was made before version {SCHEMA_VERSION}"
+        )));
+    }
+    Ok(())
+}
+
+/// A name quoted for SQL.
+fn quote_name(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Column `index` of a PostgreSQL row as a `T`, through the value SQLite would have returned.
+pub(crate) fn column<T: Column>(row: &postgres::Row, index: usize) -> Result<T> {
+    let Raw(value) = row.try_get::<_, Raw<'_>>(index).map_err(Error::from_postgres)?;
+    let value = match value {
+        None => ValueRef::Null,
+        Some((ty, bytes)) => value_ref(&ty, bytes)?,
+    };
+    T::column_result(value).map_err(|error| {
+        Error::Sqlite(rusqlite::Error::FromSqlConversionFailure(
+            index,
+            value.data_type(),
+            Box::new(error),
+        ))
+    })
+}
+
+/// Rewrites a statement from the crate's conventions into PostgreSQL's: `?N` becomes `$N`, the
+/// `main.` schema prefix goes (the store lives in the connection's current schema), and
+/// `INDEXED BY name` hints go. String literals and quoted names are copied as they are.
+pub(crate) fn rewrite(sql: &str) -> String {
+    let bytes = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let c = bytes[at];
+        if c == b'\'' || c == b'"' {
+            let end = quoted_end(bytes, at);
+            out.push_str(&sql[at..end]);
+            at = end;
+        } else if c == b'?' && bytes.get(at + 1).is_some_and(u8::is_ascii_digit) {
+            out.push('$');
+            at += 1;
+        } else if word_starts(bytes, at) && sql[at..].starts_with("main.") {
+            at += "main.".len();
+        } else if word_starts(bytes, at) && sql[at..].starts_with("INDEXED BY ") {
+            at += "INDEXED BY ".len();
+            while at < bytes.len() && (bytes[at].is_ascii_alphanumeric() || bytes[at] == b'_') {
+                at += 1;
+            }
+        } else {
+            let next = sql[at..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&sql[at..at + next]);
+            at += next;
+        }
+    }
+    out
+}
+
+/// Where the quoted text starting at `start` ends (past its closing quote; doubled quotes are
+/// part of it).
+fn quoted_end(bytes: &[u8], start: usize) -> usize {
+    let quote = bytes[start];
+    let mut at = start + 1;
+    while at < bytes.len() {
+        if bytes[at] == quote {
+            if bytes.get(at + 1) == Some(&quote) {
+                at += 2;
+                continue;
+            }
+            return at + 1;
+        }
+        at += 1;
+    }
+    bytes.len()
+}
+
+/// Whether a word may start at `at` (the byte before is not part of a name).
+fn word_starts(bytes: &[u8], at: usize) -> bool {
+    at == 0
+        || !(bytes[at - 1].is_ascii_alphanumeric()
+            || bytes[at - 1] == b'_'
+            || bytes[at - 1] == b'.')
+}
+
+/// The arguments as the client takes them.
+fn params<'a>(args: &'a [Arg<'_>]) -> Vec<&'a (dyn ToSql + Sync)> {
+    args.iter().map(|arg| arg as &(dyn ToSql + Sync)).collect()
+}
+
+/// A column's value as SQLite would have stored it.
+fn value_ref<'a>(ty: &Type, bytes: &'a [u8]) -> Result<ValueRef<'a>> {
+    let int = |bytes: &[u8]| -> Result<i64> {
+        let wrong = || Error::Corrupt(format!("a {ty} value of {} bytes", bytes.len()));
+        Ok(match bytes.len() {
+            8 => i64::from_be_bytes(bytes.try_into().map_err(|_| wrong())?),
+            4 => i64::from(i32::from_be_bytes(bytes.try_into().map_err(|_| wrong())?)),
+            2 => i64::from(i16::from_be_bytes(bytes.try_into().map_err(|_| wrong())?)),
+            _ => return Err(wrong()),
+        })
+    };
+    Ok(match *ty {
+        Type::INT8 | Type::INT4 | Type::INT2 => ValueRef::Integer(int(bytes)?),
+        Type::BOOL => ValueRef::Integer(i64::from(bytes.first().is_some_and(|b| *b != 0))),
+        Type::FLOAT8 => ValueRef::Real(f64::from_sql(ty, bytes).map_err(decode_error)?),
+        Type::FLOAT4 => ValueRef::Real(f64::from(f32::from_sql(ty, bytes).map_err(decode_error)?)),
+        Type::BYTEA => ValueRef::Blob(bytes),
+        // jsonb's binary form is a version byte, then the text.
+        Type::JSONB => ValueRef::Text(bytes.get(1..).unwrap_or_default()),
+        _ => ValueRef::Text(bytes),
+    })
+}
+
+fn decode_error(error: Box<dyn std::error::Error + Sync + Send>) -> Error {
+    Error::Corrupt(format!("a value does not decode: {error}"))
+}
+
+/// Any column's raw value with its type, or `None` for NULL.
+struct Raw<'a>(Option<(Type, &'a [u8])>);
+
+impl<'a> FromSql<'a> for Raw<'a> {
+    fn from_sql(
+        ty: &Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(Some((ty.clone(), raw))))
+    }
+
+    fn from_sql_null(
+        _: &Type,
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(None))
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+}
+
+impl ToSql for Arg<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match *self {
+            Arg::Null => return Ok(IsNull::Yes),
+            Arg::Int(value) => int_to_sql(value, ty, out)?,
+            Arg::Real(value) => match *ty {
+                Type::FLOAT4 => out.put_f32(value as f32),
+                _ => out.put_f64(value),
+            },
+            Arg::Text(text) => {
+                if *ty == Type::JSONB {
+                    out.put_u8(1);
+                }
+                out.put_slice(text.as_bytes());
+            }
+            Arg::Blob(bytes) => out.put_slice(bytes),
+        }
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+/// An integer argument in the width the parameter was inferred as.
+fn int_to_sql(
+    value: i64,
+    ty: &Type,
+    out: &mut BytesMut,
+) -> std::result::Result<(), Box<dyn std::error::Error + Sync + Send>> {
+    match *ty {
+        Type::INT4 => out.put_i32(i32::try_from(value)?),
+        Type::INT2 => out.put_i16(i16::try_from(value)?),
+        Type::BOOL => out.put_u8(u8::from(value != 0)),
+        Type::FLOAT8 => out.put_f64(value as f64),
+        Type::TEXT | Type::VARCHAR => out.put_slice(value.to_string().as_bytes()),
+        _ => out.put_i64(value),
+    }
+    Ok(())
+}
+
+impl Error {
+    /// Maps a PostgreSQL error onto this enum: lock waits, serialisation failures and
+    /// deadlocks are `Busy` (the engine retries before it says so), and the storage states
+    /// have their own variants.
+    pub(crate) fn from_postgres(error: postgres::Error) -> Self {
+        let Some(code) = error.code() else {
+            return Self::Postgres(error.to_string());
+        };
+        let message =
+            error.as_db_error().map_or_else(|| error.to_string(), |db| db.message().to_owned());
+        match code {
+            c if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::LOCK_NOT_AVAILABLE =>
+            {
+                Self::Busy
+            }
+            c if *c == SqlState::READ_ONLY_SQL_TRANSACTION => Self::ReadOnly,
+            c if *c == SqlState::DISK_FULL => Self::DiskFull,
+            c if *c == SqlState::DATA_CORRUPTED || *c == SqlState::INDEX_CORRUPTED => {
+                Self::Corrupt(message)
+            }
+            c if *c == SqlState::INSUFFICIENT_PRIVILEGE => Self::Forbidden(message),
+            c => Self::Postgres(format!("{} ({})", message, c.code())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rewrite_changes_parameters_schema_and_hints_but_not_literals() {
+        let sql = "SELECT 'main.x ?1', \"main.y\" FROM main.mine INDEXED BY mine_by_x
+                   WHERE a = ?1 AND b = ?12 AND domain.c = 1";
+        assert_eq!(
+            rewrite(sql),
+            "SELECT 'main.x ?1', \"main.y\" FROM mine \n                   WHERE a = $1 AND b = $12 \
+             AND domain.c = 1"
+        );
+        assert_eq!(rewrite("x = 'it''s ?1' AND y = ?2"), "x = 'it''s ?1' AND y = $2");
+    }
+}

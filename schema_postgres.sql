@@ -439,3 +439,6 @@ CREATE TABLE spindle_meta (
 
 INSERT INTO spindle_meta (key, value) VALUES ('application_id', 1397771844); -- 'SPND'
 INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 4);
+-- How many times a writable store was opened here: each opening's ids come from a seed of
+-- its own (`Options::seed` with this number), however many processes open it at once.
+INSERT INTO spindle_meta (key, value) VALUES ('openings', 0);

@@ -1,6 +1,8 @@
 //! The shape of the public API: what must be `Send`, `Sync` and `Clone` for the handle to be
 //! shared across threads, checked at compile time.
 
+mod common;
+
 use spindle::{Error, Event, ManualClock, Options, Store, Stream, Subscription};
 
 fn clone_send_sync<T: Clone + Send + Sync + 'static>() {}
@@ -16,7 +18,7 @@ fn handles_and_values_cross_threads() {
     send::<Subscription>();
     send::<Error>();
     // A subscription moves to the thread that follows it.
-    let store = Store::open_in_memory().expect("open");
+    let store = common::new_store();
     let mut follower = store.subscribe(Stream::custom("s"), 0).expect("subscribe");
     let handle = std::thread::spawn(move || follower.recv().map(|event| event.seq));
     store.events().append(Stream::custom("s"), "e", serde_json::json!(1)).expect("append");

@@ -1,6 +1,7 @@
 //! Tenants and API tokens (DESIGN.md §5.6) through the public API: administration, suspended
 //! tenants, tokens that open views bound to a tenant and a role, revocation, expiry, and
 //! secrets that never show in `Debug`.
+mod common;
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ const T0: i64 = 1_700_000_000_000;
 
 fn store_at(clock: &ManualClock) -> Store {
     let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    Store::open_in_memory_with(options).expect("open")
+    common::new_store_with(options)
 }
 
 fn suspend(store: &Store, tenant: &str, status: TenantStatus) {
@@ -24,7 +25,7 @@ fn suspend(store: &Store, tenant: &str, status: TenantStatus) {
 
 #[test]
 fn tenants_are_created_read_listed_and_updated() {
-    let store = Store::open_in_memory().expect("open");
+    let store = common::new_store();
     let acme = store.auth().create_tenant("acme", "Acme Corp").expect("create");
     assert_eq!((acme.id.as_str(), acme.status), ("acme", TenantStatus::Active));
     let twice = store.auth().create_tenant("acme", "Again");
@@ -43,7 +44,7 @@ fn tenants_are_created_read_listed_and_updated() {
 
 #[test]
 fn a_suspended_tenant_reads_but_every_write_is_refused_until_it_is_active_again() {
-    let store = Store::open_in_memory().expect("open");
+    let store = common::new_store();
     store.auth().create_tenant("acme", "Acme").expect("create");
     let acme = store.tenant("acme").expect("view");
     let stream = Stream::custom("orders");
@@ -65,7 +66,7 @@ fn a_suspended_tenant_reads_but_every_write_is_refused_until_it_is_active_again(
 
 #[test]
 fn a_token_opens_a_view_bound_to_its_tenant_and_role() {
-    let store = Store::open_in_memory().expect("open");
+    let store = common::new_store();
     store.auth().create_tenant("acme", "Acme").expect("create");
     let admin = store.tenant("acme").expect("acme admin view");
     let (reader_secret, reader) =
@@ -146,7 +147,7 @@ fn last_used_is_refreshed_at_most_once_a_minute() {
 
 #[test]
 fn a_token_view_stays_in_its_tenant_and_cannot_administer_tenants() {
-    let store = Store::open_in_memory().expect("open");
+    let store = common::new_store();
     store.auth().create_tenant("acme", "Acme").expect("create");
     store.auth().create_tenant("globex", "Globex").expect("create");
     let acme_root = store.tenant("acme").expect("view");
@@ -168,7 +169,7 @@ fn a_token_view_stays_in_its_tenant_and_cannot_administer_tenants() {
 
 #[test]
 fn a_suspended_tenants_token_cannot_administer_and_only_the_owner_reactivates() {
-    let store = Store::open_in_memory().expect("open");
+    let store = common::new_store();
     store.auth().create_tenant("acme", "Acme").expect("create");
     let (secret, _) = store
         .tenant("acme")
@@ -186,7 +187,10 @@ fn a_suspended_tenants_token_cannot_administer_and_only_the_owner_reactivates() 
 
 #[test]
 fn a_token_views_raw_sql_cannot_read_the_stores_tables() {
-    let store = Store::open_in_memory().expect("open");
+    if common::sqlite_only("raw SQL through Tx::sqlite") {
+        return;
+    }
+    let store = common::new_store();
     store.auth().create_tenant("acme", "Acme").expect("create");
     store.graphs().create(json!({ "secret": "default's" })).expect("default graph");
     let (secret, _) = store
@@ -214,16 +218,15 @@ fn a_token_views_raw_sql_cannot_read_the_stores_tables() {
 
 #[test]
 fn a_read_only_store_lists_tenants_and_tokens_and_refuses_administration() {
-    let dir = tempfile::tempdir().expect("dir");
-    let path = dir.path().join("store.db");
-    let store = Store::open(&path).expect("open");
+    let shared = common::SharedStore::new();
+    let store = shared.open();
     store.auth().create_tenant("acme", "Acme").expect("tenant");
     let acme = store.tenant("acme").expect("view");
     acme.auth().create_token("ci", Role::Writer, None).expect("token");
     store.close().expect("close");
 
     let options = Options { read_only: true, ..Options::default() };
-    let store = Store::open_with(&path, options).expect("open read-only");
+    let store = shared.open_with(options);
     let tenants = store.auth().tenants().expect("listing tenants writes nothing");
     assert!(tenants.iter().any(|tenant| tenant.id == "acme"));
     assert_eq!(store.auth().tenant("acme").expect("one tenant").name, "Acme");

@@ -11,9 +11,9 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use common::{assert_dense, read_stream, temp_store};
+use common::{SharedStore, assert_dense, read_stream};
 use serde_json::{Value, json};
-use spindle::{Event, Store, Stream, Subscription};
+use spindle::{Event, Stream, Subscription};
 
 const WRITERS: u64 = 16;
 const PER_WRITER: u64 = 250;
@@ -71,7 +71,9 @@ fn follow(
 
 #[test]
 fn sixteen_writers_four_streams_every_subscriber_sees_each_event_once_in_order() {
-    let t = temp_store();
+    // A store file on SQLite (not one in memory), a schema on PostgreSQL.
+    let shared = SharedStore::new();
+    let store = shared.open();
     let writers_done = Arc::new(AtomicBool::new(false));
     let per_stream = (WRITERS * PER_WRITER / STREAMS) as usize;
     let followers: Vec<_> = (0..STREAMS)
@@ -81,18 +83,18 @@ fn sixteen_writers_four_streams_every_subscriber_sees_each_event_once_in_order()
                 1 => (4, Pace::Stalled(Arc::clone(&writers_done))),
                 _ => (1024, Pace::Eager),
             };
-            let sub = t.store.subscribe_with_buffer(stream(n), 0, buffer).expect("subscribe");
+            let sub = store.subscribe_with_buffer(stream(n), 0, buffer).expect("subscribe");
             follow(sub, per_stream, pace, Arc::clone(&writers_done))
         })
         .collect();
     let total = (WRITERS * PER_WRITER) as usize;
-    let all_sub = t.store.subscribe_all_with_buffer(0, 16).expect("subscribe_all");
+    let all_sub = store.subscribe_all_with_buffer(0, 16).expect("subscribe_all");
     let all_follower = follow(all_sub, total, Pace::Eager, Arc::clone(&writers_done));
 
     let barrier = Arc::new(Barrier::new(WRITERS as usize));
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
-            let (store, barrier) = (t.store.clone(), Arc::clone(&barrier));
+            let (store, barrier) = (store.clone(), Arc::clone(&barrier));
             thread::spawn(move || {
                 barrier.wait();
                 for i in 0..PER_WRITER {
@@ -110,7 +112,7 @@ fn sixteen_writers_four_streams_every_subscriber_sees_each_event_once_in_order()
     let mut everything = BTreeSet::new();
     for (n, follower) in followers.into_iter().enumerate() {
         let seen = follower.join().expect("follower");
-        let stored = read_stream(&t.store, &stream(n as u64));
+        let stored = read_stream(&store, &stream(n as u64));
         assert_dense(&stored);
         assert_dense(&seen);
         assert_eq!(seen, stored, "subscriber {n} saw exactly the stored stream, in order");
@@ -128,7 +130,7 @@ fn sixteen_writers_four_streams_every_subscriber_sees_each_event_once_in_order()
 
 #[test]
 fn a_subscription_resumes_from_its_cursor_without_gaps_or_repeats() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let s = Stream::custom("resume");
     common::append_n(&store, &s, 30);
     let mut first = store.subscribe(&s, 0)?;
@@ -147,7 +149,7 @@ fn a_subscription_resumes_from_its_cursor_without_gaps_or_repeats() -> spindle::
 
 #[test]
 fn two_subscribers_of_one_stream_both_see_every_event() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let s = Stream::graph("g");
     let mut a = store.subscribe(&s, 0)?;
     let mut b = store.subscribe_with_buffer(&s, 0, 1)?;
@@ -162,7 +164,7 @@ fn two_subscribers_of_one_stream_both_see_every_event() -> spindle::Result<()> {
 
 #[test]
 fn subscriptions_see_only_their_tenant() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let (acme, globex) = (store.tenant("acme")?, store.tenant("globex")?);
     let s = Stream::custom("shared-name");
     let mut acme_all = acme.subscribe_all(0)?;
@@ -181,10 +183,11 @@ fn subscriptions_see_only_their_tenant() -> spindle::Result<()> {
 
 #[test]
 fn a_live_subscriber_sees_events_another_connection_wrote_without_a_gap() -> spindle::Result<()> {
-    let t = temp_store();
-    let other = Store::open(&t.path)?; // another connection to the file, as another process has
+    let shared = SharedStore::new();
+    let store = shared.open();
+    let other = shared.open(); // another connection to the store, as another process has
     let s = Stream::custom("shared");
-    let mut follower = t.store.subscribe(&s, 0)?;
+    let mut follower = store.subscribe(&s, 0)?;
     assert!(follower.try_recv()?.is_none(), "caught up and live");
 
     common::append_n(&other, &s, 3);
@@ -194,7 +197,7 @@ fn a_live_subscriber_sees_events_another_connection_wrote_without_a_gap() -> spi
         assert_eq!(event.seq, expected);
     }
     common::append_n(&other, &s, 2);
-    t.store.events().append(&s, "local", json!(null))?;
+    store.events().append(&s, "local", json!(null))?;
     let seqs: Vec<u64> =
         (0..3).map(|_| follower.recv().map(|e| e.seq)).collect::<Result<_, _>>()?;
     assert_eq!(seqs, [4, 5, 6], "the local event does not jump over the foreign ones");

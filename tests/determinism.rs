@@ -33,7 +33,7 @@ fn run(inline: bool, seed: u64, dice_seed: u64) -> Vec<String> {
     let clock = ManualClock::new(T0);
     let options =
         Options { inline, seed: Some(seed), clock: Arc::new(clock.clone()), ..Options::default() };
-    let store = Store::open_in_memory_with(options).expect("open");
+    let store = common::new_store_with(options);
     store.auth().create_tenant("acme", "Acme").expect("tenant");
     let mut dice = Dice::new(dice_seed);
     let mut seen = Seen::default();
@@ -199,15 +199,15 @@ fn another_seed_gives_other_ids_and_secrets() {
     assert!(differing > 100, "only {differing} steps differ");
 }
 
-/// Sessions of a seeded file store, each enqueueing three items at the same clock time: every
-/// id returned.
-fn file_sessions(dir: &std::path::Path) -> Vec<String> {
+/// Sessions of a seeded store that each reopen it (a file on SQLite, a schema on PostgreSQL),
+/// each enqueueing three items at the same clock time: every id returned.
+fn reopened_sessions(shared: &common::SharedStore) -> Vec<String> {
     let clock = ManualClock::new(T0);
     let options =
         || Options { seed: Some(3), clock: Arc::new(clock.clone()), ..Options::default() };
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let store = Store::open_with(dir.join("store.db"), options()).expect("open");
+        let store = shared.open_with(options());
         for n in 0..3 {
             let item = NewItem::new("q", json!({ "n": n }));
             ids.push(store.queue().enqueue(item).expect("a new id, not a collision").id);
@@ -219,11 +219,11 @@ fn file_sessions(dir: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn a_reopened_seeded_file_store_makes_new_ids_and_the_same_ones_every_run() {
-    let (first, second) = (tempfile::tempdir().expect("dir"), tempfile::tempdir().expect("dir"));
-    let ids = file_sessions(first.path());
+    let (first, second) = (common::SharedStore::new(), common::SharedStore::new());
+    let ids = reopened_sessions(&first);
     let mut unique = ids.clone();
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), 9, "no session repeated an earlier one's ids: {ids:?}");
-    assert_eq!(file_sessions(second.path()), ids, "the same seed, clock and calls");
+    assert_eq!(reopened_sessions(&second), ids, "the same seed, clock and calls");
 }

@@ -1,15 +1,15 @@
 //! Model-based test of the event log (reliability plan T1, event part): seeded random
 //! sequences of up to 100 appends (plain and idempotent, with the same or other content under
 //! a used key), truncations and reads over a few custom streams of two tenants, with clock
-//! moves forwards and backwards and reopens of the store file, run against the store and
+//! moves forwards and backwards and reopens of the store, run against the store and
 //! against the plain model in `tests/models/events.rs` (shared with the `ops` fuzz harness).
 //! Every answer must agree: sequences dense from 1 and never reused after a truncation, an
 //! idempotent append with the same content returns the first event and writes nothing, with
 //! other content is `Conflict` and writes nothing, timestamps are the store's (never going
 //! back while it is open), positions grow.
 //!
-//! A quarter of the sequences run on a store file in a tmpfs and reopen it now and then; the
-//! others run in memory. `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000);
+//! A quarter of the sequences run on a shared store (a file in a tmpfs on SQLite, a schema of
+//! its own on PostgreSQL) and reopen it now and then; the others run on a private one. `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000);
 //! the test fails when the rare paths (replay-hash conflicts, replays, truncations, reopens,
 //! clock moves back) were not reached often enough. `EVENTS_MODEL_SEED=<seed>` runs one
 //! sequence alone.
@@ -18,12 +18,11 @@ mod common;
 mod models;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::Dice;
+use common::{Dice, SharedStore};
 use models::events::{EventsModel, KeyedAppend, plain};
-use models::{Refusal, Scratch, Stamp, compare};
+use models::{Refusal, Stamp, compare};
 use serde_json::json;
 use spindle::{Durability, ManualClock, Options, Store, Stream};
 
@@ -47,23 +46,24 @@ struct Harness {
     step: usize,
     clock: ManualClock,
     stamp: Stamp,
-    scratch: Option<Scratch>,
+    /// The store of a sequence that reopens it (`None`: a private one, never reopened).
+    shared: Option<SharedStore>,
     views: Vec<Store>,
     models: BTreeMap<&'static str, EventsModel>,
     /// The highest position seen, per tenant.
     last_position: BTreeMap<usize, u64>,
 }
 
-fn open(path: Option<PathBuf>, clock: &ManualClock) -> Vec<Store> {
+fn open(shared: Option<&SharedStore>, clock: &ManualClock) -> Vec<Store> {
     let options = Options {
         clock: Arc::new(clock.clone()),
         durability: Durability::Normal,
         inline: true,
         ..Options::default()
     };
-    let store = match path {
-        Some(path) => Store::open_with(path, options).expect("open the store file"),
-        None => Store::open_in_memory_with(options).expect("open in memory"),
+    let store = match shared {
+        Some(shared) => shared.open_with(options),
+        None => common::new_store_with(options),
     };
     let other = store.tenant(TENANTS[1]).expect("tenant");
     vec![store, other]
@@ -79,9 +79,9 @@ impl Harness {
     }
 
     fn reopen(&mut self) -> bool {
-        let Some(scratch) = &self.scratch else { return false };
+        let Some(shared) = &self.shared else { return false };
         self.views[0].close().expect("close");
-        self.views = open(Some(scratch.file()), &self.clock);
+        self.views = open(Some(shared), &self.clock);
         self.stamp.reopened(self.clock.now_ms());
         true
     }
@@ -177,14 +177,14 @@ fn run(seed: u64, c: &mut Coverage) {
     let mut dice = Dice::new(seed);
     let steps = 1 + dice.below(100) as usize;
     let clock = ManualClock::new(T0);
-    let scratch = (dice.below(4) == 0).then(Scratch::new);
-    let views = open(scratch.as_ref().map(Scratch::file), &clock);
+    let shared = (dice.below(4) == 0).then(SharedStore::in_tmpfs);
+    let views = open(shared.as_ref(), &clock);
     let mut h = Harness {
         seed,
         step: 0,
         clock,
         stamp: Stamp::opened(T0),
-        scratch,
+        shared,
         views,
         models: BTreeMap::new(),
         last_position: BTreeMap::new(),

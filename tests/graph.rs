@@ -4,9 +4,11 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
+use common::SharedStore;
 use serde_json::{Value, json};
 use spindle::graph::CompleteNode;
 use spindle::{
@@ -17,7 +19,7 @@ use spindle::{
 const T0: i64 = 1_700_000_000_000;
 
 fn store() -> Store {
-    Store::open_in_memory().expect("open")
+    common::new_store()
 }
 
 fn task() -> NodeSpec {
@@ -375,7 +377,7 @@ fn a_self_loop_on_error_retries_until_success() {
 #[test]
 fn a_loop_past_its_limit_fails_the_graph() {
     let limits = Limits { loop_refires_max: 2, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let store = common::new_store_with(Options { limits, ..Options::default() });
     let g = store.graphs().create(json!({})).expect("create");
     node(&store, &g, "work");
     edge(&store, &g, "work", "work", Some(TokenColor::Error));
@@ -579,7 +581,7 @@ fn a_late_edge_enables_a_pending_gather_which_completes() {
 #[test]
 fn a_gather_feeding_itself_is_stopped_by_the_output_limit() {
     let limits = Limits { payload_bytes_max: 4096, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let store = common::new_store_with(Options { limits, ..Options::default() });
     let g = store.graphs().create(json!({})).expect("create");
     node(&store, &g, "t");
     let spec = NodeSpec::Gather { strategy: GatherStrategy::All };
@@ -682,7 +684,7 @@ fn cancelling_a_finished_graph_is_a_conflict() {
 fn a_graph_past_its_deadline_fails_and_refuses_work() {
     let clock = ManualClock::new(T0);
     let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    let store = Store::open_in_memory_with(options).expect("open");
+    let store = common::new_store_with(options);
     let g = store.graphs().create(json!({})).expect("create");
     node(&store, &g, "a");
     store.graphs().set_timeout(&g, Some(60_000)).expect("timeout");
@@ -705,7 +707,7 @@ fn a_graph_past_its_deadline_fails_and_refuses_work() {
 fn a_deadline_is_kept_without_any_caller_waiting() {
     let clock = ManualClock::new(T0);
     let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    let store = Store::open_in_memory_with(options).expect("open");
+    let store = common::new_store_with(options);
     let g = store.graphs().create(json!({})).expect("create");
     node(&store, &g, "a");
     store.graphs().set_timeout(&g, Some(5_000)).expect("timeout");
@@ -727,26 +729,59 @@ fn a_deadline_is_kept_without_any_caller_waiting() {
 #[test]
 fn a_deadline_sweep_that_could_not_commit_runs_again() {
     let clock = ManualClock::new(T0);
-    let temp = common::temp_store_with(Options {
+    let shared = SharedStore::new();
+    let store = &shared.open_with(Options {
         clock: Arc::new(clock.clone()),
         busy_timeout: Duration::from_millis(50),
         ..Options::default()
     });
-    let store = &temp.store;
     let g = store.graphs().create(json!({})).expect("create");
     node(store, &g, "a");
     store.graphs().set_timeout(&g, Some(1_000)).expect("timeout");
     store.graphs().start(&g).expect("start");
-    let other = rusqlite::Connection::open(&temp.path).expect("raw connection");
-    other.execute_batch("BEGIN IMMEDIATE").expect("hold the write lock");
+    let other = HeldWrites::start(&shared);
     clock.advance_ms(1_000);
     let blocked = store.graphs().create(json!({}));
     assert!(matches!(blocked, Err(Error::Busy)), "{blocked:?}");
     assert_eq!(graph_status(store, &g), GraphStatus::Running, "reads still work");
-    other.execute_batch("ROLLBACK").expect("release");
+    other.release();
     clock.advance_ms(1_000);
     store.graphs().create(json!({})).expect("a write carries the retried sweep");
     assert_eq!(graph_status(store, &g), GraphStatus::Failed);
+}
+
+/// Another process's write transaction on a shared store, held open until it is released:
+/// SQLite's write lock, or the default tenant's turn to write on PostgreSQL.
+struct HeldWrites {
+    release: mpsc::Sender<()>,
+    thread: JoinHandle<spindle::Result<()>>,
+}
+
+impl HeldWrites {
+    /// Opens another handle on `shared` and starts its transaction. Its clock stays at `T0`,
+    /// so it never sweeps a deadline itself.
+    fn start(shared: &SharedStore) -> Self {
+        let other = shared
+            .open_with(Options { clock: Arc::new(ManualClock::new(T0)), ..Options::default() });
+        let (release, hold) = mpsc::channel::<()>();
+        let (entered_tx, entered) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            other.transaction(move |_tx| {
+                let _ = entered_tx.send(());
+                let _ = hold.recv();
+                Ok(TxOutcome::Rollback(()))
+            })?;
+            other.close()
+        });
+        entered.recv().expect("the held transaction is running");
+        Self { release, thread }
+    }
+
+    /// Ends the transaction (writing nothing) and closes the other handle.
+    fn release(self) {
+        self.release.send(()).expect("release the transaction");
+        self.thread.join().expect("the holding thread").expect("the held transaction");
+    }
 }
 
 #[test]
@@ -768,16 +803,16 @@ fn cancelling_a_deep_chain_of_children_cancels_them_all() {
 #[test]
 fn a_deadline_that_passed_while_closed_is_kept_at_open() {
     let clock = ManualClock::new(T0);
-    let temp =
-        common::temp_store_with(Options { clock: Arc::new(clock.clone()), ..Options::default() });
-    let g = temp.store.graphs().create(json!({})).expect("create");
-    node(&temp.store, &g, "a");
-    temp.store.graphs().set_timeout(&g, Some(1_000)).expect("timeout");
-    temp.store.graphs().start(&g).expect("start");
-    temp.store.close().expect("close");
+    let options = || Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let shared = SharedStore::new();
+    let store = shared.open_with(options());
+    let g = store.graphs().create(json!({})).expect("create");
+    node(&store, &g, "a");
+    store.graphs().set_timeout(&g, Some(1_000)).expect("timeout");
+    store.graphs().start(&g).expect("start");
+    store.close().expect("close");
     clock.advance_ms(1_000);
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    let store = Store::open_with(&temp.path, options).expect("reopen");
+    let store = shared.open_with(options());
     assert_eq!(graph_status(&store, &g), GraphStatus::Failed);
 }
 
@@ -785,7 +820,7 @@ fn a_deadline_that_passed_while_closed_is_kept_at_open() {
 fn the_deadline_sweep_fails_every_overdue_graph_and_only_those() {
     let clock = ManualClock::new(T0);
     let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    let store = Store::open_in_memory_with(options).expect("open");
+    let store = common::new_store_with(options);
     let mut graphs = Vec::new();
     for timeout_ms in [1_000, 2_000, 10_000] {
         let g = store.graphs().create(json!({})).expect("create");
@@ -845,9 +880,10 @@ fn two_subscribers_both_see_every_event() {
 
 #[test]
 fn recovery_after_reopen_resets_running_nodes_and_announces_each_ready_node_once() {
-    let temp = common::temp_store();
+    let shared = SharedStore::new();
+    let first = shared.open();
     let g = {
-        let store = &temp.store;
+        let store = &first;
         let g = store.graphs().create(json!({})).expect("create");
         for id in ["r1", "ready1", "r2", "ready2", "done"] {
             node(store, &g, id);
@@ -858,9 +894,9 @@ fn recovery_after_reopen_resets_running_nodes_and_announces_each_ready_node_once
         store.graphs().start_node(&g, "r2").expect("r2");
         g
     };
-    let before = events(&temp.store, &g).len();
-    temp.store.close().expect("close");
-    let store = Store::open(&temp.path).expect("reopen");
+    let before = events(&first, &g).len();
+    first.close().expect("close");
+    let store = shared.open();
     let nodes = statuses(&store, &g);
     let expected: Vec<(String, NodeStatus)> = [
         ("r1", NodeStatus::Ready),
@@ -891,18 +927,18 @@ fn recovery_after_reopen_resets_running_nodes_and_announces_each_ready_node_once
 #[test]
 fn recovery_goes_page_by_page_and_announces_each_ready_node_once() {
     let limits = Limits { page_size_max: 2, ..Limits::default() };
-    let temp = common::temp_store_with(Options { limits: limits.clone(), ..Options::default() });
+    let shared = SharedStore::new();
+    let first = shared.open_with(Options { limits: limits.clone(), ..Options::default() });
     let mut graphs = Vec::new();
     for _ in 0..5 {
-        let g = temp.store.graphs().create(json!({})).expect("create");
-        node(&temp.store, &g, "a");
-        temp.store.graphs().start(&g).expect("start");
-        temp.store.graphs().start_node(&g, "a").expect("start a");
+        let g = first.graphs().create(json!({})).expect("create");
+        node(&first, &g, "a");
+        first.graphs().start(&g).expect("start");
+        first.graphs().start_node(&g, "a").expect("start a");
         graphs.push(g);
     }
-    temp.store.close().expect("close");
-    let store =
-        Store::open_with(&temp.path, Options { limits, ..Options::default() }).expect("open");
+    first.close().expect("close");
+    let store = shared.open_with(Options { limits, ..Options::default() });
     for g in &graphs {
         assert_eq!(status_of(&store, g, "a"), NodeStatus::Ready);
         let stream = Stream::graph(g);
@@ -917,16 +953,17 @@ fn recovery_goes_page_by_page_and_announces_each_ready_node_once() {
 
 #[test]
 fn an_inspector_that_opens_without_recovery_leaves_running_nodes_alone() {
-    let temp = common::temp_store();
-    let g = temp.store.graphs().create(json!({})).expect("create");
-    node(&temp.store, &g, "a");
-    temp.store.graphs().start(&g).expect("start");
-    temp.store.graphs().start_node(&g, "a").expect("start a");
+    let shared = SharedStore::new();
+    let store = shared.open();
+    let g = store.graphs().create(json!({})).expect("create");
+    node(&store, &g, "a");
+    store.graphs().start(&g).expect("start");
+    store.graphs().start_node(&g, "a").expect("start a");
     let options = Options { recover_on_open: false, ..Options::default() };
-    let inspector = Store::open_with(&temp.path, options).expect("second handle");
+    let inspector = shared.open_with(options);
     assert_eq!(status_of(&inspector, &g, "a"), NodeStatus::Running);
     inspector.close().expect("close");
-    assert_eq!(status_of(&temp.store, &g, "a"), NodeStatus::Running);
+    assert_eq!(status_of(&store, &g, "a"), NodeStatus::Running);
 }
 
 #[test]
@@ -986,7 +1023,7 @@ fn starting_or_finishing_a_node_in_the_wrong_status_is_a_conflict_that_writes_no
 #[test]
 fn bad_input_is_refused_and_writes_nothing() {
     let limits = Limits { payload_bytes_max: 64, graph_nodes_max: 2, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let store = common::new_store_with(Options { limits, ..Options::default() });
     let big = json!({ "text": "x".repeat(100) });
     assert!(matches!(store.graphs().create(big.clone()), Err(Error::TooLarge { .. })));
     assert!(store.graphs().list(Page::first(10)).expect("list").is_empty());
@@ -1075,7 +1112,7 @@ fn value_of(store: &Store, graph: &str) -> Value {
 #[test]
 fn edges_and_children_stop_at_their_limits_and_write_nothing_past_them() {
     let limits = Limits { graph_edges_max: 2, graph_nodes_max: 3, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let store = common::new_store_with(Options { limits, ..Options::default() });
     let g = store.graphs().create(json!({})).expect("create");
     for id in ["a", "b", "c"] {
         node(&store, &g, id);

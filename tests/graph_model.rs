@@ -6,23 +6,21 @@
 //! The model test (`random_graph_sequences_agree_with_the_model`) runs `SPINDLE_MODEL_CASES`
 //! seeded sequences (default 2,000) of up to 100 calls: graphs built, started, their nodes
 //! started, completed and failed in any order (calls the engine must refuse included), grown
-//! while running, cancelled, with clock moves backwards and reopens of a tmpfs store file
-//! (recovery puts running nodes back to ready), checked after every call against the model of
-//! `tests/models/graph.rs` (shared with the `ops` fuzz harness): exactly the nodes and edges
-//! added, counts that match, finished nodes and graphs staying finished, nodes of a DAG firing
-//! at most once, the audit clean. It fails when the rare paths were not reached often enough.
-//! Every graph and sequence comes from a printed seed; `GRAPH_MODEL_SEED=<seed>` runs one
-//! sequence alone.
+//! while running, cancelled, with clock moves backwards and reopens of a shared store (a
+//! tmpfs file on SQLite, a schema on PostgreSQL; recovery puts running nodes back to ready),
+//! checked after every call against the model of `tests/models/graph.rs` (shared with the
+//! `ops` fuzz harness): exactly the nodes and edges added, counts that match, finished nodes
+//! and graphs staying finished, nodes of a DAG firing at most once, the audit clean. It fails
+//! when the rare paths were not reached often enough. Every graph and sequence comes from a
+//! printed seed; `GRAPH_MODEL_SEED=<seed>` runs one sequence alone.
 
 mod common;
 mod models;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::Dice;
-use models::Scratch;
+use common::{Dice, SharedStore};
 use models::graph::{GraphModel, check_counts, check_join};
 use serde_json::json;
 use spindle::{
@@ -35,7 +33,7 @@ const GRAPHS: u64 = 250;
 #[test]
 fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
     let options = Options { inline: true, ..Options::default() };
-    let store = Store::open_in_memory_with(options).expect("open");
+    let store = common::new_store_with(options);
     let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
     for seed in 0..GRAPHS {
         let mut dice = Dice::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -59,7 +57,7 @@ fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
 fn random_graphs_with_loops_always_finish_and_keep_their_counts() {
     let limits = Limits { loop_refires_max: 5, ..Limits::default() };
     let options = Options { limits, inline: true, ..Options::default() };
-    let store = Store::open_in_memory_with(options).expect("open");
+    let store = common::new_store_with(options);
     let mut refired = 0;
     for seed in 0..GRAPHS {
         let mut dice = Dice::new(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5EED);
@@ -248,22 +246,23 @@ struct Sequence {
     seed: u64,
     step: usize,
     clock: ManualClock,
-    scratch: Option<Scratch>,
+    /// The store of a sequence that reopens it (`None`: a private one, never reopened).
+    shared: Option<SharedStore>,
     store: Store,
     graph: GraphModel,
     nodes_made: usize,
 }
 
-fn open_store(path: Option<PathBuf>, clock: &ManualClock) -> Store {
+fn open_store(shared: Option<&SharedStore>, clock: &ManualClock) -> Store {
     let options = Options {
         clock: Arc::new(clock.clone()),
         durability: Durability::Normal,
         inline: true,
         ..Options::default()
     };
-    match path {
-        Some(path) => Store::open_with(path, options).expect("open the store file"),
-        None => Store::open_in_memory_with(options).expect("open in memory"),
+    match shared {
+        Some(shared) => shared.open_with(options),
+        None => common::new_store_with(options),
     }
 }
 
@@ -410,11 +409,11 @@ impl Sequence {
         models::compare(&context, self.store.graphs().cancel(&self.graph.id), expected);
     }
 
-    /// Closes and opens the store file: recovery puts every running node back to ready.
+    /// Closes and opens the store again: recovery puts every running node back to ready.
     fn reopen(&mut self, c: &mut Coverage) -> bool {
-        let Some(scratch) = &self.scratch else { return false };
+        let Some(shared) = &self.shared else { return false };
         self.store.close().expect("close");
-        self.store = open_store(Some(scratch.file()), &self.clock);
+        self.store = open_store(Some(shared), &self.clock);
         let context = self.context("reopened");
         let running: Vec<String> = self
             .graph
@@ -495,10 +494,10 @@ fn run_sequence(seed: u64, c: &mut Coverage) {
     let mut dice = Dice::new(seed);
     let steps = 1 + dice.below(100) as usize;
     let clock = ManualClock::new(1_700_000_000_000);
-    let scratch = (dice.below(4) == 0).then(Scratch::new);
-    let store = open_store(scratch.as_ref().map(Scratch::file), &clock);
+    let shared = (dice.below(4) == 0).then(SharedStore::in_tmpfs);
+    let store = open_store(shared.as_ref(), &clock);
     let graph = GraphModel::new("");
-    let mut s = Sequence { seed, step: 0, clock, scratch, store, graph, nodes_made: 0 };
+    let mut s = Sequence { seed, step: 0, clock, shared, store, graph, nodes_made: 0 };
     s.new_graph(c);
     for step in 0..steps {
         s.step = step;

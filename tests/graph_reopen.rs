@@ -12,7 +12,7 @@ use spindle::{
 };
 
 fn store() -> Store {
-    Store::open_in_memory().expect("open")
+    common::new_store()
 }
 
 /// A started graph of task nodes `names`, with `edges` as `(from, to, condition)`.
@@ -197,7 +197,7 @@ fn nodes_a_failed_graph_left_running_or_ready_are_announced_again() {
 fn a_reopened_graph_gets_a_new_deadline() {
     let clock = ManualClock::new(1_700_000_000_000);
     let options = Options { clock: std::sync::Arc::new(clock.clone()), ..Options::default() };
-    let store = Store::open_in_memory_with(options).expect("open");
+    let store = common::new_store_with(options);
     let g = store.graphs().create(json!({})).expect("create");
     store.graphs().add_node(&g, NodeSpec::task(json!({})), NodeOptions::new().id("a")).expect("a");
     store.graphs().set_timeout(&g, Some(60_000)).expect("timeout");
@@ -219,7 +219,7 @@ fn a_reopened_graph_gets_a_new_deadline() {
 #[test]
 fn reopening_again_and_again_ends_at_the_refire_limit_with_the_graph_failed() {
     let limits = Limits { loop_refires_max: 2, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() }).expect("open");
+    let store = common::new_store_with(Options { limits, ..Options::default() });
     let g = graph(&store, &["a"], &[]);
     run_fail(&store, &g, "a");
     for _ in 0..2 {
@@ -284,16 +284,15 @@ fn refused_reopens_write_nothing() {
 
 #[test]
 fn a_reopened_graph_is_recovered_after_a_restart_like_any_running_graph() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("g.db");
-    let store = Store::open(&path).expect("open");
+    let shared = common::SharedStore::new();
+    let store = shared.open();
     let g = graph(&store, &["a", "b"], &[("a", "b", Some(TokenColor::Ok))]);
     run_fail(&store, &g, "a");
     store.graphs().reopen(&g, &["a"]).expect("reopen");
     store.graphs().start_node(&g, "a").expect("start a");
     store.close().expect("close");
 
-    let store = Store::open(&path).expect("reopen the file");
+    let store = shared.open(); // the restart
     assert_eq!(status_of(&store, &g, "a"), NodeStatus::Ready, "recovered");
     run_ok(&store, &g, "a");
     run_ok(&store, &g, "b");

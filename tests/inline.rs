@@ -21,7 +21,7 @@ fn inline_options(clock: &ManualClock) -> Options {
 }
 
 fn inline_store() -> Store {
-    Store::open_in_memory_with(inline_options(&ManualClock::new(T0))).expect("open inline")
+    common::new_store_with(inline_options(&ManualClock::new(T0)))
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn a_subscriber_gets_the_backlog_then_live_events_committed_by_another_thread() 
 #[test]
 fn the_queue_and_the_clock_behave_as_on_a_store_with_its_own_thread() {
     let clock = ManualClock::new(T0);
-    let store = Store::open_in_memory_with(inline_options(&clock)).expect("open");
+    let store = common::new_store_with(inline_options(&clock));
     let queue = store.queue();
     let id = queue.enqueue(NewItem::new("q", json!({}))).expect("enqueue").id;
     let claimed = queue.claim("w", &["q"], 1_000).expect("claim").expect("an item");
@@ -170,7 +170,7 @@ fn a_fresh_in_memory_store_never_sees_what_a_closed_one_held() {
     for inline in [true, false] {
         for _ in 0..3 {
             let options = Options { inline, ..Options::default() };
-            let store = Store::open_in_memory_with(options).expect("open");
+            let store = common::new_store_with(options);
             assert_eq!(store.events().read_all(0, 10).expect("read").len(), 0);
             assert_eq!(store.queue().stats().expect("stats").len(), 0);
             assert!(store.graphs().list(Default::default()).expect("graphs").is_empty());
@@ -203,7 +203,7 @@ fn fill(store: &Store) {
 fn a_call_back_into_an_outer_store_through_an_inner_one_is_refused_not_a_deadlock() {
     for outer_inline in [true, false] {
         let options = Options { inline: outer_inline, ..Options::default() };
-        let outer = Store::open_in_memory_with(options).expect("open outer");
+        let outer = common::new_store_with(options);
         let inner = inline_store();
         let back = outer.clone();
         let answer = outer.transaction(move |_tx| {

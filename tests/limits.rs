@@ -18,7 +18,7 @@ fn is_too_large(result: &spindle::Result<impl std::fmt::Debug>, limit: u64, actu
 
 #[test]
 fn ids_at_256_bytes_pass_and_257_fail() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let long = "x".repeat(257);
     let s = Stream::custom(&long);
     assert!(is_too_large(&store.events().append(&s, "t", json!(1)), 256, 257));
@@ -37,7 +37,7 @@ fn ids_at_256_bytes_pass_and_257_fail() -> spindle::Result<()> {
 
 #[test]
 fn empty_ids_and_control_characters_are_invalid() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     for bad in ["", "tab\there", "new\nline", "nul\0", "del\u{7f}"] {
         let s = Stream::custom(bad);
         assert!(matches!(store.events().append(&s, "t", json!(1)), Err(Error::InvalidInput(_))));
@@ -52,7 +52,7 @@ fn empty_ids_and_control_characters_are_invalid() -> spindle::Result<()> {
 
 #[test]
 fn payloads_at_one_mebibyte_pass_and_one_byte_more_fails() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let s = Stream::custom("p");
     // A JSON string encodes as its characters plus two quotes.
     let over = json!("z".repeat(MIB - 1));
@@ -65,7 +65,7 @@ fn payloads_at_one_mebibyte_pass_and_one_byte_more_fails() -> spindle::Result<()
 
 #[test]
 fn pages_of_1000_pass_and_1001_fail() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let s = Stream::custom("pages");
     common::append_n(&store, &s, 1001);
     assert_eq!(store.events().read(&s, 0, 1000)?.len(), 1000);
@@ -77,7 +77,7 @@ fn pages_of_1000_pass_and_1001_fail() -> spindle::Result<()> {
 
 #[test]
 fn subscriber_buffers_up_to_the_limit() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let s = Stream::custom("b");
     assert!(store.subscribe_with_buffer(&s, 0, 1024).is_ok());
     assert!(is_too_large(&store.subscribe_with_buffer(&s, 0, 1025).map(|_| ()), 1024, 1025));
@@ -88,7 +88,7 @@ fn subscriber_buffers_up_to_the_limit() -> spindle::Result<()> {
 #[test]
 fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<()> {
     let limits = Limits { id_len_max: 64, payload_bytes_max: 10, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() })?;
+    let store = common::new_store_with(Options { limits, ..Options::default() });
     let long = Stream::custom("s".repeat(65));
     assert!(is_too_large(&store.events().append(long, "t", json!(1)), 64, 65));
     assert!(is_too_large(
@@ -117,7 +117,7 @@ fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<(
 #[test]
 fn open_subscriptions_are_capped_and_freed_on_drop() -> spindle::Result<()> {
     let limits = Limits { subscriptions_max: 2, ..Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..Options::default() })?;
+    let store = common::new_store_with(Options { limits, ..Options::default() });
     let s = Stream::custom("s");
     let first = store.subscribe(&s, 0)?;
     let _second = store.subscribe_all(0)?;
@@ -141,7 +141,7 @@ fn values_nested_past_any_stack_are_refused_before_they_reach_the_store() -> spi
     // Serialising (on the store's thread) or dropping a value this deep would overflow a stack:
     // the refusal happens on the caller's thread and the refused op is not dropped.
     let depth = 300_000;
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let deep_error = |result: spindle::Result<()>| matches!(result, Err(Error::TooLarge { actual, .. }) if actual as usize >= depth);
     let appended = store.events().append(Stream::custom("s"), "t", nested_value(depth));
     assert!(deep_error(appended.map(|_| ())));

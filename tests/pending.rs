@@ -16,16 +16,16 @@ fn append(stream: &Stream, n: u64) -> Append {
 
 #[test]
 fn submitted_ops_run_in_order_and_answer_after_their_commit() -> spindle::Result<()> {
-    let temp = common::temp_store();
+    let shared = common::SharedStore::new();
+    let store = shared.open();
     let stream = Stream::custom("s");
     let pending: Vec<_> =
-        (0..200).map(|n| temp.store.submit(append(&stream, n))).collect::<spindle::Result<_>>()?;
+        (0..200).map(|n| store.submit(append(&stream, n))).collect::<spindle::Result<_>>()?;
     let seqs: Vec<u64> =
         pending.into_iter().map(|p| p.wait().map(|a| a.seq)).collect::<spindle::Result<_>>()?;
     assert_eq!(seqs, (1..=200).collect::<Vec<_>>(), "in submission order");
-    // Acknowledged means committed: another connection to the file sees every one.
-    let other =
-        Store::open_with(&temp.path, Options { recover_on_open: false, ..Options::default() })?;
+    // Acknowledged means committed: another connection to the store sees every one.
+    let other = shared.open_with(Options { recover_on_open: false, ..Options::default() });
     assert_eq!(other.events().head(&stream)?, 200);
     other.close()?;
     Ok(())
@@ -33,7 +33,7 @@ fn submitted_ops_run_in_order_and_answer_after_their_commit() -> spindle::Result
 
 #[test]
 fn a_failed_op_does_not_stop_the_ones_after_it() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let stream = Stream::custom("s");
     let first = store.submit(append(&stream, 1))?;
     let stale = store.submit(Complete { id: "missing".into(), fence: 1, result: json!(1) })?;
@@ -46,7 +46,7 @@ fn a_failed_op_does_not_stop_the_ones_after_it() -> spindle::Result<()> {
 
 #[test]
 fn bad_shape_is_refused_at_submit_and_writes_nothing() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let mut deep = json!(1);
     for _ in 0..100 {
         deep = json!([deep]);
@@ -62,7 +62,7 @@ fn bad_shape_is_refused_at_submit_and_writes_nothing() -> spindle::Result<()> {
 
 #[test]
 fn a_reply_is_taken_once() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let mut pending = store.submit(append(&Stream::custom("s"), 1))?;
     let reply = pending.wait_timeout(Duration::from_secs(10)).expect("answered");
     assert_eq!(reply?.seq, 1);
@@ -74,7 +74,7 @@ fn a_reply_is_taken_once() -> spindle::Result<()> {
 
 #[test]
 fn try_wait_says_none_until_the_reply_comes() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     // A transaction holds the store's thread until the test lets it go.
     let (release, hold) = crossbeam_channel::bounded::<()>(0);
     let held = store.submit_transaction_for_test(hold);
@@ -89,13 +89,13 @@ fn try_wait_says_none_until_the_reply_comes() -> spindle::Result<()> {
 
 #[test]
 fn submit_is_refused_after_close_and_inside_a_transaction() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let queued = store.submit(append(&Stream::custom("s"), 1))?;
     store.close()?;
     assert_eq!(queued.wait()?.seq, 1, "close finishes the queued work");
     assert!(matches!(store.submit(append(&Stream::custom("s"), 2)), Err(Error::Closed)));
 
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let inner = store.clone();
     let refused = store.transaction(move |_tx| {
         let refused = inner.submit(append(&Stream::custom("s"), 1)).err();
@@ -107,7 +107,7 @@ fn submit_is_refused_after_close_and_inside_a_transaction() -> spindle::Result<(
 
 #[test]
 fn an_inline_store_answers_a_submit_at_once() -> spindle::Result<()> {
-    let store = Store::open_in_memory_with(Options { inline: true, ..Options::default() })?;
+    let store = common::new_store_with(Options { inline: true, ..Options::default() });
     let pending = store.submit(append(&Stream::custom("s"), 1))?;
     assert!(pending.is_ready());
     assert_eq!(pending.wait()?.seq, 1);

@@ -19,12 +19,12 @@ use spindle::process::{
 };
 use spindle::{Error, ManualClock, Options, Page, Store, Stream};
 
-use common::temp_store_with;
+use common::SharedStore;
 
 const T0: i64 = 1_700_000_000_000;
 
 fn store_at(clock: &ManualClock) -> Store {
-    Store::open_in_memory_with(options_at(clock)).expect("open")
+    common::new_store_with(options_at(clock))
 }
 
 fn options_at(clock: &ManualClock) -> Options {
@@ -741,11 +741,12 @@ fn prune_removes_terminal_processes_older_than_cutoff() {
 #[test]
 fn process_registry_survives_reopen() {
     let clock = ManualClock::new(T0);
-    let t = temp_store_with(options_at(&clock));
+    let shared = SharedStore::new();
+    let store = shared.open_with(options_at(&clock));
     let reference = ExternalRef { backend: "b".into(), id: "x".into(), metadata: Some(json!([1])) };
     let scope = SessionScope::new("s");
     let (event, lease) = {
-        let processes = t.store.processes();
+        let processes = store.processes();
         processes.register(tool("p").event_type(progress_type())).expect("register");
         processes.set_external_ref("p", reference.clone()).expect("ref");
         processes.grant_handle(&scope, "p", HandleDescriptor::default()).expect("grant");
@@ -755,9 +756,9 @@ fn process_registry_survives_reopen() {
         processes.complete_lease(&lease).expect("release");
         (event, lease)
     };
-    let record = t.store.processes().get("p").expect("get").expect("exists");
-    t.store.close().expect("close");
-    let store = Store::open_with(&t.path, options_at(&clock)).expect("reopen");
+    let record = store.processes().get("p").expect("get").expect("exists");
+    store.close().expect("close");
+    let store = shared.open_with(options_at(&clock));
     assert_eq!(store.processes().get("p").expect("get").expect("exists"), record);
     assert!(store.processes().has_handle_grant(&scope, "p").expect("has"));
     assert_eq!(
@@ -777,14 +778,13 @@ fn process_registry_survives_reopen() {
 #[test]
 fn a_replayed_terminal_event_repairs_a_record_that_lost_its_end() {
     let clock = ManualClock::new(T0);
-    let t = temp_store_with(options_at(&clock));
-    t.store.processes().register(tool("p")).expect("register");
-    let done = t.store.processes().complete("p", success(json!("ok"))).expect("complete");
-    t.store.close().expect("close");
-    let raw = rusqlite::Connection::open(&t.path).expect("raw");
-    raw.execute("UPDATE processes SET status = 'running', await_output = NULL", []).expect("undo");
-    drop(raw);
-    let store = Store::open_with(&t.path, options_at(&clock)).expect("reopen");
+    let shared = SharedStore::new();
+    let store = shared.open_with(options_at(&clock));
+    store.processes().register(tool("p")).expect("register");
+    let done = store.processes().complete("p", success(json!("ok"))).expect("complete");
+    store.close().expect("close");
+    shared.raw_execute("UPDATE processes SET status = 'running', await_output = NULL");
+    let store = shared.open_with(options_at(&clock));
     assert!(!store.processes().get("p").expect("get").expect("p").is_terminal(), "damaged");
     let repaired = store.processes().complete("p", success(json!("ok"))).expect("replay");
     assert_eq!(repaired.status, done.status, "the replay put the end back");
@@ -881,7 +881,7 @@ fn bad_events_and_leases_are_refused_and_write_nothing() {
 fn prune_goes_a_page_at_a_time() {
     let clock = ManualClock::new(T0);
     let limits = spindle::Limits { page_size_max: 3, ..spindle::Limits::default() };
-    let store = Store::open_in_memory_with(Options { limits, ..options_at(&clock) }).expect("open");
+    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
     for i in 0..5 {
         register(&store, tool(&format!("p{i}")));
         store.processes().complete(&format!("p{i}"), success(json!(i))).expect("complete");
@@ -941,7 +941,7 @@ fn small_limits_store(clock: &ManualClock) -> Store {
         id_len_max: 64,
         ..spindle::Limits::default()
     };
-    Store::open_in_memory_with(Options { limits, ..options_at(clock) }).expect("open")
+    common::new_store_with(Options { limits, ..options_at(clock) })
 }
 
 /// A JSON string payload whose encoding is exactly `bytes` long.
@@ -1128,12 +1128,11 @@ fn reports_declared_durability() {
     // The seed's registry reports a durability tier; here every registry write is a store
     // commit, durable across power loss under the default `Durability::Full`.
     assert_eq!(Options::default().durability, spindle::Durability::Full);
-    let t = temp_store_with(Options::default());
-    register(&t.store, tool("p"));
-    t.store.close().expect("close");
-    let raw = rusqlite::Connection::open(&t.path).expect("raw");
-    let count: i64 =
-        raw.query_row("SELECT count(*) FROM processes", [], |r| r.get(0)).expect("count");
+    let shared = SharedStore::new();
+    let store = shared.open();
+    register(&store, tool("p"));
+    store.close().expect("close");
+    let count = shared.raw_count("SELECT count(*) FROM processes");
     assert_eq!(count, 1, "on disk once the call returned");
 }
 

@@ -1,7 +1,7 @@
 //! Model-based test of the process registry (reliability plan T1, registry part): seeded random
 //! sequences of registrations, appends with and without replay keys, completions, wait states,
 //! lease claims, reclaims, renewals and releases, clock moves past lease expiry, and reopens of
-//! the same file, run against the store and against a plain in-memory model (`BTreeMap`s) of
+//! the same store, run against the store and against a plain in-memory model (`BTreeMap`s) of
 //! the registry's rules (DESIGN.md §5.4, seed-semantics.md §2 as Spindle implements them).
 //!
 //! After every call the store's answer must equal the model's, down to the error variant
@@ -15,8 +15,9 @@
 //!
 //! The clock also jumps backwards (the store's time then stays where it was until the clock
 //! catches up, and starts from the clock again after a reopen: `models::Stamp`). A quarter of
-//! the sequences run on a store file in a tmpfs and reopen it now and then and at the end; the
-//! others run in memory. The model lives in `tests/models/process.rs` (shared with the `ops`
+//! the sequences run on a shared store (a file in a tmpfs on SQLite, a schema of its own on
+//! PostgreSQL) and reopen it now and then and at the end; the others run on a private one. The
+//! model lives in `tests/models/process.rs` (shared with the `ops`
 //! fuzz harness). `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000); every
 //! sequence comes from a printed seed, and `PROCESS_MODEL_SEED=<seed>` runs one alone.
 
@@ -25,14 +26,13 @@ mod models;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::Dice;
+use common::{Dice, SharedStore};
 use models::process::{
     ExpectClaim, Model, ModelProcess, PROCESSES, outputs, registration, terminal_request,
 };
-use models::{Expect, Refusal, Scratch, Stamp, assert_refused};
+use models::{Expect, Refusal, Stamp, assert_refused};
 use serde_json::json;
 use spindle::process::{
     AppendRequest, AwaitOutput, LeaseClaim, LeaseOwner, ProcessLease, ProcessStatus, WaitKind,
@@ -85,8 +85,8 @@ struct Harness {
     clock: ManualClock,
     /// The store's time as the model sees it.
     stamp: Stamp,
-    /// The store file, for sequences that reopen it (`None`: in memory).
-    path: Option<PathBuf>,
+    /// The store of a sequence that reopens it (`None`: a private one, never reopened).
+    shared: Option<SharedStore>,
     store: Store,
     model: Model,
     /// Every lease value the store handed out, per process (for renewals, releases and stale
@@ -111,10 +111,10 @@ fn options(clock: &ManualClock) -> Options {
     }
 }
 
-fn open(path: Option<&PathBuf>, clock: &ManualClock) -> Store {
-    match path {
-        Some(path) => Store::open_with(path, options(clock)).expect("open the store file"),
-        None => Store::open_in_memory_with(options(clock)).expect("open in memory"),
+fn open(shared: Option<&SharedStore>, clock: &ManualClock) -> Store {
+    match shared {
+        Some(shared) => shared.open_with(options(clock)),
+        None => common::new_store_with(options(clock)),
     }
 }
 
@@ -232,13 +232,13 @@ impl Harness {
         }
     }
 
-    /// Closes and opens the store file again (a no-op for an in-memory store).
+    /// Closes and opens the store again (a no-op for a private store).
     fn reopen(&mut self) -> bool {
-        if self.path.is_none() {
+        if self.shared.is_none() {
             return false;
         }
         self.store.close().expect("close");
-        self.store = open(self.path.as_ref(), &self.clock);
+        self.store = open(self.shared.as_ref(), &self.clock);
         self.stamp.reopened(self.clock.now_ms());
         true
     }
@@ -249,15 +249,14 @@ fn run(seed: u64, coverage: &mut Coverage) {
     let mut dice = Dice::new(seed);
     let steps = 1 + dice.below(100) as usize;
     let clock = ManualClock::new(T0);
-    let scratch = (dice.below(4) == 0).then(Scratch::new);
-    let path = scratch.as_ref().map(Scratch::file);
-    let store = open(path.as_ref(), &clock);
+    let shared = (dice.below(4) == 0).then(SharedStore::in_tmpfs);
+    let store = open(shared.as_ref(), &clock);
     let mut h = Harness {
         seed,
         step: 0,
         clock,
         stamp: Stamp::opened(T0),
-        path,
+        shared,
         store,
         model: Model::default(),
         known: BTreeMap::new(),

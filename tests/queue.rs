@@ -17,7 +17,7 @@ const T0: i64 = 1_700_000_000_000;
 
 fn store_at(clock: &ManualClock) -> Store {
     let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    Store::open_in_memory_with(options).expect("open")
+    common::new_store_with(options)
 }
 
 /// A store whose page size limit is 2, so that bounds show with a handful of items.
@@ -25,7 +25,7 @@ fn setup_with_pages_of_two() -> (Store, ManualClock) {
     let clock = ManualClock::new(T0);
     let limits = spindle::Limits { page_size_max: 2, ..spindle::Limits::default() };
     let options = Options { clock: Arc::new(clock.clone()), limits, ..Options::default() };
-    (Store::open_in_memory_with(options).expect("open"), clock)
+    (common::new_store_with(options), clock)
 }
 
 fn setup() -> (Store, ManualClock) {
@@ -281,7 +281,7 @@ fn release_refunds_the_attempt() -> spindle::Result<()> {
 #[test]
 fn claim_wait_wakes_on_an_enqueue_from_another_thread_and_times_out_otherwise()
 -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let waited = Instant::now();
     assert!(store.queue().claim_wait("w", &["q"], 1_000, Duration::from_millis(50))?.is_none());
     assert!(waited.elapsed() >= Duration::from_millis(50));
@@ -300,7 +300,7 @@ fn claim_wait_wakes_on_an_enqueue_from_another_thread_and_times_out_otherwise()
 
 #[test]
 fn claim_wait_sleeps_until_a_scheduled_item_is_due() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let now_ms = spindle::SystemClock.now_ms();
     store.queue().enqueue(NewItem::new("q", json!(1)).run_at_ms(now_ms + 200))?;
     let claimed = store.queue().claim_wait("w", &["q"], 1_000, Duration::from_secs(30))?;
@@ -535,7 +535,7 @@ fn a_claim_reclaims_its_own_queues_leases_whatever_other_queues_hold() -> spindl
 
 #[test]
 fn claim_wait_wakes_when_a_lease_lapses() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
     let id = store.queue().enqueue(NewItem::new("q", json!(1)).backoff(zero))?.id;
     store.queue().claim("dying worker", &["q"], 100)?.expect("claimed");
@@ -609,12 +609,11 @@ fn a_batch_naming_an_item_twice_is_invalid() -> spindle::Result<()> {
 fn fences_keep_growing_across_a_restart() -> spindle::Result<()> {
     let clock = ManualClock::new(T0);
     let options = || Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("fences.db");
+    let shared = common::SharedStore::new();
     let id;
     let before;
     {
-        let store = Store::open_with(&path, options())?;
+        let store = shared.open_with(options());
         let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
         id = store.queue().enqueue(NewItem::new("q", json!(1)).backoff(zero))?.id;
         let first = store.queue().claim("w", &["q"], 1_000)?.expect("claimed");
@@ -623,7 +622,7 @@ fn fences_keep_growing_across_a_restart() -> spindle::Result<()> {
         store.close()?;
     }
     clock.advance_ms(70_000); // the lease lapsed while the store was closed
-    let store = Store::open_with(&path, options())?;
+    let store = shared.open_with(options());
     let after = store.queue().claim("w2", &["q"], 1_000)?.expect("reclaimed after restart");
     assert_eq!(after.item.id, id);
     assert!(after.fence > before, "fence {} after a restart, {} before", after.fence, before);
@@ -683,15 +682,16 @@ fn item_events_come_back_when_turned_on_and_other_queues_keep_theirs() -> spindl
 
 #[test]
 fn an_item_events_setting_is_durable_and_rolls_back_with_its_transaction() -> spindle::Result<()> {
-    let t = common::temp_store();
-    t.store.queue().set_item_events("kept", false)?;
-    let rolled_back = t.store.transaction(|tx| {
+    let shared = common::SharedStore::new();
+    let store = shared.open();
+    store.queue().set_item_events("kept", false)?;
+    let rolled_back = store.transaction(|tx| {
         tx.exec(spindle::queue::SetItemEvents { queue: "undone".into(), enabled: false })?;
         Ok(TxOutcome::Rollback(()))
     });
     assert!(rolled_back.is_ok());
-    t.store.close()?;
-    let store = Store::open(&t.path)?;
+    store.close()?;
+    let store = shared.open();
     assert!(!store.queue().item_events("kept")?);
     assert!(store.queue().item_events("undone")?);
     assert!(queue_event_types(&store, "undone").is_empty());

@@ -1,13 +1,13 @@
 //! Model-based test of the work queue (reliability plan T1, queue part): seeded random
 //! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release with
 //! the current or a stale fence, reclaim of expired leases, dead letters, requeue, cancel, get),
-//! clock moves forwards and backwards, and reopens of the store file, run against the store and
+//! clock moves forwards and backwards, and reopens of the store, run against the store and
 //! against the plain model in `tests/models/queue.rs` (shared with the `ops` fuzz harness).
 //! Every answer must agree, down to the error variant; at the end every item agrees on status,
 //! attempt, fence, due time and lease.
 //!
-//! A quarter of the sequences run on a store file in a tmpfs and reopen it now and then; the
-//! others run in memory. `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000);
+//! A quarter of the sequences run on a shared store (a file in a tmpfs on SQLite, a schema of
+//! its own on PostgreSQL) and reopen it now and then; the others run on a private one. `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000);
 //! the test fails when the generators did not reach the rare paths (lease expiry with reclaim,
 //! dead-lettering, stale fences, reopen, clock moves back) often enough. Every sequence comes
 //! from a printed seed; `QUEUE_MODEL_SEED=<seed>` runs one alone.
@@ -15,12 +15,11 @@
 mod common;
 mod models;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::Dice;
+use common::{Dice, SharedStore};
 use models::queue::{QueueModel, Swept, check_item};
-use models::{Expect, Refusal, Scratch, Stamp, compare};
+use models::{Expect, Refusal, Stamp, compare};
 use serde_json::json;
 use spindle::{Durability, FailOutcome, ItemStatus, ManualClock, NewItem, Options, Page, Store};
 
@@ -51,31 +50,32 @@ struct Harness {
     step: usize,
     clock: ManualClock,
     stamp: Stamp,
-    scratch: Option<Scratch>,
+    /// The store of a sequence that reopens it (`None`: a private one, never reopened).
+    shared: Option<SharedStore>,
     store: Store,
     model: QueueModel,
 }
 
-fn open(path: Option<PathBuf>, clock: &ManualClock) -> Store {
+fn open(shared: Option<&SharedStore>, clock: &ManualClock) -> Store {
     let options = Options {
         clock: Arc::new(clock.clone()),
         durability: Durability::Normal,
         inline: true,
         ..Options::default()
     };
-    match path {
-        Some(path) => Store::open_with(path, options).expect("open the store file"),
-        None => Store::open_in_memory_with(options).expect("open in memory"),
+    match shared {
+        Some(shared) => shared.open_with(options),
+        None => common::new_store_with(options),
     }
 }
 
 impl Harness {
     fn new(seed: u64, dice: &mut Dice) -> Self {
         let clock = ManualClock::new(T0);
-        let scratch = (dice.below(4) == 0).then(Scratch::new);
-        let store = open(scratch.as_ref().map(Scratch::file), &clock);
+        let shared = (dice.below(4) == 0).then(SharedStore::in_tmpfs);
+        let store = open(shared.as_ref(), &clock);
         let stamp = Stamp::opened(T0);
-        Self { seed, step: 0, clock, stamp, scratch, store, model: QueueModel::default() }
+        Self { seed, step: 0, clock, stamp, shared, store, model: QueueModel::default() }
     }
 
     fn context(&self, op: &str) -> String {
@@ -88,9 +88,9 @@ impl Harness {
     }
 
     fn reopen(&mut self) -> bool {
-        let Some(scratch) = &self.scratch else { return false };
+        let Some(shared) = &self.shared else { return false };
         self.store.close().expect("close");
-        self.store = open(Some(scratch.file()), &self.clock);
+        self.store = open(Some(shared), &self.clock);
         self.stamp.reopened(self.clock.now_ms());
         true
     }

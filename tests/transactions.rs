@@ -6,24 +6,24 @@ mod common;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::{raw_event_count, temp_store};
 use serde_json::json;
 use spindle::{Error, Store, Stream, TxOutcome};
 
 #[test]
 fn an_acknowledged_append_is_visible_to_another_connection_at_once() {
-    let t = temp_store();
+    let shared = common::SharedStore::new();
+    let store = shared.open();
     let stream = Stream::custom("acked");
     for expected in 1..=5 {
-        t.store.events().append(&stream, "e", json!(expected)).expect("append");
+        store.events().append(&stream, "e", json!(expected)).expect("append");
         // The reply came back: the row must already be committed, so a second connection sees it.
-        assert_eq!(raw_event_count(&t.path), expected);
+        assert_eq!(shared.raw_count("SELECT count(*) FROM events"), expected);
     }
 }
 
 #[test]
 fn commit_keeps_every_write_of_a_transaction() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let stream = Stream::custom("t");
     let s = stream.clone();
     let seqs = store.transaction(move |tx| {
@@ -38,7 +38,7 @@ fn commit_keeps_every_write_of_a_transaction() -> spindle::Result<()> {
 
 #[test]
 fn rollback_and_err_leave_no_rows_and_publish_nothing() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let stream = Stream::custom("t");
     let mut follower = store.subscribe(&stream, 0)?;
     assert!(follower.try_recv()?.is_none(), "nothing yet; now live");
@@ -69,7 +69,7 @@ fn rollback_and_err_leave_no_rows_and_publish_nothing() -> spindle::Result<()> {
 
 #[test]
 fn a_failed_inner_op_rolls_back_only_its_own_writes() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let stream = Stream::custom("t");
     let s = stream.clone();
     let outcome = store.transaction(move |tx| {
@@ -93,7 +93,7 @@ fn a_failed_inner_op_rolls_back_only_its_own_writes() -> spindle::Result<()> {
 
 #[test]
 fn a_panicking_transaction_is_rolled_back_and_the_store_stays_usable() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let stream = Stream::custom("t");
     let s = stream.clone();
     let result = store.transaction(move |tx| -> spindle::Result<TxOutcome<()>> {
@@ -112,7 +112,7 @@ fn a_panicking_transaction_is_rolled_back_and_the_store_stays_usable() -> spindl
 
 #[test]
 fn a_panic_among_concurrent_transactions_costs_only_itself() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let stream = Stream::custom("t");
     let barrier = Arc::new(Barrier::new(20));
     let handles: Vec<_> = (0..20)
@@ -141,7 +141,10 @@ fn a_panic_among_concurrent_transactions_costs_only_itself() -> spindle::Result<
 
 #[test]
 fn a_commit_through_raw_sql_keeps_nothing_and_the_store_carries_on() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    if common::sqlite_only("raw SQL through Tx::sqlite") {
+        return Ok(());
+    }
+    let store = common::new_store();
     let stream = Stream::custom("t");
     let mut follower = store.subscribe(&stream, 0)?;
     assert!(follower.try_recv()?.is_none());
@@ -161,7 +164,7 @@ fn a_commit_through_raw_sql_keeps_nothing_and_the_store_carries_on() -> spindle:
 
 #[test]
 fn a_call_back_into_the_store_from_inside_an_op_is_refused_not_hung() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let inner = store.clone();
     let inner_result = store.transaction(move |_tx| {
         let head = inner.events().head(Stream::custom("x"));
@@ -181,7 +184,7 @@ fn a_call_back_into_the_store_from_inside_an_op_is_refused_not_hung() -> spindle
 
 #[test]
 fn a_subscription_read_inside_an_op_is_refused_not_hung() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    let store = common::new_store();
     let mut follower = store.subscribe(Stream::custom("s"), 0)?;
     let refused = store.transaction(move |_tx| {
         Ok(TxOutcome::Commit(matches!(follower.recv(), Err(Error::InvalidInput(_)))))
@@ -206,7 +209,10 @@ fn assert_refused_whole(store: &Store, stream: &Stream, sql: &'static str) {
 
 #[test]
 fn transaction_and_savepoint_statements_through_raw_sql_are_refused() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    if common::sqlite_only("raw SQL through Tx::sqlite") {
+        return Ok(());
+    }
+    let store = common::new_store();
     let stream = Stream::custom("t");
     for sql in ["SAVEPOINT mine", "ROLLBACK", "RELEASE op", "BEGIN", "COMMIT"] {
         assert_refused_whole(&store, &stream, sql);
@@ -225,7 +231,10 @@ fn transaction_and_savepoint_statements_through_raw_sql_are_refused() -> spindle
 
 #[test]
 fn raw_sql_may_read_the_stores_tables_but_not_write_or_reshape_them() -> spindle::Result<()> {
-    let store = Store::open_in_memory()?;
+    if common::sqlite_only("raw SQL through Tx::sqlite") {
+        return Ok(());
+    }
+    let store = common::new_store();
     let stream = Stream::custom("guarded");
     store.events().append(&stream, "kept", json!(1))?;
     for sql in [
@@ -255,5 +264,27 @@ fn raw_sql_may_read_the_stores_tables_but_not_write_or_reshape_them() -> spindle
     assert_eq!(count, 1, "reads are allowed");
     assert_eq!(store.events().head(&stream)?, 2);
     assert_eq!(store.queue().stats()?[0].pending, 1);
+    Ok(())
+}
+
+#[test]
+fn raw_sql_is_the_engines_own_and_the_other_engine_refuses_it_writing_nothing()
+-> spindle::Result<()> {
+    let store = common::new_store();
+    let stream = Stream::custom("raw");
+    let s = stream.clone();
+    let result = store.transaction(move |tx| {
+        tx.append_event(&s, "before", json!(1))?;
+        let sql = tx.sqlite()?;
+        let one: i64 = sql.query_row("SELECT 1", [], |row| row.get(0))?;
+        Ok(TxOutcome::Commit(one))
+    });
+    if common::on_postgres() {
+        assert!(matches!(result, Err(Error::WrongEngine(_))), "{result:?}");
+        assert!(store.events().read(&stream, 0, 10)?.is_empty(), "nothing was written");
+    } else {
+        assert_eq!(result?, 1);
+        assert_eq!(store.events().read(&stream, 0, 10)?.len(), 1);
+    }
     Ok(())
 }

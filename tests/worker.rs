@@ -21,7 +21,7 @@ const T0: i64 = 1_700_000_000_000;
 fn setup() -> (Store, ManualClock) {
     let clock = ManualClock::new(T0);
     let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
-    (Store::open_in_memory_with(options).expect("open"), clock)
+    (common::new_store_with(options), clock)
 }
 
 fn enqueue_n(store: &Store, queue: &str, n: usize) -> Vec<String> {

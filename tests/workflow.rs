@@ -13,7 +13,7 @@ use spindle::{
     Error, Event, ExecutionFilter, ManualClock, Options, Page, Store, Stream, WorkflowStatus,
 };
 
-use common::temp_store_with;
+use common::SharedStore;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -22,7 +22,7 @@ fn options_at(clock: &ManualClock) -> Options {
 }
 
 fn store_at(clock: &ManualClock) -> Store {
-    Store::open_in_memory_with(options_at(clock)).expect("open")
+    common::new_store_with(options_at(clock))
 }
 
 /// A store with the `build` workflow at version `v1`.
@@ -241,7 +241,7 @@ fn snapshots_are_immutable_and_load_returns_the_events_after_the_latest() {
 fn load_pages_through_a_long_stream() {
     let limits = spindle::Limits { page_size_max: 3, ..spindle::Limits::default() };
     let clock = ManualClock::new(T0);
-    let store = Store::open_in_memory_with(Options { limits, ..options_at(&clock) }).expect("open");
+    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
     store.workflows().put_definition("build", "v1", json!({})).expect("put");
     let id = start(&store);
     for i in 0..10 {
@@ -295,25 +295,26 @@ fn listings_filter_by_status_and_workflow_newest_first() {
 #[test]
 fn a_run_is_recovered_from_its_log_after_reopen() {
     let clock = ManualClock::new(T0);
-    let t = temp_store_with(options_at(&clock));
-    t.store.workflows().put_definition("build", "v1", json!({})).expect("put");
-    let id = t.store.workflows().create_execution("build", "v1", json!({})).expect("create").id;
-    t.store.workflows().set_status(&id, WorkflowStatus::Running).expect("run");
+    let shared = SharedStore::new();
+    let store = shared.open_with(options_at(&clock));
+    store.workflows().put_definition("build", "v1", json!({})).expect("put");
+    let id = store.workflows().create_execution("build", "v1", json!({})).expect("create").id;
+    store.workflows().set_status(&id, WorkflowStatus::Running).expect("run");
     for node in ["n1", "n2", "n3", "n4"] {
         let payload = json!({ "node": node, "patch": { node: "done" } });
-        t.store.workflows().append_event(&id, "node_completed", payload).expect("append");
+        store.workflows().append_event(&id, "node_completed", payload).expect("append");
     }
-    t.store
+    store
         .workflows()
         .write_snapshot(&id, 5, json!({ "n1": "done", "n2": "done", "n3": "done", "n4": "done" }))
         .expect("snapshot");
-    t.store
+    store
         .workflows()
         .append_event(&id, "node_completed", json!({ "node": "n6", "patch": { "n6": "done" } }))
         .expect("append");
-    t.store.workflows().set_status(&id, WorkflowStatus::Completed).expect("complete");
-    t.store.close().expect("close");
-    let store = Store::open_with(&t.path, options_at(&clock)).expect("reopen");
+    store.workflows().set_status(&id, WorkflowStatus::Completed).expect("complete");
+    store.close().expect("close");
+    let store = shared.open_with(options_at(&clock));
     let loaded = store.workflows().load(&id).expect("load");
     assert_eq!(loaded.execution.status, WorkflowStatus::Completed);
     assert_eq!(loaded.execution.completed_at_ms, Some(T0));
@@ -372,8 +373,8 @@ fn tenants_see_only_their_own_workflows() {
 #[test]
 fn delete_removes_the_execution_its_snapshots_and_its_events() {
     let clock = ManualClock::new(T0);
-    let t = temp_store_with(options_at(&clock));
-    let store = t.store.clone();
+    let shared = SharedStore::new();
+    let store = shared.open_with(options_at(&clock));
     store.workflows().put_definition("build", "v1", json!({})).expect("put");
     let id = start(&store);
     store.workflows().append_event(&id, "x", json!({})).expect("append");
@@ -384,9 +385,7 @@ fn delete_removes_the_execution_its_snapshots_and_its_events() {
     assert_eq!(store.events().head(Stream::execution(&id)).expect("head"), 0);
     assert!(matches!(store.workflows().latest_snapshot(&id), Err(Error::NotFound { .. })));
     store.close().expect("close");
-    let raw = rusqlite::Connection::open(&t.path).expect("raw");
-    let snapshots: i64 =
-        raw.query_row("SELECT count(*) FROM workflow_snapshots", [], |r| r.get(0)).expect("count");
+    let snapshots = shared.raw_count("SELECT count(*) FROM workflow_snapshots");
     assert_eq!(snapshots, 0, "its snapshots went with it");
 }
 
@@ -395,7 +394,7 @@ fn sizes_hold_at_the_limit_and_refuse_one_past_it() {
     let limits =
         spindle::Limits { payload_bytes_max: 100, id_len_max: 64, ..spindle::Limits::default() };
     let clock = ManualClock::new(T0);
-    let store = Store::open_in_memory_with(Options { limits, ..options_at(&clock) }).expect("open");
+    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
     let id_at = "w".repeat(64);
     store.workflows().put_definition(&id_at, &id_at, json!({})).expect("ids at the limit");
     let id_past = "w".repeat(65);
@@ -515,7 +514,7 @@ fn another_tenants_execution_behaves_as_missing_for_every_operation() {
 fn every_value_a_workflow_keeps_is_bounded() {
     let limits = spindle::Limits { payload_bytes_max: 100, ..spindle::Limits::default() };
     let clock = ManualClock::new(T0);
-    let store = Store::open_in_memory_with(Options { limits, ..options_at(&clock) }).expect("open");
+    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
     let text_of = |bytes: usize| json!({ "t": "x".repeat(bytes - r#"{"t":""}"#.len()) });
     store.workflows().put_definition("w", "at", text_of(100)).expect("an ir at the limit");
     let ir = store.workflows().put_definition("w", "past", text_of(101));

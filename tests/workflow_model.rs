@@ -3,13 +3,13 @@
 //! executions created, moved through the status machine, their state set with the current or
 //! a stale expected version, merge-patched and appended to, caller events appended, snapshots
 //! written at any sequence, load and replay, deletion), with clock moves forwards and
-//! backwards and reopens of the store file, run against the store and against the plain model
+//! backwards and reopens of the store, run against the store and against the plain model
 //! in `tests/models/workflow.rs` (shared with the `ops` fuzz harness). Every answer must agree
 //! down to the error variant; the event stream stays dense from 1 with the lifecycle events in
 //! it; a snapshot at k plus the events after k replays to the same state as the model's fold.
 //!
-//! A quarter of the sequences run on a store file in a tmpfs and reopen it now and then; the
-//! others run in memory. `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000);
+//! A quarter of the sequences run on a shared store (a file in a tmpfs on SQLite, a schema of
+//! its own on PostgreSQL) and reopen it now and then; the others run on a private one. `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000);
 //! the test fails when the rare paths (stale versions, snapshot conflicts, moves the status
 //! machine refuses, writes to finished executions, deletions, reopens, clock moves back) were
 //! not reached often enough. `WORKFLOW_MODEL_SEED=<seed>` runs one sequence alone.
@@ -17,13 +17,12 @@
 mod common;
 mod models;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::Dice;
+use common::{Dice, SharedStore};
 use models::events::plain;
 use models::workflow::WorkflowModel;
-use models::{Refusal, Scratch, Stamp, compare};
+use models::{Refusal, Stamp, compare};
 use serde_json::{Value, json};
 use spindle::{
     Durability, Event, Execution, ExecutionFilter, ManualClock, Options, Page, Store,
@@ -66,23 +65,24 @@ struct Harness {
     step: usize,
     clock: ManualClock,
     stamp: Stamp,
-    scratch: Option<Scratch>,
+    /// The store of a sequence that reopens it (`None`: a private one, never reopened).
+    shared: Option<SharedStore>,
     store: Store,
     model: WorkflowModel,
     /// Every execution id created, deleted ones too.
     ids: Vec<String>,
 }
 
-fn open(path: Option<PathBuf>, clock: &ManualClock) -> Store {
+fn open(shared: Option<&SharedStore>, clock: &ManualClock) -> Store {
     let options = Options {
         clock: Arc::new(clock.clone()),
         durability: Durability::Normal,
         inline: true,
         ..Options::default()
     };
-    match path {
-        Some(path) => Store::open_with(path, options).expect("open the store file"),
-        None => Store::open_in_memory_with(options).expect("open in memory"),
+    match shared {
+        Some(shared) => shared.open_with(options),
+        None => common::new_store_with(options),
     }
 }
 
@@ -108,9 +108,9 @@ impl Harness {
     }
 
     fn reopen(&mut self) -> bool {
-        let Some(scratch) = &self.scratch else { return false };
+        let Some(shared) = &self.shared else { return false };
         self.store.close().expect("close");
-        self.store = open(Some(scratch.file()), &self.clock);
+        self.store = open(Some(shared), &self.clock);
         self.stamp.reopened(self.clock.now_ms());
         true
     }
@@ -343,11 +343,11 @@ fn run(seed: u64, c: &mut Coverage) {
     let mut dice = Dice::new(seed);
     let steps = 1 + dice.below(100) as usize;
     let clock = ManualClock::new(T0);
-    let scratch = (dice.below(4) == 0).then(Scratch::new);
-    let store = open(scratch.as_ref().map(Scratch::file), &clock);
+    let shared = (dice.below(4) == 0).then(SharedStore::in_tmpfs);
+    let store = open(shared.as_ref(), &clock);
     let stamp = Stamp::opened(T0);
     let model = WorkflowModel::default();
-    let mut h = Harness { seed, step: 0, clock, stamp, scratch, store, model, ids: Vec::new() };
+    let mut h = Harness { seed, step: 0, clock, stamp, shared, store, model, ids: Vec::new() };
     for step in 0..steps {
         h.step = step;
         match dice.below(20) {

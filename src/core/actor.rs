@@ -127,7 +127,7 @@ pub(crate) fn spawn(
     let thread = std::thread::Builder::new().name("spindle-store".into()).spawn(move || {
         let _acting = Acting::enter(&state);
         let exited = ExitFlag(Arc::clone(&state));
-        match Conn::open(&location, &options) {
+        match Conn::open(&location, &options, &state) {
             Ok(conn) => match Actor::new(conn, inbox, &location, options, state, hooks) {
                 Ok(actor) => {
                     let _ = opened_tx.send(Ok(()));
@@ -171,7 +171,7 @@ impl Inline {
         state: Arc<ActorState>,
         hooks: &'static EngineHooks,
     ) -> Result<Self> {
-        let conn = Conn::open(location, &options)?;
+        let conn = Conn::open(location, &options, &state)?;
         // A mailbox whose sender is gone: the loop's helpers find it empty and never wait.
         let (_, inbox) = bounded(0);
         let actor = Actor::new(conn, inbox, location, options, Arc::clone(&state), hooks)?;
@@ -474,7 +474,8 @@ impl Actor {
         let mut index = 0;
         while let Some(job) = jobs.pop_front() {
             if !batch.open {
-                if let Err(error) = self.conn.begin(writes) {
+                let tenants = writing_tenants(std::iter::once(&job).chain(&jobs));
+                if let Err(error) = self.conn.begin(writes, &tenants) {
                     // Another connection holds the lock: the rest would only wait again.
                     for job in std::iter::once(job).chain(jobs.drain(..)) {
                         job.refuse(error.replicate());
@@ -681,7 +682,7 @@ impl Actor {
             return false;
         }
         let started = Instant::now();
-        let committed = self.conn.commit();
+        let committed = self.conn.commit(writes, batch.rang);
         if writes {
             // A moving average of what a write commit costs (an fsync, under Full).
             let spent_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
@@ -756,6 +757,16 @@ impl Actor {
     }
 }
 
+/// The tenants the writing jobs among `jobs` run for, sorted and each once (locked in this
+/// order by an engine that serialises a tenant's writers across processes).
+fn writing_tenants<'a>(jobs: impl Iterator<Item = &'a Job>) -> Vec<Arc<str>> {
+    let mut tenants: Vec<Arc<str>> =
+        jobs.filter(|job| job.writes).map(|job| Arc::clone(&job.scope.tenant)).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    tenants
+}
+
 /// Tries to receive for up to `spin`, without parking.
 pub(crate) fn spin_recv<T>(inbox: &Receiver<T>, spin: Duration) -> Option<T> {
     let deadline = Instant::now() + spin;
@@ -783,9 +794,9 @@ mod tests {
 
     fn actor() -> Actor {
         let options = Options::default();
-        let conn = Conn::open(&Location::Memory, &options).expect("open");
         let (_mailbox, inbox) = bounded(1);
         let state = Arc::new(ActorState::default());
+        let conn = Conn::open(&Location::Memory, &options, &state).expect("open");
         static NO_HOOKS: EngineHooks = EngineHooks { alarm_job: None, owned_streams: &[] };
         Actor::new(conn, inbox, &Location::Memory, options, state, &NO_HOOKS).expect("actor")
     }

@@ -10,11 +10,13 @@
 #![cfg_attr(not(feature = "postgres"), allow(irrefutable_let_patterns))]
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use rusqlite::Connection;
 use rusqlite::wal::CheckpointMode;
 use sha2::{Digest, Sha256};
 
+use crate::core::actor::ActorState;
 use crate::core::checkpoint::WalSchedule;
 use crate::core::db::Db;
 use crate::core::fresh;
@@ -60,11 +62,18 @@ pub(crate) struct SqliteConn {
 impl Conn {
     /// Opens the store at `location`: the file or memory of the SQLite engine, or a PostgreSQL
     /// database.
-    pub(crate) fn open(location: &Location, options: &Options) -> Result<Self> {
+    /// `state` is the actor's (a PostgreSQL store rings its bell for other processes' work).
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn open(
+        location: &Location,
+        options: &Options,
+        state: &Arc<ActorState>,
+    ) -> Result<Self> {
         match location {
             #[cfg(feature = "postgres")]
             Location::Postgres(url) => {
-                Ok(Conn::Postgres(Box::new(crate::core::pg::open(url, options)?)))
+                let conn = crate::core::pg::open(url, options, Arc::downgrade(state))?;
+                Ok(Conn::Postgres(Box::new(conn)))
             }
             _ => Ok(Conn::Sqlite(Box::new(SqliteConn::open(location, options)?))),
         }
@@ -110,9 +119,9 @@ impl Conn {
         hasher.update(seed.to_le_bytes());
         match self {
             Conn::Sqlite(lite) => hasher.update(schema::content_digest(&lite.conn)?),
-            // Many processes open one database at once: each must make ids of its own.
+            // Many processes open one database at once: each opening makes ids of its own.
             #[cfg(feature = "postgres")]
-            Conn::Postgres(_) => hasher.update(std::process::id().to_le_bytes()),
+            Conn::Postgres(pg) => hasher.update(pg.next_opening()?.to_le_bytes()),
         }
         hasher.update(options.clock.now_ms().to_le_bytes());
         let mut first = [0_u8; 8];
@@ -121,14 +130,17 @@ impl Conn {
     }
 
     /// Opens the batch's transaction: one that takes the write lock at once when the batch
-    /// writes, a deferred (read-only) one when it only reads.
-    pub(crate) fn begin(&self, writes: bool) -> Result<()> {
+    /// writes, a deferred (read-only) one when it only reads. `tenants` are those the batch's
+    /// writing jobs run for: on PostgreSQL each one's writers are serialised across processes
+    /// from here to the commit (SQLite's one writer lock does that for the whole file).
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<()> {
         match self {
             Conn::Sqlite(_) => {
                 self.statement(if writes { "BEGIN IMMEDIATE" } else { "BEGIN DEFERRED" })
             }
             #[cfg(feature = "postgres")]
-            Conn::Postgres(pg) => pg.begin(writes),
+            Conn::Postgres(pg) => pg.begin(writes, tenants),
         }
     }
 
@@ -147,12 +159,14 @@ impl Conn {
         }
     }
 
-    /// Commits the open transaction.
-    pub(crate) fn commit(&self) -> Result<()> {
+    /// Commits the open transaction (`writes`: it wrote; `rang`: it made work available, for
+    /// the engine that tells other processes so).
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn commit(&self, writes: bool, rang: bool) -> Result<()> {
         match self {
             Conn::Sqlite(_) => self.statement("COMMIT"),
             #[cfg(feature = "postgres")]
-            Conn::Postgres(pg) => pg.commit(),
+            Conn::Postgres(pg) => pg.commit(writes, rang),
         }
     }
 
@@ -270,7 +284,7 @@ impl Conn {
                 lite.conn.query_row("PRAGMA data_version", [], |row| row.get(0)).ok()
             }
             #[cfg(feature = "postgres")]
-            Conn::Postgres(_) => None,
+            Conn::Postgres(pg) => pg.foreign_commits(),
         }
     }
 

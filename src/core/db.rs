@@ -219,14 +219,12 @@ impl<'a> Db<'a> {
     /// transaction ends: positions then commit in the order they are taken (a subscriber to
     /// the tenant's whole log never pages past one still to commit), and a stream's next `seq`
     /// is read after the last one committed. SQLite's single writer does this already.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn lock_event_appends(self, tenant: &str) -> Result<()> {
         match self {
             Db::Sqlite(_) => Ok(()),
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => {
-                let sql = "SELECT pg_advisory_xact_lock(1397771844, hashtext(?1))";
-                conn.execute(sql, &[Arg::Text(tenant)]).map(drop)
-            }
+            Db::Postgres(conn) => conn.lock_tenant(tenant),
         }
     }
 

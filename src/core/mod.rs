@@ -20,6 +20,8 @@ pub(crate) mod msg;
 pub(crate) mod op;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg_listen;
 pub(crate) mod publish;
 pub(crate) mod schema;
 pub(crate) mod sql;

@@ -10,6 +10,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 
 use bytes::{BufMut, BytesMut};
 use postgres::error::SqlState;
@@ -17,7 +18,9 @@ use postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, Statement};
 use rusqlite::types::ValueRef;
 
+use crate::core::actor::ActorState;
 use crate::core::db::{Arg, Column};
+use crate::core::pg_listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
@@ -29,6 +32,10 @@ pub(crate) struct PgConn {
     statements: RefCell<HashMap<String, Statement>>,
     /// Whether a transaction is open (the client does not say).
     in_transaction: Cell<bool>,
+    /// Other processes' commits, heard on the store's channel (set once the store is open).
+    notices: Option<Notices>,
+    /// The tenants whose writers this transaction holds off, taken at its start.
+    locked_tenants: RefCell<Vec<Arc<str>>>,
 }
 
 impl PgConn {
@@ -42,6 +49,8 @@ impl PgConn {
             client: RefCell::new(client),
             statements: RefCell::new(HashMap::new()),
             in_transaction: Cell::new(false),
+            notices: None,
+            locked_tenants: RefCell::new(Vec::new()),
         })
     }
 
@@ -69,29 +78,89 @@ impl PgConn {
     }
 
     /// Opens a transaction.
-    pub(crate) fn begin(&self, writes: bool) -> Result<()> {
+    /// Opens a transaction; a writing one first holds off the other processes' writers of
+    /// `tenants` (sorted, so two processes always take them in the same order) until it ends.
+    ///
+    /// A tenant's writers take turns so that its event positions commit in the order they are
+    /// taken (a subscriber to its whole log never pages past one still to commit) and no two
+    /// transactions wait for each other's rows: SQLite's single-writer discipline, per tenant.
+    pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<()> {
         let sql = if writes { "BEGIN" } else { "BEGIN READ ONLY" };
         self.batch(sql)?;
         self.in_transaction.set(true);
+        for tenant in tenants {
+            if let Err(error) = self.lock_tenant(tenant) {
+                let _ = self.rollback();
+                return Err(error);
+            }
+        }
+        *self.locked_tenants.borrow_mut() = tenants.to_vec();
         Ok(())
     }
 
-    /// Commits the open transaction. A failed commit leaves none open (the server rolls back).
-    pub(crate) fn commit(&self) -> Result<()> {
-        let committed = self.batch("COMMIT");
-        self.in_transaction.set(false);
+    /// Holds off the other processes' writers of `tenant` until this transaction ends (a
+    /// no-op when it already does since its start).
+    pub(crate) fn lock_tenant(&self, tenant: &str) -> Result<()> {
+        if self.locked_tenants.borrow().iter().any(|locked| locked.as_ref() == tenant) {
+            return Ok(());
+        }
+        let sql = "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || ?1))";
+        self.execute(sql, &[Arg::Text(tenant)]).map(drop)
+    }
+
+    /// Commits the open transaction; a writing one first sends the store's notice (delivered
+    /// only if the commit succeeds) so that other processes look again: `rang` says it made
+    /// work available. A failed commit leaves no transaction open (the server rolls back).
+    pub(crate) fn commit(&self, writes: bool, rang: bool) -> Result<()> {
+        let notified = match (&self.notices, writes) {
+            (Some(notices), true) => {
+                let payload = notices.payload(rang);
+                let args = [Arg::Text(notices.channel()), Arg::Text(&payload)];
+                self.execute("SELECT pg_notify(?1, ?2)", &args).map(drop)
+            }
+            _ => Ok(()),
+        };
+        let committed = notified.and_then(|()| self.batch("COMMIT"));
+        if committed.is_err() && self.in_transaction.get() {
+            let _ = self.batch("ROLLBACK");
+        }
+        self.ended();
         committed
+    }
+
+    /// How many other processes' commits this store has heard of: a number that moves when
+    /// another commits.
+    pub(crate) fn foreign_commits(&self) -> Option<i64> {
+        self.notices.as_ref().map(Notices::foreign_commits)
     }
 
     /// Rolls back the open transaction, if any.
     pub(crate) fn rollback(&self) -> Result<()> {
-        self.in_transaction.set(false);
+        self.ended();
         self.batch("ROLLBACK")
+    }
+
+    /// The transaction is over, and its locks with it.
+    fn ended(&self) {
+        self.in_transaction.set(false);
+        self.locked_tenants.borrow_mut().clear();
     }
 
     /// Whether a transaction is open.
     pub(crate) fn in_transaction(&self) -> bool {
         self.in_transaction.get()
+    }
+
+    /// Counts one more opening of the store (a writable one) and returns its number: distinct
+    /// for every opening, by whichever process, and the same in every run of the same history.
+    pub(crate) fn next_opening(&self) -> Result<i64> {
+        let rows = self.query(
+            "INSERT INTO main.spindle_meta AS meta (key, value) VALUES ('openings', 1)
+             ON CONFLICT (key) DO UPDATE SET value = meta.value + 1 RETURNING value",
+            &[],
+        )?;
+        let opening = rows.first().map(|row| column(row, 0)).transpose()?;
+        opening.ok_or_else(|| Error::Corrupt("the store's count of openings did not return".into()))
     }
 
     /// The statement for `sql`, prepared on first use.
@@ -117,8 +186,8 @@ const SCHEMA_SQL: &str = include_str!("../../schema_postgres.sql");
 /// # Errors
 /// `Postgres` when the server cannot be reached; `NotADatabase` when the schema holds tables
 /// that are not a store's; `SchemaTooNew` for a store of a newer Spindle.
-pub(crate) fn open(url: &str, options: &Options) -> Result<PgConn> {
-    let conn = PgConn::connect(url)?;
+pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Result<PgConn> {
+    let mut conn = PgConn::connect(url)?;
     let schema = current_schema(&conn)?;
     let lock_timeout_ms = options.busy_timeout.as_millis();
     // Temporary tables (searched first otherwise) cannot take the place of the store's.
@@ -137,6 +206,7 @@ pub(crate) fn open(url: &str, options: &Options) -> Result<PgConn> {
         create_if_missing(&conn)?;
     }
     check_version(&conn)?;
+    conn.notices = Some(Notices::start(url, &schema, state)?);
     Ok(conn)
 }
 
@@ -165,13 +235,13 @@ fn query_text(conn: &PgConn, sql: &str) -> Result<Option<String>> {
 /// Creates the store's tables unless they are there, under a lock that keeps two processes
 /// opening a new database at once from both creating them.
 fn create_if_missing(conn: &PgConn) -> Result<()> {
-    conn.begin(true)?;
+    conn.begin(true, &[])?;
     let created = conn
         .batch("SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema()))")
         .and_then(|()| store_exists(conn))
         .and_then(|exists| if exists { Ok(()) } else { create(conn) });
     match created {
-        Ok(()) => conn.commit(),
+        Ok(()) => conn.commit(false, false),
         Err(error) => {
             let _ = conn.rollback();
             Err(error)
@@ -399,7 +469,8 @@ fn int_to_sql(
         Type::BOOL => out.put_u8(u8::from(value != 0)),
         Type::FLOAT8 => out.put_f64(value as f64),
         Type::TEXT | Type::VARCHAR => out.put_slice(value.to_string().as_bytes()),
-        _ => out.put_i64(value),
+        Type::INT8 => out.put_i64(value),
+        _ => return Err(format!("an integer cannot be sent as {ty}: cast the parameter").into()),
     }
     Ok(())
 }

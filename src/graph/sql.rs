@@ -6,7 +6,7 @@
 //! counters as one row (`NodeState`) and the graph's as another (`GraphState`), so a step
 //! costs a few primary-key reads and writes per node it touches.
 
-use crate::core::db::{Db, OwnedArg, Row, args, borrow_args};
+use crate::core::db::{Db, OwnedArg, Query, Row, args, borrow_args};
 
 use super::{
     Edge, Graph, GraphFilter, GraphStatus, JoinType, Node, NodeCounts, NodeSpec, NodeStatus, Token,
@@ -243,21 +243,23 @@ pub(super) fn find_graphs(
     filter: &GraphFilter,
     page: &Page,
 ) -> Result<Vec<Graph>> {
-    let (mut sql, mut values) = filter_clause(tenant, filter);
+    let mut clause = filter_clause(tenant, filter);
     let order = if filter.newest_first { ("<", "DESC") } else { (">", "ASC") };
     if let Some(after) = &page.after {
-        values.push(OwnedArg::Text(after.clone()));
-        sql.push_str(&format!(" AND graph_id {} ?{}", order.0, values.len()));
+        let at = clause.bind(OwnedArg::Text(after.clone()));
+        clause.both(&format!(" AND graph_id {} ?{at}", order.0));
     }
-    values.push(OwnedArg::Int(sql_limit(page.limit)));
-    let sql = format!(
-        "SELECT {}, metadata, created_at_ms, updated_at_ms FROM main.graphs WHERE {sql}
-         ORDER BY graph_id {} LIMIT ?{}",
-        state_columns!(),
-        order.1,
-        values.len()
-    );
-    db.query_all(&sql, &borrow_args(&values), |row| raw_graph(row)?.decode())
+    let at = clause.bind(OwnedArg::Int(sql_limit(page.limit)));
+    let [sqlite, postgres] = clause.texts().map(|conditions| {
+        format!(
+            "SELECT {}, metadata, created_at_ms, updated_at_ms FROM main.graphs WHERE {conditions}
+             ORDER BY graph_id {} LIMIT ?{at}",
+            state_columns!(),
+            order.1,
+        )
+    });
+    let args = borrow_args(&clause.values);
+    db.query_all(Query::per_engine(&sqlite, &postgres), &args, |row| raw_graph(row)?.decode())
 }
 
 /// How many of the tenant's graphs match `filter` (its status aside), by status.
@@ -267,55 +269,115 @@ pub(super) fn count_graphs(
     filter: &GraphFilter,
 ) -> Result<Vec<(GraphStatus, u64)>> {
     let unfiltered = GraphFilter { status: None, ..filter.clone() };
-    let (sql, values) = filter_clause(tenant, &unfiltered);
-    let sql = format!(
-        "SELECT status, count(*) FROM main.graphs WHERE {sql} GROUP BY status ORDER BY status"
-    );
-    db.query_all(&sql, &borrow_args(&values), |row| {
+    let clause = filter_clause(tenant, &unfiltered);
+    let [sqlite, postgres] = clause.texts().map(|conditions| {
+        format!(
+            "SELECT status, count(*) FROM main.graphs WHERE {conditions}
+             GROUP BY status ORDER BY status"
+        )
+    });
+    let args = borrow_args(&clause.values);
+    db.query_all(Query::per_engine(&sqlite, &postgres), &args, |row| {
         Ok((GraphStatus::parse(&row.get::<String>(0)?)?, from_sql_int(row.get(1)?)))
     })
 }
 
-/// A scalar's `json_type` name and its value as SQL compares it (none for true, false, null).
-fn json_scalar(value: &serde_json::Value) -> (&'static str, Option<OwnedArg>) {
-    use serde_json::Value as Json;
-    match value {
-        Json::String(text) => ("text", Some(OwnedArg::Text(text.clone()))),
-        Json::Number(n) => match n.as_i64() {
-            Some(int) => ("integer", Some(OwnedArg::Int(int))),
-            None => ("real", Some(OwnedArg::Real(n.as_f64().unwrap_or(f64::NAN)))),
-        },
-        Json::Bool(true) => ("true", None),
-        Json::Bool(false) => ("false", None),
-        // Objects and arrays are refused before; null is what is left.
-        _ => ("null", None),
+/// A filter's `WHERE` conditions in each engine's SQL, and the values of their numbered
+/// parameters (the same for both).
+struct Clause {
+    sqlite: String,
+    postgres: String,
+    values: Vec<OwnedArg>,
+}
+
+impl Clause {
+    /// Adds a parameter; returns its number.
+    fn bind(&mut self, value: OwnedArg) -> usize {
+        self.values.push(value);
+        self.values.len()
+    }
+
+    /// Adds conditions written the same for both engines.
+    fn both(&mut self, sql: &str) {
+        self.sqlite.push_str(sql);
+        self.postgres.push_str(sql);
+    }
+
+    fn texts(&self) -> [&str; 2] {
+        [&self.sqlite, &self.postgres]
     }
 }
 
+/// How a metadata value is matched: its JSON type (1 is not true, nor 1.0) as each engine
+/// names it, then its value as SQL reads it (none for true, false and null), so that a
+/// string's escapes in the stored text do not matter.
+struct Scalar {
+    /// SQLite's `json_type` name.
+    sqlite_type: &'static str,
+    /// The condition on PostgreSQL's `jsonb` value `{v}` and its text `{t}`.
+    postgres_type: &'static str,
+    /// The value, and the SQL types PostgreSQL compares the text and the value as.
+    value: Option<(OwnedArg, [&'static str; 2])>,
+}
+
+/// How `value` is matched.
+fn json_scalar(value: &serde_json::Value) -> Scalar {
+    use serde_json::Value as Json;
+    const INTEGER: &str = "jsonb_typeof({v}) = 'number' AND {t} ~ '^-?[0-9]+$'";
+    let (sqlite_type, postgres_type, value) = match value {
+        Json::String(text) => (
+            "text",
+            "jsonb_typeof({v}) = 'string'",
+            Some((OwnedArg::Text(text.clone()), ["TEXT"; 2])),
+        ),
+        Json::Number(n) => match n.as_i64() {
+            Some(int) => ("integer", INTEGER, Some((OwnedArg::Int(int), ["NUMERIC", "BIGINT"]))),
+            None => (
+                "real",
+                "jsonb_typeof({v}) = 'number' AND {t} !~ '^-?[0-9]+$'",
+                Some((OwnedArg::Real(n.as_f64().unwrap_or(f64::NAN)), ["DOUBLE PRECISION"; 2])),
+            ),
+        },
+        Json::Bool(true) => ("true", "{v} = 'true'::jsonb", None),
+        Json::Bool(false) => ("false", "{v} = 'false'::jsonb", None),
+        // Objects and arrays are refused before; null is what is left.
+        _ => ("null", "jsonb_typeof({v}) = 'null'", None),
+    };
+    Scalar { sqlite_type, postgres_type, value }
+}
+
 /// The `WHERE` conditions of `filter` and the values of their numbered parameters.
-fn filter_clause(tenant: &str, filter: &GraphFilter) -> (String, Vec<OwnedArg>) {
-    let mut sql = String::from("tenant_id = ?1");
-    let mut values = vec![OwnedArg::Text(tenant.to_owned())];
+fn filter_clause(tenant: &str, filter: &GraphFilter) -> Clause {
+    let values = vec![OwnedArg::Text(tenant.to_owned())];
+    let mut clause =
+        Clause { sqlite: "tenant_id = ?1".into(), postgres: "tenant_id = ?1".into(), values };
     if let Some(status) = filter.status {
-        values.push(OwnedArg::Text(status.as_str().to_owned()));
-        sql.push_str(&format!(" AND status = ?{}", values.len()));
+        let at = clause.bind(OwnedArg::Text(status.as_str().to_owned()));
+        clause.both(&format!(" AND status = ?{at}"));
     }
     if filter.roots_only {
-        sql.push_str(" AND parent_graph_id IS NULL");
+        clause.both(" AND parent_graph_id IS NULL");
     }
     for (key, value) in &filter.metadata {
-        values.push(OwnedArg::Text(format!("$.\"{key}\"")));
-        let path = values.len();
-        // The JSON type first (1 is not true, nor 1.0), then the value as SQL reads it, so
-        // that a string's escapes in the stored text do not matter.
-        let (json_type, sql_value) = json_scalar(value);
-        sql.push_str(&format!(" AND json_type(metadata, ?{path}) = '{json_type}'"));
-        if let Some(sql_value) = sql_value {
-            values.push(sql_value);
-            sql.push_str(&format!(" AND (metadata ->> ?{path}) = ?{}", values.len()));
+        let key_at = clause.bind(OwnedArg::Text(key.clone()));
+        let scalar = json_scalar(value);
+        // In parentheses: `->>` binds as tightly as `||`.
+        let path = format!("('$.\"' || ?{key_at} || '\"')");
+        let (v, t) =
+            (format!("(metadata::jsonb -> ?{key_at})"), format!("(metadata::jsonb ->> ?{key_at})"));
+        clause
+            .sqlite
+            .push_str(&format!(" AND json_type(metadata, {path}) = '{}'", scalar.sqlite_type));
+        let postgres_type = scalar.postgres_type.replace("{v}", &v).replace("{t}", &t);
+        clause.postgres.push_str(&format!(" AND {postgres_type}"));
+        if let Some((value, [text_as, value_as])) = scalar.value {
+            let at = clause.bind(value);
+            clause.sqlite.push_str(&format!(" AND (metadata ->> {path}) = ?{at}"));
+            let compare = format!(" AND CAST({t} AS {text_as}) = CAST(?{at} AS {value_as})");
+            clause.postgres.push_str(&compare);
         }
     }
-    (sql, values)
+    clause
 }
 
 /// The children of `parent`, by id.

@@ -4,7 +4,7 @@
 //! Every statement names the tenant. Lease-holder writes carry the token and the fencing token
 //! in their own `WHERE`, so a stale holder's write matches no row.
 
-use crate::core::db::{Db, Row, args};
+use crate::core::db::{Db, Query, Row, args};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -33,8 +33,8 @@ macro_rules! list_sql {
             " FROM main.processes
               WHERE tenant_id = ?1 AND ",
             $status,
-            " AND (?3 IS NULL OR definition_hash = ?3)
-                AND (?4 IS NULL OR (wait_state IS NOT NULL) = ?4)
+            " AND (CAST(?3 AS TEXT) IS NULL OR definition_hash = ?3)
+                AND (CAST(?4 AS BOOLEAN) IS NULL OR (wait_state IS NOT NULL) = CAST(?4 AS BOOLEAN))
                 AND process_id > ?5
               ORDER BY process_id LIMIT ?6"
         )
@@ -140,7 +140,7 @@ pub(super) fn count(db: Db<'_>, tenant: &str) -> Result<ProcessCounts> {
 pub(super) fn list(db: Db<'_>, tenant: &str, filter: &ListFilter) -> Result<Vec<ProcessRecord>> {
     // Two statements, so that a listing by status reads the status index in id order.
     let sql = match filter.status {
-        StatusFilter::Any => list_sql!("?2 IS NULL"),
+        StatusFilter::Any => list_sql!("CAST(?2 AS TEXT) IS NULL"),
         _ => list_sql!("status = ?2"),
     };
     let status = match filter.status {
@@ -396,11 +396,18 @@ pub(super) fn select_prunable(
 /// and its lease row with it, is deleted).
 pub(super) fn raise_fence_floor(db: Db<'_>, tenant: &str, process_id: &str) -> Result<()> {
     db.execute(
-        "INSERT INTO main.process_fence_floors (tenant_id, fencing_token)
-         SELECT tenant_id, fencing_token FROM main.process_leases
-         WHERE tenant_id = ?1 AND process_id = ?2
-         ON CONFLICT (tenant_id)
-         DO UPDATE SET fencing_token = max(fencing_token, excluded.fencing_token)",
+        Query::per_engine(
+            "INSERT INTO main.process_fence_floors (tenant_id, fencing_token)
+             SELECT tenant_id, fencing_token FROM main.process_leases
+             WHERE tenant_id = ?1 AND process_id = ?2
+             ON CONFLICT (tenant_id)
+             DO UPDATE SET fencing_token = max(fencing_token, excluded.fencing_token)",
+            "INSERT INTO main.process_fence_floors AS floors (tenant_id, fencing_token)
+             SELECT tenant_id, fencing_token FROM main.process_leases
+             WHERE tenant_id = ?1 AND process_id = ?2
+             ON CONFLICT (tenant_id)
+             DO UPDATE SET fencing_token = GREATEST(floors.fencing_token, excluded.fencing_token)",
+        ),
         args![tenant, process_id],
     )?;
     Ok(())

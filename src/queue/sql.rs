@@ -3,7 +3,7 @@
 //! Every statement names the tenant. Every lease-holder write carries the fence and the
 //! `claimed` status in its own `WHERE`, so it cannot apply to an item claimed again since.
 
-use crate::core::db::{Arg, Db, Row, args};
+use crate::core::db::{Arg, Db, Query, Row, args};
 
 use super::{Backoff, ItemStatus, NewItem, QueueItem, QueueStats};
 use crate::error::{Error, Result};
@@ -14,6 +14,15 @@ macro_rules! item_columns {
         "item_id, queue, payload, priority, run_at_ms, attempt, max_attempts, backoff_base_ms,
          backoff_max_ms, dedupe_key, execution_id, node_id, status, fence, worker_id,
          lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms, finished_at_ms"
+    };
+}
+
+/// A statement reading items to claim or to sweep, and on PostgreSQL the rows it returns
+/// locked, skipping those another connection holds: two processes never take the same item,
+/// and neither waits for the other.
+macro_rules! to_take {
+    ($sql:expr) => {
+        Query::per_engine($sql, concat!($sql, " FOR UPDATE SKIP LOCKED"))
     };
 }
 
@@ -188,14 +197,14 @@ fn select_due_in(
         let wanted = (limit - due.len()) as i64;
         due.extend(items(
             db,
-            concat!(
+            to_take!(concat!(
                 "SELECT ",
                 item_columns!(),
                 " FROM main.queue_items
                   WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority = ?3
                     AND run_at_ms <= ?4
                   ORDER BY run_at_ms, item_id LIMIT ?5"
-            ),
+            )),
             args![tenant, queue, priority, now_ms, wanted],
         )?);
         if due.len() >= limit {
@@ -217,13 +226,13 @@ fn select_due_scanning(
 ) -> Result<Vec<ItemRow>> {
     items(
         db,
-        concat!(
+        to_take!(concat!(
             "SELECT ",
             item_columns!(),
             " FROM main.queue_items
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND run_at_ms <= ?3
           ORDER BY priority DESC, run_at_ms, item_id LIMIT ?4"
-        ),
+        )),
         args![tenant, queue, now_ms, limit as i64],
     )
 }
@@ -377,13 +386,13 @@ pub(super) fn select_expired_in(
 ) -> Result<Vec<ItemRow>> {
     items(
         db,
-        concat!(
+        to_take!(concat!(
             "SELECT ",
             item_columns!(),
             " FROM main.queue_items
           WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed' AND lease_expires_at_ms <= ?3
-          ORDER BY lease_expires_at_ms LIMIT ?4"
-        ),
+          ORDER BY lease_expires_at_ms, item_id LIMIT ?4"
+        )),
         args![tenant, queue, now_ms, limit as i64],
     )
 }
@@ -398,13 +407,13 @@ pub(super) fn select_expired(
 ) -> Result<Vec<ItemRow>> {
     items(
         db,
-        concat!(
+        to_take!(concat!(
             "SELECT ",
             item_columns!(),
             " FROM main.queue_items INDEXED BY queue_items_leases
           WHERE tenant_id = ?1 AND status = 'claimed' AND lease_expires_at_ms <= ?2
-          ORDER BY lease_expires_at_ms LIMIT ?3"
-        ),
+          ORDER BY lease_expires_at_ms, item_id LIMIT ?3"
+        )),
         args![tenant, now_ms, limit as i64],
     )
 }
@@ -465,7 +474,7 @@ pub(super) fn select_items(
     let due = match due_by_ms {
         Some((true, _)) => "AND run_at_ms <= ?5",
         Some((false, _)) => "AND run_at_ms > ?5",
-        None => "AND ?5 IS NOT NULL", // every item (the parameter is bound either way)
+        None => "AND CAST(?5 AS BIGINT) IS NOT NULL", // every item (the parameter is bound either way)
     };
     let sql = format!(
         "SELECT {} FROM main.queue_items {index}
@@ -606,7 +615,7 @@ pub(super) fn select_next_due(db: Db<'_>, tenant: &str, queue: &str) -> Result<O
 }
 
 /// Every row a statement over `item_columns!()` returns.
-fn items(db: Db<'_>, sql: &str, args: &[Arg<'_>]) -> Result<Vec<ItemRow>> {
+fn items<'q>(db: Db<'_>, sql: impl Into<Query<'q>>, args: &[Arg<'_>]) -> Result<Vec<ItemRow>> {
     db.query_all(sql, args, item_from_row)
 }
 

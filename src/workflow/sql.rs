@@ -176,14 +176,20 @@ pub(super) fn list_executions(
             list_sql!("workflow_executions_by_workflow_status", "status = ?2 AND workflow_id = ?3")
         }
         (Some(_), None) => {
-            list_sql!("workflow_executions_by_status", "status = ?2 AND ?3 IS NULL")
+            list_sql!("workflow_executions_by_status", "status = ?2 AND CAST(?3 AS TEXT) IS NULL")
         }
         (None, Some(_)) => {
-            list_sql!("workflow_executions_by_workflow", "?2 IS NULL AND workflow_id = ?3")
+            list_sql!(
+                "workflow_executions_by_workflow",
+                "CAST(?2 AS TEXT) IS NULL AND workflow_id = ?3"
+            )
         }
         (None, None) => {
             // The primary key's index: SQLite names it after the table's first key constraint.
-            list_sql!("sqlite_autoindex_workflow_executions_1", "?2 IS NULL AND ?3 IS NULL")
+            list_sql!(
+                "sqlite_autoindex_workflow_executions_1",
+                "CAST(?2 AS TEXT) IS NULL AND CAST(?3 AS TEXT) IS NULL"
+            )
         }
     };
     let status = filter.status.map(WorkflowStatus::as_str);

@@ -146,6 +146,12 @@ pub fn connect_postgres(location: &str, options: Options) -> Store {
 
 #[cfg(not(feature = "postgres"))]
 pub fn connect_postgres(_: &str, _: Options) -> Store {
+    needs_the_postgres_feature()
+}
+
+/// How a PostgreSQL run of a build without the `postgres` feature fails.
+#[cfg(not(feature = "postgres"))]
+fn needs_the_postgres_feature() -> ! {
     panic!(
         "SPINDLE_TEST_ENGINE=postgres needs the postgres feature (cargo test --features postgres)"
     )
@@ -163,7 +169,21 @@ impl SharedStore {
         if on_postgres() {
             return Self { location: new_postgres_location(), _dir: None };
         }
-        let dir = tempfile::tempdir().expect("temporary directory");
+        Self::file_in(tempfile::tempdir().expect("temporary directory"))
+    }
+
+    /// A shared store for tests that reopen it often: on SQLite its file is in a tmpfs
+    /// (`/dev/shm`) where there is one, so that a reopen costs no disk I/O.
+    pub fn in_tmpfs() -> Self {
+        let shm = std::path::Path::new("/dev/shm");
+        if on_postgres() || !shm.is_dir() {
+            return Self::new();
+        }
+        Self::file_in(tempfile::tempdir_in(shm).expect("temporary directory in /dev/shm"))
+    }
+
+    /// The SQLite store file `store.db` in `dir`, which lives as long as the value.
+    fn file_in(dir: TempDir) -> Self {
         let path = dir.path().join("store.db");
         Self { location: path.display().to_string(), _dir: Some(dir) }
     }
@@ -179,4 +199,59 @@ impl SharedStore {
         }
         Store::open_with(&self.location, options).expect("open store")
     }
+
+    /// Runs the statements `sql` on a raw connection of their own to the store's database,
+    /// past the store's API (to damage a store on purpose, say). The store must exist.
+    pub fn raw_execute(&self, sql: &str) {
+        if on_postgres() {
+            return raw_postgres_execute(&self.location, sql);
+        }
+        let conn = rusqlite::Connection::open(&self.location).expect("raw connection");
+        conn.execute_batch(sql).expect("raw statements");
+    }
+
+    /// The number `sql` (a `SELECT count(*) ...`) answers on a raw connection of its own to the
+    /// store's database: what another process sees committed.
+    pub fn raw_count(&self, sql: &str) -> i64 {
+        if on_postgres() {
+            return raw_postgres_count(&self.location, sql);
+        }
+        let conn = rusqlite::Connection::open(&self.location).expect("raw connection");
+        conn.query_row(sql, [], |row| row.get(0)).expect("raw count")
+    }
+}
+
+/// A raw client of the PostgreSQL location (its schema on the search path).
+#[cfg(feature = "postgres")]
+fn raw_postgres(location: &str) -> postgres::Client {
+    postgres::Client::connect(location, postgres::NoTls).expect("raw connection")
+}
+
+#[cfg(feature = "postgres")]
+fn raw_postgres_execute(location: &str, sql: &str) {
+    raw_postgres(location).batch_execute(sql).expect("raw statements");
+}
+
+#[cfg(feature = "postgres")]
+fn raw_postgres_count(location: &str, sql: &str) -> i64 {
+    raw_postgres(location).query_one(sql, &[]).expect("raw count").get(0)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn raw_postgres_execute(_: &str, _: &str) {
+    needs_the_postgres_feature()
+}
+
+#[cfg(not(feature = "postgres"))]
+fn raw_postgres_count(_: &str, _: &str) -> i64 {
+    needs_the_postgres_feature()
+}
+
+/// Whether this test is one of the SQLite engine's own (raw SQL through `Tx::sqlite`, a
+/// file's bytes): on PostgreSQL it says why it does not run and returns true.
+pub fn sqlite_only(why: &str) -> bool {
+    if on_postgres() {
+        eprintln!("not on PostgreSQL: {why}");
+    }
+    on_postgres()
 }

@@ -2,8 +2,7 @@
 -- transaction. It is schema.sql with PostgreSQL's types: INTEGER is BIGINT, TEXT compares bytes
 -- (COLLATE "C", as SQLite does, so that pages in id order are the same on both engines), the
 -- event position is an identity column, and the version is kept in spindle_meta instead of
--- SQLite's pragmas. tests/postgres_schema.rs checks that both define the same tables, columns
--- and indexes.
+-- SQLite's pragmas. tests/shared_store.rs checks that both define the same tables and columns.
 --
 -- The version at the bottom must equal SCHEMA_VERSION in src/core/schema.rs.
 

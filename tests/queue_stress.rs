@@ -215,7 +215,9 @@ fn check(store: &Store, seen: &[Seen]) {
     // The run exercised what it claims to: redeliveries, refused holders, dead letters.
     let redelivered = final_state.values().filter(|(_, fence)| *fence > 1).count();
     let refused: u64 = seen.iter().map(|s| s.lease_lost).sum();
-    assert!(redelivered > 100, "only {redelivered} redeliveries");
-    assert!(refused > 100, "only {refused} refused writes");
+    // At least one in 200 items (100 of the default 20,000): about one in ten is abandoned.
+    let enough = items() / 200;
+    assert!(redelivered > enough, "only {redelivered} redeliveries");
+    assert!(refused as usize > enough, "only {refused} refused writes");
     assert!(stress.dead > 0, "no dead letters");
 }

@@ -81,3 +81,23 @@ fn a_blocking_claim_is_woken_by_another_stores_enqueue() -> spindle::Result<()> 
     assert!(started.elapsed() < PATIENCE, "woken by the notice, not by the timeout");
     Ok(())
 }
+
+#[test]
+fn both_engines_schemas_have_the_same_tables_and_columns() {
+    if !common::on_postgres() {
+        // Compared from the PostgreSQL run, which makes a SQLite store to compare with.
+        return;
+    }
+    let postgres = SharedStore::new();
+    postgres.open().close().expect("close");
+    let mut on_postgres = common::store_columns(&postgres);
+    let meta: Vec<_> =
+        on_postgres.iter().filter(|(table, _)| table == "spindle_meta").cloned().collect();
+    assert_eq!(meta.len(), 2, "the version table is PostgreSQL's own: {meta:?}");
+    on_postgres.retain(|(table, _)| table != "spindle_meta");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("store.db");
+    spindle::Store::open(&path).expect("open").close().expect("close");
+    let on_sqlite = common::sqlite_columns(&path);
+    assert_eq!(on_postgres, on_sqlite);
+}

@@ -474,7 +474,11 @@ impl Actor {
         let mut index = 0;
         while let Some(job) = jobs.pop_front() {
             if !batch.open {
-                let tenants = writing_tenants(std::iter::once(&job).chain(&jobs));
+                let tenants = if self.conn.locks_tenants() {
+                    writing_tenants(std::iter::once(&job).chain(&jobs))
+                } else {
+                    Vec::new()
+                };
                 if let Err(error) = self.conn.begin(writes, &tenants) {
                     // Another connection holds the lock: the rest would only wait again.
                     for job in std::iter::once(job).chain(jobs.drain(..)) {

@@ -105,6 +105,11 @@ impl Conn {
         !matches!(self, Conn::Sqlite(_))
     }
 
+    /// Whether a writing batch locks its tenants' writers at its start (see `begin`).
+    pub(crate) fn locks_tenants(&self) -> bool {
+        !matches!(self, Conn::Sqlite(_))
+    }
+
     /// The seed of the store's randomness: `Options::seed`, and for a writable shared store
     /// (a file, a database) also what it holds or who opens it, and the time, so that each
     /// session of a seeded store makes ids of its own.
@@ -276,8 +281,8 @@ impl Conn {
 
     /// A number that moves whenever another connection commits, or `None` when it cannot be
     /// known (which drops the live subscribers: paging is always safe). SQLite's is the
-    /// connection's `PRAGMA data_version`. The PostgreSQL engine does not follow other
-    /// processes' commits yet, so its subscribers page.
+    /// connection's `PRAGMA data_version`; PostgreSQL's counts the commits of other processes
+    /// (heard as notices, and found at a writing batch's start).
     fn foreign_version(&self) -> Option<i64> {
         match self {
             Conn::Sqlite(lite) => {

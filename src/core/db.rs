@@ -61,10 +61,15 @@ impl<'q> From<&'q String> for Query<'q> {
 /// One argument of a statement, borrowed from the caller.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Arg<'a> {
+    /// SQL's NULL (a `None`).
     Null,
+    /// An integer (also a `bool`, as 0 or 1).
     Int(i64),
+    /// A floating-point number.
     Real(f64),
+    /// Text (ids, JSON).
     Text(&'a str),
+    /// Bytes.
     Blob(&'a [u8]),
 }
 
@@ -215,12 +220,14 @@ impl<'a> Db<'a> {
         }
     }
 
-    /// Serialises the appends to `tenant`'s event log with every other connection's until this
-    /// transaction ends: positions then commit in the order they are taken (a subscriber to
-    /// the tenant's whole log never pages past one still to commit), and a stream's next `seq`
-    /// is read after the last one committed. SQLite's single writer does this already.
+    /// Holds off every other connection's writers of `tenant` until this transaction ends
+    /// (a writing batch holds those of its own tenants from its start; this is for the store's
+    /// sweeps across tenants, and a no-op for a tenant already held). Positions then commit in
+    /// the order they are taken, a stream's next `seq` is read after the last one committed,
+    /// and what a sweep reads of the tenant stays as read. SQLite's one writer does this
+    /// already.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    pub(crate) fn lock_event_appends(self, tenant: &str) -> Result<()> {
+    pub(crate) fn lock_tenant_writes(self, tenant: &str) -> Result<()> {
         match self {
             Db::Sqlite(_) => Ok(()),
             #[cfg(feature = "postgres")]

@@ -305,7 +305,7 @@ pub(crate) fn append(
             let hash = event_hash(event_type, &payload);
             // Before the look-up: another connection's append under the same key then either
             // committed already or waits for this one.
-            tx.db().lock_event_appends(tx.tenant())?;
+            tx.db().lock_tenant_writes(tx.tenant())?;
             if let Some(existing) = select_by_key(tx.db(), tx.tenant(), stream, key)? {
                 return replay(&existing, &hash, key);
             }
@@ -600,7 +600,7 @@ fn insert_key(db: Db<'_>, tenant: &str, row: &NewRow<'_>, seq: u64, position: u6
 /// event row is written: the sequence is read from the events themselves (see `select_head`).
 fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(u64, u64)> {
     let kind = row.stream.kind.as_str();
-    db.lock_event_appends(tenant)?;
+    db.lock_tenant_writes(tenant)?;
     let seq = to_sql_int(select_head(db, tenant, row.stream)?) + 1;
     // The position is the rowid. (`RETURNING` would say so in SQL, but SQLite builds a
     // temporary table for every `RETURNING` statement.)

@@ -25,6 +25,9 @@ use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
+/// Most prepared statements a connection keeps (the crate's own are about 200).
+const STATEMENTS_MAX: usize = 1_000;
+
 /// The store's connection to a PostgreSQL database, owned by one actor.
 pub(crate) struct PgConn {
     client: RefCell<Client>,
@@ -36,6 +39,11 @@ pub(crate) struct PgConn {
     notices: Option<Notices>,
     /// The tenants whose writers this transaction holds off, taken at its start.
     locked_tenants: RefCell<Vec<Arc<str>>>,
+    /// The newest event position of each tenant as this store last left it (at its last
+    /// commit holding the tenant's writers).
+    heads: RefCell<HashMap<Arc<str>, i64>>,
+    /// Other processes' commits found at a writing batch's start (see `begin`).
+    foreign_found: Cell<i64>,
 }
 
 impl PgConn {
@@ -51,6 +59,8 @@ impl PgConn {
             in_transaction: Cell::new(false),
             notices: None,
             locked_tenants: RefCell::new(Vec::new()),
+            heads: RefCell::new(HashMap::new()),
+            foreign_found: Cell::new(0),
         })
     }
 
@@ -77,7 +87,6 @@ impl PgConn {
         self.client.borrow_mut().batch_execute(sql).map_err(Error::from_postgres)
     }
 
-    /// Opens a transaction.
     /// Opens a transaction; a writing one first holds off the other processes' writers of
     /// `tenants` (sorted, so two processes always take them in the same order) until it ends.
     ///
@@ -85,16 +94,49 @@ impl PgConn {
     /// taken (a subscriber to its whole log never pages past one still to commit) and no two
     /// transactions wait for each other's rows: SQLite's single-writer discipline, per tenant.
     pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<()> {
-        let sql = if writes { "BEGIN" } else { "BEGIN READ ONLY" };
+        // A reading batch reads one snapshot, as SQLite's deferred transaction does (a
+        // read-only one is never refused for serialisation).
+        let sql = if writes { "BEGIN" } else { "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" };
         self.batch(sql)?;
         self.in_transaction.set(true);
-        for tenant in tenants {
-            if let Err(error) = self.lock_tenant(tenant) {
-                let _ = self.rollback();
-                return Err(error);
-            }
+        let locked = tenants.iter().try_for_each(|tenant| {
+            self.lock_tenant(tenant)?;
+            self.notice_foreign_appends(tenant)
+        });
+        if let Err(error) = locked {
+            let _ = self.rollback();
+            return Err(error);
         }
         *self.locked_tenants.borrow_mut() = tenants.to_vec();
+        Ok(())
+    }
+
+    /// Counts a foreign commit if `tenant`'s newest event is not the one this store left (or
+    /// this store has not held the tenant before). Read while holding the tenant's writers, it
+    /// is exact: nobody else appends to the tenant until this transaction ends, so live
+    /// subscribers are dropped (and page) before this batch's events are published, and never
+    /// skip another process's.
+    fn notice_foreign_appends(&self, tenant: &Arc<str>) -> Result<()> {
+        let newest = self.newest_position(tenant)?;
+        if self.heads.borrow_mut().insert(Arc::clone(tenant), newest) != Some(newest) {
+            self.foreign_found.set(self.foreign_found.get() + 1);
+        }
+        Ok(())
+    }
+
+    /// The newest event position of `tenant`, 0 for none.
+    fn newest_position(&self, tenant: &str) -> Result<i64> {
+        let sql = "SELECT COALESCE(max(position), 0) FROM main.events WHERE tenant_id = ?1";
+        let rows = self.query(sql, &[Arg::Text(tenant)])?;
+        Ok(rows.first().map(|row| column(row, 0)).transpose()?.unwrap_or(0))
+    }
+
+    /// Records where this store leaves each tenant it holds, just before it commits.
+    fn note_heads(&self) -> Result<()> {
+        for tenant in self.locked_tenants.borrow().iter() {
+            let newest = self.newest_position(tenant)?;
+            self.heads.borrow_mut().insert(Arc::clone(tenant), newest);
+        }
         Ok(())
     }
 
@@ -104,21 +146,28 @@ impl PgConn {
         if self.locked_tenants.borrow().iter().any(|locked| locked.as_ref() == tenant) {
             return Ok(());
         }
-        let sql = "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || ?1))";
+        let sql =
+            "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/' || ?1))";
         self.execute(sql, &[Arg::Text(tenant)]).map(drop)
     }
 
     /// Commits the open transaction; a writing one first sends the store's notice (delivered
     /// only if the commit succeeds) so that other processes look again: `rang` says it made
     /// work available. A failed commit leaves no transaction open (the server rolls back).
+    ///
+    /// The statements before `COMMIT` also make sure the transaction is not aborted: the
+    /// server answers `COMMIT` of an aborted one with a rollback, not an error.
     pub(crate) fn commit(&self, writes: bool, rang: bool) -> Result<()> {
         let notified = match (&self.notices, writes) {
             (Some(notices), true) => {
                 let payload = notices.payload(rang);
                 let args = [Arg::Text(notices.channel()), Arg::Text(&payload)];
-                self.execute("SELECT pg_notify(?1, ?2)", &args).map(drop)
+                self.note_heads()
+                    .and_then(|()| self.execute("SELECT pg_notify(?1, ?2)", &args).map(drop))
             }
-            _ => Ok(()),
+            (None, true) => self.execute("SELECT 1", &[]).map(drop),
+            // What a reading batch answered was read; whether it commits changes nothing.
+            (_, false) => Ok(()),
         };
         let committed = notified.and_then(|()| self.batch("COMMIT"));
         if committed.is_err() && self.in_transaction.get() {
@@ -131,7 +180,8 @@ impl PgConn {
     /// How many other processes' commits this store has heard of: a number that moves when
     /// another commits.
     pub(crate) fn foreign_commits(&self) -> Option<i64> {
-        self.notices.as_ref().map(Notices::foreign_commits)
+        let heard = self.notices.as_ref().map(Notices::foreign_commits)?;
+        Some(heard + self.foreign_found.get())
     }
 
     /// Rolls back the open transaction, if any.
@@ -171,7 +221,12 @@ impl PgConn {
         let rewritten = rewrite(sql);
         let statement =
             self.client.borrow_mut().prepare(&rewritten).map_err(Error::from_postgres)?;
-        self.statements.borrow_mut().insert(sql.to_owned(), statement.clone());
+        let mut statements = self.statements.borrow_mut();
+        // Statements built at run time (filters) are many: the cache stays bounded.
+        if statements.len() >= STATEMENTS_MAX {
+            statements.clear();
+        }
+        statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
 }
@@ -189,7 +244,8 @@ const SCHEMA_SQL: &str = include_str!("../../schema_postgres.sql");
 pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Result<PgConn> {
     let mut conn = PgConn::connect(url)?;
     let schema = current_schema(&conn)?;
-    let lock_timeout_ms = options.busy_timeout.as_millis();
+    // At least 1 ms: PostgreSQL reads 0 as "wait for ever".
+    let lock_timeout_ms = options.busy_timeout.as_millis().max(1);
     // Temporary tables (searched first otherwise) cannot take the place of the store's.
     let mut setup = format!(
         "SET search_path = {}, pg_catalog, pg_temp; SET lock_timeout = {lock_timeout_ms};",
@@ -221,9 +277,18 @@ fn current_schema(conn: &PgConn) -> Result<String> {
     let Some(first) = first.filter(|name| !name.is_empty()) else {
         return Err(Error::InvalidInput("the connection's search_path names no schema".into()));
     };
-    let name = first.trim_matches('"').replace("\"\"", "\"");
-    conn.batch(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_name(&name)))?;
-    Ok(name)
+    // As PostgreSQL reads a name: quoted as written, unquoted in lower case.
+    let name = match first.strip_prefix('"').and_then(|rest| rest.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => first.to_lowercase(),
+    };
+    let created = conn.batch(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_name(&name)));
+    // Another process may have created it at the same moment (the statement can then fail).
+    match (created, query_text(conn, "SELECT current_schema()::text")?) {
+        (_, Some(schema)) => Ok(schema),
+        (Err(error), None) => Err(error),
+        (Ok(()), None) => Err(Error::InvalidInput(format!("schema {name:?} is not usable"))),
+    }
 }
 
 /// The first column of the first row of `sql`, as text.
@@ -396,7 +461,11 @@ fn value_ref<'a>(ty: &Type, bytes: &'a [u8]) -> Result<ValueRef<'a>> {
         Type::BYTEA => ValueRef::Blob(bytes),
         // jsonb's binary form is a version byte, then the text.
         Type::JSONB => ValueRef::Text(bytes.get(1..).unwrap_or_default()),
-        _ => ValueRef::Text(bytes),
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::JSON | Type::UNKNOWN => {
+            ValueRef::Text(bytes)
+        }
+        // NUMERIC (a sum of BIGINTs), say: the statement must cast it.
+        _ => return Err(Error::Corrupt(format!("a column of type {ty} cannot be read: cast it"))),
     })
 }
 
@@ -437,7 +506,10 @@ impl ToSql for Arg<'_> {
             Arg::Int(value) => int_to_sql(value, ty, out)?,
             Arg::Real(value) => match *ty {
                 Type::FLOAT4 => out.put_f32(value as f32),
-                _ => out.put_f64(value),
+                Type::FLOAT8 => out.put_f64(value),
+                _ => {
+                    return Err(format!("a real cannot be sent as {ty}: cast the parameter").into());
+                }
             },
             Arg::Text(text) => {
                 if *ty == Type::JSONB {
@@ -477,7 +549,7 @@ fn int_to_sql(
 
 impl Error {
     /// Maps a PostgreSQL error onto this enum: lock waits, serialisation failures and
-    /// deadlocks are `Busy` (the engine retries before it says so), and the storage states
+    /// deadlocks are `Busy`, and the storage states
     /// have their own variants.
     pub(crate) fn from_postgres(error: postgres::Error) -> Self {
         let Some(code) = error.code() else {

@@ -23,6 +23,9 @@ use crate::error::{Error, Result};
 /// How often the listening thread looks whether its store has closed.
 const LISTEN_POLL: Duration = Duration::from_millis(200);
 
+/// How long the listening thread tries to connect before giving up (and trying again).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long the listening thread waits before connecting again after losing its connection.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 
@@ -105,7 +108,10 @@ impl Listener {
                     // What was missed is unknown: every waiter looks again, every live
                     // subscriber pages.
                     self.heard("");
-                    client = self.reconnect();
+                    match self.reconnect() {
+                        Some(again) => client = again,
+                        None => return,
+                    }
                 }
             }
         }
@@ -131,19 +137,16 @@ impl Listener {
             || self.state.upgrade().is_none_or(|state| state.exited.load(Ordering::Acquire))
     }
 
-    /// Connects again until it works or the store closes (then the old client is as good as
-    /// any: the loop ends).
-    fn reconnect(&self) -> Client {
+    /// Connects again until it works (`None` once the store has closed).
+    fn reconnect(&self) -> Option<Client> {
         loop {
             std::thread::sleep(RECONNECT_AFTER);
+            if self.stopped() {
+                return None;
+            }
             if let Ok(client) = listen(&self.url, &self.channel) {
                 self.heard("");
-                return client;
-            }
-            if self.stopped()
-                && let Ok(client) = Client::connect(&self.url, NoTls)
-            {
-                return client;
+                return Some(client);
             }
         }
     }
@@ -168,9 +171,12 @@ fn next_notice(client: &mut Client) -> Heard {
     }
 }
 
-/// A connection listening on `channel`.
+/// A connection listening on `channel` (given up on after `CONNECT_TIMEOUT`, so that a store
+/// closing while the server is away is not held up).
 fn listen(url: &str, channel: &str) -> Result<Client> {
-    let mut client = Client::connect(url, NoTls).map_err(Error::from_postgres)?;
+    let mut config: postgres::Config = url.parse().map_err(Error::from_postgres)?;
+    config.connect_timeout(CONNECT_TIMEOUT);
+    let mut client = config.connect(NoTls).map_err(Error::from_postgres)?;
     client.batch_execute(&format!("LISTEN \"{channel}\"")).map_err(Error::from_postgres)?;
     Ok(client)
 }

@@ -179,6 +179,7 @@ impl<'a> Tx<'a> {
         tenant: &str,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T>,
     ) -> Result<T> {
+        self.db().lock_tenant_writes(tenant)?;
         let scope =
             Scope { tenant: Arc::from(tenant), role: self.scope.role, bound: self.scope.bound };
         let mut other = Tx::new(self.engine, self.now_ms, &scope);

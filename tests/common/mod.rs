@@ -221,6 +221,44 @@ impl SharedStore {
     }
 }
 
+/// The (table, column) pairs of the store's own tables, read from its database's catalogue.
+pub fn store_columns(store: &SharedStore) -> std::collections::BTreeSet<(String, String)> {
+    if on_postgres() {
+        return raw_postgres_pairs(
+            &store.location,
+            "SELECT table_name::text, column_name::text FROM information_schema.columns
+             WHERE table_schema = current_schema()",
+        );
+    }
+    sqlite_columns(&store.location)
+}
+
+/// The (table, column) pairs of the tables of the SQLite file at `path`.
+pub fn sqlite_columns(
+    path: impl AsRef<std::path::Path>,
+) -> std::collections::BTreeSet<(String, String)> {
+    let conn = rusqlite::Connection::open(path).expect("raw connection");
+    let mut stmt = conn
+        .prepare(
+            "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p
+             WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'",
+        )
+        .expect("prepare");
+    let pairs = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).expect("columns");
+    pairs.collect::<Result<_, _>>().expect("columns")
+}
+
+#[cfg(feature = "postgres")]
+fn raw_postgres_pairs(location: &str, sql: &str) -> std::collections::BTreeSet<(String, String)> {
+    let rows = raw_postgres(location).query(sql, &[]).expect("raw query");
+    rows.iter().map(|row| (row.get(0), row.get(1))).collect()
+}
+
+#[cfg(not(feature = "postgres"))]
+fn raw_postgres_pairs(_: &str, _: &str) -> std::collections::BTreeSet<(String, String)> {
+    needs_the_postgres_feature()
+}
+
 /// A raw client of the PostgreSQL location (its schema on the search path).
 #[cfg(feature = "postgres")]
 fn raw_postgres(location: &str) -> postgres::Client {

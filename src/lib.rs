@@ -114,6 +114,8 @@ pub mod workflow;
 pub use crate::auth::{Auth, Tenant, TenantStatus, TenantUpdate, TokenInfo, TokenSecret};
 pub use crate::core::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::op::{Access, Op, Role, TxOutcome};
+#[cfg(feature = "postgres")]
+pub use crate::core::pg_sql::PgSql;
 pub use crate::core::sql::Sql;
 pub use crate::core::tx::Tx;
 pub use crate::error::{Error, Result};
@@ -141,6 +143,9 @@ pub use crate::subscription::Subscription;
 pub use crate::workflow::{
     Definition, Execution, ExecutionFilter, Loaded, Snapshot, WorkflowStatus, Workflows,
 };
+/// The PostgreSQL client crate, for the types [`PgSql`] takes and returns (`ToSql`, `Row`).
+#[cfg(feature = "postgres")]
+pub use postgres;
 
 /// The README's examples, compiled (not run) with the doc tests so that they stay true.
 #[cfg(doctest)]

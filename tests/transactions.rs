@@ -288,3 +288,43 @@ fn raw_sql_is_the_engines_own_and_the_other_engine_refuses_it_writing_nothing()
     }
     Ok(())
 }
+
+/// A closure's own SQL on a PostgreSQL store: it commits with the ops, a failed statement is
+/// rolled back alone, and transaction control is refused with nothing written.
+#[cfg(feature = "postgres")]
+#[test]
+fn raw_sql_on_postgres_commits_with_the_ops_and_refuses_transaction_control() -> spindle::Result<()>
+{
+    let store = common::new_store();
+    if !common::on_postgres() {
+        let refused = store.transaction(|tx| Ok(TxOutcome::Commit(tx.postgres().map(drop))))?;
+        assert!(matches!(refused, Err(Error::WrongEngine(_))), "{refused:?}");
+        return Ok(());
+    }
+    let stream = Stream::custom("pg-raw");
+    let s = stream.clone();
+    store.transaction(move |tx| {
+        tx.append_event(&s, "made", json!(1))?;
+        let sql = tx.postgres()?;
+        sql.execute("CREATE TABLE mine (x BIGINT)", &[])?;
+        sql.execute("INSERT INTO mine VALUES ($1)", &[&1_i64])?;
+        assert!(sql.execute("INSERT INTO nowhere VALUES (1)", &[]).is_err());
+        sql.execute("INSERT INTO mine VALUES ($1)", &[&2_i64])?;
+        Ok(TxOutcome::Commit(()))
+    })?;
+    let s = stream.clone();
+    let refused = store.transaction(move |tx| {
+        tx.append_event(&s, "lost", json!(2))?;
+        tx.postgres()?.execute("COMMIT", &[])?;
+        Ok(TxOutcome::Commit(()))
+    });
+    assert!(matches!(refused, Err(Error::Forbidden(_))), "{refused:?}");
+    let rows: i64 = store.transaction(|tx| {
+        let row = tx.postgres()?.query("SELECT count(*) FROM mine", &[])?;
+        Ok(TxOutcome::Rollback(row[0].get(0)))
+    })?;
+    assert_eq!(rows, 2, "both inserts committed, the failed one alone rolled back");
+    let events = store.events().read(&stream, 0, 10)?;
+    assert_eq!(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>(), ["made"]);
+    Ok(())
+}

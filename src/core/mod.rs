@@ -22,6 +22,8 @@ pub(crate) mod op;
 pub(crate) mod pg;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_listen;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg_sql;
 pub(crate) mod publish;
 pub(crate) mod schema;
 pub(crate) mod sql;

@@ -81,6 +81,23 @@ impl PgConn {
         self.client.borrow_mut().query(&statement, &params(args)).map_err(Error::from_postgres)
     }
 
+    /// Runs a statement of a caller's own (see `PgSql`) under a savepoint of its own: a failed
+    /// one is rolled back alone and leaves the batch's transaction usable.
+    pub(crate) fn caller_statement<T>(
+        &self,
+        statement: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+    ) -> Result<T> {
+        self.batch("SAVEPOINT caller")?;
+        let result = statement(&mut self.client.borrow_mut()).map_err(Error::from_postgres);
+        let ended = match &result {
+            Ok(_) => self.batch("RELEASE caller"),
+            Err(_) => self.batch("ROLLBACK TO caller").and_then(|()| self.batch("RELEASE caller")),
+        };
+        let output = result?;
+        ended?;
+        Ok(output)
+    }
+
     /// Runs statements as they are written (no parameters, no rewrite): the schema, and
     /// transaction control.
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {

@@ -249,6 +249,26 @@ impl<'a> Tx<'a> {
         Ok(Sql::new(parts.conn, parts.guard))
     }
 
+    /// SQL of the caller's own inside this transaction, on a store of the PostgreSQL engine:
+    /// one statement at a time, each under a savepoint of its own. See [`PgSql`] for what it
+    /// refuses.
+    ///
+    /// # Errors
+    /// `WrongEngine` on a store of another engine (SQLite); `Forbidden` for a view bound to
+    /// its tenant by a token (the store's tables hold every tenant's rows).
+    ///
+    /// [`PgSql`]: crate::PgSql
+    #[cfg(feature = "postgres")]
+    pub fn postgres(&self) -> Result<crate::core::pg_sql::PgSql<'_>> {
+        let Db::Postgres(conn) = self.engine.db else {
+            return Err(Error::WrongEngine("the PostgreSQL handle (Tx::postgres)".into()));
+        };
+        if self.scope.bound {
+            return Err(Error::Forbidden("a view bound to its tenant runs no raw SQL".into()));
+        }
+        Ok(crate::core::pg_sql::PgSql::new(conn))
+    }
+
     /// The SQLite engine's parts, once the caller's SQL is noted: before its first statement,
     /// the schema the checks know is brought up to date (another connection may have moved it).
     fn sqlite_parts(&self) -> Result<SqliteParts<'a>> {

@@ -202,6 +202,16 @@ impl<'a> Db<'a> {
         }
     }
 
+    /// Notes that this transaction appended an event to `tenant` at `position`: the
+    /// PostgreSQL engine then knows where it leaves the tenant without reading it again.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn event_appended(self, tenant: &str, position: i64) {
+        #[cfg(feature = "postgres")]
+        if let Db::Postgres(conn) = self {
+            conn.event_appended(tenant, position);
+        }
+    }
+
     /// Runs an `INSERT` of one row and returns the row's integer key: SQLite's rowid; on
     /// PostgreSQL, the statement's text for it ends `RETURNING` that column.
     pub(crate) fn insert_rowid<'q>(

@@ -615,6 +615,7 @@ fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(u6
         ),
         args![tenant, kind, row.stream.id, seq, row.event_type, row.encoded, row.idem_key, now_ms],
     )?;
+    db.event_appended(tenant, position);
     Ok((from_sql_int(seq), from_sql_int(position)))
 }
 

@@ -19,7 +19,7 @@ use postgres::{Client, NoTls, Statement};
 use rusqlite::types::ValueRef;
 
 use crate::core::actor::ActorState;
-use crate::core::db::{Arg, Column};
+use crate::core::db::{Arg, Column, Db};
 use crate::core::pg_listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::error::{Error, Result};
@@ -42,6 +42,8 @@ pub(crate) struct PgConn {
     /// The newest event position of each tenant as this store last left it (at its last
     /// commit holding the tenant's writers).
     heads: RefCell<HashMap<Arc<str>, i64>>,
+    /// The newest position this transaction appended, by tenant (kept in `heads` at commit).
+    appended: RefCell<HashMap<Arc<str>, i64>>,
     /// Other processes' commits found at a writing batch's start (see `begin`).
     foreign_found: Cell<i64>,
 }
@@ -60,6 +62,7 @@ impl PgConn {
             notices: None,
             locked_tenants: RefCell::new(Vec::new()),
             heads: RefCell::new(HashMap::new()),
+            appended: RefCell::new(HashMap::new()),
             foreign_found: Cell::new(0),
         })
     }
@@ -144,17 +147,34 @@ impl PgConn {
     /// The newest event position of `tenant`, 0 for none.
     fn newest_position(&self, tenant: &str) -> Result<i64> {
         let sql = "SELECT COALESCE(max(position), 0) FROM main.events WHERE tenant_id = ?1";
-        let rows = self.query(sql, &[Arg::Text(tenant)])?;
-        Ok(rows.first().map(|row| column(row, 0)).transpose()?.unwrap_or(0))
+        Ok(self.value(sql, &[Arg::Text(tenant)])?.unwrap_or(0))
     }
 
-    /// Records where this store leaves each tenant it holds, just before it commits.
-    fn note_heads(&self) -> Result<()> {
-        for tenant in self.locked_tenants.borrow().iter() {
-            let newest = self.newest_position(tenant)?;
-            self.heads.borrow_mut().insert(Arc::clone(tenant), newest);
+    /// Notes an event this transaction appended to `tenant` at `position`.
+    pub(crate) fn event_appended(&self, tenant: &str, position: i64) {
+        let mut appended = self.appended.borrow_mut();
+        match appended.get_mut(tenant) {
+            Some(newest) => *newest = (*newest).max(position),
+            None => drop(appended.insert(Arc::from(tenant), position)),
         }
-        Ok(())
+    }
+
+    /// Where this store left the tenants it held from the start and appended to, once its
+    /// commit succeeded (an append a savepoint rolled back only makes the next batch drop live
+    /// subscribers once more).
+    fn keep_heads(&self) {
+        let locked = self.locked_tenants.borrow();
+        let mut heads = self.heads.borrow_mut();
+        for (tenant, position) in self.appended.borrow_mut().drain() {
+            if let (true, Some(head)) = (locked.contains(&tenant), heads.get_mut(&tenant)) {
+                *head = (*head).max(position);
+            }
+        }
+    }
+
+    /// The first column of the first row of `sql`, if there is a row.
+    fn value<T: Column>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<T>> {
+        Db::Postgres(self).query_value(sql, args)
     }
 
     /// Holds off the other processes' writers of `tenant` until this transaction ends (a
@@ -179,16 +199,17 @@ impl PgConn {
             (Some(notices), true) => {
                 let payload = notices.payload(rang);
                 let args = [Arg::Text(notices.channel()), Arg::Text(&payload)];
-                self.note_heads()
-                    .and_then(|()| self.execute("SELECT pg_notify(?1, ?2)", &args).map(drop))
+                self.execute("SELECT pg_notify(?1, ?2)", &args).map(drop)
             }
             (None, true) => self.execute("SELECT 1", &[]).map(drop),
             // What a reading batch answered was read; whether it commits changes nothing.
             (_, false) => Ok(()),
         };
         let committed = notified.and_then(|()| self.batch("COMMIT"));
-        if committed.is_err() && self.in_transaction.get() {
-            let _ = self.batch("ROLLBACK");
+        match committed {
+            Ok(()) => self.keep_heads(),
+            Err(_) if self.in_transaction.get() => drop(self.batch("ROLLBACK")),
+            Err(_) => {}
         }
         self.ended();
         committed
@@ -211,6 +232,7 @@ impl PgConn {
     fn ended(&self) {
         self.in_transaction.set(false);
         self.locked_tenants.borrow_mut().clear();
+        self.appended.borrow_mut().clear();
     }
 
     /// Whether a transaction is open.
@@ -221,12 +243,11 @@ impl PgConn {
     /// Counts one more opening of the store (a writable one) and returns its number: distinct
     /// for every opening, by whichever process, and the same in every run of the same history.
     pub(crate) fn next_opening(&self) -> Result<i64> {
-        let rows = self.query(
+        let opening = self.value(
             "INSERT INTO main.spindle_meta AS meta (key, value) VALUES ('openings', 1)
              ON CONFLICT (key) DO UPDATE SET value = meta.value + 1 RETURNING value",
             &[],
         )?;
-        let opening = rows.first().map(|row| column(row, 0)).transpose()?;
         opening.ok_or_else(|| Error::Corrupt("the store's count of openings did not return".into()))
     }
 
@@ -310,8 +331,7 @@ fn current_schema(conn: &PgConn) -> Result<String> {
 
 /// The first column of the first row of `sql`, as text.
 fn query_text(conn: &PgConn, sql: &str) -> Result<Option<String>> {
-    let rows = conn.query(sql, &[])?;
-    Ok(rows.first().map(|row| column::<Option<String>>(row, 0)).transpose()?.flatten())
+    Ok(conn.value::<Option<String>>(sql, &[])?.flatten())
 }
 
 /// Creates the store's tables unless they are there, under a lock that keeps two processes
@@ -333,17 +353,17 @@ fn create_if_missing(conn: &PgConn) -> Result<()> {
 
 /// Whether the schema holds a store (its `spindle_meta` table).
 fn store_exists(conn: &PgConn) -> Result<bool> {
-    let rows = conn.query("SELECT to_regclass('spindle_meta') IS NOT NULL", &[])?;
-    Ok(rows.first().map(|row| column::<bool>(row, 0)).transpose()?.unwrap_or(false))
+    Ok(conn.value("SELECT to_regclass('spindle_meta') IS NOT NULL", &[])?.unwrap_or(false))
 }
 
 /// Creates the store in an empty schema.
 fn create(conn: &PgConn) -> Result<()> {
-    let rows = conn.query(
-        "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
-        &[],
-    )?;
-    let tables: i64 = rows.first().map(|row| column(row, 0)).transpose()?.unwrap_or(0);
+    let tables: i64 = conn
+        .value(
+            "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema()",
+            &[],
+        )?
+        .unwrap_or(0);
     if tables > 0 {
         return Err(Error::NotADatabase);
     }
@@ -355,11 +375,11 @@ fn check_version(conn: &PgConn) -> Result<()> {
     if !store_exists(conn)? {
         return Err(Error::NotADatabase);
     }
-    let rows = conn.query("SELECT key, value FROM spindle_meta", &[])?;
-    let mut meta = HashMap::new();
-    for row in &rows {
-        meta.insert(column::<String>(row, 0)?, column::<i64>(row, 1)?);
-    }
+    let pairs =
+        Db::Postgres(conn).query_all("SELECT key, value FROM spindle_meta", &[], |row| {
+            Ok((row.get::<String>(0)?, row.get::<i64>(1)?))
+        })?;
+    let meta: HashMap<String, i64> = pairs.into_iter().collect();
     if meta.get("application_id") != Some(&APPLICATION_ID) {
         return Err(Error::NotADatabase);
     }

@@ -47,6 +47,9 @@ pub struct Options {
     /// Recover the running graphs of every tenant when the store opens (`Graphs::recover`).
     /// Default true. A second process that only inspects a store another one is running
     /// (the command-line tool's inspectors) turns it off, so it leaves running nodes alone.
+    /// A SQLite store takes itself to be the file's only writer here; a PostgreSQL store
+    /// recovers only when no other writable store has its schema open (their running nodes
+    /// are not interrupted), and holds others from opening until it is done.
     /// Graph deadlines are kept either way (unless the store is read-only).
     pub recover_on_open: bool,
     /// The most the database file may grow to, in bytes (rounded down to whole pages): a

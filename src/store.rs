@@ -21,6 +21,7 @@ use crate::core::clock::Clock;
 use crate::core::events::Stream;
 use crate::core::msg::{Job, Msg};
 use crate::core::op::{Op, Role, TxOutcome};
+use crate::core::presence::{HoldAlone, ReleaseAlone};
 use crate::core::publish::Filter;
 use crate::core::schema::Location;
 use crate::core::tx::{Scope, Tx};
@@ -178,11 +179,21 @@ impl Store {
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
         let store = Store { shared: Arc::new(shared), scope };
         if !read_only {
-            for at_open in hooks.at_open {
-                at_open(&store, recover)?;
-            }
+            store.run_at_open(hooks.at_open, recover)?;
         }
         Ok(store)
+    }
+
+    /// Runs what the domains do when a writable store opens: recovery (if `recover`) only
+    /// while no other store is open on the database (on PostgreSQL; see
+    /// `Options::recover_on_open`), and every other store waits to open until it is done.
+    fn run_at_open(&self, at_open: &[fn(&Store, bool) -> Result<()>], recover: bool) -> Result<()> {
+        let alone = recover && self.exec(HoldAlone)?;
+        let ran = at_open.iter().try_for_each(|at_open| at_open(self, alone));
+        if alone {
+            self.exec(ReleaseAlone)?;
+        }
+        ran
     }
 
     /// Runs one operation in its own savepoint of the next batch; returns its output once the

@@ -5,12 +5,16 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::SharedStore;
 use serde_json::json;
-use spindle::{NewItem, Stream};
+use spindle::{
+    GraphEvent, GraphStatus, ManualClock, NewItem, NodeOptions, NodeSpec, NodeStatus, Options,
+    Store, Stream,
+};
 
 /// Long enough that a wait that times out is a missed wake-up, not a slow machine.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -100,4 +104,110 @@ fn both_engines_schemas_have_the_same_tables_and_columns() {
     spindle::Store::open(&path).expect("open").close().expect("close");
     let on_sqlite = common::sqlite_columns(&path);
     assert_eq!(on_postgres, on_sqlite);
+}
+
+/// A graph of one node `a` in `store`'s tenant, started, with a deadline `timeout_ms` away
+/// (none for `None`).
+fn started_graph(store: &Store, timeout_ms: Option<i64>) -> spindle::Result<String> {
+    let graphs = store.graphs();
+    let graph = graphs.create(json!({}))?;
+    graphs.add_node(&graph, NodeSpec::task(json!({})), NodeOptions::new().id("a"))?;
+    graphs.set_timeout(&graph, timeout_ms)?;
+    graphs.start(&graph)?;
+    Ok(graph)
+}
+
+#[test]
+fn recovery_at_open_leaves_alone_the_work_of_stores_still_open() -> spindle::Result<()> {
+    if !common::on_postgres() {
+        // A SQLite store is taken to be alone on its file (`Options::recover_on_open`).
+        return Ok(());
+    }
+    let shared = SharedStore::new();
+    let first = shared.open();
+    let graph = started_graph(&first, None)?;
+    first.graphs().start_node(&graph, "a")?;
+    let running = |store: &Store| store.graphs().node(&graph, "a").map(|node| node.status);
+    // Another store opening (recovering by default) while the first runs the node.
+    let second = shared.open();
+    assert_eq!(running(&second)?, NodeStatus::Running, "a live store's node is not reset");
+    drop(first);
+    let third = shared.open();
+    assert_eq!(running(&third)?, NodeStatus::Running, "the second store is still open");
+    drop((second, third));
+    // Alone now: the node whose store is gone is interrupted work, and is made ready again.
+    let alone = shared.open();
+    assert_eq!(running(&alone)?, NodeStatus::Ready);
+    Ok(())
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_deadline_sweep_passes_over_a_tenant_another_process_writes_and_comes_back()
+-> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(()); // SQLite's one writer never meets another in the middle of a batch.
+    }
+    let clock = ManualClock::new(1_000_000);
+    let shared = SharedStore::new();
+    let store = shared.open_with(Options { clock: Arc::new(clock.clone()), ..Options::default() });
+    let acme = store.tenant("acme")?;
+    let (ours, theirs) = (started_graph(&store, Some(5_000))?, started_graph(&acme, Some(5_000))?);
+    let mut our_events = store.subscribe(Stream::graph(&ours), 0)?;
+    let mut their_events = acme.subscribe(Stream::graph(&theirs), 0)?;
+    // Another process in the middle of a transaction that writes tenant acme.
+    let mut raw = shared.raw_client();
+    let mut other = raw.transaction().expect("raw transaction");
+    let hold = "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/acme'))";
+    other.execute(hold, &[]).expect("hold acme's writers");
+    clock.advance_ms(5_000);
+    wait_terminal(&mut our_events);
+    // The sweep that failed our graph did not wait for acme's writer (that could deadlock).
+    assert_eq!(acme.graphs().get(&theirs)?.status, GraphStatus::Running);
+    other.commit().expect("release acme's writers");
+    // The sweep tries acme again a moment later (by the store's clock).
+    clock.advance_ms(1_000);
+    wait_terminal(&mut their_events);
+    assert_eq!(acme.graphs().get(&theirs)?.status, GraphStatus::Failed);
+    Ok(())
+}
+
+/// Reads a graph's events until its terminal one.
+fn wait_terminal(events: &mut spindle::Subscription) {
+    loop {
+        let event = events.recv_timeout(PATIENCE).expect("recv").expect("an event in time");
+        if GraphEvent::from_event(&event).expect("a graph event").is_terminal() {
+            return;
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_store_connects_again_after_the_server_ends_its_session() -> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(());
+    }
+    let shared = SharedStore::new();
+    let store = shared.open();
+    let stream = Stream::custom("dropped");
+    store.events().append(&stream, "before", json!(1))?;
+    // An administrator ends the store's session (its application_name names its schema).
+    let mut raw = shared.raw_client();
+    let sessions =
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'spindle ' || current_schema()";
+    let ended = raw
+        .query(&format!("SELECT pg_terminate_backend(pid) FROM ({sessions}) s"), &[])
+        .expect("terminate");
+    assert_eq!(ended.len(), 1, "the store has one session");
+    let deadline = Instant::now() + PATIENCE;
+    while !raw.query(sessions, &[]).expect("sessions").is_empty() {
+        assert!(Instant::now() < deadline, "the session did not end");
+        thread::yield_now();
+    }
+    let appended = store.events().append(&stream, "after", json!(2))?;
+    assert_eq!(appended.seq, 2, "the next call runs on a new session");
+    assert_eq!(raw.query(sessions, &[]).expect("sessions").len(), 1);
+    assert_eq!(common::read_stream(&store, &stream).len(), 2);
+    Ok(())
 }

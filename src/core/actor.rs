@@ -698,6 +698,7 @@ impl Actor {
                 for applied in batch.applied {
                     applied.deliver(None);
                 }
+                self.conn.notice_foreign_writes_at_commit(&mut self.publisher);
                 self.publisher.publish(&batch.events);
                 if batch.rang {
                     self.state.bell.ring();

@@ -274,6 +274,17 @@ impl Conn {
         publisher.notice_foreign_writes(self.foreign_version());
     }
 
+    /// Before a batch's events are published: drops the live subscribers if a tenant the
+    /// batch took in its middle showed another process's appends (PostgreSQL; a SQLite
+    /// writer held the whole file from the batch's start, where this was looked at already).
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn notice_foreign_writes_at_commit(&self, publisher: &mut Publisher) {
+        #[cfg(feature = "postgres")]
+        if let Conn::Postgres(pg) = self {
+            publisher.notice_foreign_writes(pg.foreign_commits());
+        }
+    }
+
     /// Takes a subscriber live (see `Publisher::go_live`).
     pub(crate) fn go_live(&self, publisher: &mut Publisher, request: LiveRequest) -> Result<()> {
         publisher.go_live(self.db(), self.foreign_version(), request)
@@ -299,7 +310,7 @@ impl Conn {
         match self {
             Conn::Sqlite(lite) => lite.close(poisoned),
             #[cfg(feature = "postgres")]
-            Conn::Postgres(_) => Ok(()),
+            Conn::Postgres(pg) => pg.close(),
         }
     }
 }

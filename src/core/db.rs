@@ -231,17 +231,65 @@ impl<'a> Db<'a> {
     }
 
     /// Holds off every other connection's writers of `tenant` until this transaction ends
-    /// (a writing batch holds those of its own tenants from its start; this is for the store's
-    /// sweeps across tenants, and a no-op for a tenant already held). Positions then commit in
-    /// the order they are taken, a stream's next `seq` is read after the last one committed,
-    /// and what a sweep reads of the tenant stays as read. SQLite's one writer does this
-    /// already.
+    /// (a no-op for a tenant already held: a writing batch holds its jobs' tenants from its
+    /// start, so this only waits for a tenant taken some other way). SQLite's one writer does
+    /// this already.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn lock_tenant_writes(self, tenant: &str) -> Result<()> {
         match self {
             Db::Sqlite(_) => Ok(()),
             #[cfg(feature = "postgres")]
             Db::Postgres(conn) => conn.lock_tenant(tenant),
+        }
+    }
+
+    /// Holds off every other connection's writers of `tenant` until this transaction ends,
+    /// if nobody else holds them now; `false` when another does (a no-op `true` for a tenant
+    /// already held). For the store's sweeps across tenants: a writing batch holds its own
+    /// tenants from its start, and a sweep never waits for another's in the middle of a
+    /// batch (holding some while waiting for others is how two transactions deadlock).
+    /// Positions then commit in the order they are taken, a stream's next `seq` is read after
+    /// the last one committed, and what a sweep reads of the tenant stays as read. SQLite's
+    /// one writer does this already.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn try_lock_tenant_writes(self, tenant: &str) -> Result<bool> {
+        match self {
+            Db::Sqlite(_) => Ok(true),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => conn.try_lock_tenant(tenant),
+        }
+    }
+
+    /// Makes this transaction the only one, among every process on the database, running
+    /// the sweep `name` until it ends; `false` when another runs it now. SQLite's one writer
+    /// makes every sweep the only one already.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn try_lock_sweep(self, name: &str) -> Result<bool> {
+        match self {
+            Db::Sqlite(_) => Ok(true),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => conn.try_lock_sweep(name),
+        }
+    }
+
+    /// Whether this store is the only writable one open on its database, and if so keeps
+    /// every other from opening until [`Db::release_alone`] (or this connection ends): what
+    /// recovering interrupted work at open needs, since work another live process runs is not
+    /// interrupted. A SQLite store is taken to be alone (see `Options::recover_on_open`).
+    pub(crate) fn hold_alone(self) -> Result<bool> {
+        match self {
+            Db::Sqlite(_) => Ok(true),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => conn.hold_alone(),
+        }
+    }
+
+    /// Lets other stores open again after [`Db::hold_alone`] returned `true`.
+    pub(crate) fn release_alone(self) -> Result<()> {
+        match self {
+            Db::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => conn.release_alone(),
         }
     }
 

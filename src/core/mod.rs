@@ -24,6 +24,7 @@ pub(crate) mod pg;
 pub(crate) mod pg_listen;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_sql;
+pub(crate) mod presence;
 pub(crate) mod publish;
 pub(crate) mod schema;
 pub(crate) mod sql;

@@ -46,6 +46,10 @@ pub(crate) struct PgConn {
     appended: RefCell<HashMap<Arc<str>, i64>>,
     /// Other processes' commits found at a writing batch's start (see `begin`).
     foreign_found: Cell<i64>,
+    /// Where to connect again after the server dropped the connection.
+    url: String,
+    /// The session's settings, applied at every connection (see `open`).
+    session: String,
 }
 
 impl PgConn {
@@ -64,7 +68,27 @@ impl PgConn {
             heads: RefCell::new(HashMap::new()),
             appended: RefCell::new(HashMap::new()),
             foreign_found: Cell::new(0),
+            url: url.to_owned(),
+            session: String::new(),
         })
+    }
+
+    /// Connects again after the server dropped the connection (a restart, a fail-over, an
+    /// administrator's `pg_terminate_backend`): a new session with the same settings, its
+    /// prepared statements forgotten, and every tenant's head unknown (live subscribers page
+    /// once). A batch that was open when the connection dropped has already failed; whether
+    /// a `COMMIT` in flight landed cannot be known, as with any client.
+    ///
+    /// # Errors
+    /// `Postgres` when the server cannot be reached (the next batch tries again).
+    fn reconnect(&self) -> Result<()> {
+        let client = Client::connect(&self.url, NoTls).map_err(Error::from_postgres)?;
+        *self.client.borrow_mut() = client;
+        self.statements.borrow_mut().clear();
+        self.ended();
+        self.heads.borrow_mut().clear();
+        self.foreign_found.set(self.foreign_found.get() + 1);
+        self.batch(&self.session)
     }
 
     /// Runs a statement and returns how many rows it changed.
@@ -117,17 +141,25 @@ impl PgConn {
         // A reading batch reads one snapshot, as SQLite's deferred transaction does (a
         // read-only one is never refused for serialisation).
         let sql = if writes { "BEGIN" } else { "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" };
-        self.batch(sql)?;
+        if self.client.borrow().is_closed() {
+            self.reconnect()?;
+        }
+        let began = self.client.borrow_mut().batch_execute(sql);
+        match began {
+            Ok(()) => {}
+            // Dropped since the last batch (found only now): connect again and begin there.
+            Err(error) if connection_lost(&error) => {
+                self.reconnect()?;
+                self.batch(sql)?;
+            }
+            Err(error) => return Err(Error::from_postgres(error)),
+        }
         self.in_transaction.set(true);
-        let locked = tenants.iter().try_for_each(|tenant| {
-            self.lock_tenant(tenant)?;
-            self.notice_foreign_appends(tenant)
-        });
+        let locked = tenants.iter().try_for_each(|tenant| self.lock_tenant(tenant));
         if let Err(error) = locked {
             let _ = self.rollback();
             return Err(error);
         }
-        *self.locked_tenants.borrow_mut() = tenants.to_vec();
         Ok(())
     }
 
@@ -177,15 +209,72 @@ impl PgConn {
         Db::Postgres(self).query_value(sql, args)
     }
 
-    /// Holds off the other processes' writers of `tenant` until this transaction ends (a
-    /// no-op when it already does since its start).
+    /// Holds off the other processes' writers of `tenant` until this transaction ends,
+    /// waiting for them (a no-op for a tenant already held). A batch takes its tenants at its
+    /// start, before it holds anything else; later, only `try_lock_tenant` is deadlock-free.
+    /// Other processes' appends to the tenant are then noticed (see `notice_foreign_appends`).
     pub(crate) fn lock_tenant(&self, tenant: &str) -> Result<()> {
-        if self.locked_tenants.borrow().iter().any(|locked| locked.as_ref() == tenant) {
+        if self.holds_tenant(tenant) {
             return Ok(());
         }
         let sql =
             "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/' || ?1))";
-        self.execute(sql, &[Arg::Text(tenant)]).map(drop)
+        self.execute(sql, &[Arg::Text(tenant)])?;
+        self.held(tenant)
+    }
+
+    /// Holds off the other processes' writers of `tenant` until this transaction ends if
+    /// none holds them now (see `Db::try_lock_tenant_writes`); a tenant taken so is checked
+    /// for other processes' appends as one taken at the start is.
+    pub(crate) fn try_lock_tenant(&self, tenant: &str) -> Result<bool> {
+        if self.holds_tenant(tenant) {
+            return Ok(true);
+        }
+        let sql = "SELECT pg_try_advisory_xact_lock(1397771844, \
+                   hashtext(current_schema() || '/' || ?1))";
+        if !self.value(sql, &[Arg::Text(tenant)])?.unwrap_or(false) {
+            return Ok(false);
+        }
+        self.held(tenant)?;
+        Ok(true)
+    }
+
+    /// Whether this transaction holds `tenant`'s writers.
+    fn holds_tenant(&self, tenant: &str) -> bool {
+        self.locked_tenants.borrow().iter().any(|locked| locked.as_ref() == tenant)
+    }
+
+    /// Notes that this transaction has just taken `tenant`'s writers, and notices what other
+    /// processes appended to it since this store last held it.
+    fn held(&self, tenant: &str) -> Result<()> {
+        let tenant: Arc<str> = Arc::from(tenant);
+        self.notice_foreign_appends(&tenant)?;
+        self.locked_tenants.borrow_mut().push(tenant);
+        Ok(())
+    }
+
+    /// Makes this transaction the only one running the sweep `name` (see
+    /// `Db::try_lock_sweep`).
+    pub(crate) fn try_lock_sweep(&self, name: &str) -> Result<bool> {
+        let sql = "SELECT pg_try_advisory_xact_lock(1397771846, \
+                   hashtext(current_schema() || '/' || ?1))";
+        Ok(self.value(sql, &[Arg::Text(name)])?.unwrap_or(false))
+    }
+
+    /// Whether no other writable store has the schema open; if so, keeps others from opening
+    /// until `release_alone` (see `Db::hold_alone`). Every writable store holds the schema's
+    /// presence lock shared for as long as its session lasts; this one's own share does not
+    /// count against it.
+    pub(crate) fn hold_alone(&self) -> Result<bool> {
+        let sql = "SELECT pg_try_advisory_lock(1397771845, hashtext(current_schema()))";
+        Ok(self.value(sql, &[])?.unwrap_or(false))
+    }
+
+    /// Lets other stores open again (the exclusive hold of `hold_alone` ends; the shared one
+    /// of this store's session stays).
+    pub(crate) fn release_alone(&self) -> Result<()> {
+        let sql = "SELECT pg_advisory_unlock(1397771845, hashtext(current_schema()))";
+        self.execute(sql, &[]).map(drop)
     }
 
     /// Commits the open transaction; a writing one first sends the store's notice (delivered
@@ -233,6 +322,19 @@ impl PgConn {
         self.in_transaction.set(false);
         self.locked_tenants.borrow_mut().clear();
         self.appended.borrow_mut().clear();
+    }
+
+    /// Ends the session's presence before the connection goes (see `hold_alone`): a store
+    /// opened right after this one closed is then alone, even before the server has noticed
+    /// the connection ended.
+    ///
+    /// # Errors
+    /// `Postgres` when the server cannot be reached (the session's end releases it then).
+    pub(crate) fn close(&self) -> Result<()> {
+        if self.client.borrow().is_closed() {
+            return Ok(());
+        }
+        self.batch("SELECT pg_advisory_unlock_all()")
     }
 
     /// Whether a transaction is open.
@@ -295,10 +397,24 @@ pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Res
     if options.read_only {
         setup.push_str(" SET default_transaction_read_only = on;");
     }
+    // A dead host's session ends within about a minute (see `hold_alone`), not the system's
+    // two hours; a Unix socket ignores these.
+    setup.push_str(
+        " SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; \
+         SET tcp_keepalives_count = 3;",
+    );
+    // Named after the schema: an administrator sees whose session it is.
+    setup.push_str(&format!(" SET application_name = {};", quote_literal(&app_name(&schema))));
     conn.batch(&setup)?;
     if !options.read_only {
         create_if_missing(&conn)?;
+        // Present for as long as the session lasts (see `hold_alone`); a store recovering at
+        // open holds this off until it is done.
+        let present = " SELECT pg_advisory_lock_shared(1397771845, hashtext(current_schema()));";
+        conn.batch(present)?;
+        setup.push_str(present);
     }
+    conn.session = setup;
     check_version(&conn)?;
     conn.notices = Some(Notices::start(url, &schema, state)?);
     Ok(conn)
@@ -393,6 +509,33 @@ fn check_version(conn: &PgConn) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whether `error` says the connection is gone (closed, broken, or ended by the server's
+/// administrator or shutdown), so that connecting again may help.
+fn connection_lost(error: &postgres::Error) -> bool {
+    let ended_by_server = error.code().is_some_and(|code| {
+        code.code().starts_with("08")
+            || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW]
+                .contains(code)
+    });
+    error.is_closed() || ended_by_server
+}
+
+/// The session's `application_name`: `spindle ` and the schema, cut to PostgreSQL's 63 bytes.
+fn app_name(schema: &str) -> String {
+    let mut name = format!("spindle {schema}");
+    let mut end = name.len().min(63);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name.truncate(end);
+    name
+}
+
+/// A string quoted as an SQL literal.
+fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// A name quoted for SQL.

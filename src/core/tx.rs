@@ -173,13 +173,17 @@ impl<'a> Tx<'a> {
     }
 
     /// Runs `work` as another tenant (for the store's own sweeps across tenants): its events
-    /// go to that tenant's streams. The role stays.
+    /// go to that tenant's streams. The role stays. `None`, without running it, while another
+    /// process's transaction writes the tenant (PostgreSQL): a sweep never waits for one in
+    /// the middle of its batch, and tries again later.
     pub(crate) fn as_tenant<T>(
         &mut self,
         tenant: &str,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T>,
-    ) -> Result<T> {
-        self.db().lock_tenant_writes(tenant)?;
+    ) -> Result<Option<T>> {
+        if !self.db().try_lock_tenant_writes(tenant)? {
+            return Ok(None);
+        }
         let scope =
             Scope { tenant: Arc::from(tenant), role: self.scope.role, bound: self.scope.bound };
         let mut other = Tx::new(self.engine, self.now_ms, &scope);
@@ -192,7 +196,7 @@ impl<'a> Tx<'a> {
         if let Some(at_ms) = finished.alarm_ms {
             self.set_alarm(at_ms);
         }
-        result
+        result.map(Some)
     }
 
     /// Runs one of the crate's own savepoint statements, past the job guard.

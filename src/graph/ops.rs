@@ -301,6 +301,9 @@ impl Op for CountByStatus {
 /// Metadata conditions one filter may hold.
 const FILTER_KEYS_MAX: usize = 16;
 
+/// How soon a deadline sweep that another process's work held up is tried again.
+const SWEEP_RETRY_MS: i64 = 250;
+
 /// A filter's metadata keys are plain names and its values scalars, at most
 /// `FILTER_KEYS_MAX` of them.
 fn check_filter(filter: &GraphFilter) -> Result<()> {
@@ -739,10 +742,20 @@ impl Op for ExpireDeadlines {
     fn access(&self) -> Access {
         Access::Admin
     }
+    /// One process at a time sweeps (on PostgreSQL, where many may share the database):
+    /// another's sweep, or a tenant another process is writing, is tried again a moment later.
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
+        let retry_ms = tx.now_ms().saturating_add(SWEEP_RETRY_MS);
+        if !tx.db().try_lock_sweep("graph deadlines")? {
+            tx.set_alarm(retry_ms);
+            return Ok(0);
+        }
         let mut expired = 0;
         for tenant in sql::select_tenants_overdue(tx.db(), tx.now_ms())? {
-            expired += tx.as_tenant(&tenant, |tx| ExpireOverdue.apply(tx))?;
+            match tx.as_tenant(&tenant, |tx| ExpireOverdue.apply(tx))? {
+                Some(count) => expired += count,
+                None => tx.set_alarm(retry_ms),
+            }
         }
         if let Some(next_ms) = sql::select_next_deadline(tx.db())? {
             tx.set_alarm(next_ms);

@@ -221,6 +221,16 @@ impl SharedStore {
     }
 }
 
+impl SharedStore {
+    /// A raw client of the store's PostgreSQL schema (on its search path), as another
+    /// process's: to hold its locks, or to end its sessions as an administrator would.
+    #[cfg(feature = "postgres")]
+    pub fn raw_client(&self) -> postgres::Client {
+        assert!(on_postgres(), "a raw PostgreSQL client of a SQLite store");
+        raw_postgres(&self.location)
+    }
+}
+
 /// The (table, column) pairs of the store's own tables, read from its database's catalogue.
 pub fn store_columns(store: &SharedStore) -> std::collections::BTreeSet<(String, String)> {
     if on_postgres() {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 use bytes::{BufMut, BytesMut};
 use postgres::error::SqlState;
 use postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
-use postgres::{Client, NoTls, Statement};
+use postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 use rusqlite::types::ValueRef;
 
 use crate::core::actor::ActorState;
@@ -131,36 +131,43 @@ impl PgConn {
         self.client.borrow_mut().batch_execute(sql).map_err(Error::from_postgres)
     }
 
-    /// Opens a transaction; a writing one first holds off the other processes' writers of
-    /// `tenants` (sorted, so two processes always take them in the same order) until it ends.
+    /// Opens a transaction, in one round trip; a writing one first holds off the other
+    /// processes' writers of `tenants` (sorted, so two processes always take them in the same
+    /// order) until it ends.
     ///
     /// A tenant's writers take turns so that its event positions commit in the order they are
     /// taken (a subscriber to its whole log never pages past one still to commit) and no two
     /// transactions wait for each other's rows: SQLite's single-writer discipline, per tenant.
     pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<()> {
-        // A reading batch reads one snapshot, as SQLite's deferred transaction does (a
-        // read-only one is never refused for serialisation).
-        let sql = if writes { "BEGIN" } else { "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" };
         if self.client.borrow().is_closed() {
             self.reconnect()?;
         }
-        let began = self.client.borrow_mut().batch_execute(sql);
-        match began {
-            Ok(()) => {}
+        let sql = begin_sql(writes, tenants);
+        // Whatever part of it ran, a failure is rolled back.
+        self.in_transaction.set(true);
+        let first = self.client.borrow_mut().simple_query(&sql);
+        let began = match first {
             // Dropped since the last batch (found only now): connect again and begin there.
             Err(error) if connection_lost(&error) => {
                 self.reconnect()?;
-                self.batch(sql)?;
+                self.in_transaction.set(true);
+                self.client.borrow_mut().simple_query(&sql)
             }
-            Err(error) => return Err(Error::from_postgres(error)),
+            began => began,
+        };
+        let newest = began.map_err(Error::from_postgres).and_then(|messages| newest_of(&messages));
+        match newest {
+            Ok(newest) if newest.len() == tenants.len() => {
+                tenants.iter().zip(newest).for_each(|(tenant, newest)| self.held(tenant, newest));
+                Ok(())
+            }
+            failed => {
+                let _ = self.rollback();
+                Err(failed.err().unwrap_or_else(|| {
+                    Error::Postgres("a batch's start did not read every tenant's head".into())
+                }))
+            }
         }
-        self.in_transaction.set(true);
-        let locked = tenants.iter().try_for_each(|tenant| self.lock_tenant(tenant));
-        if let Err(error) = locked {
-            let _ = self.rollback();
-            return Err(error);
-        }
-        Ok(())
     }
 
     /// Counts a foreign commit if `tenant`'s newest event is not the one this store left (or
@@ -168,12 +175,10 @@ impl PgConn {
     /// is exact: nobody else appends to the tenant until this transaction ends, so live
     /// subscribers are dropped (and page) before this batch's events are published, and never
     /// skip another process's.
-    fn notice_foreign_appends(&self, tenant: &Arc<str>) -> Result<()> {
-        let newest = self.newest_position(tenant)?;
+    fn notice_foreign_appends(&self, tenant: &Arc<str>, newest: i64) {
         if self.heads.borrow_mut().insert(Arc::clone(tenant), newest) != Some(newest) {
             self.foreign_found.set(self.foreign_found.get() + 1);
         }
-        Ok(())
     }
 
     /// The newest event position of `tenant`, 0 for none.
@@ -220,7 +225,9 @@ impl PgConn {
         let sql =
             "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/' || ?1))";
         self.execute(sql, &[Arg::Text(tenant)])?;
-        self.held(tenant)
+        let newest = self.newest_position(tenant)?;
+        self.held(tenant, newest);
+        Ok(())
     }
 
     /// Holds off the other processes' writers of `tenant` until this transaction ends if
@@ -235,7 +242,8 @@ impl PgConn {
         if !self.value(sql, &[Arg::Text(tenant)])?.unwrap_or(false) {
             return Ok(false);
         }
-        self.held(tenant)?;
+        let newest = self.newest_position(tenant)?;
+        self.held(tenant, newest);
         Ok(true)
     }
 
@@ -244,13 +252,13 @@ impl PgConn {
         self.locked_tenants.borrow().iter().any(|locked| locked.as_ref() == tenant)
     }
 
-    /// Notes that this transaction has just taken `tenant`'s writers, and notices what other
-    /// processes appended to it since this store last held it.
-    fn held(&self, tenant: &str) -> Result<()> {
+    /// Notes that this transaction has just taken `tenant`'s writers, its newest event then
+    /// at `newest`, and notices what other processes appended to it since this store last
+    /// held it.
+    fn held(&self, tenant: &str, newest: i64) {
         let tenant: Arc<str> = Arc::from(tenant);
-        self.notice_foreign_appends(&tenant)?;
+        self.notice_foreign_appends(&tenant, newest);
         self.locked_tenants.borrow_mut().push(tenant);
-        Ok(())
     }
 
     /// Makes this transaction the only one running the sweep `name` (see
@@ -284,17 +292,18 @@ impl PgConn {
     /// The statements before `COMMIT` also make sure the transaction is not aborted: the
     /// server answers `COMMIT` of an aborted one with a rollback, not an error.
     pub(crate) fn commit(&self, writes: bool, rang: bool) -> Result<()> {
-        let notified = match (&self.notices, writes) {
-            (Some(notices), true) => {
-                let payload = notices.payload(rang);
-                let args = [Arg::Text(notices.channel()), Arg::Text(&payload)];
-                self.execute("SELECT pg_notify(?1, ?2)", &args).map(drop)
-            }
-            (None, true) => self.execute("SELECT 1", &[]).map(drop),
+        // One round trip: a statement that fails (in an aborted transaction) skips the COMMIT.
+        let sql = match (&self.notices, writes) {
+            (Some(notices), true) => format!(
+                "SELECT pg_notify({}, {}); COMMIT",
+                quote_literal(notices.channel()),
+                quote_literal(&notices.payload(rang))
+            ),
+            (None, true) => "SELECT 1; COMMIT".to_owned(),
             // What a reading batch answered was read; whether it commits changes nothing.
-            (_, false) => Ok(()),
+            (_, false) => "COMMIT".to_owned(),
         };
-        let committed = notified.and_then(|()| self.batch("COMMIT"));
+        let committed = self.batch(&sql);
         match committed {
             Ok(()) => self.keep_heads(),
             Err(_) if self.in_transaction.get() => drop(self.batch("ROLLBACK")),
@@ -397,6 +406,8 @@ pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Res
     if options.read_only {
         setup.push_str(" SET default_transaction_read_only = on;");
     }
+    // Literals the store quotes itself (`quote_literal`) read as written.
+    setup.push_str(" SET standard_conforming_strings = on;");
     // A dead host's session ends within about a minute (see `hold_alone`), not the system's
     // two hours; a Unix socket ignores these.
     setup.push_str(
@@ -509,6 +520,40 @@ fn check_version(conn: &PgConn) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The statements that open a batch's transaction, sent as one: a writing batch then holds
+/// off the other processes' writers of `tenants` (sorted, each once) and reads each one's
+/// newest event position.
+fn begin_sql(writes: bool, tenants: &[Arc<str>]) -> String {
+    if !writes {
+        // One snapshot, as SQLite's deferred transaction reads (a read-only transaction is
+        // never refused for serialisation).
+        return "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_owned();
+    }
+    let mut sql = "BEGIN".to_owned();
+    for tenant in tenants {
+        let tenant = quote_literal(tenant);
+        sql.push_str(&format!(
+            "; SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/' || \
+             {tenant})); SELECT COALESCE(max(position), 0) FROM events WHERE tenant_id = {tenant}"
+        ));
+    }
+    sql
+}
+
+/// The newest positions `begin_sql` read, in its tenants' order: the one-column rows of its
+/// answer that are numbers (the locks answer an empty text).
+fn newest_of(messages: &[SimpleQueryMessage]) -> Result<Vec<i64>> {
+    let numbers = messages.iter().filter_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0).filter(|text| !text.is_empty()),
+        _ => None,
+    });
+    numbers
+        .map(|text| {
+            text.parse().map_err(|_| Error::Postgres(format!("a position read as {text:?}")))
+        })
+        .collect()
 }
 
 /// Whether `error` says the connection is gone (closed, broken, or ended by the server's

@@ -151,8 +151,11 @@ impl Conn {
 
     /// Runs one of the actor's control statements (savepoints).
     pub(crate) fn statement(&self, sql: &str) -> Result<()> {
-        self.db().execute(sql, &[])?;
-        Ok(())
+        match self {
+            Conn::Sqlite(_) => self.db().execute(sql, &[]).map(drop),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.savepoint_statement(sql),
+        }
     }
 
     /// Whether a transaction is open (SQLite ends one by itself on some failures).

@@ -46,6 +46,9 @@ pub(crate) struct PgConn {
     appended: RefCell<HashMap<Arc<str>, i64>>,
     /// Other processes' commits found at a writing batch's start (see `begin`).
     foreign_found: Cell<i64>,
+    /// A job's `RELEASE op` not sent yet: it goes with the next job's `SAVEPOINT op`, or the
+    /// `COMMIT` (one round trip fewer per job).
+    release_pending: Cell<bool>,
     /// Where to connect again after the server dropped the connection.
     url: String,
     /// The session's settings, applied at every connection (see `open`).
@@ -68,6 +71,7 @@ impl PgConn {
             heads: RefCell::new(HashMap::new()),
             appended: RefCell::new(HashMap::new()),
             foreign_found: Cell::new(0),
+            release_pending: Cell::new(false),
             url: url.to_owned(),
             session: String::new(),
         })
@@ -123,6 +127,22 @@ impl PgConn {
         let output = result?;
         ended?;
         Ok(output)
+    }
+
+    /// Runs one of the actor's savepoint statements (`SAVEPOINT op`, `RELEASE op`,
+    /// `ROLLBACK TO op`). A release is held back and sent with the next of them, or with the
+    /// commit: the work it keeps is the transaction's either way, and a job's savepoint then
+    /// costs one round trip, not two.
+    pub(crate) fn savepoint_statement(&self, sql: &str) -> Result<()> {
+        if sql == "RELEASE op" {
+            self.release_pending.set(true);
+            return Ok(());
+        }
+        match (self.release_pending.replace(false), sql) {
+            (true, "SAVEPOINT op") => self.batch("RELEASE op; SAVEPOINT op"),
+            (true, _) => self.batch("RELEASE op").and_then(|()| self.batch(sql)),
+            (false, _) => self.batch(sql),
+        }
     }
 
     /// Runs statements as they are written (no parameters, no rewrite): the schema, and
@@ -293,15 +313,16 @@ impl PgConn {
     /// server answers `COMMIT` of an aborted one with a rollback, not an error.
     pub(crate) fn commit(&self, writes: bool, rang: bool) -> Result<()> {
         // One round trip: a statement that fails (in an aborted transaction) skips the COMMIT.
+        let release = if self.release_pending.replace(false) { "RELEASE op; " } else { "" };
         let sql = match (&self.notices, writes) {
             (Some(notices), true) => format!(
-                "SELECT pg_notify({}, {}); COMMIT",
+                "{release}SELECT pg_notify({}, {}); COMMIT",
                 quote_literal(notices.channel()),
                 quote_literal(&notices.payload(rang))
             ),
-            (None, true) => "SELECT 1; COMMIT".to_owned(),
+            (None, true) => format!("{release}SELECT 1; COMMIT"),
             // What a reading batch answered was read; whether it commits changes nothing.
-            (_, false) => "COMMIT".to_owned(),
+            (_, false) => format!("{release}COMMIT"),
         };
         let committed = self.batch(&sql);
         match committed {
@@ -329,6 +350,7 @@ impl PgConn {
     /// The transaction is over, and its locks with it.
     fn ended(&self) {
         self.in_transaction.set(false);
+        self.release_pending.set(false);
         self.locked_tenants.borrow_mut().clear();
         self.appended.borrow_mut().clear();
     }

@@ -293,6 +293,13 @@ impl<'a> Db<'a> {
         }
     }
 
+    /// Whether this is a PostgreSQL connection: for the few statements whose best form
+    /// differs in shape, not only in text (one round trip on PostgreSQL where SQLite, with no
+    /// round trips, keeps two simpler statements).
+    pub(crate) fn is_postgres(self) -> bool {
+        !matches!(self, Db::Sqlite(_))
+    }
+
     /// The value of the first column of the first row, if there is a row.
     pub(crate) fn query_value<'q, T: Column>(
         self,

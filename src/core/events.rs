@@ -17,7 +17,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::core::db::{Db, Query, Row, args};
+use crate::core::db::{Db, Row, args};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -599,24 +599,63 @@ fn insert_key(db: Db<'_>, tenant: &str, row: &NewRow<'_>, seq: u64, position: u6
 /// Takes the stream's next sequence and inserts the row; returns `(seq, position)`. Only the
 /// event row is written: the sequence is read from the events themselves (see `select_head`).
 fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(u64, u64)> {
-    let kind = row.stream.kind.as_str();
     db.lock_tenant_writes(tenant)?;
-    let seq = to_sql_int(select_head(db, tenant, row.stream)?) + 1;
-    // The position is the rowid. (`RETURNING` would say so in SQL, but SQLite builds a
-    // temporary table for every `RETURNING` statement.)
-    let position = db.insert_rowid(
-        Query::per_engine(
-            "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
-                             idem_key, created_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
-                             idem_key, created_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING position",
-        ),
-        args![tenant, kind, row.stream.id, seq, row.event_type, row.encoded, row.idem_key, now_ms],
-    )?;
+    let (seq, position) = if db.is_postgres() {
+        insert_counting(db, tenant, now_ms, row)?
+    } else {
+        let seq = to_sql_int(select_head(db, tenant, row.stream)?) + 1;
+        (seq, insert_at(db, tenant, now_ms, row, seq)?)
+    };
     db.event_appended(tenant, position);
     Ok((from_sql_int(seq), from_sql_int(position)))
+}
+
+/// Inserts the row at `seq`; returns its position, the rowid. (`RETURNING` would say so in
+/// SQL, but SQLite builds a temporary table for every `RETURNING` statement.)
+fn insert_at(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>, seq: i64) -> Result<i64> {
+    db.insert_rowid(
+        "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                                  idem_key, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        args![
+            tenant,
+            row.stream.kind.as_str(),
+            row.stream.id,
+            seq,
+            row.event_type,
+            row.encoded,
+            row.idem_key,
+            now_ms
+        ],
+    )
+}
+
+/// Inserts the row after the stream's head (`select_head`, read in the same statement: the
+/// tenant's writers are held, so nobody else moves it) and returns its `(seq, position)`: one
+/// round trip on PostgreSQL.
+fn insert_counting(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(i64, i64)> {
+    db.query_one(
+        "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                                  idem_key, created_at_ms)
+         VALUES (?1, ?2, ?3,
+                 COALESCE((SELECT max(seq) FROM main.events
+                           WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
+                          (SELECT head_seq FROM main.stream_heads
+                           WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
+                          0) + 1,
+                 ?4, ?5, ?6, ?7)
+         RETURNING seq, position",
+        args![
+            tenant,
+            row.stream.kind.as_str(),
+            row.stream.id,
+            row.event_type,
+            row.encoded,
+            row.idem_key,
+            now_ms
+        ],
+        |found| Ok((found.get(0)?, found.get(1)?)),
+    )
 }
 
 /// The stream's last sequence: its newest event's, or (for a stream truncated to nothing) the

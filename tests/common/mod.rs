@@ -194,10 +194,13 @@ impl SharedStore {
     }
 
     pub fn open_with(&self, options: Options) -> Store {
-        if on_postgres() {
-            return connect_postgres(&self.location, options);
-        }
-        Store::open_with(&self.location, options).expect("open store")
+        open_at(&self.location, options)
+    }
+
+    /// Where the store is (a file's path on SQLite, a connection string on PostgreSQL): what
+    /// another process needs to open it with [`open_at`].
+    pub fn location(&self) -> &str {
+        &self.location
     }
 
     /// Runs the statements `sql` on a raw connection of their own to the store's database,
@@ -229,6 +232,15 @@ impl SharedStore {
         assert!(on_postgres(), "a raw PostgreSQL client of a SQLite store");
         raw_postgres(&self.location)
     }
+}
+
+/// Opens the store at `location` (a [`SharedStore::location`]) on the engine under test, on a
+/// connection of its own: how a child process opens its parent's store.
+pub fn open_at(location: &str, options: Options) -> Store {
+    if on_postgres() {
+        return connect_postgres(location, options);
+    }
+    Store::open_with(location, options).expect("open store")
 }
 
 /// The (table, column) pairs of the store's own tables, read from its database's catalogue.

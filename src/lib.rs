@@ -107,6 +107,8 @@ pub mod auth;
 pub mod fuzzing;
 pub mod graph;
 pub mod log;
+#[cfg(feature = "postgres")]
+pub mod migrate;
 pub mod process;
 pub mod queue;
 pub mod workflow;

@@ -1,7 +1,8 @@
-//! What the command's modules share: errors and exit codes, output, opening the store, and
-//! small parsers. Every other module may use it; it uses none of them.
+//! What the command's modules share: errors and exit codes, output, where the store is (a
+//! file, or a PostgreSQL database by URL) and opening it, and small parsers. Every other
+//! module may use it; it uses none of them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use spindle::{Graph, Options, Page, Store};
 
@@ -162,8 +163,93 @@ pub enum Access {
     Reader,
 }
 
-pub fn open(path: &Path, tenant: &str, access: Access) -> Result<Store, CliError> {
+/// Where `--db` points: a store file, or a PostgreSQL database (a `postgres://` or
+/// `postgresql://` URL; the store lives in the connection's schema, `?options=-csearch_path%3DNAME`).
+#[derive(Debug, Clone)]
+pub enum Location {
+    /// A SQLite store file.
+    File(PathBuf),
+    /// A PostgreSQL database, by URL.
+    Postgres(String),
+}
+
+/// Where runs' outputs directories go on a PostgreSQL store, unless `--runs-dir` says: in the
+/// current directory (there is no store file to put them beside).
+const POSTGRES_RUNS_DIR: &str = "spindle.runs";
+
+impl Location {
+    /// The location `--db` names.
+    pub fn of(db: &Path) -> Self {
+        let text = db.to_string_lossy();
+        if ["postgres://", "postgresql://"].iter().any(|scheme| text.starts_with(scheme)) {
+            Location::Postgres(text.into_owned())
+        } else {
+            Location::File(db.to_path_buf())
+        }
+    }
+
+    /// The location for messages: a file's path, or the URL without its password.
+    pub fn describe(&self) -> String {
+        match self {
+            Location::File(path) => path.display().to_string(),
+            Location::Postgres(url) => without_password(url),
+        }
+    }
+
+    /// The directory that holds the runs' outputs directories (absolute: commands may run
+    /// elsewhere): `explicit` (`--runs-dir`) if given, else `<db>.runs` beside a store file, or
+    /// `spindle.runs` in the current directory for a PostgreSQL store.
+    pub fn runs_dir(&self, explicit: Option<&Path>) -> Result<PathBuf, CliError> {
+        let absolute = |path: &Path| {
+            std::path::absolute(path).map_err(|error| {
+                CliError::Internal(format!(
+                    "cannot find the outputs file {}: {error}",
+                    path.display()
+                ))
+            })
+        };
+        match (explicit, self) {
+            (Some(dir), _) => absolute(dir),
+            (None, Location::File(db)) => {
+                let mut name = std::ffi::OsString::from(absolute(db)?.as_os_str());
+                name.push(".runs");
+                Ok(PathBuf::from(name))
+            }
+            (None, Location::Postgres(_)) => absolute(Path::new(POSTGRES_RUNS_DIR)),
+        }
+    }
+}
+
+/// `url` with the password of its user info, if any, replaced by `***`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_owned() };
+    match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+/// Opens the store at `db` for `access`, as the view of `tenant`. A command that does not
+/// create the store refuses a location that holds none (a file that is missing, a schema
+/// without a store) with exit 2.
+pub fn open(db: &Location, tenant: &str, access: Access) -> Result<Store, CliError> {
     let creates = matches!(access, Access::Runner | Access::Administrator);
+    let options = Options {
+        recover_on_open: matches!(access, Access::Runner),
+        read_only: matches!(access, Access::Reader),
+        ..Options::default()
+    };
+    let store = match db {
+        Location::File(path) => open_file(path, creates, options)?,
+        Location::Postgres(url) => connect(url, creates, options)?,
+    };
+    Ok(store.tenant(tenant)?)
+}
+
+/// Opens the store file at `path` (which must exist unless the command `creates` it).
+fn open_file(path: &Path, creates: bool, options: Options) -> Result<Store, CliError> {
     if !creates && !path.exists() {
         return Err(CliError::Bad(format!(
             "no store at {}: run a pipeline there first (`spindle run FILE`), or name another \
@@ -171,13 +257,64 @@ pub fn open(path: &Path, tenant: &str, access: Access) -> Result<Store, CliError
             path.display()
         )));
     }
-    let options = Options {
-        recover_on_open: matches!(access, Access::Runner),
-        read_only: matches!(access, Access::Reader),
-        ..Options::default()
-    };
-    let store = Store::open_with(path, options)?;
-    Ok(store.tenant(tenant)?)
+    Ok(Store::open_with(path, options)?)
+}
+
+/// Opens the store in the PostgreSQL database `url`; unless the command `creates` it, the
+/// connection's schema must hold one already (exit 2 otherwise, and nothing is created).
+#[cfg(feature = "postgres")]
+fn connect(url: &str, creates: bool, options: Options) -> Result<Store, CliError> {
+    let shown = Location::Postgres(url.to_owned()).describe();
+    if !creates && !holds_store(url)? {
+        return Err(CliError::Bad(format!(
+            "no store at {shown}: run a pipeline there first (`spindle run FILE`), copy one \
+             there (`spindle migrate`), or name another with --db or SPINDLE_DB"
+        )));
+    }
+    Store::connect_with(url, options).map_err(|error| match error {
+        spindle::Error::NotADatabase => CliError::Bad(format!(
+            "the schema of {shown} holds tables that are not a store's (or a store of another \
+             application): name another schema with ?options=-csearch_path%3DNAME"
+        )),
+        other => other.into(),
+    })
+}
+
+#[cfg(not(feature = "postgres"))]
+fn connect(url: &str, _: bool, _: Options) -> Result<Store, CliError> {
+    let shown = Location::Postgres(url.to_owned()).describe();
+    Err(needs_postgres(&format!("the PostgreSQL store at {shown}")))
+}
+
+/// What a binary built without the `postgres` feature answers when asked for `what`.
+#[cfg(not(feature = "postgres"))]
+pub fn needs_postgres(what: &str) -> CliError {
+    CliError::Bad(format!(
+        "{what} needs PostgreSQL support, which this spindle was built without: build it with \
+         `cargo build --features postgres` (or `cargo install spindle --features postgres`)"
+    ))
+}
+
+/// A raw connection to the PostgreSQL database `url`, for the reads the store's API does not
+/// offer.
+#[cfg(feature = "postgres")]
+pub fn postgres_client(url: &str) -> Result<spindle::postgres::Client, CliError> {
+    spindle::postgres::Client::connect(url, spindle::postgres::NoTls).map_err(postgres_error)
+}
+
+/// A PostgreSQL client's error, as a store error (exit 3).
+#[cfg(feature = "postgres")]
+pub fn postgres_error(error: spindle::postgres::Error) -> CliError {
+    CliError::Store(spindle::Error::Postgres(error.to_string()))
+}
+
+/// Whether the schema of the connection to `url` holds a store (creates nothing).
+#[cfg(feature = "postgres")]
+fn holds_store(url: &str) -> Result<bool, CliError> {
+    let sql = "SELECT current_schema() IS NOT NULL
+               AND to_regclass(quote_ident(current_schema()) || '.spindle_meta') IS NOT NULL";
+    let row = postgres_client(url)?.query_one(sql, &[]).map_err(postgres_error)?;
+    Ok(row.get(0))
 }
 
 /// `500ms`, `45s`, `30m`, `12h`, `7d` in milliseconds.
@@ -266,6 +403,18 @@ pub fn all_graphs_by(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_postgres_url_is_a_database_and_its_password_is_not_shown() {
+        assert!(matches!(Location::of(Path::new("spindle.db")), Location::File(_)));
+        assert!(matches!(Location::of(Path::new("postgres://h/db")), Location::Postgres(_)));
+        assert!(matches!(Location::of(Path::new("postgresql://h/db")), Location::Postgres(_)));
+        let url = "postgres://app:s3cret@db.internal:5432/app?options=-csearch_path%3Djobs";
+        let shown = Location::of(Path::new(url)).describe();
+        assert_eq!(shown, "postgres://app:***@db.internal:5432/app?options=-csearch_path%3Djobs");
+        assert_eq!(without_password("postgres://app@h/db"), "postgres://app@h/db");
+        assert_eq!(without_password("postgres://h/db?x=a@b:c"), "postgres://h/db?x=a@b:c");
+    }
 
     #[test]
     fn times_and_durations_read_as_people_write_them() {

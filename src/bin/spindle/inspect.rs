@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
 use spindle::{Event, Page, Store, Stream};
 
-use crate::common::{self, CliError, Output, all_graphs, parse_duration_ms};
+use crate::common::{self, CliError, Location, Output, all_graphs, parse_duration_ms};
 use crate::draw;
 use crate::draw::ShowFormat;
 
@@ -261,8 +261,9 @@ pub fn requeue(
     Ok(())
 }
 
-/// Deletes finished queue items older than a duration.
-pub fn prune(store: &Store, db: &Path, older_than: &str, out: &Output) -> Result<(), CliError> {
+/// Deletes finished queue items, finished processes, and finished runs' live logs and outputs
+/// directories (under `runs`, the runs directory, on this machine) older than a duration.
+pub fn prune(store: &Store, runs: &Path, older_than: &str, out: &Output) -> Result<(), CliError> {
     let older_than_ms = parse_duration_ms(older_than)?;
     let mut queue_items = 0;
     loop {
@@ -282,7 +283,7 @@ pub fn prune(store: &Store, db: &Path, older_than: &str, out: &Output) -> Result
             break;
         }
     }
-    let runs = crate::runs::prune(store, db, cutoff_ms)?;
+    let runs = crate::runs::prune(store, runs, cutoff_ms)?;
     if out.json {
         out.print_json(&json!({
             "pruned": queue_items,
@@ -324,10 +325,41 @@ fn audit_graphs(store: &Store) -> Result<Vec<String>, CliError> {
     Ok(problems)
 }
 
+/// Checks the store at `db`: a file as `check_file` does, a PostgreSQL store as
+/// `check_postgres` does.
+pub fn check(db: &Location, tenant: &str, out: &Output) -> Result<u8, CliError> {
+    match db {
+        Location::File(path) => check_file(path, tenant, out),
+        Location::Postgres(url) => check_postgres(db, url, tenant, out),
+    }
+}
+
+/// A PostgreSQL store: its record of itself (application id, schema version; opening it
+/// checked them) and the tenant's graphs' counters. The file checks (integrity, foreign keys,
+/// pragmas) are SQLite's own: the server keeps its pages and foreign keys itself.
+fn check_postgres(db: &Location, url: &str, tenant: &str, out: &Output) -> Result<u8, CliError> {
+    let store = common::open(db, tenant, common::Access::Reader)?;
+    let graph_problems = audit_graphs(&store)?;
+    store.close()?;
+    out.note(
+        "on PostgreSQL, the file checks (integrity_check, foreign_key_check, pragmas) are not \
+         Spindle's: the server keeps its pages and foreign keys (see amcheck for its indexes)",
+    );
+    let healthy = graph_problems.is_empty();
+    let report = json!({
+        "engine": "postgres",
+        "meta": crate::postgres::meta(url)?,
+        "graph_problems": graph_problems,
+        "ok": healthy,
+    });
+    print_check(&report, out);
+    Ok(if healthy { 0 } else { 3 })
+}
+
 /// Integrity and foreign-key check, schema version and pragmas, through a read-only
 /// connection of its own (the store need not be idle); then the tenant's graphs' counters,
 /// through a read-only store.
-pub fn check(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
+fn check_file(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
     if !path.exists() {
         return Err(CliError::Bad(format!("no store at {}", path.display())));
     }
@@ -356,20 +388,25 @@ pub fn check(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
         report[pragma] = value;
     }
     drop(conn);
-    let store = common::open(path, tenant, common::Access::Reader)?;
+    let store = common::open(&Location::File(path.to_path_buf()), tenant, common::Access::Reader)?;
     let graph_problems = audit_graphs(&store)?;
     store.close()?;
     report["graph_problems"] = json!(graph_problems);
     let healthy = integrity == ["ok"] && foreign_keys.is_empty() && graph_problems.is_empty();
     report["ok"] = json!(healthy);
+    print_check(&report, out);
+    Ok(if healthy { 0 } else { 3 })
+}
+
+/// A check's report: JSON, or one line per field.
+fn print_check(report: &Value, out: &Output) {
     if out.json {
-        out.print_json(&report);
-    } else if let Value::Object(fields) = &report {
+        out.print_json(report);
+    } else if let Value::Object(fields) = report {
         for (key, value) in fields {
             println!("{key:<24} {value}");
         }
     }
-    Ok(if healthy { 0 } else { 3 })
 }
 
 fn column(conn: &rusqlite::Connection, sql: &str) -> Result<Vec<String>, CliError> {

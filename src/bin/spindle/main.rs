@@ -1,4 +1,5 @@
-//! `spindle`: runs durable pipelines of shell commands and inspects any store file.
+//! `spindle`: runs durable pipelines of shell commands and inspects any store: a file, or (built
+//! with the `postgres` feature) a PostgreSQL database; `spindle migrate` copies a file there.
 //!
 //! Exit codes: 0 the run completed (or the command succeeded), 1 the run failed, 2 bad input
 //! (a bad pipeline or arguments), 3 a store error, 130 a run stopped by Ctrl-C (resumable).
@@ -15,6 +16,7 @@ mod logs;
 mod outputs;
 mod pipeline;
 mod pipeline_file;
+mod postgres;
 mod run;
 mod runs;
 mod ui;
@@ -30,15 +32,20 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::admin::{TenantCmd, TokenCmd};
-use crate::common::{Access, CliError, ColorChoice, Output, open};
+use crate::common::{Access, CliError, ColorChoice, Location, Output, open};
 use crate::draw::ShowFormat;
 
 #[derive(Parser)]
 #[command(name = "spindle", version, about = "Durable pipelines and a store inspector")]
 struct Cli {
-    /// The store file.
+    /// The store: a file, or a PostgreSQL database as a `postgres://` URL (with the
+    /// `postgres` feature; the schema as `?options=-csearch_path%3DNAME`).
     #[arg(long, env = "SPINDLE_DB", default_value = "spindle.db", global = true)]
     db: PathBuf,
+    /// Where runs' outputs directories go: `<db>.runs` beside a store file, `spindle.runs` in
+    /// the current directory for a PostgreSQL store, unless given.
+    #[arg(long, env = "SPINDLE_RUNS_DIR", global = true, value_name = "DIR")]
+    runs_dir: Option<PathBuf>,
     /// Print listings as JSON.
     #[arg(long, global = true)]
     json: bool,
@@ -171,8 +178,22 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
-    /// Check the store: integrity, foreign keys, schema version, pragmas, graph counters.
+    /// Check the store: integrity, foreign keys, schema version, pragmas, graph counters (on
+    /// PostgreSQL: the schema's version record and graph counters).
     Check,
+    /// Copy a store file into a PostgreSQL database (every tenant and domain, positions, seqs
+    /// and fences kept), then verify the copy table by table (rows and digests). The target's
+    /// schema must hold no store data yet. Needs the `postgres` feature.
+    Migrate {
+        /// The store file to copy (opened once first: an older one is migrated to the current
+        /// schema).
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+        /// The PostgreSQL database: `postgres://USER@HOST/DB?options=-csearch_path%3DSCHEMA`
+        /// (or a key=value connection string).
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
     /// List tenants (or create, suspend, activate one).
     Tenants {
         #[command(subcommand)]
@@ -298,6 +319,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         clap_complete::generate(*shell, &mut command, "spindle", &mut std::io::stdout());
         return Ok(0);
     }
+    let db = Location::of(&cli.db);
     if let Cmd::Run { pipeline, jobs, fresh, dry_run, format } = &cli.command {
         // The file is checked before the store is even opened: bad input writes nothing.
         let pipeline =
@@ -307,9 +329,10 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             print_plan(&pipeline, format.unwrap_or(json), out);
             return Ok(0);
         }
-        let store = open(&cli.db, &cli.tenant, Access::Runner)?;
+        let store = open(&db, &cli.tenant, Access::Runner)?;
+        let runs = db.runs_dir(cli.runs_dir.as_deref())?;
         let request =
-            run::Request { pipeline, jobs: usize::from(*jobs), fresh: *fresh, db: &cli.db };
+            run::Request { pipeline, jobs: usize::from(*jobs), fresh: *fresh, runs: &runs };
         let ending = run::run(&store, request, out)?;
         store.close()?;
         return Ok(exit_code(&ending));
@@ -317,16 +340,21 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     if let Cmd::Retry { run, node, jobs } = &cli.command {
         // Checked on a read-only view first: bad input is refused before the store is opened
         // to run (which recovers interrupted runs, and so writes).
-        let reader = open(&cli.db, &cli.tenant, Access::Reader)?;
+        let reader = open(&db, &cli.tenant, Access::Reader)?;
         let plan = runs::plan_retry(&reader, run, node.as_deref())?;
         reader.close()?;
-        let store = open(&cli.db, &cli.tenant, Access::Runner)?;
-        let ending = runs::retry(&store, plan, usize::from(*jobs), &cli.db, out)?;
+        let store = open(&db, &cli.tenant, Access::Runner)?;
+        let runs = db.runs_dir(cli.runs_dir.as_deref())?;
+        let ending = runs::retry(&store, plan, usize::from(*jobs), &runs, out)?;
         store.close()?;
         return Ok(exit_code(&ending));
     }
     if let Cmd::Check = cli.command {
-        return inspect::check(&cli.db, &cli.tenant, out);
+        return inspect::check(&db, &cli.tenant, out);
+    }
+    if let Cmd::Migrate { from, to } = &cli.command {
+        postgres::migrate(from, to, out)?;
+        return Ok(0);
     }
     let access = match cli.command {
         Cmd::Tenants { action: Some(TenantCmd::Create { .. }) }
@@ -336,7 +364,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Ui { allow_actions: true, .. } => Access::Writer,
         _ => Access::Reader,
     };
-    let store = open(&cli.db, &cli.tenant, access)?;
+    let store = open(&db, &cli.tenant, access)?;
     match cli.command {
         Cmd::Runs { status, name, since } => {
             runs::list(&store, &runs::Filter { status, name, since }, out)?;
@@ -363,12 +391,16 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             inspect::requeue(&store, id.as_deref(), all.as_deref(), out)?;
         }
         Cmd::Processes { all } => inspect::processes(&store, all, out)?,
-        Cmd::Prune { older_than } => inspect::prune(&store, &cli.db, &older_than, out)?,
+        Cmd::Prune { older_than } => {
+            let runs = db.runs_dir(cli.runs_dir.as_deref())?;
+            inspect::prune(&store, &runs, &older_than, out)?;
+        }
         Cmd::Tenants { action } => admin::tenants(&store, action.unwrap_or(TenantCmd::List), out)?,
         Cmd::Tokens { action } => admin::tokens(&store, action, out)?,
         Cmd::Run { .. }
         | Cmd::Retry { .. }
         | Cmd::Check
+        | Cmd::Migrate { .. }
         | Cmd::Guard { .. }
         | Cmd::Completions { .. } => {}
     }

@@ -1,6 +1,8 @@
 //! A run's outputs directory, where its commands read their predecessors' output.
 //!
-//! Beside the store file: `<db>.runs/<run id>/`, one file per graph node that succeeded,
+//! Under the runs directory (`<db>.runs` beside a store file, `spindle.runs` in the current
+//! directory for a PostgreSQL store, or `--runs-dir`): `<runs dir>/<run id>/`, one file per
+//! graph node that succeeded,
 //! named by `pipeline::output_file` (the node's id, `%` and `/` escaped, then `.out`; a long
 //! id shortened with a digest), holding
 //! the kept tail of its output (stdout and stderr, the last 64 KiB). A node's file is written
@@ -26,27 +28,18 @@ pub struct Outputs {
     dir: PathBuf,
 }
 
-/// Where the outputs of run `run` of the store at `db` go: `<db>.runs/<run>`, absolute.
-fn run_dir(db: &Path, run: &str) -> Result<PathBuf, CliError> {
-    let db = std::path::absolute(db).map_err(|e| cannot("find", db, &e))?;
-    let mut name = std::ffi::OsString::from(db.as_os_str());
-    name.push(".runs");
-    Ok(PathBuf::from(name).join(run))
-}
-
 impl Outputs {
-    /// The directory of run `run` of the store at `db` (made absolute: commands may run
-    /// elsewhere), created if missing.
-    pub fn create(db: &Path, run: &str) -> Result<Self, CliError> {
-        let dir = run_dir(db, run)?;
+    /// The directory of run `run` under `runs` (the runs directory, absolute: commands may
+    /// run elsewhere), created if missing.
+    pub fn create(runs: &Path, run: &str) -> Result<Self, CliError> {
+        let dir = runs.join(run);
         std::fs::create_dir_all(&dir).map_err(|e| cannot("create", &dir, &e))?;
         Ok(Self { dir })
     }
 
-    /// Removes the directory of run `run` of the store at `db`, if there is one; true if
-    /// there was.
-    pub fn remove(db: &Path, run: &str) -> Result<bool, CliError> {
-        let dir = run_dir(db, run)?;
+    /// Removes the directory of run `run` under `runs`, if there is one; true if there was.
+    pub fn remove(runs: &Path, run: &str) -> Result<bool, CliError> {
+        let dir = runs.join(run);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(true),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),

@@ -66,7 +66,7 @@ pub enum Ending {
 }
 
 /// How a run is asked for: the pipeline, `jobs` workers, whether to start afresh, and the
-/// store file (its outputs directory is beside it).
+/// runs directory (its outputs directory goes under it).
 pub struct Request<'a> {
     /// The checked pipeline.
     pub pipeline: Pipeline,
@@ -74,29 +74,29 @@ pub struct Request<'a> {
     pub jobs: usize,
     /// Start a new run even if an unfinished one exists.
     pub fresh: bool,
-    /// The store file.
-    pub db: &'a Path,
+    /// The runs directory (see `Location::runs_dir`).
+    pub runs: &'a Path,
 }
 
 /// Runs (or resumes) a pipeline.
 pub fn run(store: &Store, request: Request<'_>, out: &Output) -> Result<Ending, CliError> {
-    let Request { pipeline, jobs, fresh, db } = request;
+    let Request { pipeline, jobs, fresh, runs } = request;
     let graph = find_or_create(store, &pipeline, fresh, out)?;
-    drive(store, graph, pipeline, jobs, db, out)
+    drive(store, graph, pipeline, jobs, runs, out)
 }
 
 /// Runs the graph `graph` of `pipeline` (started here if pending) until it ends or Ctrl-C
 /// stops it: what `run` does once it has found or built the run, and what `retry` does once it
-/// has reopened one. `db` is the store file (the run's outputs directory is beside it).
+/// has reopened one. `runs` is the runs directory (the run's outputs directory goes under it).
 pub fn drive(
     store: &Store,
     graph: String,
     pipeline: Pipeline,
     jobs: usize,
-    db: &Path,
+    runs: &Path,
     out: &Output,
 ) -> Result<Ending, CliError> {
-    let outputs = Outputs::create(db, &graph)?;
+    let outputs = Outputs::create(runs, &graph)?;
     store.graphs().start(&graph)?;
     let run = Arc::new(Run::new(store.clone(), graph, pipeline, outputs, *out));
     install_interrupts(&run);

@@ -79,16 +79,16 @@ pub struct Pruned {
     pub output_dirs: u64,
 }
 
-/// Removes the live logs and outputs directories of runs that finished before `cutoff_ms`
-/// (the runs themselves, and what their nodes kept, stay).
-pub fn prune(store: &Store, db: &Path, cutoff_ms: i64) -> Result<Pruned, CliError> {
+/// Removes the live logs and outputs directories (under `runs`, the runs directory) of runs
+/// that finished before `cutoff_ms` (the runs themselves, and what their nodes kept, stay).
+pub fn prune(store: &Store, runs: &Path, cutoff_ms: i64) -> Result<Pruned, CliError> {
     let mut pruned = Pruned::default();
     for run in all_runs(store)? {
         if run.finished_at_ms.is_none_or(|at_ms| at_ms >= cutoff_ms) {
             continue;
         }
         pruned.log_events += livelog::delete(store, &run.id)?;
-        pruned.output_dirs += u64::from(Outputs::remove(db, &run.id)?);
+        pruned.output_dirs += u64::from(Outputs::remove(runs, &run.id)?);
     }
     Ok(pruned)
 }
@@ -224,7 +224,7 @@ pub fn retry(
     store: &Store,
     plan: RetryPlan,
     jobs: usize,
-    db: &Path,
+    runs: &Path,
     out: &Output,
 ) -> Result<Ending, CliError> {
     let RetryPlan { graph, pipeline, reopen } = plan;
@@ -242,7 +242,7 @@ pub fn retry(
             Err(error) => return Err(error.into()),
         }
     }
-    run::drive(store, graph.id, pipeline, jobs, db, out)
+    run::drive(store, graph.id, pipeline, jobs, runs, out)
 }
 
 /// Whether the run is running (a retry reopened it).

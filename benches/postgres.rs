@@ -1,8 +1,8 @@
 //! The PostgreSQL engine: the job cycle (enqueue, claim, complete) and appends, with 1, 4 and
-//! 16 callers on one store and with 3 stores on one database (each its own connection, as 3
-//! processes would have), against the `postgres` crate running the same statements batched 100
-//! to a transaction on one connection, measured in the same run (compare ratios: the machine is
-//! shared and noisy).
+//! 16 callers on one store, with 3 stores in one process (each its own connection) and with 3
+//! processes on one schema (4 and 8 callers each), against the `postgres` crate running the same
+//! statements batched 100 to a transaction on one connection, measured in the same run (compare
+//! ratios: the machine is shared and noisy).
 //!
 //! ```text
 //! SPINDLE_BENCH_PG="host=/tmp/pg user=spindle dbname=postgres" \
@@ -10,7 +10,22 @@
 //! ... -- --jobs 5000 --events 10000
 //! ... -- --smoke                                                    # a moment each (CI)
 //! ```
+//!
+//! The 3-process rows run this binary again as each process: the parent creates a schema (and,
+//! for the cycle, enqueues every job into it), then starts 3 children at once with
+//! `SPINDLE_BENCH_CHILD` saying what to run (`cycle CALLERS`: claim and complete until the
+//! shared queue is empty; `appends CALLERS PER_CALLER`) and `SPINDLE_BENCH_CHILD_AT` the
+//! schema's connection string. Each child opens its own store, prints `ready` and waits for `go`
+//! on its stdin; once all are ready the parent sends `go` to each; each prints
+//! `done COUNT MICROSECONDS`. The row's throughput is the sum of the counts over the longest
+//! time (for the cycle, plus the enqueue's); it shows each process's count and time.
+//!
+//! Every cycle row times the enqueue too (500 jobs to a call, before the callers start) and
+//! fails unless each job was completed exactly once (the callers' count and the schema's rows
+//! agree); every append row fails unless the schema holds every event the callers appended.
 
+use std::io::{BufRead, BufReader, Lines, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -20,7 +35,19 @@ use postgres::{Client, NoTls};
 use serde_json::json;
 use spindle::{NewItem, Options, Store, Stream};
 
+/// Marks a child process of this bench and says what it runs (see [`Task`]).
+const CHILD_TASK: &str = "SPINDLE_BENCH_CHILD";
+/// A child's schema: the connection string its store opens.
+const CHILD_AT: &str = "SPINDLE_BENCH_CHILD_AT";
+/// How many processes the multi-process rows run at once.
+const PROCESSES: usize = 3;
+
 fn main() {
+    if let Ok(task) = std::env::var(CHILD_TASK) {
+        let location = std::env::var(CHILD_AT).expect("a child needs SPINDLE_BENCH_CHILD_AT");
+        run_child(&Task::parse(&task), &location);
+        return;
+    }
     let Ok(server) = std::env::var("SPINDLE_BENCH_PG") else {
         println!("SPINDLE_BENCH_PG is not set: no PostgreSQL server to measure against");
         return;
@@ -42,6 +69,10 @@ fn main() {
         let label = format!("spindle, {stores} store(s) x {callers} callers");
         bench.store_cycle(jobs, stores, callers).print(&label, Some(&raw));
     }
+    for callers in [4, 8] {
+        let label = format!("spindle, {PROCESSES} processes x {callers} callers");
+        bench.process_cycle(jobs, callers).print(&label, Some(&raw));
+    }
 
     println!("\n== appends");
     let raw = bench.raw_appends(events);
@@ -50,15 +81,24 @@ fn main() {
         let label = format!("spindle, {stores} store(s) x {callers} callers");
         bench.store_appends(events, stores, callers).print(&label, Some(&raw));
     }
+    for callers in [4, 8] {
+        let label = format!("spindle, {PROCESSES} processes x {callers} callers");
+        bench.process_appends(events, callers).print(&label, Some(&raw));
+    }
 }
 
-/// How many were done, in how long.
+/// How many were done, in how long (and, for the process rows, each process's share).
 struct Measured {
     count: u64,
     elapsed: Duration,
+    note: String,
 }
 
 impl Measured {
+    fn new(count: u64, elapsed: Duration) -> Measured {
+        Measured { count, elapsed, note: String::new() }
+    }
+
     fn per_second(&self) -> f64 {
         self.count as f64 / self.elapsed.as_secs_f64()
     }
@@ -67,7 +107,196 @@ impl Measured {
         let ratio = baseline.map_or(String::new(), |base| {
             format!("  ({:.2}x raw)", self.per_second() / base.per_second())
         });
-        println!("{label:<40} {:>9.0}/s{ratio}", self.per_second());
+        println!("{label:<40} {:>9.0}/s{ratio}{}", self.per_second(), self.note);
+    }
+}
+
+/// What the callers of a store (or of each child's store) do, timed from their common start.
+/// A child reads it from `SPINDLE_BENCH_CHILD`: `cycle CALLERS` or `appends CALLERS PER_CALLER`.
+enum Task {
+    /// Claim and complete until the queue is empty.
+    Cycle { callers: usize },
+    /// Append `per_caller` events each, caller `c` to stream `s{c % 4}`.
+    Appends { callers: usize, per_caller: u64 },
+}
+
+impl Task {
+    fn to_env(&self) -> String {
+        match self {
+            Task::Cycle { callers } => format!("cycle {callers}"),
+            Task::Appends { callers, per_caller } => format!("appends {callers} {per_caller}"),
+        }
+    }
+
+    fn parse(text: &str) -> Task {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let number = |i: usize| -> u64 {
+            let word = words.get(i).unwrap_or_else(|| panic!("{CHILD_TASK}={text:?}: too short"));
+            word.parse().unwrap_or_else(|_| panic!("{CHILD_TASK}={text:?}: {word:?} is no number"))
+        };
+        match words.first() {
+            Some(&"cycle") => Task::Cycle { callers: number(1) as usize },
+            Some(&"appends") => {
+                Task::Appends { callers: number(1) as usize, per_caller: number(2) }
+            }
+            _ => panic!("{CHILD_TASK}={text:?}: neither `cycle` nor `appends`"),
+        }
+    }
+
+    fn run(&self, stores: &[Store]) -> Measured {
+        match *self {
+            Task::Cycle { callers } => cycle_callers(stores, callers),
+            Task::Appends { callers, per_caller } => append_callers(stores, callers, per_caller),
+        }
+    }
+}
+
+/// Each store's `callers` claim and complete until the queue is empty; how many they completed.
+fn cycle_callers(stores: &[Store], callers: usize) -> Measured {
+    let done = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&done);
+    let elapsed = run_callers(stores, callers, move |store, _| {
+        let queue = store.queue();
+        while let Some(claimed) = queue.claim("bench", &["q"], 60_000).expect("claim") {
+            queue.complete(&claimed.item.id, claimed.fence, json!(null)).expect("complete");
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    Measured::new(done.load(Ordering::Relaxed), elapsed)
+}
+
+/// Each store's `callers` append `per_caller` events each.
+fn append_callers(stores: &[Store], callers: usize, per_caller: u64) -> Measured {
+    let elapsed = run_callers(stores, callers, move |store, caller| {
+        let stream = Stream::custom(format!("s{}", caller % 4));
+        for n in 0..per_caller {
+            store.events().append(&stream, "n", json!({ "n": n })).expect("append");
+        }
+    });
+    Measured::new(per_caller * (stores.len() * callers) as u64, elapsed)
+}
+
+/// Runs `work` on `callers` threads for each store, started together; how long until all end.
+fn run_callers(
+    stores: &[Store],
+    callers: usize,
+    work: impl Fn(&Store, usize) + Send + Sync + Clone + 'static,
+) -> Duration {
+    let barrier = Arc::new(Barrier::new(stores.len() * callers + 1));
+    let threads: Vec<_> = stores
+        .iter()
+        .flat_map(|store| (0..callers).map(move |caller| (store.clone(), caller)))
+        .map(|(store, caller)| {
+            let (barrier, work) = (Arc::clone(&barrier), work.clone());
+            thread::spawn(move || {
+                barrier.wait();
+                work(&store, caller);
+            })
+        })
+        .collect();
+    barrier.wait();
+    let started = Instant::now();
+    for thread in threads {
+        thread.join().expect("caller");
+    }
+    started.elapsed()
+}
+
+/// Enqueues `jobs` jobs on queue `q`, 500 to a call; how long that took.
+fn enqueue(store: &Store, jobs: u64) -> Duration {
+    let items: Vec<NewItem> = (0..jobs).map(|n| NewItem::new("q", json!({ "job": n }))).collect();
+    let started = Instant::now();
+    for chunk in items.chunks(500) {
+        store.queue().enqueue_batch(chunk.to_vec()).expect("enqueue");
+    }
+    started.elapsed()
+}
+
+/// A child process: opens its own store on the parent's schema, prints `ready`, waits for `go`
+/// on stdin, runs `task` and prints `done COUNT MICROSECONDS`.
+fn run_child(task: &Task, location: &str) {
+    let store = Store::connect_with(location, Options::default()).expect("child: connect");
+    println!("ready");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("child: read stdin");
+    assert_eq!(line.trim(), "go", "child: expected `go` on stdin");
+    let measured = task.run(std::slice::from_ref(&store));
+    store.close().expect("child: close");
+    println!("done {} {}", measured.count, measured.elapsed.as_micros());
+}
+
+/// One child process of this bench, seen from the parent.
+struct Worker {
+    process: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Worker {
+    fn spawn(task: &Task, location: &str) -> Worker {
+        let bench = std::env::current_exe().expect("this bench's own path");
+        let mut process = Command::new(bench)
+            .env(CHILD_TASK, task.to_env())
+            .env(CHILD_AT, location)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a child process");
+        let stdin = process.stdin.take().expect("the child's stdin");
+        let stdout = BufReader::new(process.stdout.take().expect("the child's stdout")).lines();
+        Worker { process, stdin, stdout }
+    }
+
+    /// The child's next line of output.
+    fn line(&mut self) -> String {
+        let line = self.stdout.next().expect("a child ended early (its error is above)");
+        line.expect("read a child's output")
+    }
+
+    fn expect_ready(&mut self) {
+        let line = self.line();
+        assert_eq!(line, "ready", "a child said {line:?} instead of `ready`");
+    }
+
+    fn go(&mut self) {
+        writeln!(self.stdin, "go").expect("tell a child to go");
+    }
+
+    /// Waits for the child's `done COUNT MICROSECONDS`, then for its successful exit.
+    fn finish(mut self) -> Measured {
+        let line = self.line();
+        let numbers: Vec<u64> = line
+            .strip_prefix("done ")
+            .map(|rest| rest.split(' ').filter_map(|n| n.parse().ok()).collect())
+            .unwrap_or_default();
+        let [count, micros] = numbers[..] else {
+            panic!("a child said {line:?} instead of `done COUNT MICROSECONDS`");
+        };
+        let status = self.process.wait().expect("wait for a child");
+        assert!(status.success(), "a child failed: {status}");
+        Measured::new(count, Duration::from_micros(micros))
+    }
+}
+
+/// Runs `task` in [`PROCESSES`] children on `location`'s schema, told to go together once all
+/// have opened their stores: the sum of their counts, and the longest of their times.
+fn run_processes(task: &Task, location: &str) -> Measured {
+    let mut workers: Vec<Worker> = (0..PROCESSES).map(|_| Worker::spawn(task, location)).collect();
+    for worker in &mut workers {
+        worker.expect_ready();
+    }
+    for worker in &mut workers {
+        worker.go();
+    }
+    let results: Vec<Measured> = workers.into_iter().map(Worker::finish).collect();
+    let each: Vec<String> = results
+        .iter()
+        .map(|m| format!("{} in {:.2} s", m.count, m.elapsed.as_secs_f64()))
+        .collect();
+    Measured {
+        count: results.iter().map(|m| m.count).sum(),
+        elapsed: results.iter().map(|m| m.elapsed).max().expect("at least one process"),
+        note: format!("  [each: {}]", each.join(", ")),
     }
 }
 
@@ -89,10 +318,9 @@ impl Bench {
         client.query_one("SHOW fsync", &[]).expect("show fsync").get(0)
     }
 
-    fn stores(&self, count: usize) -> Vec<Store> {
-        let location = self.fresh();
+    fn stores(&self, location: &str, count: usize) -> Vec<Store> {
         let options = Options::default;
-        (0..count).map(|_| Store::connect_with(&location, options()).expect("connect")).collect()
+        (0..count).map(|_| Store::connect_with(location, options()).expect("connect")).collect()
     }
 
     fn raw_cycle(&self, jobs: u64) -> Measured {
@@ -135,27 +363,28 @@ impl Bench {
             }
             tx.commit().expect("commit");
         }
-        Measured { count: jobs.div_ceil(100) * 100, elapsed: started.elapsed() }
+        Measured::new(jobs.div_ceil(100) * 100, started.elapsed())
     }
 
     fn store_cycle(&self, jobs: u64, stores: usize, callers: usize) -> Measured {
-        let stores = self.stores(stores);
-        let items: Vec<NewItem> =
-            (0..jobs).map(|n| NewItem::new("q", json!({ "job": n }))).collect();
-        for chunk in items.chunks(500) {
-            stores[0].queue().enqueue_batch(chunk.to_vec()).expect("enqueue");
-        }
-        let done = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&done);
-        let elapsed = run_callers(&stores, callers, move |store, _| {
-            let queue = store.queue();
-            while let Some(claimed) = queue.claim("bench", &["q"], 60_000).expect("claim") {
-                queue.complete(&claimed.item.id, claimed.fence, json!(null)).expect("complete");
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-        assert_eq!(done.load(Ordering::Relaxed), jobs, "every job done once");
-        Measured { count: jobs, elapsed }
+        let location = self.fresh();
+        let stores = self.stores(&location, stores);
+        let enqueued = enqueue(&stores[0], jobs);
+        let run = Task::Cycle { callers }.run(&stores);
+        check_cycle(&location, jobs, run.count);
+        Measured::new(jobs, enqueued + run.elapsed)
+    }
+
+    /// The job cycle in [`PROCESSES`] children on one queue: the parent enqueues every job
+    /// first (timed), then the children claim and complete until it is empty.
+    fn process_cycle(&self, jobs: u64, callers: usize) -> Measured {
+        let location = self.fresh();
+        let store = Store::connect_with(&location, Options::default()).expect("connect");
+        let enqueued = enqueue(&store, jobs);
+        store.close().expect("close");
+        let run = run_processes(&Task::Cycle { callers }, &location);
+        check_cycle(&location, jobs, run.count);
+        Measured { elapsed: enqueued + run.elapsed, ..run }
     }
 
     fn raw_appends(&self, events: u64) -> Measured {
@@ -177,44 +406,58 @@ impl Bench {
             }
             tx.commit().expect("commit");
         }
-        Measured { count: events.div_ceil(100) * 100, elapsed: started.elapsed() }
+        Measured::new(events.div_ceil(100) * 100, started.elapsed())
     }
 
     fn store_appends(&self, events: u64, stores: usize, callers: usize) -> Measured {
-        let stores = self.stores(stores);
+        let location = self.fresh();
+        let stores = self.stores(&location, stores);
         let per_caller = events / (stores.len() * callers) as u64;
-        let elapsed = run_callers(&stores, callers, move |store, caller| {
-            let stream = Stream::custom(format!("s{}", caller % 4));
-            for n in 0..per_caller {
-                store.events().append(&stream, "n", json!({ "n": n })).expect("append");
-            }
-        });
-        Measured { count: per_caller * (stores.len() * callers) as u64, elapsed }
+        let run = Task::Appends { callers, per_caller }.run(&stores);
+        check_appends(&location, run.count);
+        run
+    }
+
+    /// Appends in [`PROCESSES`] children on one schema, to the same four streams.
+    fn process_appends(&self, events: u64, callers: usize) -> Measured {
+        let location = self.fresh();
+        let per_caller = events / (PROCESSES * callers) as u64;
+        let run = run_processes(&Task::Appends { callers, per_caller }, &location);
+        let expected = per_caller * (PROCESSES * callers) as u64;
+        assert_eq!(run.count, expected, "the children report {} appends", run.count);
+        check_appends(&location, run.count);
+        run
     }
 }
 
-/// Runs `work` on `callers` threads for each store, started together; how long until all end.
-fn run_callers(
-    stores: &[Store],
-    callers: usize,
-    work: impl Fn(&Store, usize) + Send + Sync + Clone + 'static,
-) -> Duration {
-    let barrier = Arc::new(Barrier::new(stores.len() * callers + 1));
-    let threads: Vec<_> = stores
-        .iter()
-        .flat_map(|store| (0..callers).map(move |caller| (store.clone(), caller)))
-        .map(|(store, caller)| {
-            let (barrier, work) = (Arc::clone(&barrier), work.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                work(&store, caller);
-            })
-        })
-        .collect();
-    barrier.wait();
-    let started = Instant::now();
-    for thread in threads {
-        thread.join().expect("caller");
-    }
-    started.elapsed()
+/// Fails loudly unless the callers completed each of the `jobs` enqueued exactly once: their
+/// own count, and the schema's items (all completed, each claimed once).
+fn check_cycle(location: &str, jobs: u64, completed: u64) {
+    let mut client = Client::connect(location, NoTls).expect("connect");
+    let row = client
+        .query_one(
+            "SELECT count(*), count(*) FILTER (WHERE status = 'completed' AND attempt = 1)
+             FROM queue_items",
+            &[],
+        )
+        .expect("count the queue's items");
+    let (items, done_once): (i64, i64) = (row.get(0), row.get(1));
+    assert!(
+        completed == jobs && items == jobs as i64 && done_once == items,
+        "job cycle: {jobs} enqueued, the callers completed {completed}; the schema holds \
+         {items} items, {done_once} of them completed at the first attempt"
+    );
+}
+
+/// Fails loudly unless the schema holds the `appended` events the callers report.
+fn check_appends(location: &str, appended: u64) {
+    let mut client = Client::connect(location, NoTls).expect("connect");
+    let row = client
+        .query_one("SELECT count(*) FROM events WHERE stream_kind = 'custom'", &[])
+        .expect("count the events");
+    let stored: i64 = row.get(0);
+    assert_eq!(
+        stored, appended as i64,
+        "the callers appended {appended}, the schema holds {stored}"
+    );
 }

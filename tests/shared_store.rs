@@ -211,3 +211,18 @@ fn a_store_connects_again_after_the_server_ends_its_session() -> spindle::Result
     assert_eq!(common::read_stream(&store, &stream).len(), 2);
     Ok(())
 }
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_read_only_store_creates_nothing_where_there_is_no_store() {
+    if !common::on_postgres() {
+        return;
+    }
+    let shared = SharedStore::new();
+    let options = Options { read_only: true, ..Options::default() };
+    let refused = Store::connect_with(shared.location(), options);
+    assert!(matches!(refused, Err(spindle::Error::NotADatabase)), "{refused:?}");
+    let schema: Option<String> =
+        shared.raw_client().query_one("SELECT current_schema()::text", &[]).expect("raw").get(0);
+    assert_eq!(schema, None, "the schema was not created");
+}

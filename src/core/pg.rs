@@ -414,7 +414,7 @@ const SCHEMA_SQL: &str = include_str!("../../schema_postgres.sql");
 /// that are not a store's; `SchemaTooNew` for a store of a newer Spindle.
 pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Result<PgConn> {
     let mut conn = PgConn::connect(url)?;
-    let schema = current_schema(&conn)?;
+    let schema = current_schema(&conn, !options.read_only)?;
     // At least 1 ms: PostgreSQL reads 0 as "wait for ever".
     let lock_timeout_ms = options.busy_timeout.as_millis().max(1);
     // Temporary tables (searched first otherwise) cannot take the place of the store's.
@@ -454,10 +454,14 @@ pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Res
 }
 
 /// The schema the store lives in: the connection's current one, or the first one its
-/// `search_path` names, created if it does not exist yet.
-fn current_schema(conn: &PgConn) -> Result<String> {
+/// `search_path` names, created if it does not exist yet and `create` (a read-only store
+/// creates nothing: `NotADatabase`).
+fn current_schema(conn: &PgConn, create: bool) -> Result<String> {
     if let Some(schema) = query_text(conn, "SELECT current_schema()::text")? {
         return Ok(schema);
+    }
+    if !create {
+        return Err(Error::NotADatabase);
     }
     let path = query_text(conn, "SHOW search_path")?.unwrap_or_default();
     let first = path.split(',').map(str::trim).find(|name| *name != "\"$user\"");

@@ -21,12 +21,13 @@ use std::path::{Path, PathBuf};
 
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
+use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, GenericClient, NoTls, Transaction};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use sha2::{Digest, Sha256};
 
+use crate::core::pg::{Raw, value_ref};
 use crate::core::schema::{SCHEMA_VERSION, quoted};
 use crate::error::Error;
 use crate::options::Options;
@@ -507,9 +508,8 @@ fn postgres_summary(
             let Raw(raw) = row.try_get::<_, Raw<'_>>(index)?;
             let value = match raw {
                 None => ValueRef::Null,
-                Some((ty, bytes)) => {
-                    read_back(&ty, bytes).map_err(|detail| unconvertible(plan, column, detail))?
-                }
+                Some((ty, bytes)) => value_ref(&ty, bytes)
+                    .map_err(|error| unconvertible(plan, column, error.to_string()))?,
             };
             digester.value(value);
         }
@@ -789,52 +789,6 @@ fn utf8(text: &[u8]) -> std::result::Result<&[u8], String> {
         .map_err(|error| format!("text that is not UTF-8: {error}"))
 }
 
-/// A value of the target read back as SQLite holds it: integers (and booleans) as integers,
-/// floats as reals, text as text, bytes as blobs.
-fn read_back<'a>(ty: &Type, bytes: &'a [u8]) -> std::result::Result<ValueRef<'a>, String> {
-    let wrong = || format!("a {ty} value of {} bytes", bytes.len());
-    let int = |width: usize| -> std::result::Result<i64, String> {
-        let mut wide =
-            if bytes.first().is_some_and(|b| b & 0x80 != 0) { [0xff; 8] } else { [0; 8] };
-        (bytes.len() == width).then_some(()).ok_or_else(wrong)?;
-        wide[8 - width..].copy_from_slice(bytes);
-        Ok(i64::from_be_bytes(wide))
-    };
-    Ok(match *ty {
-        Type::INT8 => ValueRef::Integer(int(8)?),
-        Type::INT4 => ValueRef::Integer(int(4)?),
-        Type::INT2 => ValueRef::Integer(int(2)?),
-        Type::BOOL => ValueRef::Integer(i64::from(bytes.first().is_some_and(|b| *b != 0))),
-        Type::FLOAT8 => ValueRef::Real(f64::from_be_bytes(bytes.try_into().map_err(|_| wrong())?)),
-        Type::BYTEA => ValueRef::Blob(bytes),
-        Type::JSONB => ValueRef::Text(bytes.get(1..).unwrap_or_default()),
-        ref ty if is_text(ty) || *ty == Type::JSON => ValueRef::Text(bytes),
-        _ => return Err(format!("a column of type {ty} is not one a store has")),
-    })
-}
-
-/// Any column's raw value with its type, or `None` for NULL.
-struct Raw<'a>(Option<(Type, &'a [u8])>);
-
-impl<'a> FromSql<'a> for Raw<'a> {
-    fn from_sql(
-        ty: &Type,
-        raw: &'a [u8],
-    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
-        Ok(Raw(Some((ty.clone(), raw))))
-    }
-
-    fn from_sql_null(
-        _: &Type,
-    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
-        Ok(Raw(None))
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -864,7 +818,7 @@ mod tests {
             let Encoded(Some(bytes)) = encode(value, &ty).expect("converts") else {
                 panic!("{value:?} encoded as NULL");
             };
-            assert_eq!(read_back(&ty, &bytes).expect("reads back"), value, "{ty}");
+            assert_eq!(value_ref(&ty, &bytes).expect("reads back"), value, "{ty}");
         }
         assert!(encode(ValueRef::Integer(1 << 40), &Type::INT4).is_err());
         assert!(encode(ValueRef::Text(b"\xff"), &Type::TEXT).is_err());

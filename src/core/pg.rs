@@ -693,8 +693,9 @@ fn params<'a>(args: &'a [Arg<'_>]) -> Vec<&'a (dyn ToSql + Sync)> {
     args.iter().map(|arg| arg as &(dyn ToSql + Sync)).collect()
 }
 
-/// A column's value as SQLite would have stored it.
-fn value_ref<'a>(ty: &Type, bytes: &'a [u8]) -> Result<ValueRef<'a>> {
+/// A column's value as SQLite would have stored it: integers (and booleans) as integers,
+/// floats as reals, text as text, bytes as blobs.
+pub(crate) fn value_ref<'a>(ty: &Type, bytes: &'a [u8]) -> Result<ValueRef<'a>> {
     let int = |bytes: &[u8]| -> Result<i64> {
         let wrong = || Error::Corrupt(format!("a {ty} value of {} bytes", bytes.len()));
         Ok(match bytes.len() {
@@ -725,7 +726,7 @@ fn decode_error(error: Box<dyn std::error::Error + Sync + Send>) -> Error {
 }
 
 /// Any column's raw value with its type, or `None` for NULL.
-struct Raw<'a>(Option<(Type, &'a [u8])>);
+pub(crate) struct Raw<'a>(pub(crate) Option<(Type, &'a [u8])>);
 
 impl<'a> FromSql<'a> for Raw<'a> {
     fn from_sql(

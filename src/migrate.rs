@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::fallible_iterator::FallibleIterator;
@@ -27,6 +28,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use sha2::{Digest, Sha256};
 
+use crate::core::clock::ManualClock;
 use crate::core::pg::{Raw, value_ref};
 use crate::core::schema::{SCHEMA_VERSION, quoted};
 use crate::error::Error;
@@ -187,7 +189,11 @@ pub fn sqlite_to_postgres(from: &Path, to_url: &str) -> Result<MigrationReport, 
     if !from.is_file() {
         return Err(MigrateError::SourceMissing(from.to_path_buf()));
     }
-    let untouched = Options { recover_on_open: false, ..Options::default() };
+    // Opened as stores only to bring the file to the current schema and to create the
+    // target's: no recovery, and a clock at the epoch, so that no deadline passes there
+    // either (graphs are copied as they stand).
+    let clock = Arc::new(ManualClock::new(0));
+    let untouched = Options { recover_on_open: false, clock, ..Options::default() };
     Store::open_with(from, untouched.clone())?.close()?;
     let mut source = open_source(from)?;
     let snapshot = source.transaction()?;

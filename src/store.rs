@@ -190,10 +190,8 @@ impl Store {
     fn run_at_open(&self, at_open: &[fn(&Store, bool) -> Result<()>], recover: bool) -> Result<()> {
         let alone = recover && self.exec(HoldAlone)?;
         let ran = at_open.iter().try_for_each(|at_open| at_open(self, alone));
-        if alone {
-            self.exec(ReleaseAlone)?;
-        }
-        ran
+        let released = if alone { self.exec(ReleaseAlone) } else { Ok(()) };
+        ran.and(released)
     }
 
     /// Runs one operation in its own savepoint of the next batch; returns its output once the

@@ -11,17 +11,16 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::thread::sleep;
-use std::time::Duration;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use spindle::migrate::{MigrateError, sqlite_to_postgres};
 use spindle::process::{DedupeKey, HandleDescriptor, Selector, StatusFilter, WakeSpec};
 use spindle::{
     AppendRequest, AwaitOutput, Backoff, Error, EventType, ExecutionFilter, FailOutcome,
-    ItemFilter, ItemStatus, LeaseClaim, LeaseOwner, ListFilter, NewItem, NodeOptions, NodeSpec,
-    Options, Page, ProcessLease, Registration, Role, SessionScope, Store, Stream, TenantStatus,
-    TenantUpdate, TokenColor, TxOutcome, WorkflowStatus,
+    ItemFilter, ItemStatus, LeaseClaim, LeaseOwner, ListFilter, ManualClock, NewItem, NodeOptions,
+    NodeSpec, Options, Page, ProcessLease, Registration, Role, SessionScope, Store, Stream,
+    TenantStatus, TenantUpdate, TokenColor, TxOutcome, WorkflowStatus,
 };
 use tempfile::TempDir;
 
@@ -50,20 +49,32 @@ struct Source {
     execution: String,
     /// The position of the newest event ever appended (truncated since).
     newest_position: u64,
+    /// The time of both stores: leases lapse by it, and the graph's deadline has not passed
+    /// by it (it passed long ago by the system's clock).
+    clock: ManualClock,
 }
+
+/// When the source store is built, by its clock: long before the system's now.
+const T0: i64 = 1_000_000;
 
 /// A lease or claim that lapses at once, then a moment for it to lapse.
 const LAPSING_MS: i64 = 1;
 
-fn lapse() {
-    sleep(Duration::from_millis(20));
+fn lapse(clock: &ManualClock) {
+    clock.advance_ms(20);
+}
+
+/// The options of a store on `clock`, opened without recovery.
+fn on(clock: &ManualClock) -> Options {
+    Options { recover_on_open: false, clock: Arc::new(clock.clone()), ..Options::default() }
 }
 
 /// Builds a store file with data in every domain and two tenants (and a suspended third).
 fn build_source() -> spindle::Result<Source> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("source.db");
-    let store = Store::open(&path)?;
+    let clock = ManualClock::new(T0);
+    let store = Store::open_with(&path, on(&clock))?;
     store.auth().create_tenant("acme", "Acme Corp")?;
     store.auth().create_tenant("globex", "Globex")?;
     let suspend = TenantUpdate { status: Some(TenantStatus::Suspended), ..Default::default() };
@@ -72,8 +83,8 @@ fn build_source() -> spindle::Result<Source> {
     let (secret, _) = acme.auth().create_token("ci", Role::Writer, None)?;
     store.auth().create_token("admin", Role::Admin, Some(4_102_444_800_000))?;
     append_events(&store, &acme)?;
-    let (dead_item, stale_item) = fill_queues(&store, &acme)?;
-    let (lapsed_lease, live_lease) = register_processes(&store)?;
+    let (dead_item, stale_item) = fill_queues(&store, &acme, &clock)?;
+    let (lapsed_lease, live_lease) = register_processes(&store, &clock)?;
     let graph = graph_mid_run(&store)?;
     let execution = workflow_with_snapshot(&acme)?;
     own_table(&store)?;
@@ -90,6 +101,7 @@ fn build_source() -> spindle::Result<Source> {
         graph,
         execution,
         newest_position,
+        clock,
     })
 }
 
@@ -106,7 +118,11 @@ fn append_events(store: &Store, acme: &Store) -> spindle::Result<()> {
 
 /// A dead letter (fence 2), a completed item, an item whose first claim lapsed (held at fence
 /// 2), a delayed item with a dedupe key, a queue without item events, and acme's own queue.
-fn fill_queues(store: &Store, acme: &Store) -> spindle::Result<(String, String)> {
+fn fill_queues(
+    store: &Store,
+    acme: &Store,
+    clock: &ManualClock,
+) -> spindle::Result<(String, String)> {
     let queue = store.queue();
     let now = Backoff { base_ms: 0, max_ms: 0 };
     let dead =
@@ -116,14 +132,14 @@ fn fill_queues(store: &Store, acme: &Store) -> spindle::Result<(String, String)>
         assert_eq!(claimed.fence, expected);
         let outcome = queue.fail(&claimed.item.id, claimed.fence, "boom", true)?;
         assert_eq!(matches!(outcome, FailOutcome::DeadLettered), expected == 2);
-        lapse();
+        lapse(clock);
     }
     queue.enqueue(NewItem::new("done", json!({ "n": 2 })))?;
     let done = queue.claim("w1", &["done"], 30_000)?.expect("the item to complete");
     queue.complete(&done.item.id, done.fence, json!({ "ok": true }))?;
     let stale = queue.enqueue(NewItem::new("stale", json!({ "n": 3 })).backoff(now))?;
     queue.claim("w1", &["stale"], LAPSING_MS)?.expect("the first claim");
-    lapse();
+    lapse(clock);
     let held = queue.claim("w2", &["stale"], 600_000)?.expect("the second claim");
     assert_eq!(held.fence, 2);
     let later = NewItem::new("later", json!({ "n": 4 })).dedupe_key("once").priority(5);
@@ -137,7 +153,10 @@ fn fill_queues(store: &Store, acme: &Store) -> spindle::Result<(String, String)>
 /// A process with a declared event type that wakes a session, events with replay keys, a
 /// wake acknowledged, a handle granted, a lease that lapsed and one that holds; and a finished
 /// process.
-fn register_processes(store: &Store) -> spindle::Result<(ProcessLease, ProcessLease)> {
+fn register_processes(
+    store: &Store,
+    clock: &ManualClock,
+) -> spindle::Result<(ProcessLease, ProcessLease)> {
     let processes = store.processes();
     let session = SessionScope::new("session-1");
     let progress = EventType::new("progress")
@@ -164,7 +183,7 @@ fn register_processes(store: &Store) -> spindle::Result<(ProcessLease, ProcessLe
     let LeaseClaim::Acquired(lapsed) = processes.claim_lease("build-7", &first, LAPSING_MS)? else {
         panic!("the first lease");
     };
-    lapse();
+    lapse(clock);
     let second = LeaseOwner::new("worker-2", "boot-2");
     let LeaseClaim::Acquired(live) = processes.claim_lease("build-7", &second, 600_000)? else {
         panic!("the second lease");
@@ -175,7 +194,8 @@ fn register_processes(store: &Store) -> spindle::Result<(ProcessLease, ProcessLe
     Ok((lapsed, live))
 }
 
-/// A graph whose first node completed and whose second one runs.
+/// A graph whose first node completed and whose second one runs, with an hour left before
+/// its deadline (by the stores' clock).
 fn graph_mid_run(store: &Store) -> spindle::Result<String> {
     let graphs = store.graphs();
     let graph = graphs.create(json!({ "name": "build" }))?;
@@ -183,6 +203,7 @@ fn graph_mid_run(store: &Store) -> spindle::Result<String> {
         graphs.add_node(&graph, NodeSpec::task(json!({ "run": id })), NodeOptions::new().id(id))?;
     }
     graphs.add_edge(&graph, "test", "package", Some(TokenColor::Ok))?;
+    graphs.set_timeout(&graph, Some(3_600_000))?;
     graphs.start(&graph)?;
     graphs.start_node(&graph, "test")?;
     graphs.complete_node(&graph, "test", None)?;
@@ -310,9 +331,9 @@ fn every_tenant(store: &Store) -> spindle::Result<Vec<Value>> {
     ["default", "acme", "globex"].iter().map(|tenant| snapshot(&store.tenant(tenant)?)).collect()
 }
 
-/// The source file, opened read-only.
-fn open_read_only(path: &Path) -> spindle::Result<Store> {
-    Store::open_with(path, Options { read_only: true, ..Options::default() })
+/// The source file, opened read-only on `clock`.
+fn open_read_only(path: &Path, clock: &ManualClock) -> spindle::Result<Store> {
+    Store::open_with(path, Options { read_only: true, ..on(clock) })
 }
 
 #[test]
@@ -328,11 +349,13 @@ fn every_tenant_and_domain_reads_the_same_and_goes_on_where_it_stood() -> spindl
     let events = report.sequences.iter().find(|sequence| sequence.table == "events");
     assert_eq!(events.map(|sequence| sequence.last_value), Some(source.newest_position as i64));
 
-    let file = open_read_only(&source.path)?;
+    let file = open_read_only(&source.path, &source.clock)?;
     let expected = every_tenant(&file)?;
+    // Copied as it stood: the copy did not fail the graph, whose deadline passed long ago
+    // by the system's clock.
+    assert_eq!(file.graphs().get(&source.graph)?.status, spindle::GraphStatus::Running);
     file.close()?;
-    let store =
-        Store::connect_with(&target, Options { recover_on_open: false, ..Options::default() })?;
+    let store = Store::connect_with(&target, on(&source.clock))?;
     assert_same("", &every_tenant(&store)?.into(), &expected.into());
 
     streams_go_on(&store, &source)?;

@@ -160,16 +160,39 @@ fn a_deadline_sweep_passes_over_a_tenant_another_process_writes_and_comes_back()
     let mut other = raw.transaction().expect("raw transaction");
     let hold = "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/acme'))";
     other.execute(hold, &[]).expect("hold acme's writers");
+    // Every writing batch of the store sends a notice on its channel: a listener counts them.
+    let mut listener = shared.raw_client();
+    listener.batch_execute(&format!("LISTEN {}", channel_of(&shared))).expect("listen");
     clock.advance_ms(5_000);
     wait_terminal(&mut our_events);
     // The sweep that failed our graph did not wait for acme's writer (that could deadlock).
     assert_eq!(acme.graphs().get(&theirs)?.status, GraphStatus::Running);
+    // Nor does it sweep again before the retry is due by the store's clock (still where it
+    // was): acme's overdue graph must not make the alarm due at once, again and again.
+    let heard = {
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut notices = listener.notifications();
+        notices.timeout_iter(Duration::from_millis(500)).take(50).count().expect("notices")
+    };
+    assert!(heard <= 2, "{heard} writing batches while the store's clock stood still");
     other.commit().expect("release acme's writers");
     // The sweep tries acme again a moment later (by the store's clock).
     clock.advance_ms(1_000);
     wait_terminal(&mut their_events);
     assert_eq!(acme.graphs().get(&theirs)?.status, GraphStatus::Failed);
     Ok(())
+}
+
+/// The channel the store's writing batches notify on: `spindle_` and the first 12 bytes of
+/// the SHA-256 of its schema's name, in hex.
+#[cfg(feature = "postgres")]
+fn channel_of(shared: &SharedStore) -> String {
+    use sha2::{Digest, Sha256};
+    let schema: String =
+        shared.raw_client().query_one("SELECT current_schema()::text", &[]).expect("raw").get(0);
+    let digest = Sha256::digest(schema.as_bytes());
+    let hex: String = digest[..12].iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("spindle_{hex}")
 }
 
 /// Reads a graph's events until its terminal one.
@@ -209,6 +232,58 @@ fn a_store_connects_again_after_the_server_ends_its_session() -> spindle::Result
     assert_eq!(appended.seq, 2, "the next call runs on a new session");
     assert_eq!(raw.query(sessions, &[]).expect("sessions").len(), 1);
     assert_eq!(common::read_stream(&store, &stream).len(), 2);
+    Ok(())
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_connection_lost_in_the_middle_of_a_batch_fails_that_batch_only() -> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(());
+    }
+    let shared = SharedStore::new();
+    let store = shared.open();
+    let stream = Stream::custom("cut");
+    store.events().append(&stream, "before", json!(1))?;
+    // The batch's own session ends under it (as a server restart would end it).
+    let cut = store.transaction(|tx| {
+        tx.append_event(Stream::custom("cut"), "lost", json!(2))?;
+        tx.postgres()?.execute("SELECT pg_terminate_backend(pg_backend_pid())", &[])?;
+        Ok(spindle::TxOutcome::Commit(()))
+    });
+    assert!(cut.is_err(), "the batch whose session ended fails: {cut:?}");
+    // The store is not left refusing calls: the next batch runs on a new session.
+    let appended = store.events().append(&stream, "after", json!(3))?;
+    assert_eq!(appended.seq, 2, "the lost batch's append is not there");
+    let types: Vec<String> =
+        common::read_stream(&store, &stream).into_iter().map(|event| event.event_type).collect();
+    assert_eq!(types, ["before", "after"]);
+    Ok(())
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_tenant_named_like_sql_stays_a_name_whatever_the_session_reads_literals_as()
+-> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(());
+    }
+    let shared = SharedStore::new();
+    let store = shared.open();
+    // A closure's own SQL may change how the session reads string literals.
+    store.transaction(|tx| {
+        let off = "SELECT set_config('standard_conforming_strings', 'off', false)";
+        tx.postgres()?.query(off, &[])?;
+        Ok(spindle::TxOutcome::Commit(()))
+    })?;
+    for name in [r"o'brien\", r"x\'); SELECT pg_advisory_unlock_all(); --"] {
+        let tenant = store.tenant(name)?;
+        let stream = Stream::custom("named");
+        tenant.events().append(&stream, "n", json!(name))?;
+        let events = common::read_stream(&tenant, &stream);
+        assert_eq!(events.len(), 1, "{name}");
+        assert_eq!(events[0].payload, json!(name));
+    }
     Ok(())
 }
 

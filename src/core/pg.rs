@@ -11,6 +11,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use postgres::error::SqlState;
@@ -24,6 +25,26 @@ use crate::core::pg_listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
+
+/// The classes of the store's advisory locks (their first key; the second is hashed from the
+/// schema's name, and from what is locked in it).
+/// A tenant's writers (and, keyed by the schema alone, the store's creation).
+const LOCK_TENANT: i32 = 1_397_771_844;
+/// The sweeps that one process at a time runs.
+const LOCK_SWEEP: i32 = 1_397_771_846;
+/// The keys of the store's creation lock, and of its presence lock (every writable store of
+/// the schema holds it shared; see `PgConn::hold_alone`).
+const CREATION_KEY: &str = "1397771844, hashtext(current_schema())";
+const PRESENCE_KEY: &str = "1397771845, hashtext(current_schema())";
+
+/// The newest event position of tenant `?1` (0 for none).
+const NEWEST_POSITION: &str =
+    "SELECT COALESCE(max(position), 0) FROM main.events WHERE tenant_id = ?1";
+
+/// The keys of the advisory lock of `class` on `name` (an SQL expression) in this schema.
+fn lock_key(class: i32, name: &str) -> String {
+    format!("{class}, hashtext(current_schema() || '/' || {name})")
+}
 
 /// Most prepared statements a connection keeps (the crate's own are about 200).
 const STATEMENTS_MAX: usize = 1_000;
@@ -61,7 +82,7 @@ impl PgConn {
     /// # Errors
     /// `Postgres` when the server cannot be reached or refuses the connection.
     pub(crate) fn connect(url: &str) -> Result<Self> {
-        let client = Client::connect(url, NoTls).map_err(Error::from_postgres)?;
+        let client = connect_client(url)?;
         Ok(Self {
             client: RefCell::new(client),
             statements: RefCell::new(HashMap::new()),
@@ -83,10 +104,15 @@ impl PgConn {
     /// once). A batch that was open when the connection dropped has already failed; whether
     /// a `COMMIT` in flight landed cannot be known, as with any client.
     ///
+    /// The new session replaces the old one only once all its settings are made (the
+    /// presence lock too, which waits for a store recovering at open).
+    ///
     /// # Errors
-    /// `Postgres` when the server cannot be reached (the next batch tries again).
+    /// `Postgres` when the server cannot be reached, `Busy` when the presence lock was not
+    /// granted in time (the next batch tries again either way).
     fn reconnect(&self) -> Result<()> {
-        let client = Client::connect(&self.url, NoTls).map_err(Error::from_postgres)?;
+        let mut client = connect_client(&self.url)?;
+        client.batch_execute(&self.session).map_err(Error::from_postgres)?;
         *self.client.borrow_mut() = client;
         self.statements.borrow_mut().clear();
         self.ended();
@@ -203,8 +229,7 @@ impl PgConn {
 
     /// The newest event position of `tenant`, 0 for none.
     fn newest_position(&self, tenant: &str) -> Result<i64> {
-        let sql = "SELECT COALESCE(max(position), 0) FROM main.events WHERE tenant_id = ?1";
-        Ok(self.value(sql, &[Arg::Text(tenant)])?.unwrap_or(0))
+        Ok(self.value(NEWEST_POSITION, &[Arg::Text(tenant)])?.unwrap_or(0))
     }
 
     /// Notes an event this transaction appended to `tenant` at `position`.
@@ -242,9 +267,8 @@ impl PgConn {
         if self.holds_tenant(tenant) {
             return Ok(());
         }
-        let sql =
-            "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/' || ?1))";
-        self.execute(sql, &[Arg::Text(tenant)])?;
+        let sql = format!("SELECT pg_advisory_xact_lock({})", lock_key(LOCK_TENANT, "?1"));
+        self.execute(&sql, &[Arg::Text(tenant)])?;
         let newest = self.newest_position(tenant)?;
         self.held(tenant, newest);
         Ok(())
@@ -257,9 +281,8 @@ impl PgConn {
         if self.holds_tenant(tenant) {
             return Ok(true);
         }
-        let sql = "SELECT pg_try_advisory_xact_lock(1397771844, \
-                   hashtext(current_schema() || '/' || ?1))";
-        if !self.value(sql, &[Arg::Text(tenant)])?.unwrap_or(false) {
+        let sql = format!("SELECT pg_try_advisory_xact_lock({})", lock_key(LOCK_TENANT, "?1"));
+        if !self.value(&sql, &[Arg::Text(tenant)])?.unwrap_or(false) {
             return Ok(false);
         }
         let newest = self.newest_position(tenant)?;
@@ -284,9 +307,8 @@ impl PgConn {
     /// Makes this transaction the only one running the sweep `name` (see
     /// `Db::try_lock_sweep`).
     pub(crate) fn try_lock_sweep(&self, name: &str) -> Result<bool> {
-        let sql = "SELECT pg_try_advisory_xact_lock(1397771846, \
-                   hashtext(current_schema() || '/' || ?1))";
-        Ok(self.value(sql, &[Arg::Text(name)])?.unwrap_or(false))
+        let sql = format!("SELECT pg_try_advisory_xact_lock({})", lock_key(LOCK_SWEEP, "?1"));
+        Ok(self.value(&sql, &[Arg::Text(name)])?.unwrap_or(false))
     }
 
     /// Whether no other writable store has the schema open; if so, keeps others from opening
@@ -294,15 +316,15 @@ impl PgConn {
     /// presence lock shared for as long as its session lasts; this one's own share does not
     /// count against it.
     pub(crate) fn hold_alone(&self) -> Result<bool> {
-        let sql = "SELECT pg_try_advisory_lock(1397771845, hashtext(current_schema()))";
-        Ok(self.value(sql, &[])?.unwrap_or(false))
+        let sql = format!("SELECT pg_try_advisory_lock({PRESENCE_KEY})");
+        Ok(self.value(&sql, &[])?.unwrap_or(false))
     }
 
     /// Lets other stores open again (the exclusive hold of `hold_alone` ends; the shared one
     /// of this store's session stays).
     pub(crate) fn release_alone(&self) -> Result<()> {
-        let sql = "SELECT pg_advisory_unlock(1397771845, hashtext(current_schema()))";
-        self.execute(sql, &[]).map(drop)
+        let sql = format!("SELECT pg_advisory_unlock({PRESENCE_KEY})");
+        self.execute(&sql, &[]).map(drop)
     }
 
     /// Commits the open transaction; a writing one first sends the store's notice (delivered
@@ -344,7 +366,13 @@ impl PgConn {
     /// Rolls back the open transaction, if any.
     pub(crate) fn rollback(&self) -> Result<()> {
         self.ended();
-        self.batch("ROLLBACK")
+        let rolled_back = self.client.borrow_mut().batch_execute("ROLLBACK");
+        match rolled_back {
+            // The server ended the session, and the transaction with it: the next batch
+            // connects again.
+            Err(error) if connection_lost(&error) => Ok(()),
+            rolled_back => rolled_back.map_err(Error::from_postgres),
+        }
     }
 
     /// The transaction is over, and its locks with it.
@@ -428,8 +456,6 @@ pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Res
     if options.read_only {
         setup.push_str(" SET default_transaction_read_only = on;");
     }
-    // Literals the store quotes itself (`quote_literal`) read as written.
-    setup.push_str(" SET standard_conforming_strings = on;");
     // A dead host's session ends within about a minute (see `hold_alone`), not the system's
     // two hours; a Unix socket ignores these.
     setup.push_str(
@@ -443,9 +469,9 @@ pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Res
         create_if_missing(&conn)?;
         // Present for as long as the session lasts (see `hold_alone`); a store recovering at
         // open holds this off until it is done.
-        let present = " SELECT pg_advisory_lock_shared(1397771845, hashtext(current_schema()));";
-        conn.batch(present)?;
-        setup.push_str(present);
+        let present = format!(" SELECT pg_advisory_lock_shared({PRESENCE_KEY});");
+        conn.batch(&present)?;
+        setup.push_str(&present);
     }
     conn.session = setup;
     check_version(&conn)?;
@@ -492,7 +518,7 @@ fn query_text(conn: &PgConn, sql: &str) -> Result<Option<String>> {
 fn create_if_missing(conn: &PgConn) -> Result<()> {
     conn.begin(true, &[])?;
     let created = conn
-        .batch("SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema()))")
+        .batch(&format!("SELECT pg_advisory_xact_lock({CREATION_KEY})"))
         .and_then(|()| store_exists(conn))
         .and_then(|exists| if exists { Ok(()) } else { create(conn) });
     match created {
@@ -557,13 +583,13 @@ fn begin_sql(writes: bool, tenants: &[Arc<str>]) -> String {
         // never refused for serialisation).
         return "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_owned();
     }
-    let mut sql = "BEGIN".to_owned();
+    // Pinned: the server's default might take the snapshot before the locks are granted.
+    let mut sql = "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned();
     for tenant in tenants {
         let tenant = quote_literal(tenant);
-        sql.push_str(&format!(
-            "; SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/' || \
-             {tenant})); SELECT COALESCE(max(position), 0) FROM events WHERE tenant_id = {tenant}"
-        ));
+        let lock = lock_key(LOCK_TENANT, &tenant);
+        let newest = NEWEST_POSITION.replace("?1", &tenant).replace("main.", "");
+        sql.push_str(&format!("; SELECT pg_advisory_xact_lock({lock}); {newest}"));
     }
     sql
 }
@@ -580,6 +606,26 @@ fn newest_of(messages: &[SimpleQueryMessage]) -> Result<Vec<i64>> {
             text.parse().map_err(|_| Error::Postgres(format!("a position read as {text:?}")))
         })
         .collect()
+}
+
+/// How long a connection may take to be made when the URL does not say
+/// (`connect_timeout`): an unreachable server must not hold the store's thread for the
+/// system's TCP timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A new client of `url` (a `postgres://` URL or a `key=value` connection string).
+///
+/// # Errors
+/// `InvalidInput` for a malformed URL; `Postgres` when the server cannot be reached or
+/// refuses the connection.
+pub(crate) fn connect_client(url: &str) -> Result<Client> {
+    let mut config: postgres::Config = url.parse().map_err(|error| {
+        Error::InvalidInput(format!("a PostgreSQL URL that does not parse: {error}"))
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    config.connect(NoTls).map_err(Error::from_postgres)
 }
 
 /// Whether `error` says the connection is gone (closed, broken, or ended by the server's
@@ -604,9 +650,10 @@ fn app_name(schema: &str) -> String {
     name
 }
 
-/// A string quoted as an SQL literal.
+/// A string quoted as an SQL literal that reads the same whatever
+/// `standard_conforming_strings` says (an escape string, backslashes doubled too).
 fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 /// A name quoted for SQL.

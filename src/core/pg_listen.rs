@@ -13,18 +13,16 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::{Client, NoTls};
 use sha2::{Digest, Sha256};
 
 use crate::core::actor::ActorState;
+use crate::core::pg::connect_client;
 use crate::error::{Error, Result};
 
 /// How often the listening thread looks whether its store has closed.
 const LISTEN_POLL: Duration = Duration::from_millis(200);
-
-/// How long the listening thread tries to connect before giving up (and trying again).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long the listening thread waits before connecting again after losing its connection.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
@@ -171,12 +169,10 @@ fn next_notice(client: &mut Client) -> Heard {
     }
 }
 
-/// A connection listening on `channel` (given up on after `CONNECT_TIMEOUT`, so that a store
-/// closing while the server is away is not held up).
+/// A connection listening on `channel` (given up on after the connect timeout, so that a
+/// store closing while the server is away is not held up).
 fn listen(url: &str, channel: &str) -> Result<Client> {
-    let mut config: postgres::Config = url.parse().map_err(Error::from_postgres)?;
-    config.connect_timeout(CONNECT_TIMEOUT);
-    let mut client = config.connect(NoTls).map_err(Error::from_postgres)?;
+    let mut client = connect_client(url)?;
     client.batch_execute(&format!("LISTEN \"{channel}\"")).map_err(Error::from_postgres)?;
     Ok(client)
 }

@@ -25,6 +25,10 @@ impl Op for HoldAlone {
     fn access(&self) -> Access {
         Access::Admin
     }
+    /// A session lock, taken in a reading batch: it takes no tenant's writers.
+    fn writes(&self) -> bool {
+        false
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
         tx.db().hold_alone()
     }
@@ -35,6 +39,9 @@ impl Op for ReleaseAlone {
     type Output = ();
     fn access(&self) -> Access {
         Access::Admin
+    }
+    fn writes(&self) -> bool {
+        false
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         tx.db().release_alone()

@@ -750,14 +750,17 @@ impl Op for ExpireDeadlines {
             tx.set_alarm(retry_ms);
             return Ok(0);
         }
-        let mut expired = 0;
+        let (mut expired, mut passed_over) = (0, false);
         for tenant in sql::select_tenants_overdue(tx.db(), tx.now_ms())? {
             match tx.as_tenant(&tenant, |tx| ExpireOverdue.apply(tx))? {
                 Some(count) => expired += count,
-                None => tx.set_alarm(retry_ms),
+                None => passed_over = true,
             }
         }
-        if let Some(next_ms) = sql::select_next_deadline(tx.db())? {
+        // A tenant passed over is still overdue: the next sweep waits the retry out.
+        let next_ms = sql::select_next_deadline(tx.db())?;
+        let next_ms = if passed_over { next_ms.map(|ms| ms.max(retry_ms)) } else { next_ms };
+        if let Some(next_ms) = next_ms {
             tx.set_alarm(next_ms);
         }
         Ok(expired)

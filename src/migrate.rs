@@ -23,7 +23,7 @@ use std::sync::Arc;
 use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
-use postgres::{Client, GenericClient, NoTls, Transaction};
+use postgres::{Client, GenericClient, Transaction};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use sha2::{Digest, Sha256};
@@ -386,8 +386,9 @@ fn is_text(ty: &Type) -> bool {
 /// its search path, as the store does. `None` when the connection has no current schema (no
 /// store was created there yet).
 fn connect_raw(to_url: &str) -> Result<(Client, Option<String>), MigrateError> {
-    let mut client = Client::connect(to_url, NoTls)?;
-    let schema: Option<String> = client.query_one("SELECT current_schema()::text", &[])?.get(0);
+    let mut client = crate::core::pg::connect_client(to_url)?;
+    let schema: Option<String> =
+        client.query_one("SELECT current_schema()::text", &[])?.try_get(0)?;
     if let Some(schema) = &schema {
         let path = format!("SET search_path = {}, pg_catalog, pg_temp", quoted(schema));
         client.batch_execute(&path)?;
@@ -426,11 +427,11 @@ fn refuse_if_not_empty(
 /// The schema version of the store in the target's schema, `None` if it holds no store.
 fn store_version(client: &mut impl GenericClient) -> Result<Option<i64>, MigrateError> {
     let exists = "SELECT to_regclass('spindle_meta') IS NOT NULL";
-    if !client.query_one(exists, &[])?.get::<_, bool>(0) {
+    if !client.query_one(exists, &[])?.try_get::<_, bool>(0)? {
         return Ok(None);
     }
     let sql = "SELECT value FROM spindle_meta WHERE key = 'schema_version'";
-    Ok(client.query_opt(sql, &[])?.map(|row| row.get(0)))
+    Ok(client.query_opt(sql, &[])?.map(|row| row.try_get(0)).transpose()?)
 }
 
 /// `TargetNotEmpty` for the first table that holds other rows than a fresh store's.
@@ -492,9 +493,9 @@ fn target_columns(
                  AND a.attnum > 0 AND NOT a.attisdropped";
     let mut tables: BTreeMap<String, BTreeMap<String, Type>> = BTreeMap::new();
     for row in client.query(sql, &[])? {
-        let oid: u32 = row.get(2);
+        let oid: u32 = row.try_get(2)?;
         let ty = Type::from_oid(oid).unwrap_or(Type::UNKNOWN);
-        tables.entry(row.get(0)).or_default().insert(row.get(1), ty);
+        tables.entry(row.try_get(0)?).or_default().insert(row.try_get(1)?, ty);
     }
     Ok(tables)
 }
@@ -602,7 +603,7 @@ fn foreign_keys(
                WHERE k.contype = 'f' AND c.relnamespace = to_regnamespace(current_schema())";
     let mut parents: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for row in client.query(sql, &[])? {
-        parents.entry(row.get(0)).or_default().insert(row.get(1));
+        parents.entry(row.try_get(0)?).or_default().insert(row.try_get(1)?);
     }
     Ok(parents)
 }
@@ -685,13 +686,14 @@ fn identity_columns(tx: &mut Transaction<'_>) -> Result<Vec<(String, String)>, M
                WHERE table_schema = current_schema() AND is_identity = 'YES'
                ORDER BY table_name, column_name";
     let rows = tx.query(sql, &[])?;
-    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+    let columns = rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?)));
+    columns.collect::<Result<_, postgres::Error>>().map_err(MigrateError::from)
 }
 
 /// The largest value of `column` in `table` of the target, 0 for none.
 fn max_value(tx: &mut Transaction<'_>, table: &str, column: &str) -> Result<i64, MigrateError> {
     let sql = format!("SELECT COALESCE(max({})::bigint, 0) FROM {}", quoted(column), quoted(table));
-    Ok(tx.query_one(sql.as_str(), &[])?.get(0))
+    Ok(tx.query_one(sql.as_str(), &[])?.try_get(0)?)
 }
 
 /// SQLite's AUTOINCREMENT counter of `table` in the source, 0 for none.

@@ -139,8 +139,10 @@ impl Store {
     /// (`options=-csearch_path=NAME` in the URL chooses another).
     ///
     /// # Errors
-    /// `Postgres` when the server cannot be reached or refuses; `NotADatabase` when the schema
-    /// holds tables that are not a store's; `SchemaTooNew` for a store of a newer Spindle.
+    /// `Postgres` when the server cannot be reached or refuses; `InvalidInput` for a URL that
+    /// does not parse; `NotADatabase` when the schema holds tables that are not a store's;
+    /// `SchemaTooNew` for a store of a newer Spindle; `Busy` when another store recovering at
+    /// open (`Options::recover_on_open`) held this one off longer than `busy_timeout`.
     #[cfg(feature = "postgres")]
     pub fn connect(url: &str) -> Result<Store> {
         Self::connect_with(url, Options::default())
@@ -149,8 +151,9 @@ impl Store {
     /// Opens (or creates) the store in a PostgreSQL database with `options`.
     ///
     /// # Errors
-    /// As [`Store::connect`], and `InvalidInput` for options only a SQLite store has (a VFS,
-    /// a file size cap).
+    /// As [`Store::connect`], `InvalidInput` for options only a SQLite store has (a VFS, a file
+    /// size cap), and `NotADatabase` for a read-only store where the schema holds none (no
+    /// schema is created then).
     #[cfg(feature = "postgres")]
     pub fn connect_with(url: &str, options: Options) -> Result<Store> {
         if options.vfs.is_some() || options.file_bytes_max.is_some() {

@@ -15,6 +15,8 @@
 //! key maps to exactly one seq with one payload, every conflict was for another payload, and
 //! the store holds exactly the acknowledged new events.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -339,7 +341,12 @@ fn eight_contenders_on_four_processes_leases_fenced_and_replay_keys_exact() {
         ..Options::default()
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open_with(dir.path().join("stress.db"), options).expect("open");
+    // A file on SQLite; a schema of its own on PostgreSQL (`SPINDLE_TEST_ENGINE`).
+    let store = if common::on_postgres() {
+        common::new_store_with(options)
+    } else {
+        Store::open_with(dir.path().join("stress.db"), options).expect("open")
+    };
     for id in PROCESSES {
         let registration =
             Registration::new(id, "stress", json!({ "id": id })).event_type(EventType::new("note"));

@@ -35,7 +35,7 @@ use parking_lot::Mutex;
 
 use crate::core::bell::Bell;
 use crate::core::clock::Stamp;
-use crate::core::conn::Conn;
+use crate::core::conn::{Conn, RELEASE_OP, ROLLBACK_TO_OP, SAVEPOINT_OP};
 use crate::core::db::args;
 use crate::core::events::OwnedStreams;
 use crate::core::msg::{Applied, Job, Msg};
@@ -577,7 +577,7 @@ impl Actor {
         let needs_savepoint = job.savepoint || self.conn.needs_savepoints();
         let savepoint = needs_savepoint && !alone;
         let undo_by_rollback = needs_savepoint && alone;
-        if savepoint && let Err(error) = self.conn.statement("SAVEPOINT op") {
+        if savepoint && let Err(error) = self.conn.statement(SAVEPOINT_OP) {
             job.refuse(error.replicate());
             return self.abandon(batch, &error);
         }
@@ -635,11 +635,10 @@ impl Actor {
         let ended = match (savepoint, applied.keep) {
             // Without a savepoint there is nothing to release, and a failed job wrote nothing.
             (false, _) => Ok(()),
-            (true, true) => self.conn.statement("RELEASE op"),
-            (true, false) => self
-                .conn
-                .statement("ROLLBACK TO op")
-                .and_then(|()| self.conn.statement("RELEASE op")),
+            (true, true) => self.conn.statement(RELEASE_OP),
+            (true, false) => {
+                self.conn.statement(ROLLBACK_TO_OP).and_then(|()| self.conn.statement(RELEASE_OP))
+            }
         };
         let keep = applied.keep;
         batch.applied.push(applied);

@@ -31,6 +31,12 @@ use crate::core::tx::SqliteParts;
 use crate::error::{Error, Result};
 use crate::options::Options;
 
+/// The savepoint every job of a batch runs under (unless it needs none), and the statements
+/// that keep or undo its work.
+pub(crate) const SAVEPOINT_OP: &str = "SAVEPOINT op";
+pub(crate) const RELEASE_OP: &str = "RELEASE op";
+pub(crate) const ROLLBACK_TO_OP: &str = "ROLLBACK TO op";
+
 /// The actor's connection.
 pub(crate) enum Conn {
     Sqlite(Box<SqliteConn>),
@@ -149,7 +155,9 @@ impl Conn {
         }
     }
 
-    /// Runs one of the actor's control statements (savepoints).
+    /// Runs one of the actor's control statements (`BEGIN` on SQLite, and the job savepoints
+    /// `SAVEPOINT_OP`, `RELEASE_OP`, `ROLLBACK_TO_OP`); on PostgreSQL a release is sent with
+    /// the next of them, or with the commit (`PgConn::savepoint_statement`).
     pub(crate) fn statement(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Sqlite(_) => self.db().execute(sql, &[]).map(drop),

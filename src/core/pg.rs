@@ -20,6 +20,7 @@ use postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 use rusqlite::types::ValueRef;
 
 use crate::core::actor::ActorState;
+use crate::core::conn::{RELEASE_OP, SAVEPOINT_OP};
 use crate::core::db::{Arg, Column, Db};
 use crate::core::pg_listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION};
@@ -160,13 +161,14 @@ impl PgConn {
     /// commit: the work it keeps is the transaction's either way, and a job's savepoint then
     /// costs one round trip, not two.
     pub(crate) fn savepoint_statement(&self, sql: &str) -> Result<()> {
-        if sql == "RELEASE op" {
+        if sql == RELEASE_OP {
             self.release_pending.set(true);
             return Ok(());
         }
         match (self.release_pending.replace(false), sql) {
-            (true, "SAVEPOINT op") => self.batch("RELEASE op; SAVEPOINT op"),
-            (true, _) => self.batch("RELEASE op").and_then(|()| self.batch(sql)),
+            (true, SAVEPOINT_OP) => self.batch(&format!("{RELEASE_OP}; {SAVEPOINT_OP}")),
+            // Not reached: a job's rollback follows its own savepoint, which sent the release.
+            (true, _) => self.batch(RELEASE_OP).and_then(|()| self.batch(sql)),
             (false, _) => self.batch(sql),
         }
     }
@@ -335,7 +337,11 @@ impl PgConn {
     /// server answers `COMMIT` of an aborted one with a rollback, not an error.
     pub(crate) fn commit(&self, writes: bool, rang: bool) -> Result<()> {
         // One round trip: a statement that fails (in an aborted transaction) skips the COMMIT.
-        let release = if self.release_pending.replace(false) { "RELEASE op; " } else { "" };
+        let release = if self.release_pending.replace(false) {
+            format!("{RELEASE_OP}; ")
+        } else {
+            String::new()
+        };
         let sql = match (&self.notices, writes) {
             (Some(notices), true) => format!(
                 "{release}SELECT pg_notify({}, {}); COMMIT",

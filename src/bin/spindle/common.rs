@@ -181,7 +181,7 @@ impl Location {
     /// The location `--db` names.
     pub fn of(db: &Path) -> Self {
         let text = db.to_string_lossy();
-        if ["postgres://", "postgresql://"].iter().any(|scheme| text.starts_with(scheme)) {
+        if names_postgres(&text) {
             Location::Postgres(text.into_owned())
         } else {
             Location::File(db.to_path_buf())
@@ -220,8 +220,26 @@ impl Location {
     }
 }
 
-/// `url` with the password of its user info, if any, replaced by `***`.
+/// Whether `text` names a PostgreSQL database: a `postgres://` (or `postgresql://`) URL, or a
+/// `key=value` connection string (`host=/run/postgresql dbname=app`: its first word is a
+/// lower-case key and `=`).
+pub fn names_postgres(text: &str) -> bool {
+    let url = ["postgres://", "postgresql://"].iter().any(|scheme| text.starts_with(scheme));
+    let first = text.split_whitespace().next().unwrap_or_default();
+    let conninfo = first.split_once('=').is_some_and(|(key, _)| {
+        !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+    });
+    url || conninfo
+}
+
+/// `url` with every password in it replaced by `***`: its user info's (`user:pass@`), and a
+/// `password=` parameter's, in a URL's query or a `key=value` connection string.
 fn without_password(url: &str) -> String {
+    mask_password_params(&mask_user_info(url))
+}
+
+/// `url` with the password of its user info, if any, replaced by `***`.
+fn mask_user_info(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     let Some(at) = rest[..authority_end].rfind('@') else { return url.to_owned() };
@@ -229,6 +247,43 @@ fn without_password(url: &str) -> String {
         Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
         None => url.to_owned(),
     }
+}
+
+/// `text` with the value of every `password=` parameter replaced by `***`: up to the next
+/// `&` or space, or the closing quote of a quoted value.
+fn mask_password_params(text: &str) -> String {
+    let mut masked = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("password=") {
+        let value_start = at + "password=".len();
+        let starts_param = at == 0 || rest[..at].ends_with(['?', '&', ' ']);
+        masked.push_str(&rest[..value_start]);
+        rest = &rest[value_start..];
+        if starts_param {
+            masked.push_str("***");
+            rest = &rest[value_end(rest)..];
+        }
+    }
+    masked.push_str(rest);
+    masked
+}
+
+/// Where a parameter's value that starts `value` ends: after its closing quote if it is
+/// quoted (a backslash escapes the next character), else at the next `&` or space.
+fn value_end(value: &str) -> usize {
+    if !value.starts_with('\'') {
+        return value.find(['&', ' ']).unwrap_or(value.len());
+    }
+    let mut escaped = false;
+    for (index, c) in value.char_indices().skip(1) {
+        match (escaped, c) {
+            (true, _) => escaped = false,
+            (false, '\\') => escaped = true,
+            (false, '\'') => return index + 1,
+            _ => {}
+        }
+    }
+    value.len()
 }
 
 /// Opens the store at `db` for `access`, as the view of `tenant`. A command that does not
@@ -409,11 +464,24 @@ mod tests {
         assert!(matches!(Location::of(Path::new("spindle.db")), Location::File(_)));
         assert!(matches!(Location::of(Path::new("postgres://h/db")), Location::Postgres(_)));
         assert!(matches!(Location::of(Path::new("postgresql://h/db")), Location::Postgres(_)));
+        let conninfo = Path::new("host=/tmp/pg dbname=app");
+        assert!(matches!(Location::of(conninfo), Location::Postgres(_)));
+        assert!(matches!(Location::of(Path::new("runs/a=b.db")), Location::File(_)));
         let url = "postgres://app:s3cret@db.internal:5432/app?options=-csearch_path%3Djobs";
         let shown = Location::of(Path::new(url)).describe();
         assert_eq!(shown, "postgres://app:***@db.internal:5432/app?options=-csearch_path%3Djobs");
         assert_eq!(without_password("postgres://app@h/db"), "postgres://app@h/db");
         assert_eq!(without_password("postgres://h/db?x=a@b:c"), "postgres://h/db?x=a@b:c");
+        assert_eq!(
+            without_password("postgres://app@h/db?password=s3cret&sslmode=disable"),
+            "postgres://app@h/db?password=***&sslmode=disable"
+        );
+        assert_eq!(
+            without_password(r"host=h user=app password='s3 \'cret' dbname=app"),
+            "host=h user=app password=*** dbname=app"
+        );
+        assert_eq!(without_password("host=h password=s3cret"), "host=h password=***");
+        assert_eq!(without_password("host=h mypassword=x"), "host=h mypassword=x");
     }
 
     #[test]

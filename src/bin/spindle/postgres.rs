@@ -20,8 +20,12 @@ pub fn meta(url: &str) -> Result<Value, CliError> {
     let path = "SELECT set_config('search_path', quote_ident(current_schema()), false)";
     client.query_one(path, &[]).map_err(postgres_error)?;
     let rows = client.query(sql, &[]).map_err(postgres_error)?;
-    let pairs = rows.iter().map(|row| (row.get::<_, String>(0), Value::from(row.get::<_, i64>(1))));
-    Ok(Value::Object(pairs.collect()))
+    let pairs = rows.iter().map(|row| {
+        let key: String = row.try_get(0)?;
+        Ok((key, Value::from(row.try_get::<_, i64>(1)?)))
+    });
+    let pairs = pairs.collect::<Result<_, postgres::Error>>().map_err(postgres_error)?;
+    Ok(Value::Object(pairs))
 }
 
 #[cfg(not(feature = "postgres"))]
@@ -60,8 +64,7 @@ pub fn migrate(_: &std::path::Path, _: &str, _: &Output) -> Result<(), CliError>
 /// Refuses a `--to` that names no PostgreSQL database.
 #[cfg(feature = "postgres")]
 fn check_target(to: &str) -> Result<(), CliError> {
-    let url = ["postgres://", "postgresql://"].iter().any(|scheme| to.starts_with(scheme));
-    if url || to.contains('=') {
+    if crate::common::names_postgres(to) {
         return Ok(());
     }
     Err(CliError::Bad(format!(

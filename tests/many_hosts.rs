@@ -23,10 +23,10 @@
 //!   fence; then it replays that transaction with the same fence, which must be refused.
 //!
 //! Every child prints one line per call the store acknowledged (`claim`, `done`, `start`,
-//! `node-done`, `stale-refused`, ...), and the parent reads them. Mid-run (300 items and the
-//! graph's root and first layer done), it SIGKILLs the first child that has completed 50 items,
-//! started a node less than 200 ms ago (so it is in the middle of that node's work) and just
-//! claimed an item (which it now works on). The other two go on until the queue is empty and
+//! `node-done`, `stale-refused`, ...), and the parent reads them. Mid-run (300 items done, and
+//! as many of the graph's nodes as the root and one layer), it SIGKILLs the first child that
+//! has completed 50 items, started a node less than 200 ms ago (so it is in the middle of that
+//! node's work) and just claimed an item (which it now works on). The other two go on until the queue is empty and
 //! the graph has ended, and reclaim the dead child's leases as they lapse.
 //!
 //! The parent then checks the acknowledgements against the store:
@@ -70,7 +70,8 @@ const PROCESSES: usize = 3;
 const WORKERS: u64 = 8;
 /// Completions the victim must have acknowledged before it is killed.
 const KILL_AFTER_DONES: u64 = 50;
-/// Nodes done in all before the victim is killed: the root and a layer's worth.
+/// Nodes done in all before the victim is killed: as many as the root and one layer (not
+/// necessarily those: a node of the second layer may finish before one of the first).
 const KILL_AFTER_NODES: u64 = 1 + WIDTH as u64;
 const LEASE_MS: i64 = 1_500;
 /// How long an idle worker waits for an item before it looks whether everything is done.

@@ -596,6 +596,19 @@ fn insert_key(db: Db<'_>, tenant: &str, row: &NewRow<'_>, seq: u64, position: u6
     Ok(())
 }
 
+/// The last sequence of stream (`?1` tenant, `?2` kind, `?3` id), as an SQL expression: its
+/// newest event's, or (for a stream truncated to nothing) the head the truncation recorded, or
+/// 0. Both are index seeks.
+macro_rules! head_seq {
+    () => {
+        "COALESCE((SELECT max(seq) FROM main.events
+                   WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
+                  (SELECT head_seq FROM main.stream_heads
+                   WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
+                  0)"
+    };
+}
+
 /// Takes the stream's next sequence and inserts the row; returns `(seq, position)`. Only the
 /// event row is written: the sequence is read from the events themselves (see `select_head`).
 fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(u64, u64)> {
@@ -635,16 +648,16 @@ fn insert_at(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>, seq: i64) 
 /// round trip on PostgreSQL.
 fn insert_counting(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<(i64, i64)> {
     db.query_one(
-        "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+        concat!(
+            "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
                                   idem_key, created_at_ms)
          VALUES (?1, ?2, ?3,
-                 COALESCE((SELECT max(seq) FROM main.events
-                           WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
-                          (SELECT head_seq FROM main.stream_heads
-                           WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
-                          0) + 1,
+                 ",
+            head_seq!(),
+            " + 1,
                  ?4, ?5, ?6, ?7)
-         RETURNING seq, position",
+         RETURNING seq, position"
+        ),
         args![
             tenant,
             row.stream.kind.as_str(),
@@ -662,12 +675,7 @@ fn insert_counting(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> R
 /// head the truncation recorded. Both are index seeks.
 pub(crate) fn select_head(db: Db<'_>, tenant: &str, stream: &Stream) -> Result<u64> {
     let head: i64 = db.query_one(
-        "SELECT COALESCE(
-                 (SELECT max(seq) FROM main.events
-                  WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
-                 (SELECT head_seq FROM main.stream_heads
-                  WHERE tenant_id = ?1 AND stream_kind = ?2 AND stream_id = ?3),
-                 0)",
+        concat!("SELECT ", head_seq!()),
         args![tenant, stream.kind.as_str(), stream.id],
         |row| row.get(0),
     )?;

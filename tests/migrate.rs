@@ -566,3 +566,30 @@ fn an_older_store_file_is_migrated_to_the_current_schema_first() -> spindle::Res
     assert_eq!(store.events().append(Stream::custom("old"), "new", json!(2))?.seq, 2);
     store.close()
 }
+
+#[test]
+fn a_copy_that_does_not_read_back_as_the_file_is_refused_and_rolled_back() -> spindle::Result<()> {
+    if !server() {
+        return Ok(());
+    }
+    let source = build_source()?;
+    let target = common::new_postgres_location();
+    Store::connect(&target)?.close()?;
+    // Something on the server changes rows as they arrive (a trigger of someone else's).
+    raw(&target)
+        .batch_execute(
+            "CREATE FUNCTION garble() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN NEW.event_type := NEW.event_type || '!'; RETURN NEW; END $$;
+             CREATE TRIGGER garble BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION garble()",
+        )
+        .expect("the trigger");
+    let refused = sqlite_to_postgres(&source.path, &target);
+    assert!(
+        matches!(&refused, Err(MigrateError::Mismatch { table, .. }) if table == "events"),
+        "{refused:?}"
+    );
+    for table in ["events", "queue_items", "graphs", "processes", "api_tokens"] {
+        assert_eq!(rows(&target, table), 0, "{table}: nothing of the copy is kept");
+    }
+    Ok(())
+}

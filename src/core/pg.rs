@@ -526,7 +526,7 @@ fn create_if_missing(conn: &PgConn) -> Result<()> {
     let created = conn
         .batch(&format!("SELECT pg_advisory_xact_lock({CREATION_KEY})"))
         .and_then(|()| store_exists(conn))
-        .and_then(|exists| if exists { Ok(()) } else { create(conn) });
+        .and_then(|exists| if exists { upgrade(conn, POSTGRES_STEPS) } else { create(conn) });
     match created {
         Ok(()) => conn.commit(false, false),
         Err(error) => {
@@ -534,6 +534,41 @@ fn create_if_missing(conn: &PgConn) -> Result<()> {
             Err(error)
         }
     }
+}
+
+/// The schema version the first PostgreSQL stores were made at.
+const POSTGRES_FIRST_VERSION: i64 = 4;
+
+/// The steps that bring a PostgreSQL store from one schema version to the next, from
+/// `POSTGRES_FIRST_VERSION` on (`schema_postgres.sql` makes the current one): a change of the
+/// schema adds its step here beside its SQLite one in `schema.rs` (a unit test keeps the two
+/// in step). Each is PostgreSQL's own SQL, run as written in the store's schema.
+const POSTGRES_STEPS: &[&str] = &[];
+
+/// Brings a store of an older schema version to the newest `steps` make, one step after the
+/// other in the opening transaction (under the creation lock: one process does it). A store
+/// of another application, or of a version no step starts from, is left for `check_version`.
+fn upgrade(conn: &PgConn, steps: &[&str]) -> Result<()> {
+    let newest = POSTGRES_FIRST_VERSION + i64::try_from(steps.len()).unwrap_or(i64::MAX);
+    let (application, found) =
+        (meta_value(conn, "application_id")?, meta_value(conn, "schema_version")?);
+    let Some(found) = found.filter(|found| (POSTGRES_FIRST_VERSION..newest).contains(found)) else {
+        return Ok(());
+    };
+    if application != Some(APPLICATION_ID) {
+        return Ok(());
+    }
+    let first = usize::try_from(found - POSTGRES_FIRST_VERSION).unwrap_or(usize::MAX);
+    for step in steps.iter().skip(first) {
+        conn.batch(step)?;
+    }
+    let sql = "UPDATE main.spindle_meta SET value = ?1 WHERE key = 'schema_version'";
+    conn.execute(sql, &[Arg::Int(newest)]).map(drop)
+}
+
+/// A value the store keeps of itself in `spindle_meta`.
+fn meta_value(conn: &PgConn, key: &str) -> Result<Option<i64>> {
+    conn.value("SELECT value FROM main.spindle_meta WHERE key = ?1", &[Arg::Text(key)])
 }
 
 /// Whether the schema holds a store (its `spindle_meta` table).
@@ -572,9 +607,16 @@ fn check_version(conn: &PgConn) -> Result<()> {
     if found > SCHEMA_VERSION {
         return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
     }
-    if found < SCHEMA_VERSION {
+    if found < POSTGRES_FIRST_VERSION {
         return Err(Error::Corrupt(format!(
-            "schema version {found}: no PostgreSQL store was made before version {SCHEMA_VERSION}"
+            "schema version {found}: no PostgreSQL store was made before version \
+             {POSTGRES_FIRST_VERSION}"
+        )));
+    }
+    if found < SCHEMA_VERSION {
+        // A writable store was brought up to date at open (`upgrade`): this one is read-only.
+        return Err(Error::InvalidInput(format!(
+            "schema version {found} needs an upgrade to {SCHEMA_VERSION}; open it read-write once"
         )));
     }
     Ok(())
@@ -883,6 +925,35 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_schema_version_after_the_first_postgres_one_has_its_step() {
+        let steps = i64::try_from(POSTGRES_STEPS.len()).unwrap_or(i64::MAX);
+        assert_eq!(POSTGRES_FIRST_VERSION + steps, SCHEMA_VERSION);
+    }
+
+    /// With a server to try it on (`SPINDLE_TEST_PG`): a store at the first version is taken
+    /// to the next by a step, once, and an older Spindle then refuses it as too new.
+    #[test]
+    fn an_older_store_is_upgraded_step_by_step_at_open() -> Result<()> {
+        let Ok(server) = std::env::var("SPINDLE_TEST_PG") else {
+            return Ok(());
+        };
+        let schema = format!("u_{}", uuid::Uuid::now_v7().simple());
+        let url = format!("{server} options='-csearch_path={schema}'");
+        let conn = open(&url, &Options::default(), Weak::new())?;
+        let step = "ALTER TABLE spindle_meta ADD COLUMN note TEXT";
+        for _ in 0..2 {
+            conn.begin(true, &[])?;
+            upgrade(&conn, &[step])?;
+            conn.commit(true, false)?;
+        }
+        assert_eq!(meta_value(&conn, "schema_version")?, Some(POSTGRES_FIRST_VERSION + 1));
+        let noted: Option<i64> = conn.value("SELECT count(note) FROM main.spindle_meta", &[])?;
+        assert_eq!(noted, Some(0), "the step ran once, and its column is there");
+        assert!(matches!(check_version(&conn), Err(Error::SchemaTooNew { .. })));
+        Ok(())
+    }
 
     #[test]
     fn the_rewrite_changes_parameters_schema_and_hints_but_not_literals() {

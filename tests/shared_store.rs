@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::SharedStore;
 use serde_json::json;
 use spindle::{
-    GraphEvent, GraphStatus, ManualClock, NewItem, NodeOptions, NodeSpec, NodeStatus, Options,
-    Store, Stream,
+    GraphEvent, GraphStatus, ItemStatus, ManualClock, NewItem, NodeOptions, NodeSpec, NodeStatus,
+    Options, Store, Stream,
 };
 
 /// Long enough that a wait that times out is a missed wake-up, not a slow machine.
@@ -284,6 +284,50 @@ fn a_tenant_named_like_sql_stays_a_name_whatever_the_session_reads_literals_as()
         assert_eq!(events.len(), 1, "{name}");
         assert_eq!(events[0].payload, json!(name));
     }
+    Ok(())
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn an_operation_that_loses_a_deadlock_runs_again_and_succeeds() -> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(()); // SQLite has one writer: no transaction of its waits for another's.
+    }
+    let shared = SharedStore::new();
+    let store = shared.open();
+    store.queue().enqueue(NewItem::new("q", json!(1)))?;
+    let claimed = store.queue().claim("w", &["q"], 600_000)?.expect("the item");
+    let (id, fence) = (claimed.item.id.clone(), claimed.fence);
+    // Another process holds the item's row; it waits long before it looks for deadlocks, so
+    // the store's side finds the deadlock below, and is its victim.
+    let mut raw = shared.raw_client();
+    raw.batch_execute("SET deadlock_timeout = '60s'").expect("deadlock_timeout");
+    let mut other = raw.transaction().expect("raw transaction");
+    let row = "SELECT 1 FROM queue_items WHERE item_id = $1 FOR UPDATE";
+    other.query(row, &[&id]).expect("hold the row");
+    let completing = {
+        let (store, id) = (store.clone(), id.clone());
+        thread::spawn(move || store.queue().complete(&id, fence, json!("done")))
+    };
+    // Once the store's batch (holding its tenant's writers) waits for the row, the other
+    // process asks for those writers: each now waits for the other.
+    let mut watcher = shared.raw_client();
+    let waiting = "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                   WHERE NOT l.granted AND a.application_name = 'spindle ' || current_schema()";
+    let deadline = Instant::now() + PATIENCE;
+    while watcher.query(waiting, &[]).expect("locks").is_empty() {
+        assert!(Instant::now() < deadline, "the store never waited for the row");
+        thread::yield_now();
+    }
+    let writers =
+        "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/default'))";
+    other.query(writers, &[]).expect("granted once the store's transaction gave up");
+    other.commit().expect("the other process commits");
+    // The store's transaction lost the deadlock and was rolled back; the completion ran again
+    // in the next one, and its caller never saw the loss.
+    let completed = completing.join().expect("completing thread");
+    assert!(completed.is_ok(), "{completed:?}");
+    assert_eq!(store.queue().get(&id)?.status, ItemStatus::Completed);
     Ok(())
 }
 

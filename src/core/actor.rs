@@ -245,6 +245,9 @@ struct Actor {
     owned_streams: &'static [OwnedStreams],
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
     writable: HashMap<Arc<str>, bool>,
+    /// Jobs that lost to another transaction (on PostgreSQL) and run again, each in the next
+    /// transaction (their own batch has let go of its locks by then).
+    retries: Vec<Job>,
     /// Why writes are refused after SQLite found the file corrupt (reads go on: what is
     /// undamaged still reads).
     corrupt: Option<String>,
@@ -314,6 +317,7 @@ impl Actor {
             alarm_job: hooks.alarm_job,
             owned_streams: hooks.owned_streams,
             writable: HashMap::new(),
+            retries: Vec::new(),
             corrupt: None,
         })
     }
@@ -456,7 +460,17 @@ impl Actor {
         None
     }
 
+    /// Runs `jobs` in one transaction, then the jobs of it that lost to another transaction
+    /// and may run again, in the next (each at most `CONFLICT_RETRIES` more times).
     fn run_batch(&mut self, jobs: Vec<Job>) {
+        self.run_one_batch(jobs);
+        while !self.retries.is_empty() {
+            let again = std::mem::take(&mut self.retries);
+            self.run_one_batch(again);
+        }
+    }
+
+    fn run_one_batch(&mut self, jobs: Vec<Job>) {
         let now_ms = self.stamp.next_ms();
         // A due alarm joins a batch that writes anyway (or runs alone when idle): a batch of
         // reads stays a deferred transaction that another process's writer cannot block.
@@ -594,10 +608,16 @@ impl Actor {
         let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(self.publisher.has_live());
         self.conn.enter_job(job.internal, job.scope.bound);
+        self.conn.take_conflict();
         let applied = job.run(&mut tx);
         let finished = tx.finish();
         self.conn.leave_job();
-        let (applied, problem) = self.conn.vet(applied, finished.caller_sql);
+        let (mut applied, problem) = self.conn.vet(applied, finished.caller_sql);
+        if self.conn.take_conflict()
+            && let Some(again) = applied.take_retry()
+        {
+            self.retries.push(again);
+        }
         self.settle(applied, finished, (savepoint, undo_by_rollback), batch);
         if let Some(problem) = problem
             && let Err(unrepaired) = self.conn.restore_connection()

@@ -296,6 +296,16 @@ impl Conn {
         }
     }
 
+    /// Whether a statement lost to another transaction since the last look (a deadlock or a
+    /// serialisation failure on PostgreSQL; SQLite's one writer loses to none).
+    pub(crate) fn take_conflict(&self) -> bool {
+        match self {
+            Conn::Sqlite(_) => false,
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.take_conflict(),
+        }
+    }
+
     /// Takes a subscriber live (see `Publisher::go_live`).
     pub(crate) fn go_live(&self, publisher: &mut Publisher, request: LiveRequest) -> Result<()> {
         publisher.go_live(self.db(), self.foreign_version(), request)

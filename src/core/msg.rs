@@ -45,7 +45,7 @@ impl Job {
         let writes = op.writes();
         let savepoint = writes && !op.single_write();
         let label = std::any::type_name::<O>();
-        let work = Box::new(OpWork { op, reply });
+        let work = Box::new(OpWork { op, reply, retried: 0 });
         Self { label, access, writes, savepoint, internal: true, scope, work }
     }
 
@@ -63,7 +63,11 @@ impl Job {
 
     /// Runs the work, catching a panic.
     pub(crate) fn run(self, tx: &mut Tx<'_>) -> Applied {
-        self.work.run(tx, self.label)
+        let Job { label, access, writes, savepoint, internal, scope, work } = self;
+        let (mut applied, spare) = work.run(tx, label);
+        applied.again =
+            spare.map(|work| Job { label, access, writes, savepoint, internal, scope, work });
+        applied
     }
 
     /// Answers the job with `error` without running it.
@@ -79,9 +83,22 @@ pub(crate) struct Applied {
     /// A copy of the job's own error, if it failed.
     pub(crate) failure: Option<Error>,
     deliver: Box<dyn FnOnce(Option<Error>) + Send>,
+    /// The job once more, for a later transaction, if it may run again (see `take_retry`).
+    again: Option<Job>,
 }
 
 impl Applied {
+    /// The job once more, to run in a later transaction, if it failed after losing to another
+    /// transaction (the actor knows) and has tries left: it is then not answered now.
+    pub(crate) fn take_retry(&mut self) -> Option<Job> {
+        if self.keep {
+            return None;
+        }
+        let again = self.again.take()?;
+        self.deliver = Box::new(|_| {});
+        Some(again)
+    }
+
     /// Sends the reply. `commit_error` is the batch's failure, if its writes were lost (the
     /// actor passes none for a job that kept nothing: it is answered with its own result).
     pub(crate) fn deliver(self, commit_error: Option<Error>) {
@@ -96,6 +113,7 @@ impl Applied {
             keep: false,
             failure: Some(error.replicate()),
             deliver: Box::new(move |_| deliver(Some(error))),
+            again: None,
         }
     }
 
@@ -113,6 +131,7 @@ impl Applied {
                     // The caller may have gone away; nobody is left to tell.
                     let _ = reply.send(answer);
                 }),
+                again: None,
             },
             Err(error) => Self {
                 keep: false,
@@ -121,27 +140,45 @@ impl Applied {
                 deliver: Box::new(move |overruled: Option<Error>| {
                     let _ = reply.send(Err(overruled.unwrap_or(error)));
                 }),
+                again: None,
             },
         }
     }
 }
 
+/// How many times an operation that lost to another transaction (a deadlock or a
+/// serialisation failure, on PostgreSQL) runs again, each in a later transaction, before it is
+/// answered `Busy`.
+pub(crate) const CONFLICT_RETRIES: u32 = 3;
+
+/// What a job runs: the work, and a copy of it to run again if it may (see `Applied`).
+type Ran = (Applied, Option<Box<dyn Work>>);
+
 trait Work: Send {
-    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Applied;
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Ran;
     fn refuse(self: Box<Self>, error: Error);
 }
 
 struct OpWork<O: Op> {
     op: O,
     reply: Sender<Result<O::Output>>,
+    /// How many times it ran before (lost to another transaction each time).
+    retried: u32,
 }
 
 impl<O: Op> Work for OpWork<O> {
-    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Applied {
-        let OpWork { op, reply } = *self;
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Ran {
+        let OpWork { op, reply, retried } = *self;
+        // Only a PostgreSQL transaction can lose to another's (SQLite has one writer): a copy
+        // of the op is kept there, to run again if it does.
+        let spare = (retried < CONFLICT_RETRIES && tx.db().is_postgres()).then(|| op.clone());
         let result = catch_unwind(AssertUnwindSafe(|| op.apply(tx)))
             .unwrap_or_else(|payload| Err(panicked(label, payload.as_ref())));
-        Applied::new(result.map(|output| (true, output)), reply)
+        let again = spare.map(|op| {
+            let retried = retried + 1;
+            Box::new(OpWork { op, reply: reply.clone(), retried }) as Box<dyn Work>
+        });
+        (Applied::new(result.map(|output| (true, output)), reply), again)
     }
 
     fn refuse(self: Box<Self>, error: Error) {
@@ -159,7 +196,9 @@ where
     T: Send + 'static,
     F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
 {
-    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Applied {
+    /// A closure runs once (it is `FnOnce`): one that loses to another transaction is
+    /// answered `Busy`, for its caller to run again.
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Ran {
         let TxWork { f, reply } = *self;
         let result = catch_unwind(AssertUnwindSafe(|| f(tx)))
             .unwrap_or_else(|payload| Err(panicked(label, payload.as_ref())));
@@ -167,7 +206,7 @@ where
             TxOutcome::Commit(value) => (true, value),
             TxOutcome::Rollback(value) => (false, value),
         });
-        Applied::new(result, reply)
+        (Applied::new(result, reply), None)
     }
 
     fn refuse(self: Box<Self>, error: Error) {

@@ -21,7 +21,7 @@ pub(crate) mod sealed {
 ///
 /// Run one with [`Store::exec`](crate::Store::exec), or compose several inside
 /// [`Store::transaction`](crate::Store::transaction) with [`Tx::exec`].
-pub trait Op: fmt::Debug + Send + 'static + sealed::Sealed {
+pub trait Op: fmt::Debug + Clone + Send + 'static + sealed::Sealed {
     /// What the caller receives once the transaction has committed.
     type Output: Send + 'static;
 

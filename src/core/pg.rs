@@ -68,6 +68,9 @@ pub(crate) struct PgConn {
     appended: RefCell<HashMap<Arc<str>, i64>>,
     /// Other processes' commits found at a writing batch's start (see `begin`).
     foreign_found: Cell<i64>,
+    /// Whether a statement lost to another transaction (a deadlock, a serialisation failure)
+    /// since `take_conflict` last looked: the job that ran it may run again.
+    conflicted: Cell<bool>,
     /// A job's `RELEASE op` not sent yet: it goes with the next job's `SAVEPOINT op`, or the
     /// `COMMIT` (one round trip fewer per job).
     release_pending: Cell<bool>,
@@ -93,6 +96,7 @@ impl PgConn {
             heads: RefCell::new(HashMap::new()),
             appended: RefCell::new(HashMap::new()),
             foreign_found: Cell::new(0),
+            conflicted: Cell::new(false),
             release_pending: Cell::new(false),
             url: url.to_owned(),
             session: String::new(),
@@ -129,14 +133,15 @@ impl PgConn {
             .client
             .borrow_mut()
             .execute(&statement, &params(args))
-            .map_err(Error::from_postgres)?;
+            .map_err(|error| self.failed(error))?;
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
     }
 
     /// Runs a query and returns every row.
     pub(crate) fn query(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<postgres::Row>> {
         let statement = self.prepared(sql)?;
-        self.client.borrow_mut().query(&statement, &params(args)).map_err(Error::from_postgres)
+        let rows = self.client.borrow_mut().query(&statement, &params(args));
+        rows.map_err(|error| self.failed(error))
     }
 
     /// Runs a statement of a caller's own (see `PgSql`) under a savepoint of its own: a failed
@@ -146,7 +151,8 @@ impl PgConn {
         statement: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
         self.batch("SAVEPOINT caller")?;
-        let result = statement(&mut self.client.borrow_mut()).map_err(Error::from_postgres);
+        let result = statement(&mut self.client.borrow_mut());
+        let result = result.map_err(|error| self.failed(error));
         let ended = match &result {
             Ok(_) => self.batch("RELEASE caller"),
             Err(_) => self.batch("ROLLBACK TO caller").and_then(|()| self.batch("RELEASE caller")),
@@ -176,7 +182,24 @@ impl PgConn {
     /// Runs statements as they are written (no parameters, no rewrite): the schema, and
     /// transaction control.
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
-        self.client.borrow_mut().batch_execute(sql).map_err(Error::from_postgres)
+        let done = self.client.borrow_mut().batch_execute(sql);
+        done.map_err(|error| self.failed(error))
+    }
+
+    /// The store's error for a statement's `error`, noting a lost conflict (see
+    /// `take_conflict`).
+    fn failed(&self, error: postgres::Error) -> Error {
+        let lost = error.code().is_some_and(|code| {
+            *code == SqlState::T_R_SERIALIZATION_FAILURE || *code == SqlState::T_R_DEADLOCK_DETECTED
+        });
+        self.conflicted.set(self.conflicted.get() || lost);
+        Error::from_postgres(error)
+    }
+
+    /// Whether a statement lost to another transaction since the last look (a deadlock, a
+    /// serialisation failure): what the actor asks after a job, to run it again.
+    pub(crate) fn take_conflict(&self) -> bool {
+        self.conflicted.replace(false)
     }
 
     /// Opens a transaction, in one round trip; a writing one first holds off the other

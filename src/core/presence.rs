@@ -12,11 +12,11 @@ use crate::error::Result;
 
 /// Whether the store is alone on its database; if so, others wait to open until
 /// [`ReleaseAlone`].
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct HoldAlone;
 
 /// Lets other stores open again after [`HoldAlone`] returned `true`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ReleaseAlone;
 
 impl Sealed for HoldAlone {}

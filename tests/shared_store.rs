@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::SharedStore;
 use serde_json::json;
+use spindle::queue::{Complete, Get};
 use spindle::{
     GraphEvent, GraphStatus, ItemStatus, ManualClock, NewItem, NodeOptions, NodeSpec, NodeStatus,
     Options, Store, Stream,
@@ -305,9 +306,16 @@ fn an_operation_that_loses_a_deadlock_runs_again_and_succeeds() -> spindle::Resu
     let mut other = raw.transaction().expect("raw transaction");
     let row = "SELECT 1 FROM queue_items WHERE item_id = $1 FOR UPDATE";
     other.query(row, &[&id]).expect("hold the row");
+    // One caller sends the completion and, right after it, a read of the item: ops one
+    // thread submits run in the order it sent them, a retried one too.
     let completing = {
         let (store, id) = (store.clone(), id.clone());
-        thread::spawn(move || store.queue().complete(&id, fence, json!("done")))
+        thread::spawn(move || -> spindle::Result<ItemStatus> {
+            let completed = store.submit(Complete { id: id.clone(), fence, result: json!(1) })?;
+            let read = store.submit(Get { id })?;
+            completed.wait()?;
+            Ok(read.wait()?.status)
+        })
     };
     // Once the store's batch (holding its tenant's writers) waits for the row, the other
     // process asks for those writers: each now waits for the other.
@@ -325,8 +333,8 @@ fn an_operation_that_loses_a_deadlock_runs_again_and_succeeds() -> spindle::Resu
     other.commit().expect("the other process commits");
     // The store's transaction lost the deadlock and was rolled back; the completion ran again
     // in the next one, and its caller never saw the loss.
-    let completed = completing.join().expect("completing thread");
-    assert!(completed.is_ok(), "{completed:?}");
+    let read = completing.join().expect("completing thread");
+    assert!(matches!(read, Ok(ItemStatus::Completed)), "the read after it sees it: {read:?}");
     assert_eq!(store.queue().get(&id)?.status, ItemStatus::Completed);
     Ok(())
 }

@@ -460,8 +460,9 @@ impl Actor {
         None
     }
 
-    /// Runs `jobs` in one transaction, then the jobs of it that lost to another transaction
-    /// and may run again, in the next (each at most `CONFLICT_RETRIES` more times).
+    /// Runs `jobs` in one transaction, then a job of it that lost to another transaction (and
+    /// may run again, at most `CONFLICT_RETRIES` more times) with the jobs after it, in the
+    /// next.
     fn run_batch(&mut self, jobs: Vec<Job>) {
         self.run_one_batch(jobs);
         while !self.retries.is_empty() {
@@ -509,6 +510,12 @@ impl Actor {
             // undoes it (what an inline store's every call, and a lone caller's, saves).
             let alone = batch.applied.is_empty() && jobs.is_empty();
             self.run_job(job, now_ms, &mut batch, alone);
+            if !self.retries.is_empty() {
+                // A job lost to another transaction and runs again in the next one: the jobs
+                // after it wait for it there, in their order (one caller's submitted ops run
+                // in the order it sent them).
+                self.retries.extend(jobs.drain(..));
+            }
             if let Some(reason) = &self.poisoned {
                 // Nothing more runs on a connection the store cannot trust.
                 for job in jobs.drain(..) {

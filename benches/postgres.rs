@@ -1,8 +1,8 @@
 //! The PostgreSQL engine: the job cycle (enqueue, claim, complete) and appends, with 1, 4 and
 //! 16 callers on one store, with 3 stores in one process (each its own connection) and with 3
-//! processes on one schema (4 and 8 callers each), against the `postgres` crate running the same
-//! statements batched 100 to a transaction on one connection, measured in the same run (compare
-//! ratios: the machine is shared and noisy).
+//! processes on one schema (4 and 8 callers each), against the `postgres` crate doing the same
+//! writes (fewer statements: see BENCHMARKS.md) batched 100 to a transaction on one connection,
+//! measured in the same run (compare ratios: the machine is shared and noisy).
 //!
 //! ```text
 //! SPINDLE_BENCH_PG="host=/tmp/pg user=spindle dbname=postgres" \

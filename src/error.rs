@@ -50,7 +50,9 @@ pub enum Error {
     /// The tenant is suspended: it can read, but every write is refused.
     #[error("tenant {0} is suspended")]
     TenantSuspended(String),
-    /// The database stayed locked by another connection for longer than the busy timeout.
+    /// The database stayed locked by another connection for longer than the busy timeout (on
+    /// PostgreSQL also: an op lost a deadlock or a serialisation failure on every try, or a
+    /// transaction closure lost one once).
     #[error("database is busy (locked by another connection)")]
     Busy,
     /// The store was opened read-only, or the file cannot be written.

@@ -198,7 +198,9 @@ impl Store {
     }
 
     /// Runs one operation in its own savepoint of the next batch; returns its output once the
-    /// batch has committed.
+    /// batch has committed. On PostgreSQL an op that lost a deadlock or a serialisation
+    /// failure to another transaction is applied again in the next batch (at most 3 more
+    /// times) before it is answered `Busy`.
     ///
     /// # Errors
     /// The op's own error (its writes rolled back), `OpPanicked` if it panicked, the batch's

@@ -26,8 +26,8 @@
 //! `node-done`, `stale-refused`, ...), and the parent reads them. Mid-run (300 items done, and
 //! as many of the graph's nodes as the root and one layer), it SIGKILLs the first child that
 //! has completed 50 items, started a node less than 200 ms ago (so it is in the middle of that
-//! node's work) and just claimed an item (which it now works on). The other two go on until the queue is empty and
-//! the graph has ended, and reclaim the dead child's leases as they lapse.
+//! node's work) and just claimed an item (which it now works on). The other two go on until the
+//! queue is empty and the graph has ended, and reclaim the dead child's leases as they lapse.
 //!
 //! The parent then checks the acknowledgements against the store:
 //! - no loss: every item completed, nothing pending, claimed or dead;

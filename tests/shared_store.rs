@@ -3,9 +3,13 @@
 //! one is woken by an enqueue in another (LISTEN/NOTIFY; on SQLite another process's enqueue
 //! rings no bell, see `Worker::poll_interval`).
 
+// Most tests here need a server, and the `postgres` feature to reach it.
+#![cfg_attr(not(feature = "postgres"), allow(unused_imports, dead_code))]
+
 mod common;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -13,8 +17,8 @@ use common::SharedStore;
 use serde_json::json;
 use spindle::queue::{Complete, Get};
 use spindle::{
-    GraphEvent, GraphStatus, ItemStatus, ManualClock, NewItem, NodeOptions, NodeSpec, NodeStatus,
-    Options, Store, Stream,
+    Error, GraphEvent, GraphStatus, ItemStatus, ManualClock, NewItem, NodeOptions, NodeSpec,
+    NodeStatus, Options, Store, Stream, TxOutcome,
 };
 
 /// Long enough that a wait that times out is a missed wake-up, not a slow machine.
@@ -250,7 +254,7 @@ fn a_connection_lost_in_the_middle_of_a_batch_fails_that_batch_only() -> spindle
     let cut = store.transaction(|tx| {
         tx.append_event(Stream::custom("cut"), "lost", json!(2))?;
         tx.postgres()?.execute("SELECT pg_terminate_backend(pg_backend_pid())", &[])?;
-        Ok(spindle::TxOutcome::Commit(()))
+        Ok(TxOutcome::Commit(()))
     });
     assert!(cut.is_err(), "the batch whose session ended fails: {cut:?}");
     // The store is not left refusing calls: the next batch runs on a new session.
@@ -275,7 +279,7 @@ fn a_tenant_named_like_sql_stays_a_name_whatever_the_session_reads_literals_as()
     store.transaction(|tx| {
         let off = "SELECT set_config('standard_conforming_strings', 'off', false)";
         tx.postgres()?.query(off, &[])?;
-        Ok(spindle::TxOutcome::Commit(()))
+        Ok(TxOutcome::Commit(()))
     })?;
     for name in [r"o'brien\", r"x\'); SELECT pg_advisory_unlock_all(); --"] {
         let tenant = store.tenant(name)?;
@@ -288,37 +292,29 @@ fn a_tenant_named_like_sql_stays_a_name_whatever_the_session_reads_literals_as()
     Ok(())
 }
 
-#[cfg(feature = "postgres")]
-#[test]
-fn an_operation_that_loses_a_deadlock_runs_again_and_succeeds() -> spindle::Result<()> {
-    if !common::on_postgres() {
-        return Ok(()); // SQLite has one writer: no transaction of its waits for another's.
-    }
-    let shared = SharedStore::new();
-    let store = shared.open();
+/// A claimed item of `store`'s, as (id, fence).
+fn claimed_item(store: &Store) -> spindle::Result<(String, u64)> {
     store.queue().enqueue(NewItem::new("q", json!(1)))?;
     let claimed = store.queue().claim("w", &["q"], 600_000)?.expect("the item");
-    let (id, fence) = (claimed.item.id.clone(), claimed.fence);
-    // Another process holds the item's row; it waits long before it looks for deadlocks, so
-    // the store's side finds the deadlock below, and is its victim.
+    Ok((claimed.item.id, claimed.fence))
+}
+
+/// Runs `work` (on a thread of its own) while another process makes the store's next writing
+/// batch lose a deadlock: it holds item `id`'s row, and once the store's batch (holding its
+/// tenant's writers) waits for that row, asks for those writers. The other process looks for
+/// deadlocks only after a minute, so the store's side finds this one, and is its victim.
+#[cfg(feature = "postgres")]
+fn with_a_lost_deadlock<T: Send + 'static>(
+    shared: &SharedStore,
+    id: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let mut raw = shared.raw_client();
     raw.batch_execute("SET deadlock_timeout = '60s'").expect("deadlock_timeout");
     let mut other = raw.transaction().expect("raw transaction");
     let row = "SELECT 1 FROM queue_items WHERE item_id = $1 FOR UPDATE";
     other.query(row, &[&id]).expect("hold the row");
-    // One caller sends the completion and, right after it, a read of the item: ops one
-    // thread submits run in the order it sent them, a retried one too.
-    let completing = {
-        let (store, id) = (store.clone(), id.clone());
-        thread::spawn(move || -> spindle::Result<ItemStatus> {
-            let completed = store.submit(Complete { id: id.clone(), fence, result: json!(1) })?;
-            let read = store.submit(Get { id })?;
-            completed.wait()?;
-            Ok(read.wait()?.status)
-        })
-    };
-    // Once the store's batch (holding its tenant's writers) waits for the row, the other
-    // process asks for those writers: each now waits for the other.
+    let working = thread::spawn(work);
     let mut watcher = shared.raw_client();
     let waiting = "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                    WHERE NOT l.granted AND a.application_name = 'spindle ' || current_schema()";
@@ -331,11 +327,70 @@ fn an_operation_that_loses_a_deadlock_runs_again_and_succeeds() -> spindle::Resu
         "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/default'))";
     other.query(writers, &[]).expect("granted once the store's transaction gave up");
     other.commit().expect("the other process commits");
+    working.join().expect("the work's thread")
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn an_operation_that_loses_a_deadlock_runs_again_and_succeeds() -> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(()); // SQLite has one writer: no transaction of its waits for another's.
+    }
+    let shared = SharedStore::new();
+    let store = shared.open();
+    let (id, fence) = claimed_item(&store)?;
+    // One caller sends the completion and, right after it, a read of the item, both in one
+    // batch (the store is held busy until both are sent): ops one thread submits run in the
+    // order it sent them, a retried one too.
+    let (caller, item) = (store.clone(), id.clone());
+    let read = with_a_lost_deadlock(&shared, &id, move || -> spindle::Result<ItemStatus> {
+        let (started, release) = (mpsc::channel(), mpsc::channel::<()>());
+        let (started_tx, release_rx) = (started.0, release.1);
+        let parker = caller.clone();
+        let parked = thread::spawn(move || {
+            parker.transaction(move |_| {
+                started_tx.send(()).expect("started");
+                release_rx.recv().expect("released");
+                Ok(TxOutcome::Commit(()))
+            })
+        });
+        started.1.recv().expect("the store is busy");
+        let completed = caller.submit(Complete { id: item.clone(), fence, result: json!(1) })?;
+        let read = caller.submit(Get { id: item })?;
+        release.0.send(()).expect("release");
+        parked.join().expect("parked")?;
+        completed.wait()?;
+        Ok(read.wait()?.status)
+    });
     // The store's transaction lost the deadlock and was rolled back; the completion ran again
     // in the next one, and its caller never saw the loss.
-    let read = completing.join().expect("completing thread");
     assert!(matches!(read, Ok(ItemStatus::Completed)), "the read after it sees it: {read:?}");
     assert_eq!(store.queue().get(&id)?.status, ItemStatus::Completed);
+    Ok(())
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_transaction_closure_that_loses_a_deadlock_runs_once_and_is_answered_busy()
+-> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(());
+    }
+    let shared = SharedStore::new();
+    let store = shared.open();
+    let (id, fence) = claimed_item(&store)?;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (caller, item, counted) = (store.clone(), id.clone(), Arc::clone(&runs));
+    let answer = with_a_lost_deadlock(&shared, &id, move || {
+        caller.transaction(move |tx| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tx.exec(Complete { id: item, fence, result: json!(1) })?;
+            Ok(TxOutcome::Commit(()))
+        })
+    });
+    assert!(matches!(answer, Err(Error::Busy)), "{answer:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "a closure runs once");
+    assert_eq!(store.queue().get(&id)?.status, ItemStatus::Claimed, "nothing of it was kept");
     Ok(())
 }
 
@@ -348,7 +403,7 @@ fn a_read_only_store_creates_nothing_where_there_is_no_store() {
     let shared = SharedStore::new();
     let options = Options { read_only: true, ..Options::default() };
     let refused = Store::connect_with(shared.location(), options);
-    assert!(matches!(refused, Err(spindle::Error::NotADatabase)), "{refused:?}");
+    assert!(matches!(refused, Err(Error::NotADatabase)), "{refused:?}");
     let schema: Option<String> =
         shared.raw_client().query_one("SELECT current_schema()::text", &[]).expect("raw").get(0);
     assert_eq!(schema, None, "the schema was not created");

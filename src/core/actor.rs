@@ -10,6 +10,9 @@
 //! Failure handling, from the smallest scope out:
 //! - a job that returns `Err`, returns `Rollback` or panics is rolled back to its savepoint and
 //!   the rest of the batch goes on;
+//! - an op that lost to another transaction (a deadlock or a serialisation failure, PostgreSQL
+//!   only) is not answered: it runs again in the next transaction, with the jobs after it in
+//!   its batch (so one caller's ops keep their order), at most `CONFLICT_RETRIES` more times;
 //! - if SQLite ends the whole transaction under a job (disk full, I/O error), every job of the
 //!   batch so far is answered with that error and the remaining jobs start a new transaction;
 //! - a failed `COMMIT` answers every job of the batch with the error and publishes nothing;

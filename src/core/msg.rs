@@ -64,7 +64,7 @@ impl Job {
     /// Runs the work, catching a panic.
     pub(crate) fn run(self, tx: &mut Tx<'_>) -> Applied {
         let Job { label, access, writes, savepoint, internal, scope, work } = self;
-        let (mut applied, spare) = work.run(tx, label);
+        let (mut applied, spare) = work.run(tx, label, writes);
         applied.again =
             spare.map(|work| Job { label, access, writes, savepoint, internal, scope, work });
         applied
@@ -155,7 +155,8 @@ pub(crate) const CONFLICT_RETRIES: u32 = 3;
 type Ran = (Applied, Option<Box<dyn Work>>);
 
 trait Work: Send {
-    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Ran;
+    /// `writes`: whether the job may write (a reading one never loses to another).
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str, writes: bool) -> Ran;
     fn refuse(self: Box<Self>, error: Error);
 }
 
@@ -167,11 +168,13 @@ struct OpWork<O: Op> {
 }
 
 impl<O: Op> Work for OpWork<O> {
-    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Ran {
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str, writes: bool) -> Ran {
         let OpWork { op, reply, retried } = *self;
-        // Only a PostgreSQL transaction can lose to another's (SQLite has one writer): a copy
-        // of the op is kept there, to run again if it does.
-        let spare = (retried < CONFLICT_RETRIES && tx.db().is_postgres()).then(|| op.clone());
+        // Only a PostgreSQL transaction that writes can lose to another's (SQLite has one
+        // writer; a reading batch reads one snapshot): a copy of the op is kept there, to run
+        // again if it does.
+        let may_lose = writes && tx.db().is_postgres();
+        let spare = (retried < CONFLICT_RETRIES && may_lose).then(|| op.clone());
         let result = catch_unwind(AssertUnwindSafe(|| op.apply(tx)))
             .unwrap_or_else(|payload| Err(panicked(label, payload.as_ref())));
         let again = spare.map(|op| {
@@ -198,7 +201,7 @@ where
 {
     /// A closure runs once (it is `FnOnce`): one that loses to another transaction is
     /// answered `Busy`, for its caller to run again.
-    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str) -> Ran {
+    fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str, _: bool) -> Ran {
         let TxWork { f, reply } = *self;
         let result = catch_unwind(AssertUnwindSafe(|| f(tx)))
             .unwrap_or_else(|payload| Err(panicked(label, payload.as_ref())));

@@ -3,8 +3,9 @@
 //!
 //! PostgreSQL has no authorizer a connection can install, so this is a guardrail, not a
 //! sandbox: one statement per call (the extended protocol refuses more), never transaction
-//! control or session state (those would end or outlive the batch's transaction on the
-//! store's shared connection), each statement under a savepoint of its own (a failed one
+//! control or the session statements (`SET`, `RESET`, `LISTEN`, ...: those would end or outlive
+//! the batch's transaction on the store's shared connection; a function such as `set_config`
+//! is not refused, and what it changes is the caller's to answer for), each statement under a savepoint of its own (a failed one
 //! spoils nothing else of the batch), and no raw SQL at all for a view bound to its tenant by
 //! a token (it could read every tenant's rows). What the caller's tables may hold, and whether
 //! it may touch the store's, is for the database's roles to say.

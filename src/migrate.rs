@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 
 use crate::core::clock::ManualClock;
 use crate::core::pg::{Raw, value_ref};
-use crate::core::schema::{SCHEMA_VERSION, quoted};
+use crate::core::schema::{SCHEMA_VERSION, digest_value, quoted};
 use crate::error::Error;
 use crate::options::Options;
 use crate::store::Store;
@@ -235,23 +235,7 @@ impl Digester {
 
     /// Adds one value (in SQLite's storage classes: what both sides read back as).
     fn value(&mut self, value: ValueRef<'_>) {
-        let hasher = &mut self.hasher;
-        match value {
-            ValueRef::Null => hasher.update([0]),
-            ValueRef::Integer(number) => {
-                hasher.update([1]);
-                hasher.update(number.to_be_bytes());
-            }
-            ValueRef::Real(number) => {
-                hasher.update([2]);
-                hasher.update(number.to_bits().to_be_bytes());
-            }
-            ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
-                hasher.update([if matches!(value, ValueRef::Text(_)) { 3 } else { 4 }]);
-                hasher.update((bytes.len() as u64).to_be_bytes());
-                hasher.update(bytes);
-            }
-        }
+        digest_value(&mut self.hasher, value);
     }
 
     /// A row has ended.

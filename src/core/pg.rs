@@ -23,7 +23,7 @@ use crate::core::actor::ActorState;
 use crate::core::conn::{RELEASE_OP, SAVEPOINT_OP};
 use crate::core::db::{Arg, Column, Db};
 use crate::core::pg_listen::Notices;
-use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION};
+use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION, quoted};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -477,7 +477,7 @@ pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Res
     // Temporary tables (searched first otherwise) cannot take the place of the store's.
     let mut setup = format!(
         "SET search_path = {}, pg_catalog, pg_temp; SET lock_timeout = {lock_timeout_ms};",
-        quote_name(&schema)
+        quoted(&schema)
     );
     if options.durability == Durability::Normal {
         setup.push_str(" SET synchronous_commit = off;");
@@ -528,7 +528,7 @@ fn current_schema(conn: &PgConn, create: bool) -> Result<String> {
         Some(quoted) => quoted.replace("\"\"", "\""),
         None => first.to_lowercase(),
     };
-    let created = conn.batch(&format!("CREATE SCHEMA IF NOT EXISTS {}", quote_name(&name)));
+    let created = conn.batch(&format!("CREATE SCHEMA IF NOT EXISTS {}", quoted(&name)));
     // Another process may have created it at the same moment (the statement can then fail).
     match (created, query_text(conn, "SELECT current_schema()::text")?) {
         (_, Some(schema)) => Ok(schema),
@@ -726,11 +726,6 @@ fn app_name(schema: &str) -> String {
 /// `standard_conforming_strings` says (an escape string, backslashes doubled too).
 fn quote_literal(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
-}
-
-/// A name quoted for SQL.
-fn quote_name(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Column `index` of a PostgreSQL row as a `T`, through the value SQLite would have returned.

@@ -147,7 +147,9 @@ pub(crate) fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn digest_value(hasher: &mut Sha256, value: ValueRef<'_>) {
+/// Adds one value to a digest of rows: its storage class (text and blobs apart), then its
+/// bytes (a text or blob's length first), so that no two different rows hash alike.
+pub(crate) fn digest_value(hasher: &mut Sha256, value: ValueRef<'_>) {
     match value {
         ValueRef::Null => hasher.update([0]),
         ValueRef::Integer(number) => {
@@ -159,7 +161,7 @@ fn digest_value(hasher: &mut Sha256, value: ValueRef<'_>) {
             hasher.update(number.to_le_bytes());
         }
         ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
-            hasher.update([3]);
+            hasher.update([if matches!(value, ValueRef::Text(_)) { 3 } else { 4 }]);
             hasher.update((bytes.len() as u64).to_le_bytes());
             hasher.update(bytes);
         }

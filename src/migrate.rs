@@ -30,14 +30,10 @@ use sha2::{Digest, Sha256};
 
 use crate::core::clock::ManualClock;
 use crate::core::pg::{Raw, value_ref};
-use crate::core::schema::{SCHEMA_VERSION, digest_value, quoted};
+use crate::core::schema::{SCHEMA_SQL, SCHEMA_VERSION, digest_value, quoted};
 use crate::error::Error;
 use crate::options::Options;
 use crate::store::Store;
-
-/// The whole schema of a SQLite store: what names the store's own tables, and what a fresh
-/// store holds.
-const SCHEMA_SQL: &str = include_str!("../schema.sql");
 
 /// What a migration copied and verified.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -228,11 +228,7 @@ fn a_store_connects_again_after_the_server_ends_its_session() -> spindle::Result
         .query(&format!("SELECT pg_terminate_backend(pid) FROM ({sessions}) s"), &[])
         .expect("terminate");
     assert_eq!(ended.len(), 1, "the store has one session");
-    let deadline = Instant::now() + PATIENCE;
-    while !raw.query(sessions, &[]).expect("sessions").is_empty() {
-        assert!(Instant::now() < deadline, "the session did not end");
-        thread::yield_now();
-    }
+    wait_until("the session ends", || raw.query(sessions, &[]).expect("sessions").is_empty());
     let appended = store.events().append(&stream, "after", json!(2))?;
     assert_eq!(appended.seq, 2, "the next call runs on a new session");
     assert_eq!(raw.query(sessions, &[]).expect("sessions").len(), 1);
@@ -292,6 +288,15 @@ fn a_tenant_named_like_sql_stays_a_name_whatever_the_session_reads_literals_as()
     Ok(())
 }
 
+/// Waits (at most `PATIENCE`) until `done` says so; fails naming `what` did not happen.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not in time");
+        thread::yield_now();
+    }
+}
+
 /// A claimed item of `store`'s, as (id, fence).
 fn claimed_item(store: &Store) -> spindle::Result<(String, u64)> {
     store.queue().enqueue(NewItem::new("q", json!(1)))?;
@@ -318,11 +323,9 @@ fn with_a_lost_deadlock<T: Send + 'static>(
     let mut watcher = shared.raw_client();
     let waiting = "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
                    WHERE NOT l.granted AND a.application_name = 'spindle ' || current_schema()";
-    let deadline = Instant::now() + PATIENCE;
-    while watcher.query(waiting, &[]).expect("locks").is_empty() {
-        assert!(Instant::now() < deadline, "the store never waited for the row");
-        thread::yield_now();
-    }
+    wait_until("the store waits for the row", || {
+        !watcher.query(waiting, &[]).expect("locks").is_empty()
+    });
     let writers =
         "SELECT pg_advisory_xact_lock(1397771844, hashtext(current_schema() || '/default'))";
     other.query(writers, &[]).expect("granted once the store's transaction gave up");

@@ -287,32 +287,36 @@ impl PgConn {
     /// Holds off the other processes' writers of `tenant` until this transaction ends,
     /// waiting for them (a no-op for a tenant already held). A batch takes its tenants at its
     /// start, before it holds anything else; later, only `try_lock_tenant` is deadlock-free.
-    /// Other processes' appends to the tenant are then noticed (see `notice_foreign_appends`).
     pub(crate) fn lock_tenant(&self, tenant: &str) -> Result<()> {
-        if self.holds_tenant(tenant) {
-            return Ok(());
-        }
-        let sql = format!("SELECT pg_advisory_xact_lock({})", lock_key(LOCK_TENANT, "?1"));
-        self.execute(&sql, &[Arg::Text(tenant)])?;
-        let newest = self.newest_position(tenant)?;
-        self.held(tenant, newest);
-        Ok(())
+        self.take_tenant(tenant, true).map(drop)
     }
 
     /// Holds off the other processes' writers of `tenant` until this transaction ends if
-    /// none holds them now (see `Db::try_lock_tenant_writes`); a tenant taken so is checked
-    /// for other processes' appends as one taken at the start is.
+    /// none holds them now (see `Db::try_lock_tenant_writes`).
     pub(crate) fn try_lock_tenant(&self, tenant: &str) -> Result<bool> {
+        self.take_tenant(tenant, false)
+    }
+
+    /// Takes `tenant`'s writers for this transaction (waiting for them if `wait`); returns
+    /// whether it holds them. A tenant taken is checked for other processes' appends, as one
+    /// taken at a batch's start is (see `notice_foreign_appends`).
+    fn take_tenant(&self, tenant: &str, wait: bool) -> Result<bool> {
         if self.holds_tenant(tenant) {
             return Ok(true);
         }
-        let sql = format!("SELECT pg_try_advisory_xact_lock({})", lock_key(LOCK_TENANT, "?1"));
-        if !self.value(&sql, &[Arg::Text(tenant)])?.unwrap_or(false) {
-            return Ok(false);
+        let key = lock_key(LOCK_TENANT, "?1");
+        let taken = if wait {
+            self.execute(&format!("SELECT pg_advisory_xact_lock({key})"), &[Arg::Text(tenant)])?;
+            true
+        } else {
+            let sql = format!("SELECT pg_try_advisory_xact_lock({key})");
+            self.value(&sql, &[Arg::Text(tenant)])?.unwrap_or(false)
+        };
+        if taken {
+            let newest = self.newest_position(tenant)?;
+            self.held(tenant, newest);
         }
-        let newest = self.newest_position(tenant)?;
-        self.held(tenant, newest);
-        Ok(true)
+        Ok(taken)
     }
 
     /// Whether this transaction holds `tenant`'s writers.
@@ -618,15 +622,10 @@ fn check_version(conn: &PgConn) -> Result<()> {
     if !store_exists(conn)? {
         return Err(Error::NotADatabase);
     }
-    let pairs =
-        Db::Postgres(conn).query_all("SELECT key, value FROM spindle_meta", &[], |row| {
-            Ok((row.get::<String>(0)?, row.get::<i64>(1)?))
-        })?;
-    let meta: HashMap<String, i64> = pairs.into_iter().collect();
-    if meta.get("application_id") != Some(&APPLICATION_ID) {
+    if meta_value(conn, "application_id")? != Some(APPLICATION_ID) {
         return Err(Error::NotADatabase);
     }
-    let found = meta.get("schema_version").copied().unwrap_or(0);
+    let found = meta_value(conn, "schema_version")?.unwrap_or(0);
     if found > SCHEMA_VERSION {
         return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
     }

@@ -24,7 +24,7 @@ pub(crate) const SCHEMA_VERSION: i64 = 4;
 pub(crate) const APPLICATION_ID: i64 = 0x5350_4E44;
 
 /// The whole current schema, applied to an empty file.
-const SCHEMA_SQL: &str = include_str!("../../schema.sql");
+pub(crate) const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
 /// Forward migrations: `MIGRATIONS[i]` takes a store from version `i + 1` to `i + 2`.
 const MIGRATIONS: &[&str] = &[

@@ -103,7 +103,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// Builds a `TooLarge` from sizes of any integer type.
     /// `NotFound` for the `kind` of object with `id`.
     pub(crate) fn not_found(kind: &'static str, id: &str) -> Self {
         Self::NotFound { kind, id: id.to_owned() }
@@ -120,6 +119,7 @@ impl Error {
         Ok(())
     }
 
+    /// Builds a `TooLarge` from sizes of any integer type.
     pub(crate) fn too_large(what: &'static str, limit: usize, actual: usize) -> Self {
         Self::TooLarge { what, limit: limit as u64, actual: actual as u64 }
     }

@@ -480,6 +480,57 @@ fn batches_enqueue_claim_and_complete_together() -> spindle::Result<()> {
 }
 
 #[test]
+fn the_job_cycles_events_name_each_item_and_read_back_as_they_were_published() -> spindle::Result<()>
+{
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let mut live = store.subscribe(Stream::queue("q"), 0)?;
+    let items = vec![NewItem::new("q", json!("a")).priority(5), NewItem::new("q", json!("b"))];
+    let ids: Vec<String> = queue.enqueue_batch(items)?.into_iter().map(|e| e.id).collect();
+    let claimed = queue.claim_batch("w-1", &["q"], 10_000, 2)?;
+    let done = claimed
+        .iter()
+        .map(|c| Completion { id: c.item.id.clone(), fence: c.fence, result: json!(null) })
+        .collect();
+    queue.complete_batch(done)?;
+
+    let expires_at_ms = T0 + 10_000;
+    let expected = [
+        (
+            "enqueued",
+            json!({ "items": [
+            { "id": ids[0], "priority": 5, "run_at_ms": T0 },
+            { "id": ids[1], "priority": 0, "run_at_ms": T0 },
+        ] }),
+        ),
+        (
+            "claimed",
+            json!({ "items": [
+            { "id": ids[0], "attempt": 1, "fence": 1, "worker_id": "w-1",
+              "lease_expires_at_ms": expires_at_ms },
+            { "id": ids[1], "attempt": 1, "fence": 1, "worker_id": "w-1",
+              "lease_expires_at_ms": expires_at_ms },
+        ] }),
+        ),
+        (
+            "completed",
+            json!({ "items": [
+            { "id": ids[0], "attempt": 1, "fence": 1 },
+            { "id": ids[1], "attempt": 1, "fence": 1 },
+        ] }),
+        ),
+    ];
+    let stored = store.events().read(Stream::queue("q"), 0, 10)?;
+    assert_eq!(stored.len(), expected.len());
+    for (event, (event_type, payload)) in stored.iter().zip(&expected) {
+        assert_eq!((event.event_type.as_str(), &event.payload), (*event_type, payload));
+        let published = live.recv_timeout(Duration::from_secs(5))?.expect("published live");
+        assert_eq!(&published, event, "the live event is the stored one");
+    }
+    Ok(())
+}
+
+#[test]
 fn items_scheduled_for_later_do_not_hide_due_ones_at_any_number_of_priority_levels()
 -> spindle::Result<()> {
     let (store, _clock) = setup();

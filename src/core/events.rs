@@ -314,7 +314,22 @@ pub(crate) fn append(
         None => None,
     };
     let row = NewRow { stream, event_type, encoded: &encoded, idem_key, hash: hash.as_deref() };
-    write(tx, &row, payload)
+    write(tx, &row, || Ok(payload))
+}
+
+/// Appends one event whose payload the caller encoded itself (the store's own bookkeeping
+/// events, written many per operation): no idempotency key, and the text is decoded again only
+/// when a subscriber is live to receive it.
+pub(crate) fn append_encoded(
+    tx: &mut Tx<'_>,
+    stream: &Stream,
+    event_type: &str,
+    encoded: &str,
+) -> Result<Appended> {
+    check_header(tx, stream, event_type)?;
+    tx.limits().check_payload("event payload bytes", encoded)?;
+    let row = NewRow { stream, event_type, encoded, idem_key: None, hash: None };
+    write(tx, &row, || Ok(serde_json::from_str(encoded)?))
 }
 
 /// Appends one event under `idem_key`, which the caller has just found unused with
@@ -331,16 +346,21 @@ pub(crate) fn append_under_unused_key(
     let hash = event_hash(event_type, &payload);
     let key = Some(idem_key);
     let row = NewRow { stream, event_type, encoded: &encoded, idem_key: key, hash: Some(&hash) };
-    write(tx, &row, payload)
+    write(tx, &row, || Ok(payload))
 }
 
 /// Checks an event's stream, type and payload; returns the encoded payload.
 fn check_event(tx: &Tx<'_>, stream: &Stream, event_type: &str, payload: &Value) -> Result<String> {
-    check_stream(tx, stream)?;
-    tx.limits().check_id("event type", event_type)?;
+    check_header(tx, stream, event_type)?;
     let encoded = serde_json::to_string(payload)?;
     tx.limits().check_payload("event payload bytes", &encoded)?;
     Ok(encoded)
+}
+
+/// Checks an event's stream and type.
+fn check_header(tx: &Tx<'_>, stream: &Stream, event_type: &str) -> Result<()> {
+    check_stream(tx, stream)?;
+    tx.limits().check_id("event type", event_type)
 }
 
 /// What an idempotency key remembers of the event it appended.
@@ -348,8 +368,13 @@ fn event_hash(event_type: &str, payload: &Value) -> String {
     content_hash(&json!({ "type": event_type, "payload": payload }))
 }
 
-/// Inserts the row (and its key), and records the event for publishing.
-fn write(tx: &mut Tx<'_>, row: &NewRow<'_>, payload: Value) -> Result<Appended> {
+/// Inserts the row (and its key), and records the event for publishing; `payload` is asked for
+/// only then.
+fn write(
+    tx: &mut Tx<'_>,
+    row: &NewRow<'_>,
+    payload: impl FnOnce() -> Result<Value>,
+) -> Result<Appended> {
     let (seq, position) = insert(tx.db(), tx.tenant(), tx.now_ms(), row)?;
     insert_key(tx.db(), tx.tenant(), row, seq, position)?;
     if !tx.publishing() {
@@ -361,7 +386,7 @@ fn write(tx: &mut Tx<'_>, row: &NewRow<'_>, payload: Value) -> Result<Appended> 
         stream: row.stream.clone(),
         seq,
         event_type: row.event_type.to_owned(),
-        payload,
+        payload: payload()?,
         idem_key: row.idem_key.map(str::to_owned),
         created_at_ms: tx.now_ms(),
     };

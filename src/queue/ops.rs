@@ -3,8 +3,7 @@
 //! Branching lives here; statements live in `sql.rs`. Every op checks its input before it
 //! writes, so bad input writes nothing.
 
-use std::collections::BTreeMap;
-
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::sql::{self, ItemRow};
@@ -720,8 +719,8 @@ impl Op for CancelExecution {
             notes.note(
                 &item.queue,
                 "cancelled",
-                entry(item, json!({ "execution_id": self.execution_id })),
-            );
+                &entry(item, json!({ "execution_id": self.execution_id })),
+            )?;
         }
         notes.append(tx)?;
         Ok(live.len() as u64)
@@ -803,33 +802,102 @@ impl Op for NextDue {
 }
 
 /// The events an op owes its queues' streams, gathered so that a batch appends one event per
-/// queue and kind (`{"items": [..]}`) instead of one per item.
+/// queue and kind (`{"items": [..]}`) instead of one per item. Each entry is encoded as it is
+/// noted, with no JSON value built for it: the job cycle notes two per item.
 #[derive(Default)]
 struct Notes {
-    /// Entries by queue, then by event type.
-    pending: BTreeMap<String, BTreeMap<&'static str, Vec<Value>>>,
+    /// Per queue and event type, the entries so far, encoded and comma-separated.
+    pending: Vec<Noted>,
+}
+
+/// One queue's entries of one event type.
+struct Noted {
+    queue: String,
+    event_type: &'static str,
+    entries: String,
 }
 
 impl Notes {
-    fn note(&mut self, queue: &str, event_type: &'static str, entry: Value) {
-        let kinds = self.pending.entry(queue.to_owned()).or_default();
-        kinds.entry(event_type).or_default().push(entry);
+    fn note(
+        &mut self,
+        queue: &str,
+        event_type: &'static str,
+        entry: &impl Serialize,
+    ) -> Result<()> {
+        let noted = self.noted(queue, event_type);
+        if !noted.entries.is_empty() {
+            noted.entries.push(',');
+        }
+        noted.entries.push_str(&serde_json::to_string(entry)?);
+        Ok(())
     }
 
-    /// Appends the gathered events of the queues whose item events are on; the op's own
-    /// savepoint makes them atomic with its changes.
-    fn append(self, tx: &mut Tx<'_>) -> Result<()> {
-        for (queue, kinds) in self.pending {
-            if !sql::item_events(tx.db(), tx.tenant(), &queue)? {
-                continue;
-            }
-            for (event_type, items) in kinds {
-                let payload = json!({ "items": items });
-                events::append(tx, &Stream::queue(&queue), event_type, payload, None)?;
+    /// The entries of `queue` and `event_type`, started if there are none yet.
+    fn noted(&mut self, queue: &str, event_type: &'static str) -> &mut Noted {
+        let found =
+            self.pending.iter().position(|n| n.queue == queue && n.event_type == event_type);
+        let index = found.unwrap_or_else(|| {
+            let queue = queue.to_owned();
+            self.pending.push(Noted { queue, event_type, entries: String::new() });
+            self.pending.len() - 1
+        });
+        &mut self.pending[index]
+    }
+
+    /// Appends the gathered events of the queues whose item events are on, by queue and then
+    /// event type; the op's own savepoint makes them atomic with its changes.
+    fn append(mut self, tx: &mut Tx<'_>) -> Result<()> {
+        self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
+        let mut last: Option<(&str, bool)> = None;
+        for noted in &self.pending {
+            let enabled = match last {
+                Some((queue, enabled)) if queue == noted.queue => enabled,
+                _ => sql::item_events(tx.db(), tx.tenant(), &noted.queue)?,
+            };
+            last = Some((&noted.queue, enabled));
+            if enabled {
+                let payload = items_payload(&noted.entries);
+                events::append_encoded(
+                    tx,
+                    &Stream::queue(&noted.queue),
+                    noted.event_type,
+                    &payload,
+                )?;
             }
         }
         Ok(())
     }
+}
+
+/// `{"items": [entries]}` as text.
+fn items_payload(entries: &str) -> String {
+    format!("{{\"items\":[{entries}]}}")
+}
+
+/// A `claimed` event's entry (fields in the order a JSON object's keys sort, as every entry).
+#[derive(Serialize)]
+struct ClaimedEntry<'a> {
+    attempt: u32,
+    fence: u64,
+    id: &'a str,
+    lease_expires_at_ms: i64,
+    worker_id: &'a str,
+}
+
+/// A `completed` event's entry.
+#[derive(Serialize)]
+struct CompletedEntry<'a> {
+    attempt: u32,
+    fence: u64,
+    id: &'a str,
+}
+
+/// An `enqueued` event's entry.
+#[derive(Serialize)]
+struct EnqueuedEntry<'a> {
+    id: &'a str,
+    priority: i64,
+    run_at_ms: i64,
 }
 
 /// Checks and inserts one item, or finds its live duplicate.
@@ -846,8 +914,8 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
     let row =
         sql::NewRow { id: &id, item: &item, encoded: &encoded, hash: hash.as_deref(), run_at_ms };
     sql::insert(tx.db(), tx.tenant(), tx.now_ms(), &row)?;
-    let entry = json!({ "id": id, "priority": item.priority, "run_at_ms": run_at_ms });
-    notes.note(&item.queue, "enqueued", entry);
+    let entry = EnqueuedEntry { id: &id, priority: item.priority, run_at_ms };
+    notes.note(&item.queue, "enqueued", &entry)?;
     tx.ring_bell();
     Ok(Enqueued { id, deduplicated: false })
 }
@@ -946,11 +1014,14 @@ fn claim(
     let mut notes = Notes::default();
     for row in due {
         let item = sql::claim(tx.db(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
-        let entry = json!({
-            "id": item.id, "attempt": item.attempt, "fence": item.fence,
-            "worker_id": worker_id, "lease_expires_at_ms": expires_at_ms,
-        });
-        notes.note(&item.queue, "claimed", entry);
+        let entry = ClaimedEntry {
+            attempt: item.attempt,
+            fence: item.fence,
+            id: &item.id,
+            lease_expires_at_ms: expires_at_ms,
+            worker_id,
+        };
+        notes.note(&item.queue, "claimed", &entry)?;
         let fence = item.fence;
         claimed.push(Claimed {
             item: item.into_item()?,
@@ -977,8 +1048,8 @@ fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Resul
         return Err(lease_lost(tx, &completion.id, completion.fence)?);
     };
     let entry =
-        json!({ "id": completion.id, "attempt": fields.attempt, "fence": completion.fence });
-    notes.note(&fields.queue, "completed", entry);
+        CompletedEntry { attempt: fields.attempt, fence: completion.fence, id: &completion.id };
+    notes.note(&fields.queue, "completed", &entry)?;
     Ok(())
 }
 
@@ -1062,7 +1133,7 @@ fn requeue(tx: &mut Tx<'_>, item: &ItemRow, notes: &mut Notes) -> Result<bool> {
         return Ok(false);
     }
     sql::requeue(tx.db(), tx.tenant(), &item.id, tx.now_ms())?;
-    notes.note(&item.queue, "requeued", entry(item, json!({})));
+    notes.note(&item.queue, "requeued", &entry(item, json!({})))?;
     tx.ring_bell();
     Ok(true)
 }
@@ -1128,7 +1199,7 @@ fn item_event(
     detail: Value,
 ) -> Result<()> {
     let mut notes = Notes::default();
-    notes.note(&item.queue, event_type, entry(item, detail));
+    notes.note(&item.queue, event_type, &entry(item, detail))?;
     notes.append(tx)
 }
 

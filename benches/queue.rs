@@ -201,8 +201,8 @@ fn workers(args: &[String]) {
 }
 
 /// One configuration of `--workers` in this process, printed as one line for
-/// `benches/peers/run.sh`: `--one pool|single|batch|raw|raw-pipelined --threads N [--normal] [--jobs N]
-/// [--no-item-events]`.
+/// `benches/peers/run.sh`: `--one pool|single|batch|raw|raw-pipelined|raw-store-statements
+/// --threads N [--normal] [--jobs N] [--no-item-events]`.
 fn one(args: &[String], mode: &str) {
     let jobs: usize = arg(args, "--jobs").unwrap_or(20_000);
     let threads: usize = arg(args, "--threads").unwrap_or(1);
@@ -214,7 +214,10 @@ fn one(args: &[String], mode: &str) {
         "batch" => timed_jobs(durability, jobs, |store| run_batch(store, threads)),
         "raw" => raw_claim_complete(durability, jobs, RawShape::SameTx),
         "raw-pipelined" => raw_claim_complete(durability, jobs, RawShape::Pipelined),
-        other => panic!("--one: pool, single, batch, raw or raw-pipelined, not {other}"),
+        "raw-store-statements" => raw_store_statements(durability, jobs),
+        other => panic!(
+            "--one: pool, single, batch, raw, raw-pipelined or raw-store-statements, not {other}"
+        ),
     };
     let durability = if normal { "normal" } else { "full" };
     let quiet = if args.iter().any(|a| a == "--no-item-events") { "-no-events" } else { "" };
@@ -234,19 +237,7 @@ fn one(args: &[String], mode: &str) {
 /// and claims the next ones. `SameTx` claims and completes each item in one transaction (the
 /// issue's raw baseline), writing each row's page once per job instead of twice.
 fn raw_claim_complete(durability: Durability, jobs: usize, shape: RawShape) -> Measured {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut conn = Connection::open(dir.path().join("raw.db")).expect("open");
-    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
-    let sync = if durability == Durability::Full { "FULL" } else { "NORMAL" };
-    conn.pragma_update(None, "synchronous", sync).expect("sync");
-    conn.execute_batch(SCHEMA_SQL).expect("schema");
-    // The store's jobs: ids as long as its UUIDs, payloads of about 100 bytes.
-    let ids: Vec<String> = (0..jobs).map(|n| format!("{n:036}")).collect();
-    let tx = conn.transaction().expect("begin");
-    for (n, id) in ids.iter().enumerate() {
-        raw_enqueue(&tx, id, &job_payload(n).to_string());
-    }
-    tx.commit().expect("commit");
+    let (_dir, mut conn) = raw_queue(durability, jobs);
     let (started, cpu) = (Instant::now(), cpu_ms());
     let mut done = 0;
     let mut held: Vec<String> = Vec::new();
@@ -271,6 +262,114 @@ fn raw_claim_complete(durability: Durability, jobs: usize, shape: RawShape) -> M
         tx.commit().expect("commit");
     }
     Measured::since(started, cpu, jobs)
+}
+
+/// A fresh file in WAL mode holding the store's schema and `jobs` pending items (ids as long as
+/// the store's UUIDs, payloads of about 100 bytes), for the raw baselines.
+fn raw_queue(durability: Durability, jobs: usize) -> (tempfile::TempDir, Connection) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut conn = Connection::open(dir.path().join("raw.db")).expect("open");
+    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
+    let sync = if durability == Durability::Full { "FULL" } else { "NORMAL" };
+    conn.pragma_update(None, "synchronous", sync).expect("sync");
+    conn.pragma_update(None, "temp_store", "MEMORY").expect("temp_store");
+    conn.execute_batch(SCHEMA_SQL).expect("schema");
+    let tx = conn.transaction().expect("begin");
+    for n in 0..jobs {
+        raw_enqueue(&tx, &format!("{n:036}"), &job_payload(n).to_string());
+    }
+    tx.commit().expect("commit");
+    (dir, conn)
+}
+
+/// Raw rusqlite running, in the pipelined shape, the statements the store itself runs for a
+/// job (what its guarantees and its API ask of the SQL): every column of a due item (a
+/// `QueueItem` is returned whole), bound tenant, worker and clock parameters, a completion
+/// fenced and lease-checked in its own `WHERE`, then the read of the item's queue and attempt
+/// that its `completed` event names. No JSON, events, replies or savepoints: the floor any
+/// implementation of the store's statements stands on.
+fn raw_store_statements(durability: Durability, jobs: usize) -> Measured {
+    let (_dir, mut conn) = raw_queue(durability, jobs);
+    let (started, cpu) = (Instant::now(), cpu_ms());
+    let mut done = 0;
+    let mut held: Vec<(String, i64)> = Vec::new();
+    while done < jobs {
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .expect("begin");
+        for (id, fence) in held.drain(..) {
+            store_complete(&tx, &id, fence);
+            done += 1;
+        }
+        for (id, fence) in store_due(&tx) {
+            store_claim(&tx, &id);
+            held.push((id, fence + 1));
+        }
+        tx.commit().expect("commit");
+    }
+    Measured::since(started, cpu, jobs)
+}
+
+/// The store's due-item query for one priority level, every column read; (id, fence) of each.
+fn store_due(conn: &Connection) -> Vec<(String, i64)> {
+    conn.prepare_cached(
+        "SELECT item_id, queue, payload, priority, run_at_ms, attempt, max_attempts,
+                backoff_base_ms, backoff_max_ms, dedupe_key, execution_id, node_id, status, fence,
+                worker_id, lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms,
+                finished_at_ms
+         FROM main.queue_items
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority = ?3
+           AND run_at_ms <= ?4
+         ORDER BY run_at_ms, item_id LIMIT ?5",
+    )
+    .expect("prepare")
+    .query_map(params!["default", "q", 0, 1, 100], |row| {
+        for column in [1, 2, 9, 10, 11, 12, 14, 16, 17] {
+            row.get::<_, Option<String>>(column)?;
+        }
+        for column in [3, 4, 5, 6, 7, 8, 15, 18, 19, 20] {
+            row.get::<_, Option<i64>>(column)?;
+        }
+        Ok((row.get(0)?, row.get(13)?))
+    })
+    .expect("select")
+    .collect::<rusqlite::Result<_>>()
+    .expect("rows")
+}
+
+fn store_claim(conn: &Connection, id: &str) {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE main.queue_items
+             SET status = 'claimed', attempt = attempt + 1, fence = fence + 1, worker_id = ?3,
+                 lease_expires_at_ms = ?5, updated_at_ms = ?4
+             WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
+        )
+        .expect("prepare")
+        .execute(params!["default", id, "bench", 1, LEASE_MS])
+        .expect("claim");
+    assert_eq!(changed, 1);
+}
+
+fn store_complete(conn: &Connection, id: &str, fence: i64) {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE main.queue_items
+             SET status = 'completed', result = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
+                 updated_at_ms = ?4, finished_at_ms = ?4
+             WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
+               AND lease_expires_at_ms > ?4",
+        )
+        .expect("prepare")
+        .execute(params!["default", id, fence, 2, "null"])
+        .expect("complete");
+    assert_eq!(changed, 1);
+    conn.prepare_cached(
+        "SELECT queue, attempt FROM main.queue_items WHERE tenant_id = ?1 AND item_id = ?2",
+    )
+    .expect("prepare")
+    .query_row(params!["default", id], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))
+    .expect("event fields");
 }
 
 /// How raw rusqlite spreads a job's claim and complete over transactions.

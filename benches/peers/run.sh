@@ -29,6 +29,7 @@ configs=(
   "spindle batch --normal --no-item-events"
   "spindle raw --normal"
   "spindle raw-pipelined --normal"
+  "spindle raw-store-statements --normal"
   "effectum shipped"
   "effectum wal"
 )
@@ -82,6 +83,8 @@ ratios = [
     ("events off: batch Normal / raw", "spindle-batch-normal-no-events", "spindle-raw-normal", 0.8),
     ("raw pipelined / raw (no target)", "spindle-raw-pipelined-normal", "spindle-raw-normal", 0.0),
     ("batch Normal / raw pipelined (no target)", "spindle-batch-normal", "spindle-raw-pipelined-normal", 0.0),
+    ("raw, store's statements / raw (no target)", "spindle-raw-store-statements-normal", "spindle-raw-normal", 0.0),
+    ("batch Normal / raw, store's statements", "spindle-batch-normal", "spindle-raw-store-statements-normal", 0.0),
 ]
 print()
 print(f"{'ratio (target)':<46}" + "".join(f"{str(w) + ' workers':>12}" for w in workers))

@@ -283,8 +283,8 @@ fn raw_queue(durability: Durability, jobs: usize) -> (tempfile::TempDir, Connect
 }
 
 /// Raw rusqlite running, in the pipelined shape, the statements the store itself runs for a
-/// job (what its guarantees and its API ask of the SQL): every column of a due item (a
-/// `QueueItem` is returned whole), bound tenant, worker and clock parameters, a completion
+/// job (what its guarantees and its API ask of the SQL): a claim's look at expired leases and
+/// at the priority levels, every column of a due item (a `QueueItem` is returned whole), bound tenant, worker and clock parameters, a completion
 /// fenced and lease-checked in its own `WHERE`, then the read of the item's queue and attempt
 /// that its `completed` event names. No JSON, events, replies or savepoints: the floor any
 /// implementation of the store's statements stands on.
@@ -301,6 +301,7 @@ fn raw_store_statements(durability: Durability, jobs: usize) -> Measured {
             store_complete(&tx, &id, fence);
             done += 1;
         }
+        store_sweep_probes(&tx);
         for (id, fence) in store_due(&tx) {
             store_claim(&tx, &id);
             held.push((id, fence + 1));
@@ -308,6 +309,30 @@ fn raw_store_statements(durability: Durability, jobs: usize) -> Measured {
         tx.commit().expect("commit");
     }
     Measured::since(started, cpu, jobs)
+}
+
+/// What a claim reads before the due items: the queue's expired leases (none here) and its
+/// highest priority level with a pending item.
+fn store_sweep_probes(conn: &Connection) {
+    let expired = conn
+        .prepare_cached(
+            "SELECT item_id FROM main.queue_items
+             WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed' AND lease_expires_at_ms <= ?3
+             ORDER BY lease_expires_at_ms, item_id LIMIT ?4",
+        )
+        .expect("prepare")
+        .query_map(params!["default", "q", 1, 100], |row| row.get::<_, String>(0))
+        .expect("select")
+        .count();
+    assert_eq!(expired, 0);
+    conn.prepare_cached(
+        "SELECT priority FROM main.queue_items
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending' AND priority < ?3
+         ORDER BY priority DESC LIMIT 1",
+    )
+    .expect("prepare")
+    .query_row(params!["default", "q", i64::MAX], |row| row.get::<_, i64>(0))
+    .ok();
 }
 
 /// The store's due-item query for one priority level, every column read; (id, fence) of each.
@@ -337,6 +362,7 @@ fn store_due(conn: &Connection) -> Vec<(String, i64)> {
     .expect("rows")
 }
 
+/// The store's claim of one due item.
 fn store_claim(conn: &Connection, id: &str) {
     let changed = conn
         .prepare_cached(
@@ -351,6 +377,7 @@ fn store_claim(conn: &Connection, id: &str) {
     assert_eq!(changed, 1);
 }
 
+/// The store's completion of one held item, then the read its `completed` event needs.
 fn store_complete(conn: &Connection, id: &str, fence: i64) {
     let changed = conn
         .prepare_cached(

@@ -119,7 +119,7 @@ impl Error {
         Ok(())
     }
 
-    /// Builds a `TooLarge` from sizes of any integer type.
+    /// `TooLarge` for `what`, from its limit and its actual size.
     pub(crate) fn too_large(what: &'static str, limit: usize, actual: usize) -> Self {
         Self::TooLarge { what, limit: limit as u64, actual: actual as u64 }
     }

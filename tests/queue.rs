@@ -485,6 +485,7 @@ fn the_job_cycles_events_name_each_item_and_read_back_as_they_were_published() -
     let (store, _clock) = setup();
     let queue = store.queue();
     let mut live = store.subscribe(Stream::queue("q"), 0)?;
+    assert!(live.try_recv()?.is_none(), "nothing yet: the subscription is now live");
     let items = vec![NewItem::new("q", json!("a")).priority(5), NewItem::new("q", json!("b"))];
     let ids: Vec<String> = queue.enqueue_batch(items)?.into_iter().map(|e| e.id).collect();
     let claimed = queue.claim_batch("w-1", &["q"], 10_000, 2)?;

@@ -11,7 +11,7 @@
 //!
 //! Ops: [`Append`], [`Read`], [`ReadAll`], [`Head`], [`Truncate`]; the callers' facade is
 //! `Events`, in the event log domain. Domains append to their own streams through `append`
-//! here; a stream a domain owns is closed to callers through the owned-stream checks the
+//! here (or `append_encoded`, for text they encoded themselves); a stream a domain owns is closed to callers through the owned-stream checks the
 //! domains register (`OwnedStreams`).
 
 use std::fmt;
@@ -290,7 +290,8 @@ impl Op for Truncate {
     }
 }
 
-/// Appends one event in `tx` and records it for publishing; the single write path of the log.
+/// Appends one event in `tx` and records it for publishing. Every append of the log, this one,
+/// `append_under_unused_key` and `append_encoded`, writes through `write`.
 pub(crate) fn append(
     tx: &mut Tx<'_>,
     stream: &Stream,
@@ -319,7 +320,8 @@ pub(crate) fn append(
 
 /// Appends one event whose payload the caller encoded itself (the store's own bookkeeping
 /// events, written many per operation): no idempotency key, and the text is decoded again only
-/// when a subscriber is live to receive it.
+/// while the store publishes (some subscriber is live). `encoded` must be a JSON document, as
+/// serde_json writes it: it is stored as it is.
 pub(crate) fn append_encoded(
     tx: &mut Tx<'_>,
     stream: &Stream,
@@ -328,6 +330,7 @@ pub(crate) fn append_encoded(
 ) -> Result<Appended> {
     check_header(tx, stream, event_type)?;
     tx.limits().check_payload("event payload bytes", encoded)?;
+    debug_assert!(serde_json::from_str::<Value>(encoded).is_ok(), "not JSON: {encoded}");
     let row = NewRow { stream, event_type, encoded, idem_key: None, hash: None };
     write(tx, &row, || Ok(serde_json::from_str(encoded)?))
 }

@@ -803,7 +803,8 @@ impl Op for NextDue {
 
 /// The events an op owes its queues' streams, gathered so that a batch appends one event per
 /// queue and kind (`{"items": [..]}`) instead of one per item. Each entry is encoded as it is
-/// noted, with no JSON value built for it: the job cycle notes two per item.
+/// noted; the job cycle's (claimed, completed, enqueued: two per job) are small structs, so no
+/// JSON value is built for them.
 #[derive(Default)]
 struct Notes {
     /// Per queue and event type, the entries so far, encoded and comma-separated.
@@ -812,12 +813,16 @@ struct Notes {
 
 /// One queue's entries of one event type.
 struct Noted {
+    /// The queue whose stream the event goes to.
     queue: String,
+    /// The event's type (`claimed`, `completed`, ...).
     event_type: &'static str,
+    /// The entries so far, each a JSON object, separated by commas.
     entries: String,
 }
 
 impl Notes {
+    /// Adds `entry` to the event of `queue` and `event_type`.
     fn note(
         &mut self,
         queue: &str,
@@ -1268,4 +1273,50 @@ fn check_count(tx: &Tx<'_>, what: &'static str, count: usize) -> Result<()> {
 /// Errors are kept as text; they are bounded like payloads.
 fn check_text(tx: &Tx<'_>, what: &'static str, text: &str) -> Result<()> {
     tx.limits().check_payload(what, text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An entry struct encodes to the text its JSON value did before (serde_json sorts an
+    /// object's keys), so the stored events do not change with the way they are built.
+    #[test]
+    fn entries_encode_as_their_json_values_did() -> Result<()> {
+        let claimed = ClaimedEntry {
+            attempt: 2,
+            fence: 7,
+            id: "i-1",
+            lease_expires_at_ms: 1_000,
+            worker_id: "w",
+        };
+        let value = json!({ "id": "i-1", "attempt": 2, "fence": 7, "worker_id": "w",
+                            "lease_expires_at_ms": 1_000 });
+        assert_eq!(serde_json::to_string(&claimed)?, serde_json::to_string(&value)?);
+        let completed = CompletedEntry { attempt: 2, fence: 7, id: "i-1" };
+        let value = json!({ "id": "i-1", "attempt": 2, "fence": 7 });
+        assert_eq!(serde_json::to_string(&completed)?, serde_json::to_string(&value)?);
+        let enqueued = EnqueuedEntry { id: "i-1", priority: -3, run_at_ms: 5 };
+        let value = json!({ "id": "i-1", "priority": -3, "run_at_ms": 5 });
+        assert_eq!(serde_json::to_string(&enqueued)?, serde_json::to_string(&value)?);
+        Ok(())
+    }
+
+    #[test]
+    fn a_batchs_entries_make_one_items_payload() -> Result<()> {
+        let mut notes = Notes::default();
+        for id in ["a", "b"] {
+            notes.note("q", "completed", &CompletedEntry { attempt: 1, fence: 1, id })?;
+        }
+        notes.note("p", "completed", &CompletedEntry { attempt: 1, fence: 3, id: "c" })?;
+        let q = notes.pending.iter().find(|noted| noted.queue == "q").expect("q noted");
+        let payload: Value = serde_json::from_str(&items_payload(&q.entries))?;
+        let expected = json!({ "items": [
+            { "id": "a", "attempt": 1, "fence": 1 },
+            { "id": "b", "attempt": 1, "fence": 1 },
+        ] });
+        assert_eq!(payload, expected);
+        assert_eq!(notes.pending.len(), 2, "one event per queue and kind");
+        Ok(())
+    }
 }

@@ -195,3 +195,28 @@ fn values_nested_past_any_stack_are_refused_before_they_reach_the_store() -> spi
     assert!(matches!(past, Err(Error::TooLarge { limit: 64, actual: 65, .. })), "{past:?}");
     Ok(())
 }
+
+/// The depth limit is for what callers store; the queue's own item events (`{"items": [{..}]}`,
+/// three deep) are written whatever it is, so the job cycle runs under the tightest one.
+#[test]
+fn the_queues_own_events_pass_under_the_tightest_depth_limit() -> spindle::Result<()> {
+    let limits = Limits { json_depth_max: 1, ..Limits::default() };
+    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let queue = store.queue();
+    assert!(matches!(
+        queue.enqueue(spindle::NewItem::new("q", json!([[1]]))),
+        Err(Error::TooLarge { .. })
+    ));
+    nothing_written(&store);
+    queue.enqueue(spindle::NewItem::new("q", json!(1)))?;
+    let claimed = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    queue.complete(&claimed.item.id, claimed.fence, json!(null))?;
+    let kinds: Vec<String> = store
+        .events()
+        .read(Stream::queue("q"), 0, 10)?
+        .into_iter()
+        .map(|event| event.event_type)
+        .collect();
+    assert_eq!(kinds, ["enqueued", "claimed", "completed"]);
+    Ok(())
+}

@@ -321,7 +321,9 @@ pub(crate) fn append(
 /// Appends one event whose payload the caller encoded itself (the store's own bookkeeping
 /// events, written many per operation): no idempotency key, and the text is decoded again only
 /// while the store publishes (some subscriber is live). `encoded` must be a JSON document, as
-/// serde_json writes it: it is stored as it is.
+/// serde_json writes it, nested no deeper than the store's own entries are (their values are
+/// flat: a queue's `{"items": [{..}]}` is three deep): it is stored as it is, and only its size
+/// is checked.
 pub(crate) fn append_encoded(
     tx: &mut Tx<'_>,
     stream: &Stream,
@@ -329,7 +331,7 @@ pub(crate) fn append_encoded(
     encoded: &str,
 ) -> Result<Appended> {
     check_header(tx, stream, event_type)?;
-    tx.limits().check_payload("event payload bytes", encoded)?;
+    tx.limits().check_payload_bytes("event payload bytes", encoded)?;
     debug_assert!(serde_json::from_str::<Value>(encoded).is_ok(), "not JSON: {encoded}");
     let row = NewRow { stream, event_type, encoded, idem_key: None, hash: None };
     write(tx, &row, || Ok(serde_json::from_str(encoded)?))

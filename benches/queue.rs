@@ -284,10 +284,11 @@ fn raw_queue(durability: Durability, jobs: usize) -> (tempfile::TempDir, Connect
 
 /// Raw rusqlite running, in the pipelined shape, the statements the store itself runs for a
 /// job (what its guarantees and its API ask of the SQL): a claim's look at expired leases and
-/// at the priority levels, every column of a due item (a `QueueItem` is returned whole), bound tenant, worker and clock parameters, a completion
-/// fenced and lease-checked in its own `WHERE`, then the read of the item's queue and attempt
-/// that its `completed` event names. No JSON, events, replies or savepoints: the floor any
-/// implementation of the store's statements stands on.
+/// at the priority levels, every column of a due item (a `QueueItem` is returned whole), bound
+/// tenant, worker and clock parameters, a completion fenced and lease-checked in its own
+/// `WHERE`, then the read of the item's queue and attempt that its `completed` event names.
+/// No JSON, events, replies or savepoints: the floor any implementation of the store's
+/// statements stands on.
 fn raw_store_statements(durability: Durability, jobs: usize) -> Measured {
     let (_dir, mut conn) = raw_queue(durability, jobs);
     let (started, cpu) = (Instant::now(), cpu_ms());

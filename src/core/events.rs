@@ -11,8 +11,8 @@
 //!
 //! Ops: [`Append`], [`Read`], [`ReadAll`], [`Head`], [`Truncate`]; the callers' facade is
 //! `Events`, in the event log domain. Domains append to their own streams through `append`
-//! here (or `append_encoded`, for text they encoded themselves); a stream a domain owns is closed to callers through the owned-stream checks the
-//! domains register (`OwnedStreams`).
+//! here (or `append_encoded`, for text they encoded themselves); a stream a domain owns is
+//! closed to callers through the owned-stream checks the domains register (`OwnedStreams`).
 
 use std::fmt;
 use std::sync::Arc;

@@ -267,18 +267,25 @@ fn raw_claim_complete(durability: Durability, jobs: usize, shape: RawShape) -> M
 /// A fresh file in WAL mode holding the store's schema and `jobs` pending items (ids as long as
 /// the store's UUIDs, payloads of about 100 bytes), for the raw baselines.
 fn raw_queue(durability: Durability, jobs: usize) -> (tempfile::TempDir, Connection) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut conn = Connection::open(dir.path().join("raw.db")).expect("open");
-    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
-    let sync = if durability == Durability::Full { "FULL" } else { "NORMAL" };
-    conn.pragma_update(None, "synchronous", sync).expect("sync");
-    conn.pragma_update(None, "temp_store", "MEMORY").expect("temp_store");
-    conn.execute_batch(SCHEMA_SQL).expect("schema");
+    let (dir, mut conn) = raw_connection(durability);
     let tx = conn.transaction().expect("begin");
     for n in 0..jobs {
         raw_enqueue(&tx, &format!("{n:036}"), &job_payload(n).to_string());
     }
     tx.commit().expect("commit");
+    (dir, conn)
+}
+
+/// A fresh file with the store's schema, in WAL mode, synchronous as `durability` says and
+/// temporary tables in memory (as the store sets them), for the raw baselines.
+fn raw_connection(durability: Durability) -> (tempfile::TempDir, Connection) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let conn = Connection::open(dir.path().join("raw.db")).expect("open");
+    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
+    let sync = if durability == Durability::Full { "FULL" } else { "NORMAL" };
+    conn.pragma_update(None, "synchronous", sync).expect("sync");
+    conn.pragma_update(None, "temp_store", "MEMORY").expect("temp_store");
+    conn.execute_batch(SCHEMA_SQL).expect("schema");
     (dir, conn)
 }
 
@@ -661,12 +668,7 @@ fn batched_cycle(store: &Store, queue: &str, samples: &mut Samples) {
 
 /// Raw rusqlite: per transaction, insert 100 items, claim them, complete them.
 fn raw_batched(durability: Durability, run: Duration) -> (u64, Duration) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut conn = Connection::open(dir.path().join("raw.db")).expect("open");
-    conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
-    let sync = if durability == Durability::Full { "FULL" } else { "NORMAL" };
-    conn.pragma_update(None, "synchronous", sync).expect("sync");
-    conn.execute_batch(SCHEMA_SQL).expect("schema");
+    let (_dir, mut conn) = raw_connection(durability);
     let mut jobs = 0u64;
     let started = Instant::now();
     while started.elapsed() < run {

@@ -551,7 +551,7 @@ fn base62(bytes: &[u8], width: usize) -> String {
 }
 
 fn secret_hash(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+    crate::hash::hex(&Sha256::digest(secret.as_bytes()))
 }
 
 /// Refuses tenant administration to any view but the store owner's administrator.

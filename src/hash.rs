@@ -16,8 +16,12 @@ pub(crate) fn canonical_json(value: &Value) -> String {
 
 /// The lowercase hex SHA-256 of the canonical text of `value`.
 pub(crate) fn content_hash(value: &Value) -> String {
-    let digest = Sha256::digest(canonical_json(value).as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    hex(&Sha256::digest(canonical_json(value).as_bytes()))
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 fn write_canonical(value: &Value, out: &mut String) {

@@ -32,6 +32,7 @@ use crate::core::clock::ManualClock;
 use crate::core::pg::{Raw, value_ref};
 use crate::core::schema::{SCHEMA_SQL, SCHEMA_VERSION, digest_value, quoted};
 use crate::error::Error;
+use crate::hash::hex;
 use crate::options::Options;
 use crate::store::Store;
 
@@ -697,11 +698,6 @@ fn set_sequence(
     let sql = "SELECT setval(pg_get_serial_sequence($1, $2), $3, true)";
     tx.query_one(sql, &[&quoted(table), &column, &last_value])?;
     Ok(())
-}
-
-/// Lowercase hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 fn unconvertible(plan: &TablePlan, column: &str, detail: String) -> MigrateError {

@@ -180,6 +180,5 @@ fn listen(url: &str, channel: &str) -> Result<Client> {
 /// The channel of the store in `schema`: a name of PostgreSQL's size whatever the schema's.
 fn channel_of(schema: &str) -> String {
     let digest = Sha256::digest(schema.as_bytes());
-    let hex: String = digest[..12].iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("spindle_{hex}")
+    format!("spindle_{}", crate::hash::hex(&digest[..12]))
 }

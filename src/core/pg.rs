@@ -38,16 +38,9 @@ const LOCK_SWEEP: i32 = 1_397_771_846;
 const CREATION_KEY: &str = "1397771844, hashtext(current_schema())";
 const PRESENCE_KEY: &str = "1397771845, hashtext(current_schema())";
 
-/// The newest event position of a tenant (0 for none), up to the tenant: the text both
-/// `NEWEST_POSITION` and `begin_sql` complete.
-macro_rules! newest_position_of {
-    () => {
-        "SELECT COALESCE(max(position), 0) FROM events WHERE tenant_id = "
-    };
-}
-
 /// The newest event position of tenant `?1` (0 for none).
-const NEWEST_POSITION: &str = concat!(newest_position_of!(), "?1");
+const NEWEST_POSITION: &str =
+    "SELECT COALESCE(max(position), 0) FROM main.events WHERE tenant_id = ?1";
 
 /// The keys of the advisory lock of `class` on `name` (an SQL expression) in this schema.
 fn lock_key(class: i32, name: &str) -> String {
@@ -665,8 +658,9 @@ fn begin_sql(writes: bool, tenants: &[Arc<str>]) -> String {
     for tenant in tenants {
         let tenant = quote_literal(tenant);
         let lock = lock_key(LOCK_TENANT, &tenant);
-        let newest = newest_position_of!();
-        sql.push_str(&format!("; SELECT pg_advisory_xact_lock({lock}); {newest}{tenant}"));
+        // The schema first: the tenant's name may hold `main.` itself.
+        let newest = NEWEST_POSITION.replace("main.", "").replace("?1", &tenant);
+        sql.push_str(&format!("; SELECT pg_advisory_xact_lock({lock}); {newest}"));
     }
     sql
 }

@@ -479,6 +479,43 @@ fn queue_actions_need_the_flag_a_session_its_token_this_origin_and_a_writer() {
 }
 
 #[test]
+fn queue_actions_on_a_runs_items_are_refused_and_write_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let store = Store::open(&db).expect("open");
+    let (writer, _) = store.auth().create_token("ops", spindle::Role::Writer, None).expect("t");
+    let runs = store.graphs().list(spindle::Page::first(10)).expect("runs");
+    let queue = format!("run:{}", runs[0].id);
+    let dead_of_run = |store: &Store| {
+        let page = spindle::Page::first(10);
+        store.queue().dead_letters(&queue, page).expect("dead")
+    };
+    let dead = dead_of_run(&store);
+    assert_eq!(dead.len(), 1, "the failed node's item");
+    let ui = Ui::start_with(&db, &["--allow-actions"]);
+    let mut session = Session::open(&ui);
+    let token = json!({ "token": writer.expose() }).to_string();
+    assert_eq!(session.post(&ui, "/api/session", &token).0, 200);
+    let encoded = queue.replace(':', "%3A");
+    for path in [
+        format!("/api/queues/{encoded}/dead/{}/requeue", dead[0].id),
+        format!("/api/queues/{encoded}/requeue-all"),
+        format!("/api/queues/{encoded}/purge"),
+        format!("/api/queues/{encoded}/items/{}/cancel", dead[0].id),
+    ] {
+        let (status, body) = session.post(&ui, &path, "");
+        assert_eq!(status, 409, "{path}: {body}");
+        let message = body["error"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("belong to run {}", runs[0].id)), "{body}");
+    }
+    assert_eq!(dead_of_run(&store).len(), 1, "no refused action wrote");
+    // The same actions on a queue of the application's own still work.
+    let (status, body) = session.post(&ui, "/api/queues/mail/purge", "");
+    assert_eq!((status, body), (200, json!({ "purged": 2 })));
+    store.close().expect("close");
+}
+
+#[test]
 fn with_require_token_every_read_needs_a_signed_in_session() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = filled(dir.path());

@@ -12,6 +12,7 @@ use spindle::{Event, Page, Store, Stream};
 use crate::common::{self, CliError, Location, Output, all_graphs, parse_duration_ms};
 use crate::draw;
 use crate::draw::ShowFormat;
+use crate::pipeline::owned_by_run;
 
 /// Every graph, in creation order.
 pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
@@ -233,7 +234,8 @@ fn process_status(process: &ProcessRecord) -> String {
     }
 }
 
-/// Requeues one dead item, or every dead item of a queue.
+/// Requeues one dead item, or every dead item of a queue; a run's items are refused (exit 2:
+/// they are the run's to settle, see `pipeline::owned_by_run`).
 pub fn requeue(
     store: &Store,
     id: Option<&str>,
@@ -242,10 +244,13 @@ pub fn requeue(
 ) -> Result<(), CliError> {
     let count = match (id, all) {
         (Some(id), None) => {
+            let item = store.queue().get(id)?;
+            owned_by_run(&item.queue, "requeue").map_err(CliError::Bad)?;
             store.queue().requeue(id)?;
             1
         }
         (None, Some(queue)) => {
+            owned_by_run(queue, "requeue").map_err(CliError::Bad)?;
             let mut total = 0;
             loop {
                 let requeued = store.queue().requeue_all(queue)?;
@@ -284,6 +289,7 @@ pub fn prune(store: &Store, runs: &Path, older_than: &str, out: &Output) -> Resu
         }
     }
     let runs = crate::runs::prune(store, runs, cutoff_ms)?;
+    queue_items += runs.dead_items;
     if out.json {
         out.print_json(&json!({
             "pruned": queue_items,

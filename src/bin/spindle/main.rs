@@ -162,9 +162,9 @@ enum Cmd {
         action: QueueCmd,
     },
     /// Delete completed and cancelled queue items, finished processes with their events, and
-    /// the live logs and outputs directories of finished runs, older than a duration (`7d`,
-    /// `12h`, `30m`). `--json`: `{"pruned"` (queue items), `"processes", "process_events",
-    /// "log_events", "output_dirs"}`.
+    /// the live logs, dead items and outputs directories of finished runs, older than a
+    /// duration (`7d`, `12h`, `30m`). `--json`: `{"pruned"` (queue items), `"processes",
+    /// "process_events", "log_events", "output_dirs"}`.
     Prune {
         #[arg(long)]
         older_than: String,

@@ -188,6 +188,8 @@ const EDGES_MAX: usize = 100_000;
 /// The longest graph node id: the store's id limit (256 bytes) less room for the `#firing` a
 /// run's queue item adds to it in its dedupe key.
 const ID_BYTES_MAX: usize = 240;
+/// The longest pipeline name.
+const NAME_BYTES_MAX: usize = 200;
 /// The longest command.
 const RUN_BYTES_MAX: usize = 64 * 1024;
 /// The most values a matrix may have.
@@ -215,9 +217,7 @@ pub fn parse(file: &str, text: &str) -> Result<Pipeline, BadPipeline> {
 
 /// Checks names, edges, joins, retries, environments, matrices and cycles.
 fn check(raw: RawPipeline, hash: String) -> Result<Pipeline, (Option<String>, String)> {
-    if raw.name.trim().is_empty() || raw.name.len() > 200 {
-        return Err((None, "the pipeline needs a name of 1 to 200 bytes".into()));
-    }
+    check_name(&raw.name)?;
     if raw.nodes.0.is_empty() {
         return Err((None, "the pipeline has no nodes".into()));
     }
@@ -247,6 +247,23 @@ fn check(raw: RawPipeline, hash: String) -> Result<Pipeline, (Option<String>, St
     let pipeline = Pipeline { name: raw.name, hash, nodes: steps, dir, source };
     check_plan(&pipeline)?;
     Ok(pipeline)
+}
+
+/// Checks the pipeline's name: 1 to 200 bytes, not only spaces, and no control character
+/// (NUL, escape, newline, ...): it is printed as it is (`spindle runs`, progress lines), so a
+/// shared file could otherwise move the cursor or rewrite the terminal.
+fn check_name(name: &str) -> Result<(), (Option<String>, String)> {
+    if name.trim().is_empty() || name.len() > NAME_BYTES_MAX {
+        return Err((None, format!("the pipeline needs a name of 1 to {NAME_BYTES_MAX} bytes")));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        let reason = format!(
+            "the pipeline's name holds the control character {c:?}: a name is printed as it is, \
+             so it holds none (remove it)"
+        );
+        return Err((None, reason));
+    }
+    Ok(())
 }
 
 /// Checks the graph the pipeline becomes: its size, ids used once (a matrix instance's name
@@ -363,6 +380,9 @@ fn check_node(name: &str, node: &RawNode, names: &BTreeSet<&str>) -> Result<Step
     }
     if node.run.len() > RUN_BYTES_MAX {
         return Err(format!("\"run\" is longer than {RUN_BYTES_MAX} bytes"));
+    }
+    if node.run.contains('\0') {
+        return Err("\"run\" holds NUL, which no command can: remove it".into());
     }
     if node.retries > RETRIES_MAX {
         return Err(format!("\"retries\" is at most {RETRIES_MAX}"));
@@ -676,6 +696,28 @@ pub fn run_filter() -> GraphFilter {
     }
 }
 
+/// The queue a run's nodes are dispatched through. Its items belong to the run: only the run
+/// settles them, and an action on them from outside (requeue, cancel, purge) is refused (see
+/// [`owned_by_run`]).
+pub fn run_queue(run: &str) -> String {
+    format!("{RUN_QUEUE_PREFIX}{run}")
+}
+
+/// What every run's queue name starts with.
+const RUN_QUEUE_PREFIX: &str = "run:";
+
+/// Refuses an outside action (`what`: "requeue", "cancel", ..) on the items of `queue` when
+/// it is a run's queue: a run's items carry its nodes' firings, and only the run may decide
+/// that one runs again, or not at all (at most one attempt of a node runs at any moment).
+pub fn owned_by_run(queue: &str, what: &str) -> Result<(), String> {
+    let Some(run) = queue.strip_prefix(RUN_QUEUE_PREFIX) else { return Ok(()) };
+    Err(format!(
+        "cannot {what} items of {queue}: they belong to run {run}, which alone settles them. \
+         To run its failed nodes again: spindle retry {run}; to stop a live run: Ctrl-C its \
+         runner; to drop a finished run's items: spindle prune"
+    ))
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
@@ -797,6 +839,29 @@ mod tests {
     }
 
     #[test]
+    fn a_name_with_a_control_character_is_refused_and_names_no_node() {
+        for name in ["p\0", "\u{1b}[2Jp", "line\nbreak", "tab\there", "del\u{7f}", "c1\u{9b}"] {
+            let text = json!({ "name": name, "nodes": { "a": { "run": "true" } } }).to_string();
+            let (node, message) = parse(&text).expect_err(name);
+            assert!(node.is_none(), "{name:?}: the pipeline's name, not a node's");
+            assert!(message.contains("control character"), "{name:?}: {message}");
+            assert!(!message.chars().any(char::is_control), "printed escaped: {message:?}");
+        }
+        let fine = json!({ "name": "build · 2 ✓", "nodes": { "a": { "run": "true" } } });
+        assert!(parse(&fine.to_string()).is_ok(), "other characters are fine");
+    }
+
+    #[test]
+    fn nul_in_a_command_is_refused_naming_the_node() {
+        let text = r#"{"name":"p","nodes":{"a":{"run":"true"},"b":{"run":"echo a\u0000b"}}}"#;
+        let (node, message) = parse(text).expect_err("NUL in run");
+        assert_eq!(node.as_deref(), Some("b"));
+        assert!(message.contains("NUL") && message.contains("\"run\""), "{message}");
+        let newline = r#"{"name":"p","nodes":{"a":{"run":"echo a\necho b\t"}}}"#;
+        assert!(parse(newline).is_ok(), "other control characters are a shell's to read");
+    }
+
+    #[test]
     fn env_is_the_pipelines_under_the_nodes_and_checked() {
         let pipeline = parse(
             r#"{"name":"p","env":{"A":"1","B":"2"},"nodes":{"a":{"run":"true","env":{"B":"3"},"cwd":"sub"}}}"#,
@@ -877,6 +942,17 @@ mod tests {
             let (node, message) = parse(text).expect_err(text);
             assert!(message.contains(reason), "{text}: {message}");
             assert!(node.is_some(), "{text}: the node is named");
+        }
+    }
+
+    #[test]
+    fn a_runs_queue_is_its_own_and_other_queues_are_anyones() {
+        assert_eq!(run_queue("01abc"), "run:01abc");
+        let refused = owned_by_run(&run_queue("01abc"), "cancel").expect_err("a run's queue");
+        assert!(refused.starts_with("cannot cancel items of run:01abc"), "{refused}");
+        assert!(refused.contains("spindle retry 01abc"), "{refused}");
+        for queue in ["mail", "runs", "run", "Run:x", "xrun:y"] {
+            assert_eq!(owned_by_run(queue, "requeue"), Ok(()), "{queue}");
         }
     }
 

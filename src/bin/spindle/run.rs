@@ -12,6 +12,11 @@
 //! interrupted attempt: at most one attempt of a node's command runs at any moment (see
 //! `attempt.rs`: commands die with their runner, and a new attempt first ends what is left of
 //! the last).
+//!
+//! The run's queue is its own (`pipeline::owned_by_run`): each item names the firing of its
+//! node it was made for (its dedupe key, `NODE#FIRING`), and an item of any other firing is
+//! dropped unrun, checked where the node is taken and again where the attempt is settled. A
+//! pending item cancelled from outside fails its node (`Run::follow_cancels`).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
@@ -37,7 +42,7 @@ use crate::attempt::{self, kill_group};
 use crate::common::{CliError, Output, human_duration};
 use crate::livelog::{Captured, LiveLog};
 use crate::outputs::{Outputs, output_field};
-use crate::pipeline::{Pipeline, PlanKind, Step, run_filter};
+use crate::pipeline::{Pipeline, PlanKind, Step, run_filter, run_queue};
 
 /// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
 /// killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short one). The
@@ -102,6 +107,7 @@ pub fn drive(
     install_interrupts(&run);
     let pool = start_pool(&run, jobs)?;
     let dispatcher = spawn(&run, "dispatcher", |run| run.dispatch())?;
+    let cancels = spawn(&run, "cancels", |run| run.follow_cancels())?;
     let ended = run.watch(&pool);
     run.finished.store(true, Ordering::SeqCst);
     if ended.is_err() {
@@ -110,6 +116,7 @@ pub fn drive(
     pool.stop();
     let joined = pool.join();
     dispatcher.join().map_err(|_| CliError::Internal("the dispatcher panicked".into()))?;
+    cancels.join().map_err(|_| CliError::Internal("the cancels thread panicked".into()))?;
     joined.map_err(|error| CliError::Internal(format!("the worker pool failed: {error}")))?;
     let ended = ended?;
     if let Some(error) = run.failure.lock().take() {
@@ -242,7 +249,7 @@ struct Run {
 
 impl Run {
     fn new(store: Store, graph: String, pipeline: Pipeline, outputs: Outputs, out: Output) -> Self {
-        let queue = format!("run:{graph}");
+        let queue = run_queue(&graph);
         let plan = pipeline.plan();
         let terminal = std::io::stderr().is_terminal() && !out.quiet;
         let bar = terminal.then(|| new_bar(plan.nodes.len()));
@@ -344,6 +351,65 @@ impl Run {
         Ok(())
     }
 
+    /// Follows the run's queue for its items cancelled from outside the run (through the
+    /// library: the command and the dashboard refuse it, see `pipeline::owned_by_run`), from
+    /// now on: the node a cancelled item was to run, still waiting for it at that firing, fails
+    /// as a whole, so the run goes on by its error edges instead of waiting for an item that
+    /// will never come. (An item cancelled while no runner drives the run is enqueued afresh
+    /// when the run resumes: its node is ready again.)
+    fn follow_cancels(&self) -> Result<(), CliError> {
+        let stream = Stream::queue(&self.queue);
+        let head = self.store.events().head(&stream)?;
+        let mut events = self.store.subscribe(stream, head)?;
+        while !self.finished.load(Ordering::SeqCst) {
+            let Some(event) = events.recv_timeout(Duration::from_millis(200))? else { continue };
+            if event.event_type != "cancelled" {
+                continue;
+            }
+            let entries = event.payload["items"].as_array().into_iter().flatten();
+            for id in entries.filter_map(|entry| entry["id"].as_str()) {
+                self.fail_cancelled(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails the node of the cancelled item `id` if it still waits for that item: at the
+    /// item's firing, ready or running (a running node with a pending item runs no attempt),
+    /// in a graph that runs, the item still cancelled; all in one transaction.
+    fn fail_cancelled(&self, id: &str) -> Result<(), CliError> {
+        let item = match self.store.queue().get(id) {
+            Ok(item) => item,
+            Err(spindle::Error::NotFound { .. }) => return Ok(()),
+            Err(error) => return Err(error.into()),
+        };
+        let (Some(node), Some(firing)) = (item.node_id.clone(), firing_of(&item)) else {
+            return Ok(());
+        };
+        let attempt = Try::of_item(&item).attempt();
+        let (graph, id) = (self.graph.clone(), id.to_owned());
+        let failed = self.store.transaction(move |tx| {
+            let running = tx.exec(spindle::graph::Get { graph: graph.clone() })?.status;
+            let state = tx.exec(GetNode { graph: graph.clone(), node: node.clone() })?;
+            let item = tx.exec(spindle::queue::Get { id: id.clone() })?;
+            let waiting = matches!(state.status, NodeStatus::Ready | NodeStatus::Running)
+                && state.fires == firing
+                && running == GraphStatus::Running
+                && item.status == spindle::ItemStatus::Cancelled;
+            if !waiting {
+                return Ok(TxOutcome::Commit(None));
+            }
+            let what = format!("cancelled: its queue item {id} was cancelled before it ran");
+            let error = failure(attempt, &what, "");
+            tx.exec(spindle::graph::FailNode { graph, node: node.clone(), error })?;
+            Ok(TxOutcome::Commit(Some(node)))
+        })?;
+        if let Some(node) = failed {
+            self.report(&format!("FAILED {node} (its queue item was cancelled)"));
+        }
+        Ok(())
+    }
+
     /// The pool's handler: runs the item's node and settles the item itself, under its fence.
     /// An error or a panic ends the run (the item is then left to its lease).
     fn handle(&self, job: &Job) -> spindle::queue::Outcome {
@@ -365,23 +431,32 @@ impl Run {
         }
         let claimed = job.claimed();
         let name = claimed.item.payload["node"].as_str().unwrap_or_default().to_owned();
-        let Some(task) = self.task(&name) else {
+        let (Some(task), Some(firing)) = (self.task(&name), firing_of(&claimed.item)) else {
             return self.drop_item(claimed);
         };
         if !attempt::end_previous(&claimed.item.payload) {
             self.report(&format!("wait   {name} (its last attempt is still stopping)"));
             return self.release(claimed);
         }
-        if !self.start(&name)? {
-            return self.drop_item(claimed);
+        match self.take_node(&name, firing)? {
+            Taken::Run => {}
+            Taken::Finished => return self.drop_item(claimed),
+            Taken::Stale(now) => {
+                self.report(&format!(
+                    "drop   {name} (an item of its firing {firing}, not of its firing {now}: \
+                     never run)"
+                ));
+                return self.drop_item(claimed);
+            }
         }
         self.running.lock().insert(name.clone(), Instant::now());
         let attempt = Try::of(claimed).attempt();
+        let ours = Ours { task: &task, attempt, firing };
         let result = self.execute(&task, job, attempt).and_then(|exit| match exit {
             Exit::LeaseLost => Ok(()),
             Exit::Abandoned => self.release(claimed),
-            Exit::Success(tail) => self.succeed(claimed, &task, attempt, tail),
-            Exit::Failure(error) => self.failed(claimed, &task, attempt, error),
+            Exit::Success(tail) => self.succeed(claimed, &ours, tail),
+            Exit::Failure(error) => self.failed(claimed, &ours, error),
         });
         self.running.lock().remove(&name);
         result
@@ -422,18 +497,29 @@ impl Run {
         task.step.cwd.as_ref().map(|cwd| self.pipeline.dir.join(cwd))
     }
 
-    /// Starts a ready node; true if it is now running (also when a retry finds it running
-    /// already), false if it needs no run (finished, or its graph ended).
-    fn start(&self, name: &str) -> Result<bool, CliError> {
-        match self.store.graphs().start_node(&self.graph, name) {
-            Ok(()) => Ok(true),
-            Err(spindle::Error::Conflict(_)) => {
-                let node = self.store.graphs().node(&self.graph, name)?;
-                let graph = self.store.graphs().get(&self.graph)?;
-                Ok(node.status == NodeStatus::Running && graph.status == GraphStatus::Running)
-            }
-            Err(error) => Err(error.into()),
-        }
+    /// Takes node `name` for an item of its firing `firing`, in one transaction: a ready node
+    /// of that firing is started; a running one of that firing is the item's already (the
+    /// firing's next try, or a claim again after a lease lapsed: one live item per firing, the
+    /// dedupe key). An item of another firing is stale (requeued from an earlier round's dead
+    /// letters, say): it never runs, whatever the node's status.
+    fn take_node(&self, name: &str, firing: u32) -> Result<Taken, CliError> {
+        let (graph, node) = (self.graph.clone(), name.to_owned());
+        let taken = self.store.transaction(move |tx| {
+            let state = tx.exec(GetNode { graph: graph.clone(), node: node.clone() })?;
+            let status = tx.exec(spindle::graph::Get { graph: graph.clone() })?.status;
+            let taken = match state.status {
+                _ if state.fires != firing => Taken::Stale(state.fires),
+                _ if status != GraphStatus::Running => Taken::Finished,
+                NodeStatus::Ready => {
+                    tx.exec(StartNode { graph, node })?;
+                    Taken::Run
+                }
+                NodeStatus::Running => Taken::Run,
+                _ => Taken::Finished,
+            };
+            Ok(TxOutcome::Commit(taken))
+        })?;
+        Ok(taken)
     }
 
     /// Completes an item whose node no longer needs running (finished, or its run ended).
@@ -582,14 +668,15 @@ impl Run {
 
     /// Completes the item and the node in one transaction, then writes the node's outputs
     /// file.
-    fn succeed(&self, job: &Claimed, task: &Task, attempt: u32, tail: String) -> Handled {
+    fn succeed(&self, job: &Claimed, ours: &Ours<'_>, tail: String) -> Handled {
         let text = tail.clone();
+        let Ours { task, attempt, firing } = *ours;
         let output = NodeOutput::ok(json!({ "attempt": attempt, "output": tail }));
         let (graph, node) = (self.graph.clone(), task.id.clone());
         let (id, fence) = (job.item.id.clone(), job.fence);
         let done = self.store.transaction(move |tx| {
             tx.exec(Complete { id, fence, result: json!({ "ok": true }) })?;
-            started_again(tx, &graph, &node)?;
+            still_ours(tx, &graph, &node, firing)?;
             tx.exec(spindle::graph::CompleteNode { graph, node, output: Some(output) })?;
             Ok(TxOutcome::Commit(()))
         });
@@ -598,27 +685,28 @@ impl Run {
         if committed { self.outputs.write(&task.id, &text) } else { Ok(()) }
     }
 
-    /// Queues the next try after a backoff, closing this item in the same transaction; or,
-    /// with the retries spent, fails the item and the node in one transaction.
-    fn failed(&self, job: &Claimed, task: &Task, attempt: u32, error: String) -> Handled {
+    /// Queues the next try of the same firing after a backoff, closing this item in the same
+    /// transaction; or, with the retries spent, fails the item and the node in one transaction.
+    fn failed(&self, job: &Claimed, ours: &Ours<'_>, error: String) -> Handled {
+        let Ours { task, attempt, firing } = *ours;
         let (id, fence) = (job.item.id.clone(), job.fence);
+        let (graph, node) = (self.graph.clone(), task.id.clone());
         let this = Try::of(job);
         if this.of_firing <= task.step.retries {
-            let fires = self.store.graphs().node(&self.graph, &task.id)?.fires;
-            let next = new_item(&self.queue, &self.graph, &task.id, fires, this.next());
+            let next = new_item(&self.queue, &self.graph, &task.id, firing, this.next());
             let delay_ms = Backoff { base_ms: 1_000, max_ms: 30_000 }.delay_ms(attempt);
             let done = self.store.transaction(move |tx| {
                 tx.exec(Complete { id, fence, result: json!({ "failed": error }) })?;
+                still_ours(tx, &graph, &node, firing)?;
                 let item = next.run_at_ms(tx.now_ms().saturating_add(delay_ms));
                 tx.exec(Enqueue { item })?;
                 Ok(TxOutcome::Commit(()))
             });
             return self.settled(done, job, &format!("retry  {} (attempt {attempt})", task.id));
         }
-        let (graph, node) = (self.graph.clone(), task.id.clone());
         let done = self.store.transaction(move |tx| {
             tx.exec(Fail { id, fence, error: error.clone(), retryable: false })?;
-            started_again(tx, &graph, &node)?;
+            still_ours(tx, &graph, &node, firing)?;
             tx.exec(spindle::graph::FailNode { graph, node, error })?;
             Ok(TxOutcome::Commit(()))
         });
@@ -782,8 +870,13 @@ impl Try {
 
     /// The try a claimed item carries.
     fn of(job: &Claimed) -> Self {
+        Self::of_item(&job.item)
+    }
+
+    /// The try an item carries.
+    fn of_item(item: &spindle::QueueItem) -> Self {
         let field = |name: &str| {
-            let value = job.item.payload[name].as_u64().unwrap_or(0);
+            let value = item.payload[name].as_u64().unwrap_or(0);
             u32::try_from(value).unwrap_or(u32::MAX)
         };
         Try { of_firing: field("try").max(1), before: field("before") }
@@ -815,16 +908,48 @@ fn scatter_now(
     Ok(())
 }
 
-/// Starts `node` again if a recovery set it back to ready while this worker ran it (another
-/// runner opened the store meanwhile and recovered the run): the item's holder still decides
-/// how the node ended.
-fn started_again(tx: &mut Tx<'_>, graph: &str, node: &str) -> spindle::Result<()> {
+/// Checks, in the transaction that settles an attempt, that `node` is still at the firing
+/// `firing` the attempt ran for (`Conflict` otherwise: the item is then dropped, and the
+/// node's newer firing decides), and starts it again if a recovery set it back to ready while
+/// this worker ran it (a runner that opened the store alone recovered the run): the item's
+/// holder still decides how the node ended.
+fn still_ours(tx: &mut Tx<'_>, graph: &str, node: &str, firing: u32) -> spindle::Result<()> {
     let (graph, node) = (graph.to_owned(), node.to_owned());
     let state = tx.exec(GetNode { graph: graph.clone(), node: node.clone() })?;
+    if state.fires != firing {
+        return Err(spindle::Error::Conflict(format!(
+            "node {node} is at its firing {}, not {firing}",
+            state.fires
+        )));
+    }
     if state.status == NodeStatus::Ready {
         tx.exec(StartNode { graph, node })?;
     }
     Ok(())
+}
+
+/// The firing of its node an item was enqueued for: its dedupe key is `NODE#FIRING` (see
+/// [`new_item`]). `None` for an item the run did not make.
+fn firing_of(item: &spindle::QueueItem) -> Option<u32> {
+    item.dedupe_key.as_deref()?.rsplit_once('#')?.1.parse().ok()
+}
+
+/// Whether a claimed item's node is its to run.
+enum Taken {
+    /// The node is at the item's firing, ready (now started) or running: run it.
+    Run,
+    /// The node finished, or its graph ended: nothing to run.
+    Finished,
+    /// The node is at another firing (this one): the item is stale.
+    Stale(u32),
+}
+
+/// The attempt a handler runs: the task, the attempt's number, the node's firing.
+#[derive(Clone, Copy)]
+struct Ours<'a> {
+    task: &'a Task,
+    attempt: u32,
+    firing: u32,
 }
 
 /// What a handler's step returns.

@@ -77,10 +77,14 @@ pub struct Pruned {
     pub log_events: u64,
     /// Outputs directories.
     pub output_dirs: u64,
+    /// Dead items of their queues (a finished run's failed attempts; nothing runs them again:
+    /// a retry enqueues afresh).
+    pub dead_items: u64,
 }
 
-/// Removes the live logs and outputs directories (under `runs`, the runs directory) of runs
-/// that finished before `cutoff_ms` (the runs themselves, and what their nodes kept, stay).
+/// Removes the live logs, the dead queue items and the outputs directories (under `runs`, the
+/// runs directory) of runs that finished before `cutoff_ms` (the runs themselves, and what
+/// their nodes kept, stay).
 pub fn prune(store: &Store, runs: &Path, cutoff_ms: i64) -> Result<Pruned, CliError> {
     let mut pruned = Pruned::default();
     for run in all_runs(store)? {
@@ -89,6 +93,14 @@ pub fn prune(store: &Store, runs: &Path, cutoff_ms: i64) -> Result<Pruned, CliEr
         }
         pruned.log_events += livelog::delete(store, &run.id)?;
         pruned.output_dirs += u64::from(Outputs::remove(runs, &run.id)?);
+        let queue = pipeline::run_queue(&run.id);
+        loop {
+            let purged = store.queue().purge_dead(&queue)?;
+            pruned.dead_items += purged;
+            if purged == 0 {
+                break;
+            }
+        }
     }
     Ok(pruned)
 }

@@ -10,6 +10,7 @@
 use serde_json::{Value, json};
 use spindle::{Access, Store};
 
+use crate::pipeline::owned_by_run;
 use crate::ui_api::{Reply, segments, store_error};
 use crate::ui_state::{Head, Session, Sessions, SignedIn, Ui};
 
@@ -93,6 +94,8 @@ impl Action {
 
     fn run(self, store: &Store) -> Result<Reply, Reply> {
         let queue = store.queue();
+        let (name, what) = self.target();
+        owned_by_run(name, what).map_err(|message| Reply::error(409, message))?;
         let body = match self {
             Action::Requeue(name, id) => {
                 in_queue(store, &name, &id)?;
@@ -110,6 +113,15 @@ impl Action {
             }
         };
         Ok(Reply::ok(body))
+    }
+
+    /// The queue the action is on, and what it does to its items.
+    fn target(&self) -> (&str, &'static str) {
+        match self {
+            Action::Requeue(queue, _) | Action::RequeueAll(queue) => (queue, "requeue"),
+            Action::Purge(queue) => (queue, "purge"),
+            Action::Cancel(queue, _) => (queue, "cancel"),
+        }
     }
 }
 

@@ -284,3 +284,97 @@ fn bad_input_for_each_feature_exits_2_naming_it_and_writes_nothing() {
     let output = s.spindle(&["graph", "show", "x", "--format", "png"]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
 }
+
+/// `spindle run [--dry-run] PATH`, killed if it takes more than 20 s, under a 4 GiB address
+/// space (a read without limit fails there rather than exit 2).
+fn run_bounded(s: &Scratch, path: &Path, dry_run: bool) -> std::process::Output {
+    let mut command = std::process::Command::new("sh");
+    command.args(["-c", "ulimit -v 4194304; exec \"$@\"", "sh", cli_common::BIN]);
+    command.arg("--db").arg(s.db()).arg("run").args(dry_run.then_some("--dry-run")).arg(path);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+    let mut child = command.spawn().expect("start spindle");
+    let began = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if began.elapsed() > Duration::from_secs(20) {
+            child.kill().expect("kill");
+            panic!("spindle run {} did not end within 20 s", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("its output")
+}
+
+/// The store's bytes (file and WAL; empty when missing).
+fn store_bytes(s: &Scratch) -> (Vec<u8>, Vec<u8>) {
+    let read = |name: &str| std::fs::read(s.path(name)).unwrap_or_default();
+    (read("spindle.db"), read("spindle.db-wal"))
+}
+
+/// Each of `cases` (a path and what its one-line error says) exits 2 at once, with and
+/// without `--dry-run`, and leaves the store as it was.
+fn refused_at_once(s: &Scratch, cases: &[(PathBuf, &str)]) {
+    let before = store_bytes(s);
+    for (path, reason) in cases {
+        for dry_run in [true, false] {
+            let output = run_bounded(s, path, dry_run);
+            let stderr = text(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{}: {output:?}", path.display());
+            let name = path.file_name().and_then(|n| n.to_str()).expect("a name");
+            assert!(stderr.contains(name) && stderr.contains(reason), "{reason:?}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+            assert!(!stderr.contains('\u{1b}') && !stderr.contains('\0'), "{stderr:?}");
+        }
+    }
+    assert!(store_bytes(s) == before, "the store is as it was (or still missing)");
+}
+
+#[test]
+fn hostile_pipeline_paths_are_refused_at_once_without_being_read() {
+    let s = Scratch::new();
+    let zero = s.path("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("a symlink to /dev/zero");
+    let fifo = s.path("fifo.json");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo");
+    let dir = s.path("x.json");
+    std::fs::create_dir(&dir).expect("a directory named x.json");
+    let good = r#"{"name":"p","nodes":{"a":{"run":"true"}}}"#;
+    // Valid JSON past the cap: only its size is wrong.
+    let big = s.write("big.json", &format!("{good}{}", " ".repeat(16 * 1024 * 1024)));
+    let cases = [
+        (zero, "a character device, not a regular file"),
+        (fifo, "a FIFO, not a regular file"),
+        (dir, "a directory, not a regular file"),
+        (big, "larger than 16 MiB"),
+    ];
+    refused_at_once(&s, &cases);
+    assert!(!s.db().exists(), "no store was created");
+    let link = s.path("link.json");
+    std::os::unix::fs::symlink(s.write("good.json", good), &link).expect("a symlink");
+    let output = s.run(&link);
+    assert_eq!(output.status.code(), Some(0), "a symlink to a regular file runs: {output:?}");
+    refused_at_once(&s, &cases);
+}
+
+#[test]
+fn nul_in_a_command_and_control_characters_in_the_name_exit_2_before_the_store_opens() {
+    let s = Scratch::new();
+    let nul = s.write(
+        "nul.json",
+        r#"{"name":"p","nodes":{"a":{"run":"true"},"bad":{"run":"echo a\u0000b"}}}"#,
+    );
+    let escape = s.write("escape.json", r#"{"name":"p\u001b[2J","nodes":{"a":{"run":"true"}}}"#);
+    let newline = s.write("newline.toml", "name = \"a\\nb\"\n[nodes.a]\nrun = \"true\"\n");
+    let cases = [
+        (nul, "node \"bad\": \"run\" holds NUL"),
+        (escape, "control character '\\u{1b}'"),
+        (newline, "control character '\\n'"),
+    ];
+    refused_at_once(&s, &cases);
+    assert!(!s.db().exists(), "no store was created");
+    assert_eq!(
+        s.run(&s.write("good.json", r#"{"name":"p","nodes":{"a":{"run":"true"}}}"#)).status.code(),
+        Some(0)
+    );
+    refused_at_once(&s, &cases);
+}

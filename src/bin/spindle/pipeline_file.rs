@@ -2,6 +2,10 @@
 //! JSON (tables in file order) and then checked by the same code, with the same errors. Kept
 //! apart from `pipeline.rs`, which the fuzz harness includes without the `toml` crate.
 //!
+//! A pipeline is read only from a regular file (a symlink to one is followed), of at most
+//! [`FILE_BYTES_MAX`]: a FIFO, a device (`/dev/zero`) or a directory is refused before a byte
+//! of it is read, and a file that grows while it is read stops at the cap.
+//!
 //! ```toml
 //! name = "build"
 //! env = { CC = "clang" }
@@ -15,12 +19,19 @@
 //! after = ["compile"]
 //! ```
 
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::pipeline::{self, BadPipeline, Pipeline};
 
 /// The extensions a pipeline file may have.
 const EXTENSIONS: &str = ".json or .toml";
+
+/// The largest pipeline file read (16 MiB). A pipeline is bounded anyway (10,000 nodes,
+/// commands of 64 KiB); this bounds what reading one costs before it is checked.
+pub const FILE_BYTES_MAX: u64 = 16 * 1024 * 1024;
 
 /// Reads and checks the pipeline file at `path`, as its extension says.
 pub fn read(path: &Path) -> Result<Pipeline, BadPipeline> {
@@ -35,11 +46,74 @@ pub fn read(path: &Path) -> Result<Pipeline, BadPipeline> {
             )));
         }
     };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+    let text = read_text(path).map_err(bad)?;
     let json = if toml { toml_to_json(&text).map_err(bad)? } else { text };
     let mut pipeline = pipeline::parse(&file, &json)?;
     pipeline.dir = path.parent().map_or_else(PathBuf::new, Path::to_path_buf);
     Ok(pipeline)
+}
+
+/// The text of the regular file at `path`, at most [`FILE_BYTES_MAX`] bytes of UTF-8. The
+/// file's type is checked before it is opened (opening some devices acts) and again on what
+/// was opened (the path may have changed meanwhile), which is opened without waiting (a FIFO
+/// would wait for a writer).
+fn read_text(path: &Path) -> Result<String, String> {
+    let cannot = |error: std::io::Error| format!("cannot read: {error}");
+    check_regular(&std::fs::metadata(path).map_err(cannot)?)?;
+    let mut options = OpenOptions::new();
+    options.read(true).custom_flags(nix::libc::O_NONBLOCK);
+    let file = options.open(path).map_err(cannot)?;
+    check_regular(&file.metadata().map_err(cannot)?)?;
+    let bytes = read_capped(file).map_err(cannot)?;
+    if bytes.len() as u64 > FILE_BYTES_MAX {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes).map_err(|_| "cannot read: it is not UTF-8 text".to_owned())
+}
+
+/// Refuses what is not a regular file, and a file past [`FILE_BYTES_MAX`].
+fn check_regular(metadata: &Metadata) -> Result<(), String> {
+    if !metadata.is_file() {
+        return Err(format!(
+            "it is {}, not a regular file: a pipeline is read from a regular file (or a symlink to one)",
+            file_kind(metadata)
+        ));
+    }
+    if metadata.len() > FILE_BYTES_MAX {
+        return Err(too_large());
+    }
+    Ok(())
+}
+
+/// At most one byte more than [`FILE_BYTES_MAX`] of `file`: a file that grows while it is read
+/// is caught by its length.
+fn read_capped(file: File) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    file.take(FILE_BYTES_MAX + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Why a file past [`FILE_BYTES_MAX`] is refused.
+fn too_large() -> String {
+    format!("it is larger than {} MiB, more than any pipeline needs", FILE_BYTES_MAX >> 20)
+}
+
+/// What a file that is not a regular one is, for an error.
+fn file_kind(metadata: &Metadata) -> &'static str {
+    let kind = metadata.file_type();
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "something else"
+    }
 }
 
 /// The JSON text of a TOML document, its tables' keys in file order; a syntax error is one
@@ -97,6 +171,35 @@ mod tests {
         assert_eq!(names, ["zeta", "alpha"]);
         let again = pipeline::parse("p.toml", &toml_to_json(text).expect("good")).expect("good");
         assert_eq!(pipeline.hash, again.hash, "the same content, the same hash");
+    }
+
+    #[test]
+    fn only_a_regular_file_within_the_cap_is_read() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let good = dir.path().join("good.json");
+        std::fs::write(&good, r#"{"name":"p","nodes":{"a":{"run":"true"}}}"#).expect("write");
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&good, &link).expect("a symlink");
+        assert!(read(&link).is_ok(), "a symlink to a regular file is read");
+        let zero = dir.path().join("zero.json");
+        std::os::unix::fs::symlink("/dev/zero", &zero).expect("a symlink");
+        let error = read(&zero).expect_err("a device").to_string();
+        assert!(error.contains("a character device, not a regular file"), "{error}");
+        let sub = dir.path().join("x.json");
+        std::fs::create_dir(&sub).expect("a directory");
+        let error = read(&sub).expect_err("a directory").to_string();
+        assert!(error.contains("a directory, not a regular file"), "{error}");
+        let big = dir.path().join("big.json");
+        let file = File::create(&big).expect("create");
+        file.set_len(FILE_BYTES_MAX + 1).expect("a sparse file past the cap");
+        let error = read(&big).expect_err("too large").to_string();
+        assert!(error.contains("larger than 16 MiB"), "{error}");
+    }
+
+    #[test]
+    fn a_file_read_stops_one_byte_past_the_cap() {
+        let bytes = read_capped(File::open("/dev/zero").expect("/dev/zero")).expect("read");
+        assert_eq!(bytes.len() as u64, FILE_BYTES_MAX + 1);
     }
 
     #[test]

@@ -438,3 +438,131 @@ fn two_retries_started_together_share_the_run_and_run_the_failed_node_once() {
     assert_eq!(s.lines(), ["test", "test"], "once failed, once retried: never twice at once");
     assert_eq!(s.runs(&[])[0]["status"], "complete");
 }
+
+/// Every live log event of the store's default tenant (streams `custom:log:*`), read with the
+/// library.
+fn log_events(s: &Scratch) -> Vec<spindle::Event> {
+    let store = spindle::Store::open(s.db()).expect("open the store");
+    let mut events = Vec::new();
+    loop {
+        let after = events.last().map_or(0, |event: &spindle::Event| event.position);
+        let page = store.events().read_all(after, 1000).expect("read");
+        if page.is_empty() {
+            break;
+        }
+        events.extend(page);
+    }
+    store.close().expect("close");
+    events.retain(|event| {
+        event.stream.kind() == spindle::StreamKind::Custom && event.stream.id().starts_with("log:")
+    });
+    events
+}
+
+#[test]
+fn each_node_logs_to_a_stream_of_its_own_and_prune_removes_them_all() {
+    let s = Scratch::new();
+    let long = "n".repeat(200);
+    let pipeline = s.pipeline(
+        "streams",
+        json!({ "a": { "run": "echo from-a" }, long.as_str(): { "run": "echo from-long" } }),
+    );
+    assert_eq!(s.run(&pipeline).status.code(), Some(0));
+    let run = s.runs(&[])[0]["run"].as_str().expect("id").to_owned();
+    let events = log_events(&s);
+    let streams: std::collections::BTreeSet<&str> =
+        events.iter().map(|event| event.stream.id()).collect();
+    assert_eq!(streams.len(), 3, "the run's index and a stream per node: {streams:?}");
+    assert!(streams.contains(format!("log:{run}:a").as_str()), "{streams:?}");
+    assert!(streams.iter().all(|id| id.len() <= 256), "within the id limit: {streams:?}");
+    let index: Vec<&spindle::Event> =
+        events.iter().filter(|e| e.stream.id() == format!("log:{run}")).collect();
+    assert!(index.iter().all(|e| e.payload.get("text").is_none()), "no output in the index");
+    let long_log = stdout(&s.spindle(&["logs", "streams", &long]));
+    assert!(long_log.contains("from-long") && !long_log.contains("from-a"), "{long_log}");
+    let pruned = s.spindle(&["prune", "--older-than", "0s", "--json"]);
+    let report: Value = serde_json::from_slice(&pruned.stdout).expect("prune --json");
+    assert_eq!(report["log_events"].as_u64(), Some(events.len() as u64), "{report}");
+    assert!(log_events(&s).is_empty(), "every live log stream is emptied");
+}
+
+#[test]
+fn a_run_logged_in_the_old_run_wide_stream_still_shows_its_logs() {
+    let s = Scratch::new();
+    let pipeline = s.pipeline("old", json!({ "a": { "run": "true" }, "b": { "run": "true" } }));
+    assert_eq!(s.run(&pipeline).status.code(), Some(0));
+    assert_eq!(s.spindle(&["prune", "--older-than", "0s"]).status.code(), Some(0));
+    let run = s.runs(&[])[0]["run"].as_str().expect("id").to_owned();
+    // As an older Spindle wrote it: every node's events in custom:log:RUN.
+    let store = spindle::Store::open(s.db()).expect("open the store");
+    let stream = spindle::Stream::custom(format!("log:{run}"));
+    for (event_type, payload) in [
+        ("output", json!({ "node": "a", "attempt": 1, "text": "old a line\n" })),
+        ("output", json!({ "node": "b", "attempt": 1, "text": "old b line\n" })),
+        ("ended", json!({ "node": "b", "attempt": 1, "how": "exit 0" })),
+        ("ended", json!({ "node": "a", "attempt": 1, "how": "exit 3" })),
+    ] {
+        store.events().append(&stream, event_type, payload).expect("append");
+    }
+    store.close().expect("close");
+    let a = stdout(&s.spindle(&["logs", "old", "a"]));
+    assert_eq!(a, "== a (attempt 1): exit 3\nold a line\n");
+    let all = stdout(&s.spindle(&["logs", "old"]));
+    assert_eq!(
+        all,
+        "b | == attempt 1: exit 0\nb | old b line\na | == attempt 1: exit 3\na | old a line\n"
+    );
+    let followed = stdout(&s.spindle(&["logs", "old", "--follow"]));
+    assert_eq!(
+        followed,
+        "a | old a line\nb | old b line\nb | == attempt 1: exit 0\na | == attempt 1: exit 3\n"
+    );
+    let one = stdout(&s.spindle(&["logs", "old", "b", "--follow"]));
+    assert_eq!(one, "old b line\n== b (attempt 1): exit 0\n");
+}
+
+#[test]
+fn logs_follow_of_one_node_prints_only_its_output_while_others_run() {
+    let s = Scratch::new();
+    let release = s.path("release");
+    let wait = format!("while ! test -e '{}'; do sleep 0.05; done", release.display());
+    let pipeline = s.pipeline(
+        "pair",
+        json!({
+            "a": { "run": format!("echo a-first; {wait}; echo a-last") },
+            "b": { "run": format!("echo b-first; {wait}; echo b-last") },
+        }),
+    );
+    let mut runner = s.command_with(&["run", pipeline.to_str().expect("path")]);
+    let mut runner = runner.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run");
+    let begun = std::time::Instant::now();
+    while !s.spindle(&["runs"]).status.success() || s.runs(&[]).is_empty() {
+        assert!(begun.elapsed().as_secs() < 60, "the run never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let follow = |args: &[&str]| {
+        let mut follower = s.command_with(args).stdout(Stdio::piped()).spawn().expect("follow");
+        let lines = BufReader::new(follower.stdout.take().expect("stdout")).lines();
+        (follower, lines.map(|line| line.expect("utf-8")))
+    };
+    let (mut one, mut one_lines) = follow(&["logs", "pair", "b", "--follow"]);
+    let (mut all, mut all_lines) = follow(&["logs", "pair", "--follow"]);
+    assert_eq!(one_lines.next().as_deref(), Some("b-first"), "while b runs");
+    let mut firsts = [all_lines.next(), all_lines.next()].map(Option::unwrap_or_default);
+    firsts.sort();
+    assert_eq!(firsts, ["a | a-first", "b | b-first"], "both nodes' streams, while they run");
+    std::fs::write(&release, "").expect("release the commands");
+    let (one_rest, all_rest): (Vec<String>, Vec<String>) =
+        (one_lines.collect(), all_lines.collect());
+    assert_eq!(runner.wait().expect("runner").code(), Some(0));
+    assert_eq!(one.wait().expect("follower").code(), Some(0), "ends with the run");
+    assert_eq!(all.wait().expect("follower").code(), Some(0), "ends with the run");
+    assert_eq!(one_rest, ["b-last", "== b (attempt 1): exit 0"], "only b's output");
+    for node in ["a", "b"] {
+        let at = |line: String| all_rest.iter().position(|l| *l == line);
+        let (last, header) =
+            (at(format!("{node} | {node}-last")), at(format!("{node} | == attempt 1: exit 0")));
+        assert!(last.is_some() && last < header, "{node}'s last line, then its end: {all_rest:?}");
+    }
+    assert_eq!(all_rest.len(), 4, "{all_rest:?}");
+}

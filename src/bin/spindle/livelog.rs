@@ -1,20 +1,35 @@
 //! A run's live log: what its commands print, streamed into the store while they run, so that
 //! `spindle logs --follow` (in any process) shows it as it comes.
 //!
-//! The stream is `custom:log:RUN`. Each attempt of a node appends `output` events (`node`,
-//! `attempt`, `text`: the output since the last one, stdout and stderr together) about four
-//! times a second while it prints, then one `ended` event (`node`, `attempt`, `how`: `exit 0`,
-//! `exit 2`, `timed out after 5 s`, ..). An attempt streams at most `LIVE_BYTES_MAX`; past it a
-//! last line says so, and the node still keeps the last 64 KiB (`TAIL_BYTES`) of all of it.
-//! `spindle prune` deletes the live logs of runs that finished before its cutoff (`delete`).
+//! Each node's attempts go to a stream of the node's own, `custom:log:RUN:NODE` ([`node_stream`];
+//! a name past the store's id limit keeps a prefix of the node's name and a digest of it). An
+//! attempt appends `output` events (`node`, `attempt`, `text`: the output since the last one,
+//! stdout and stderr together) about four times a second while it prints, then one `ended`
+//! event (`node`, `attempt`, `how`: `exit 0`, `exit 2`, `timed out after 5 s`, ..). An attempt
+//! streams at most `LIVE_BYTES_MAX`; past it a last line says so, and the node still keeps the
+//! last 64 KiB (`TAIL_BYTES`) of all of it.
+//!
+//! The run's stream `custom:log:RUN` ([`stream`]) is the index of those, in the order things
+//! happened: `started` (`node`, `attempt`, `after`: the node stream's last seq before the
+//! attempt's first event), appended before the attempt's first event, and `ended` (`node`,
+//! `attempt`, `how`, `after`, `seq`: its `ended` event's seq in the node's stream), appended
+//! after it. So one node's log is read from its stream alone, and the whole run's an attempt at
+//! a time through the index (`logs.rs`).
+//!
+//! Runs logged before there were node streams hold every node's `output` and `ended` events in
+//! the run's stream itself (such an `ended` has no `after`); the readers take those too, also
+//! in a run begun before and resumed after. `spindle prune` deletes a run's stream and the
+//! streams its `started` events name ([`delete`]).
 
 use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use serde_json::json;
-use spindle::{Store, Stream};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use spindle::{Limits, Store, Stream};
 
 /// The most output a node keeps: the end of what its last attempt printed.
 pub const TAIL_BYTES: usize = 64 * 1024;
@@ -25,20 +40,63 @@ pub const LIVE_BYTES_MAX: usize = 1024 * 1024;
 const EVENT_BYTES_MAX: usize = 64 * 1024;
 /// How often a running command's new output is streamed.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
+/// The most of a node's name a shortened node stream name keeps.
+const NODE_PREFIX_BYTES: usize = 160;
+/// Events read at once from a stream that may hold `output` events (at most 64 KiB of text
+/// each): what reading a log holds in memory at a time.
+pub const PAGE_EVENTS: usize = 16;
 
-/// The live log stream of `run`.
+/// The live log stream of `run`: the index of its attempts (of a run logged before node
+/// streams, the whole log).
 pub fn stream(run: &str) -> Stream {
     Stream::custom(format!("log:{run}"))
 }
 
-/// Deletes the live log of `run`; returns how many events went.
+/// The stream of `node`'s attempts in `run`: `log:RUN:NODE`, or, when that would pass the
+/// store's id limit, `log:RUN:` with the node name's first bytes, `~` and 16 hex digits of its
+/// SHA-256. Two names may share a stream only by that digest's prefix colliding, and the
+/// readers check each event's `node` anyway.
+pub fn node_stream(run: &str, node: &str) -> Stream {
+    let name = format!("log:{run}:{node}");
+    let limit = Limits::default().id_len_max;
+    if name.len() <= limit {
+        return Stream::custom(name);
+    }
+    let head = format!("log:{run}:");
+    let digest: String =
+        Sha256::digest(node.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let room = limit.saturating_sub(head.len() + 1 + digest.len()).min(NODE_PREFIX_BYTES);
+    let cut = (0..=room).rev().find(|&i| node.is_char_boundary(i)).unwrap_or(0);
+    Stream::custom(format!("{head}{}~{digest}", &node[..cut]))
+}
+
+/// Deletes the live log of `run`: its index (or old-layout log) and every node stream the index
+/// names; returns how many events went.
 pub fn delete(store: &Store, run: &str) -> spindle::Result<u64> {
-    let stream = stream(run);
-    let head = store.events().head(&stream)?;
+    let index = stream(run);
+    let mut nodes = BTreeSet::new();
+    let mut after = 0;
+    loop {
+        let page = store.events().read(&index, after, PAGE_EVENTS * 4)?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        let started = page.iter().filter(|event| event.event_type == "started");
+        nodes.extend(started.filter_map(|event| event.payload["node"].as_str().map(str::to_owned)));
+    }
+    let mut deleted = 0;
+    for node in nodes {
+        deleted += delete_stream(store, &node_stream(run, &node))?;
+    }
+    Ok(deleted + delete_stream(store, &index)?)
+}
+
+/// Deletes every event of `stream` (its numbering goes on if it is written again).
+fn delete_stream(store: &Store, stream: &Stream) -> spindle::Result<u64> {
+    let head = store.events().head(stream)?;
     if head == 0 {
         return Ok(0);
     }
-    store.events().truncate(&stream, head + 1)
+    store.events().truncate(stream, head + 1)
 }
 
 /// What a command printed: its last `TAIL_BYTES` (kept with the node), and what has not been
@@ -102,14 +160,18 @@ impl Captured {
     }
 }
 
-/// Streams one attempt's output into the run's live log.
+/// Streams one attempt's output into its node's stream, and notes its start and end in the
+/// run's index.
 pub struct LiveLog {
     store: Store,
+    index: Stream,
     stream: Stream,
     node: String,
     attempt: u32,
     captured: Arc<Mutex<Captured>>,
     flushed_at: Cell<Instant>,
+    /// The node stream's last seq before this attempt, once `started` is in the index.
+    after: Cell<Option<u64>>,
 }
 
 impl LiveLog {
@@ -123,11 +185,13 @@ impl LiveLog {
     ) -> Self {
         Self {
             store: store.clone(),
-            stream: stream(run),
+            index: stream(run),
+            stream: node_stream(run, node),
             node: node.to_owned(),
             attempt,
             captured: Arc::clone(captured),
             flushed_at: Cell::new(Instant::now()),
+            after: Cell::new(None),
         }
     }
 
@@ -145,22 +209,100 @@ impl LiveLog {
         loop {
             let Some(text) = self.captured.lock().take_fresh() else { return Ok(()) };
             let payload = json!({ "node": self.node, "attempt": self.attempt, "text": text });
-            self.store.events().append(&self.stream, "output", payload)?;
+            self.append("output", payload)?;
         }
     }
 
-    /// Streams the rest of the output, then says how the attempt ended.
+    /// Streams the rest of the output, then says how the attempt ended, in the node's stream
+    /// and in the index.
     pub fn ended(&self, how: &str) -> spindle::Result<()> {
         self.flush()?;
-        let payload = json!({ "node": self.node, "attempt": self.attempt, "how": how });
-        self.store.events().append(&self.stream, "ended", payload)?;
+        let (node, attempt) = (&self.node, self.attempt);
+        let seq = self.append("ended", json!({ "node": node, "attempt": attempt, "how": how }))?;
+        let after = self.after.get().unwrap_or(0);
+        let payload =
+            json!({ "node": node, "attempt": attempt, "how": how, "after": after, "seq": seq });
+        self.store.events().append(&self.index, "ended", payload)?;
         Ok(())
+    }
+
+    /// Appends to the node's stream (the first time, after noting the start in the index);
+    /// returns the event's seq.
+    fn append(&self, event_type: &str, payload: Value) -> spindle::Result<u64> {
+        if self.after.get().is_none() {
+            let after = self.store.events().head(&self.stream)?;
+            let (node, attempt) = (&self.node, self.attempt);
+            let started = json!({ "node": node, "attempt": attempt, "after": after });
+            self.store.events().append(&self.index, "started", started)?;
+            self.after.set(Some(after));
+        }
+        Ok(self.store.events().append(&self.stream, event_type, payload)?.seq)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes one attempt of `node` in `run` that printed `text` and ended `how`.
+    fn attempt(store: &Store, run: &str, node: &str, number: u32, text: &[u8], how: &str) {
+        let captured = Arc::new(Mutex::new(Captured::default()));
+        let live = LiveLog::new(store, run, node, number, &captured);
+        captured.lock().push(text);
+        live.ended(how).expect("log the attempt");
+    }
+
+    #[test]
+    fn an_attempt_goes_to_its_nodes_stream_and_the_index_says_where() {
+        let store = Store::open_in_memory().expect("a store");
+        attempt(&store, "r", "a", 1, b"one\n", "exit 1");
+        attempt(&store, "r", "a", 2, b"two\n", "exit 0");
+        let node = store.events().read(node_stream("r", "a"), 0, 100).expect("read");
+        let types: Vec<&str> = node.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(types, ["output", "ended", "output", "ended"]);
+        assert_eq!(node[2].payload, json!({ "node": "a", "attempt": 2, "text": "two\n" }));
+        let index = store.events().read(stream("r"), 0, 100).expect("read");
+        let payloads: Vec<&Value> = index.iter().map(|e| &e.payload).collect();
+        assert_eq!(
+            payloads,
+            [
+                &json!({ "node": "a", "attempt": 1, "after": 0 }),
+                &json!({ "node": "a", "attempt": 1, "how": "exit 1", "after": 0, "seq": 2 }),
+                &json!({ "node": "a", "attempt": 2, "after": 2 }),
+                &json!({ "node": "a", "attempt": 2, "how": "exit 0", "after": 2, "seq": 4 }),
+            ]
+        );
+        assert!(index.iter().all(|e| e.payload.get("text").is_none()), "no output in the index");
+    }
+
+    #[test]
+    fn a_long_node_name_gets_a_stream_within_the_id_limit_of_its_own() {
+        let run = "0195e3c2-7a1b-7c3d-8e4f-a0b1c2d3e4f5";
+        let limit = Limits::default().id_len_max;
+        assert_eq!(node_stream(run, "build[x86]").id(), format!("log:{run}:build[x86]"));
+        let (long, other) = ("é".repeat(120), format!("{}x", "é".repeat(119)));
+        let (a, b) = (node_stream(run, &long), node_stream(run, &other));
+        assert!(a.id().len() <= limit && b.id().len() <= limit, "{a} {b}");
+        assert_ne!(a, b, "the digest tells them apart");
+        assert!(a.id().starts_with(&format!("log:{run}:éé")), "{a}");
+        let store = Store::open_in_memory().expect("a store");
+        attempt(&store, run, &long, 1, b"x", "exit 0");
+        assert_eq!(store.events().head(&a).expect("head"), 2, "the store takes the name");
+    }
+
+    #[test]
+    fn delete_removes_the_index_and_every_node_stream_it_names() {
+        let store = Store::open_in_memory().expect("a store");
+        attempt(&store, "r", "a", 1, b"a\n", "exit 0");
+        attempt(&store, "r", "b", 1, b"b\n", "exit 0");
+        attempt(&store, "other", "a", 1, b"kept\n", "exit 0");
+        assert_eq!(delete(&store, "r").expect("delete"), 8);
+        for stream in [stream("r"), node_stream("r", "a"), node_stream("r", "b")] {
+            assert!(store.events().read(&stream, 0, 10).expect("read").is_empty(), "{stream}");
+        }
+        let kept = store.events().read(node_stream("other", "a"), 0, 10).expect("read");
+        assert_eq!(kept.len(), 2, "another run's log stays");
+    }
 
     #[test]
     fn the_tail_keeps_the_end_and_the_stream_stops_at_its_cap_with_a_note() {

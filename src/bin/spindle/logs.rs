@@ -2,22 +2,34 @@
 //!
 //! Read from the run's live log (`livelog.rs`): every attempt's output (stdout and stderr
 //! together, its last 64 KiB), attempts in the order they ended, each under a line that names
-//! the node, the attempt and how it ended. One node prints under headers; every node prints
-//! each line prefixed by its name. `--follow` prints output as the commands print it, also for
-//! a run another process drives, until the run ends. A run whose live log is empty (made before
-//! there was one) shows what its nodes kept of their last attempt.
+//! the node, the attempt and how it ended. One node prints under headers, read from that node's
+//! stream alone; every node prints each line prefixed by its name, read through the run's index
+//! one attempt at a time and printed as it is read. `--follow` prints output as the commands
+//! print it, also for a run another process drives, until the run ends: it reads what is new
+//! a few times a second and prints the streams' events merged in the order they committed. A
+//! run logged before node streams is read from its run-wide stream; a run whose live log is
+//! empty (made before there was one, or pruned) shows what its nodes kept of their last
+//! attempt.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use spindle::{Event, Node, NodeStatus, Store};
+use spindle::{Event, Node, NodeStatus, Store, Stream};
 
-use crate::common::{CliError, Output, read_stream};
-use crate::livelog::{self, TAIL_BYTES};
+use crate::common::{CliError, Output};
+use crate::livelog::{self, PAGE_EVENTS, TAIL_BYTES, node_stream};
 use crate::outputs::output_field;
 use crate::run::attempts_of;
 use crate::runs::resolve;
+
+/// How often `--follow` reads what is new.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+/// Events read at once from a run's index (small events, but a run of the old layout holds
+/// outputs there too).
+const INDEX_PAGE_EVENTS: usize = 4 * PAGE_EVENTS;
 
 /// Prints the output of a run's nodes (or of `node`), following the run if asked.
 pub fn logs(
@@ -40,15 +52,17 @@ pub fn logs(
         }
     }
     let view = View { node, out };
+    let reader = LogReader::new(store, &graph.id);
     if follow {
-        return follow_log(store, &graph.id, &view);
+        return follow_log(&reader, &view);
     }
-    let events = read_stream(store, &livelog::stream(&graph.id))?;
-    if events.is_empty() {
+    let mut print = |attempt: Attempt| view.print_attempt(&attempt);
+    let shown = match node {
+        Some(node) => reader.node_attempts(node, &mut print)?,
+        None => reader.run_attempts(&mut print)?,
+    };
+    if shown == 0 {
         return kept_outputs(store, &graph.id, &view);
-    }
-    for attempt in attempts(&events).into_iter().filter(|a| view.shows(&a.node)) {
-        view.print_attempt(&attempt);
     }
     Ok(())
 }
@@ -60,12 +74,20 @@ struct View<'a> {
 }
 
 /// One attempt's output as the live log holds it.
+#[derive(Debug)]
 pub struct Attempt {
     pub node: String,
     pub attempt: u64,
     pub text: String,
     /// How it ended; `None` while it runs (or if its runner was killed).
     pub how: Option<String>,
+}
+
+impl Attempt {
+    /// Attempt `attempt` of `node`, with no output yet and no end.
+    fn new(node: String, attempt: u64) -> Self {
+        Attempt { node, attempt, text: String::new(), how: None }
+    }
 }
 
 impl View<'_> {
@@ -104,31 +126,229 @@ impl View<'_> {
     }
 }
 
-/// The attempts of a live log: ended ones in the order they ended, then the others.
-pub fn attempts(events: &[Event]) -> Vec<Attempt> {
-    let mut open: BTreeMap<(String, u64), Attempt> = BTreeMap::new();
-    let mut ended = Vec::new();
-    for event in events {
-        let node = event.payload["node"].as_str().unwrap_or("?").to_owned();
-        let number = event.payload["attempt"].as_u64().unwrap_or(0);
-        let key = (node.clone(), number);
-        let attempt = open.entry(key.clone()).or_insert_with(|| Attempt {
-            node,
-            attempt: number,
-            text: String::new(),
-            how: None,
-        });
+/// Reads a run's live log a page at a time, counting the events it reads from each stream.
+pub struct LogReader<'a> {
+    store: &'a Store,
+    run: String,
+    index: Stream,
+    /// Events read so far, by stream id.
+    read: RefCell<BTreeMap<String, u64>>,
+}
+
+/// What a scan of a stream does after an event: go on, or stop there.
+type Flow = spindle::Result<ControlFlow<()>>;
+
+impl<'a> LogReader<'a> {
+    /// A reader of the live log of `run`.
+    pub fn new(store: &'a Store, run: &str) -> Self {
+        let read = RefCell::new(BTreeMap::new());
+        LogReader { store, run: run.to_owned(), index: livelog::stream(run), read }
+    }
+
+    /// How many events it has read, by stream id.
+    #[cfg(test)]
+    pub fn events_read(&self) -> BTreeMap<String, u64> {
+        self.read.borrow().clone()
+    }
+
+    /// Each attempt of `node`, read from its stream (and from the run's stream where that holds
+    /// the old layout), to `each`: ended ones in the order they ended, then the others. Returns
+    /// how many.
+    pub fn node_attempts(
+        &self,
+        node: &str,
+        each: &mut dyn FnMut(Attempt),
+    ) -> spindle::Result<usize> {
+        let mut attempts = Attempts::default();
+        if self.has_old_layout()? {
+            self.scan(&self.index, 0, None, INDEX_PAGE_EVENTS, &mut |event| {
+                if is_old_layout(event) && node_of(event) == node {
+                    attempts.take(event, each);
+                }
+                Ok(ControlFlow::Continue(()))
+            })?;
+        }
+        let stream = node_stream(&self.run, node);
+        self.scan(&stream, 0, None, PAGE_EVENTS, &mut |event| {
+            if node_of(event) == node {
+                attempts.take(event, each);
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        Ok(attempts.finish(each))
+    }
+
+    /// Each attempt of the run, read through its index one at a time, to `each`: ended ones in
+    /// the order they ended, then the others (by node and number). Returns how many.
+    pub fn run_attempts(&self, each: &mut dyn FnMut(Attempt)) -> spindle::Result<usize> {
+        let mut old = Attempts::default();
+        let mut open: BTreeMap<(String, u64), u64> = BTreeMap::new();
+        let mut shown = 0;
+        self.scan(&self.index, 0, None, INDEX_PAGE_EVENTS, &mut |event| {
+            if is_old_layout(event) {
+                old.take(event, each);
+                return Ok(ControlFlow::Continue(()));
+            }
+            let (key, after) = (key_of(event), event.payload["after"].as_u64().unwrap_or(0));
+            match event.event_type.as_str() {
+                "started" => drop(open.insert(key, after)),
+                "ended" => {
+                    open.remove(&key);
+                    each(self.read_attempt(&key, after, event.payload["seq"].as_u64())?);
+                    shown += 1;
+                }
+                _ => {}
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        shown += old.shown + old.open.len() + open.len();
+        let mut unended: BTreeMap<(String, u64), Unended> =
+            old.open.into_iter().map(|(key, attempt)| (key, Unended::Read(attempt))).collect();
+        unended.extend(open.into_iter().map(|(key, after)| (key, Unended::After(after))));
+        for (key, attempt) in unended {
+            each(match attempt {
+                Unended::Read(attempt) => attempt,
+                Unended::After(after) => self.read_attempt(&key, after, None)?,
+            });
+        }
+        Ok(shown)
+    }
+
+    /// Attempt `key` (node, number) read from its node's stream after seq `after`, through seq
+    /// `until` (its `ended`), or for one that has not ended, to the stream's end.
+    fn read_attempt(
+        &self,
+        key: &(String, u64),
+        after: u64,
+        until: Option<u64>,
+    ) -> spindle::Result<Attempt> {
+        let mut attempt = Attempt::new(key.0.clone(), key.1);
+        let stream = node_stream(&self.run, &key.0);
+        self.scan(&stream, after, until, PAGE_EVENTS, &mut |event| {
+            if key_of(event) != *key {
+                return Ok(ControlFlow::Continue(()));
+            }
+            match event.event_type.as_str() {
+                "output" => keep_tail(&mut attempt.text, text_of(event)),
+                "ended" => {
+                    attempt.how = event.payload["how"].as_str().map(str::to_owned);
+                    return Ok(ControlFlow::Break(()));
+                }
+                _ => {}
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        Ok(attempt)
+    }
+
+    /// Whether the run's stream holds the old layout (every node's output in it): its first
+    /// event says.
+    fn has_old_layout(&self) -> spindle::Result<bool> {
+        Ok(self.page(&self.index, 0, 1)?.first().is_some_and(is_old_layout))
+    }
+
+    /// Hands `each` the events of `stream` after seq `after` (through `until`, if given), a
+    /// page of at most `limit` at a time, until it says to stop.
+    fn scan(
+        &self,
+        stream: &Stream,
+        mut after: u64,
+        until: Option<u64>,
+        limit: usize,
+        each: &mut dyn FnMut(&Event) -> Flow,
+    ) -> spindle::Result<()> {
+        loop {
+            let left = until.map_or(limit, |until| {
+                usize::try_from(until.saturating_sub(after)).unwrap_or(limit).min(limit)
+            });
+            if left == 0 {
+                return Ok(());
+            }
+            let page = self.page(stream, after, left)?;
+            let Some(last) = page.last() else { return Ok(()) };
+            after = last.seq;
+            for event in &page {
+                if each(event)?.is_break() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// One page of `stream` after seq `after`, counted.
+    fn page(&self, stream: &Stream, after: u64, limit: usize) -> spindle::Result<Vec<Event>> {
+        let page = self.store.events().read(stream, after, limit)?;
+        *self.read.borrow_mut().entry(stream.id().to_owned()).or_default() += page.len() as u64;
+        Ok(page)
+    }
+}
+
+/// An attempt of the run with no end: read already (the old layout), or still to be read from
+/// its node's stream after this seq.
+enum Unended {
+    Read(Attempt),
+    After(u64),
+}
+
+/// Attempts being read: the open ones with their text so far, and how many were handed on.
+#[derive(Default)]
+struct Attempts {
+    open: BTreeMap<(String, u64), Attempt>,
+    shown: usize,
+}
+
+impl Attempts {
+    /// Takes in an `output` or `ended` event; an attempt that ended goes to `each`.
+    fn take(&mut self, event: &Event, each: &mut dyn FnMut(Attempt)) {
+        let key = key_of(event);
         match event.event_type.as_str() {
-            "output" => keep_tail(&mut attempt.text, event.payload["text"].as_str().unwrap_or("")),
+            "output" => {
+                let attempt =
+                    self.open.entry(key.clone()).or_insert_with(|| Attempt::new(key.0, key.1));
+                keep_tail(&mut attempt.text, text_of(event));
+            }
             "ended" => {
+                let mut attempt =
+                    self.open.remove(&key).unwrap_or_else(|| Attempt::new(key.0, key.1));
                 attempt.how = event.payload["how"].as_str().map(str::to_owned);
-                ended.extend(open.remove(&key));
+                self.shown += 1;
+                each(attempt);
             }
             _ => {}
         }
     }
-    ended.extend(open.into_values());
-    ended
+
+    /// Hands the attempts that have not ended to `each`; returns how many there were in all.
+    fn finish(self, each: &mut dyn FnMut(Attempt)) -> usize {
+        let shown = self.shown + self.open.len();
+        self.open.into_values().for_each(each);
+        shown
+    }
+}
+
+/// Whether a run stream's event is of the old layout: an attempt's output, or its end without
+/// the node stream's place (`after`).
+fn is_old_layout(event: &Event) -> bool {
+    match event.event_type.as_str() {
+        "output" => true,
+        "ended" => event.payload.get("after").is_none(),
+        _ => false,
+    }
+}
+
+/// The node a live log event is about.
+fn node_of(event: &Event) -> &str {
+    event.payload["node"].as_str().unwrap_or("?")
+}
+
+/// The node and attempt a live log event is about.
+fn key_of(event: &Event) -> (String, u64) {
+    (node_of(event).to_owned(), event.payload["attempt"].as_u64().unwrap_or(0))
+}
+
+/// The text of an `output` event.
+fn text_of(event: &Event) -> &str {
+    event.payload["text"].as_str().unwrap_or("")
 }
 
 /// Appends `more`, keeping the last `TAIL_BYTES` (cut at a character boundary).
@@ -143,32 +363,141 @@ fn keep_tail(text: &mut String, more: &str) {
     }
 }
 
-/// Prints the live log as it grows until the run has ended and everything before its end
-/// is printed. Partial lines wait for their end (or for their attempt's end).
-fn follow_log(store: &Store, run: &str, view: &View<'_>) -> Result<(), CliError> {
-    let stream = livelog::stream(run);
-    let mut subscription = store.subscribe(&stream, 0)?;
-    let mut partial: BTreeMap<(String, u64), String> = BTreeMap::new();
-    let mut last_seq = 0;
-    let mut end_seq: Option<u64> = None;
+/// Prints the live log as it grows until the run has ended and everything before its end is
+/// printed. Partial lines wait for their end (or for their attempt's end).
+fn follow_log(reader: &LogReader<'_>, view: &View<'_>) -> Result<(), CliError> {
+    let mut follower = Follower::new(reader, view)?;
     loop {
-        if end_seq.is_some_and(|end| last_seq >= end) {
+        // The status first: what committed before the run ended is then within the bound.
+        let ended = reader.store.graphs().get(&reader.run)?.status.is_terminal();
+        let bound = reader.store.events().last_position()?;
+        follower.round(bound)?;
+        if ended {
             return Ok(());
         }
-        let Some(event) = subscription.recv_timeout(Duration::from_millis(200))? else {
-            if end_seq.is_none() && store.graphs().get(run)?.status.is_terminal() {
-                end_seq = Some(store.events().head(&stream)?);
+        std::thread::sleep(FOLLOW_EVERY);
+    }
+}
+
+/// A stream `--follow` reads: how far, and what it read but has not printed yet.
+struct Source {
+    stream: Stream,
+    after: u64,
+    buffer: VecDeque<Event>,
+    /// Nothing more of it within this round's bound.
+    drained: bool,
+}
+
+impl Source {
+    fn new(stream: Stream, after: u64) -> Self {
+        Source { stream, after, buffer: VecDeque::new(), drained: false }
+    }
+
+    /// Reads its next page if it has nothing buffered, keeping what committed up to `bound`.
+    fn fill(&mut self, reader: &LogReader<'_>, bound: u64) -> spindle::Result<()> {
+        if !self.buffer.is_empty() || self.drained {
+            return Ok(());
+        }
+        let page = reader.page(&self.stream, self.after, PAGE_EVENTS)?;
+        self.drained = page.len() < PAGE_EVENTS;
+        for event in page {
+            if event.position > bound {
+                self.drained = true;
+                break;
             }
-            continue;
-        };
-        last_seq = event.seq;
-        follow_event(&event, view, &mut partial);
+            self.after = event.seq;
+            self.buffer.push_back(event);
+        }
+        Ok(())
+    }
+}
+
+/// `--follow`: the streams it reads, their events merged in the order they committed.
+struct Follower<'r> {
+    reader: &'r LogReader<'r>,
+    view: &'r View<'r>,
+    /// By stream id: the run's stream (for every node, or the old layout's outputs), and the
+    /// node's stream (for one node) or those of the attempts under way (for every node).
+    sources: BTreeMap<String, Source>,
+    /// Attempts under way, by node (every node's view).
+    open: BTreeMap<String, BTreeSet<u64>>,
+    /// Each attempt's last line while it has no end yet.
+    partial: BTreeMap<(String, u64), String>,
+}
+
+impl<'r> Follower<'r> {
+    fn new(reader: &'r LogReader<'r>, view: &'r View<'r>) -> spindle::Result<Self> {
+        let mut sources = BTreeMap::new();
+        let mut add =
+            |stream: Stream| sources.insert(stream.id().to_owned(), Source::new(stream, 0));
+        match view.node {
+            None => drop(add(reader.index.clone())),
+            Some(node) => {
+                add(node_stream(&reader.run, node));
+                if reader.has_old_layout()? {
+                    add(reader.index.clone());
+                }
+            }
+        }
+        let (open, partial) = (BTreeMap::new(), BTreeMap::new());
+        Ok(Follower { reader, view, sources, open, partial })
+    }
+
+    /// Prints what committed up to position `bound` that it has not printed, in the order it
+    /// committed (positions of a tenant commit in order, so nothing can still come below it).
+    fn round(&mut self, bound: u64) -> spindle::Result<()> {
+        self.sources.values_mut().for_each(|source| source.drained = false);
+        loop {
+            for source in self.sources.values_mut() {
+                source.fill(self.reader, bound)?;
+            }
+            let fronts = self.sources.iter_mut().filter_map(|(id, source)| {
+                let position = source.buffer.front()?.position;
+                Some((position, id, source))
+            });
+            let Some((_, id, source)) = fronts.min_by_key(|(position, ..)| *position) else {
+                return Ok(());
+            };
+            let (id, event) = (id.clone(), source.buffer.pop_front());
+            if let Some(event) = event {
+                self.handle(&id, &event);
+            }
+        }
+    }
+
+    /// Prints an attempt's event, or follows what the run's index says.
+    fn handle(&mut self, source: &str, event: &Event) {
+        if source != self.reader.index.id() || is_old_layout(event) {
+            return follow_event(event, self.view, &mut self.partial);
+        }
+        if self.view.node.is_some() {
+            return;
+        }
+        let (node, attempt) = key_of(event);
+        let stream = node_stream(&self.reader.run, &node);
+        match event.event_type.as_str() {
+            "started" => {
+                self.open.entry(node).or_default().insert(attempt);
+                let after = event.payload["after"].as_u64().unwrap_or(0);
+                let id = stream.id().to_owned();
+                self.sources.entry(id).or_insert_with(|| Source::new(stream, after));
+            }
+            "ended" => {
+                let attempts = self.open.entry(node.clone()).or_default();
+                attempts.remove(&attempt);
+                if attempts.is_empty() {
+                    self.open.remove(&node);
+                    self.sources.remove(stream.id());
+                }
+            }
+            _ => {}
+        }
     }
 }
 
 /// Prints what one live log event adds.
 fn follow_event(event: &Event, view: &View<'_>, partial: &mut BTreeMap<(String, u64), String>) {
-    let node = event.payload["node"].as_str().unwrap_or("?");
+    let node = node_of(event);
     if !view.shows(node) {
         return;
     }
@@ -176,7 +505,7 @@ fn follow_event(event: &Event, view: &View<'_>, partial: &mut BTreeMap<(String, 
     let pending = partial.entry((node.to_owned(), attempt)).or_default();
     match event.event_type.as_str() {
         "output" => {
-            pending.push_str(event.payload["text"].as_str().unwrap_or(""));
+            pending.push_str(text_of(event));
             if let Some(end) = pending.rfind('\n') {
                 let whole: String = pending.drain(..=end).collect();
                 view.text(node, &whole);
@@ -184,6 +513,7 @@ fn follow_event(event: &Event, view: &View<'_>, partial: &mut BTreeMap<(String, 
         }
         "ended" => {
             let rest = std::mem::take(pending);
+            partial.remove(&(node.to_owned(), attempt));
             view.text(node, &rest);
             view.header(node, attempt, event.payload["how"].as_str().unwrap_or("?"));
         }
@@ -222,4 +552,113 @@ fn kept_output(node: &Node) -> String {
         return error.split_once('\n').map_or("", |(_, rest)| rest).to_owned();
     }
     output_field(node, "output").and_then(Value::as_str).unwrap_or("").to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::livelog::{Captured, LiveLog};
+
+    /// Writes one attempt of `node` in `run` that printed `text` and ended `how` (none: it
+    /// did not end).
+    fn attempt(store: &Store, run: &str, node: &str, number: u32, text: &[u8], how: Option<&str>) {
+        let captured = Arc::new(Mutex::new(Captured::default()));
+        let live = LiveLog::new(store, run, node, number, &captured);
+        captured.lock().push(text);
+        match how {
+            Some(how) => live.ended(how).expect("log the attempt"),
+            None => live.flush().expect("log the output"),
+        }
+    }
+
+    /// What `each` is handed, as (node, attempt, how, text).
+    fn collect(
+        read: impl FnOnce(&mut dyn FnMut(Attempt)) -> spindle::Result<usize>,
+    ) -> Vec<(String, u64, Option<String>, String)> {
+        let mut all = Vec::new();
+        let shown = read(&mut |a| all.push((a.node, a.attempt, a.how, a.text))).expect("read");
+        assert_eq!(shown, all.len(), "the count is what was handed on");
+        all
+    }
+
+    /// An old-layout event in the run's stream, as runs logged before node streams hold them.
+    fn old(store: &Store, run: &str, event_type: &str, payload: Value) {
+        store.events().append(livelog::stream(run), event_type, payload).expect("append");
+    }
+
+    #[test]
+    fn a_nodes_log_is_read_from_its_own_stream_without_the_others_output() {
+        let store = Store::open_in_memory().expect("a store");
+        let loud = vec![b'x'; 900 * 1024];
+        for number in 1..=3 {
+            attempt(&store, "r", "loud", number, &loud, Some("exit 1"));
+        }
+        attempt(&store, "r", "quiet", 1, b"hello\n", Some("exit 0"));
+        let reader = LogReader::new(&store, "r");
+        let quiet = collect(|each| reader.node_attempts("quiet", each));
+        assert_eq!(quiet, [("quiet".into(), 1, Some("exit 0".into()), "hello\n".into())]);
+        let read = reader.events_read();
+        let node = node_stream("r", "quiet").id().to_owned();
+        let index = livelog::stream("r").id().to_owned();
+        assert_eq!(read.get(&node), Some(&2), "its output and its end: {read:?}");
+        assert!(read.get(&index).is_none_or(|n| *n <= 1), "one event to tell the layout: {read:?}");
+        assert_eq!(read.len(), 2, "no other stream was read: {read:?}");
+    }
+
+    #[test]
+    fn the_whole_run_reads_an_attempt_at_a_time_in_the_order_they_ended() {
+        let store = Store::open_in_memory().expect("a store");
+        attempt(&store, "r", "b", 1, b"b1\n", Some("exit 1"));
+        attempt(&store, "r", "a", 1, b"a1\n", Some("exit 0"));
+        attempt(&store, "r", "c", 1, b"c, cut off\n", None);
+        attempt(&store, "r", "b", 2, b"b2\n", Some("exit 0"));
+        let reader = LogReader::new(&store, "r");
+        let all = collect(|each| reader.run_attempts(each));
+        let order: Vec<(&str, u64, Option<&str>)> =
+            all.iter().map(|(n, a, how, _)| (n.as_str(), *a, how.as_deref())).collect();
+        assert_eq!(
+            order,
+            [
+                ("b", 1, Some("exit 1")),
+                ("a", 1, Some("exit 0")),
+                ("b", 2, Some("exit 0")),
+                ("c", 1, None)
+            ]
+        );
+        assert_eq!(all[2].3, "b2\n", "only the attempt's own output");
+        let b = collect(|each| reader.node_attempts("b", each));
+        assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn a_run_of_the_old_layout_is_read_from_the_run_stream_also_once_resumed() {
+        let store = Store::open_in_memory().expect("a store");
+        old(&store, "r", "output", json!({ "node": "a", "attempt": 1, "text": "old a\n" }));
+        old(&store, "r", "output", json!({ "node": "b", "attempt": 1, "text": "old b\n" }));
+        old(&store, "r", "ended", json!({ "node": "a", "attempt": 1, "how": "exit 1" }));
+        attempt(&store, "r", "a", 2, b"new a\n", Some("exit 0"));
+        let reader = LogReader::new(&store, "r");
+        let a = collect(|each| reader.node_attempts("a", each));
+        assert_eq!(
+            a,
+            [
+                ("a".into(), 1, Some("exit 1".into()), "old a\n".into()),
+                ("a".into(), 2, Some("exit 0".into()), "new a\n".into())
+            ]
+        );
+        let all = collect(|each| reader.run_attempts(each));
+        let texts: Vec<&str> = all.iter().map(|(_, _, _, text)| text.as_str()).collect();
+        assert_eq!(texts, ["old a\n", "new a\n", "old b\n"], "ended first, then b's unended one");
+    }
+
+    #[test]
+    fn keep_tail_keeps_the_last_bytes_at_a_character_boundary() {
+        let mut text = String::new();
+        keep_tail(&mut text, &"é".repeat(TAIL_BYTES));
+        assert!(text.len() <= TAIL_BYTES && text.starts_with('é'), "{}", text.len());
+    }
 }

@@ -13,9 +13,8 @@ use spindle::{
     Graph, GraphFilter, GraphStatus, ItemFilter, ItemStatus, Page, Store, Stream, WorkflowStatus,
 };
 
-use crate::common::{parse_stream, read_stream};
-use crate::livelog;
-use crate::logs::attempts;
+use crate::common::parse_stream;
+use crate::logs::LogReader;
 use crate::pipeline::run_filter;
 use crate::ui_state::Sample;
 
@@ -300,15 +299,16 @@ fn run_detail(store: &Store, run: &str) -> Answer {
 }
 
 /// `/api/runs/RUN/nodes/NODE`: one node as stored (status, timings, error, output) and the
-/// attempts its run's live log holds (what each printed, how it ended).
+/// attempts its run's live log holds (what each printed, how it ended), read from the node's
+/// own log stream, not the whole run's.
 fn node_detail(store: &Store, run: &str, node: &str) -> Answer {
     let found = store.graphs().node(run, node).map_err(store_error)?;
-    let log = read_stream(store, &livelog::stream(run)).map_err(store_error)?;
-    let attempts: Vec<Value> = attempts(&log)
-        .into_iter()
-        .filter(|attempt| attempt.node == node)
-        .map(|a| json!({ "try": a.attempt, "log": a.text, "ended": a.how }))
-        .collect();
+    let mut attempts: Vec<Value> = Vec::new();
+    LogReader::new(store, run)
+        .node_attempts(node, &mut |a| {
+            attempts.push(json!({ "try": a.attempt, "log": a.text, "ended": a.how }));
+        })
+        .map_err(store_error)?;
     Ok(Reply::ok(json!({ "node": to_json(&found)?, "attempts": attempts })))
 }
 

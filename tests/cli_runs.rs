@@ -35,6 +35,19 @@ impl Scratch {
         (read("spindle.db"), read("spindle.db-wal"), dirs)
     }
 
+    /// Starts `spindle run PIPELINE` in the background and waits until its run exists (so
+    /// that `logs` can name it).
+    fn start(&self, pipeline: &std::path::Path) -> std::process::Child {
+        let mut runner = self.command_with(&["run", pipeline.to_str().expect("path")]);
+        let runner = runner.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run");
+        let begun = std::time::Instant::now();
+        while !self.spindle(&["runs"]).status.success() || self.runs(&[]).is_empty() {
+            assert!(begun.elapsed().as_secs() < 60, "the run never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        runner
+    }
+
     fn runs(&self, args: &[&str]) -> Vec<Value> {
         let mut all = vec!["runs", "--json"];
         all.extend_from_slice(args);
@@ -217,14 +230,7 @@ fn logs_follow_in_a_second_process_streams_output_while_the_command_runs() {
             "second": { "run": "echo two; echo oops >&2", "after": ["first"] },
         }),
     );
-    let mut runner = s.command_with(&["run", pipeline.to_str().expect("path")]);
-    let mut runner = runner.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run");
-    // The run must exist before `logs` can name it.
-    let begun = std::time::Instant::now();
-    while !s.spindle(&["runs"]).status.success() || s.runs(&[]).is_empty() {
-        assert!(begun.elapsed().as_secs() < 60, "the run never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut runner = s.start(&pipeline);
     let mut follower = s.command_with(&["logs", "live", "--follow"]);
     let mut follower = follower.stdout(Stdio::piped()).spawn().expect("follow");
     let mut lines = BufReader::new(follower.stdout.take().expect("stdout")).lines();
@@ -533,13 +539,7 @@ fn logs_follow_of_one_node_prints_only_its_output_while_others_run() {
             "b": { "run": format!("echo b-first; {wait}; echo b-last") },
         }),
     );
-    let mut runner = s.command_with(&["run", pipeline.to_str().expect("path")]);
-    let mut runner = runner.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("run");
-    let begun = std::time::Instant::now();
-    while !s.spindle(&["runs"]).status.success() || s.runs(&[]).is_empty() {
-        assert!(begun.elapsed().as_secs() < 60, "the run never started");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut runner = s.start(&pipeline);
     let follow = |args: &[&str]| {
         let mut follower = s.command_with(args).stdout(Stdio::piped()).spawn().expect("follow");
         let lines = BufReader::new(follower.stdout.take().expect("stdout")).lines();

@@ -22,6 +22,7 @@ mod runs;
 mod ui;
 mod ui_api;
 mod ui_assets;
+mod ui_http;
 mod ui_live;
 mod ui_session;
 mod ui_state;

@@ -3,14 +3,13 @@
 //! `--allow-actions`, the queue actions of a signed-in session (`ui_session.rs`), from a view of
 //! any store (another process may be running work in it).
 //!
-//! `tiny_http` parses HTTP (synchronous: no async runtime); a small pool of threads answers
-//! requests, and each live stream has a thread of its own, at most `ui_live::STREAMS_MAX`.
-//! Every request's `Host` must name this server (a page of another site cannot reach it by
-//! renaming itself, "DNS rebinding"). No answer ever holds a stack trace.
+//! The HTTP server is our own (`ui_http.rs`: bounded connections, deadlines and sizes against
+//! hostile clients); this file routes requests. Every request's `Host` must name this server (a
+//! page of another site cannot reach it by renaming itself, "DNS rebinding"), checked before a
+//! body is read. No answer ever holds a stack trace.
 
 use std::collections::VecDeque;
-use std::io::Read;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -23,14 +22,11 @@ use spindle::Store;
 use crate::common::{CliError, Output, now_ms};
 use crate::ui_api::{self, Reply};
 use crate::ui_assets;
+use crate::ui_http;
 use crate::ui_live;
 use crate::ui_session;
-use crate::ui_state::{Head, Sample, Sessions, Settings, Ui, add_headers};
+use crate::ui_state::{Head, Sample, Sessions, Settings, Ui};
 
-/// Threads answering requests at once (live streams aside).
-const THREADS: usize = 4;
-/// The largest request body read (a sign-in's token, an action's empty body).
-const BODY_BYTES_MAX: u64 = 16 * 1024;
 /// How often the overview's queue chart samples the queues.
 const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// Samples kept: ten minutes.
@@ -39,9 +35,9 @@ const SAMPLES_MAX: usize = 120;
 /// Serves until the process is stopped; prints the address it listens on first.
 pub fn serve(store: &Store, settings: Settings, out: &Output) -> Result<(), CliError> {
     let addr = listen_address(&settings)?;
-    let server = tiny_http::Server::http(addr)
+    let listener = TcpListener::bind(addr)
         .map_err(|error| CliError::Internal(format!("cannot listen on {addr}: {error}")))?;
-    let bound = server.server_addr().to_ip().unwrap_or(addr);
+    let bound = listener.local_addr().unwrap_or(addr);
     println!("spindle ui: http://{bound}/");
     let mode = if settings.allow_actions { "queue actions allowed" } else { "read-only" };
     out.note(&format!("serving the store ({mode}); Ctrl-C stops it"));
@@ -53,19 +49,15 @@ pub fn serve(store: &Store, settings: Settings, out: &Output) -> Result<(), CliE
         samples: Mutex::new(VecDeque::new()),
         streams: Arc::new(AtomicUsize::new(0)),
     });
-    let server = Arc::new(server);
-    let mut threads = vec![spawn("spindle-ui-sampler", {
+    let _sampler = spawn("spindle-ui-sampler", {
         let ui = Arc::clone(&ui);
         move || sample_all(&ui)
-    })?];
-    for n in 0..THREADS {
-        let (server, ui) = (Arc::clone(&server), Arc::clone(&ui));
-        threads.push(spawn(&format!("spindle-ui-{n}"), move || answer_all(&server, &ui))?);
-    }
-    for thread in threads {
-        thread.join().map_err(|_| CliError::Internal("a ui thread panicked".into()))?;
-    }
-    Ok(())
+    })?;
+    let accept = spawn("spindle-ui-accept", move || ui_http::accept_all(&listener, &ui))?;
+    // The accept loop never ends by itself; should a bug end it, the process stops (a
+    // dashboard that no longer listens must not look alive).
+    accept.join().map_err(|_| CliError::Internal("the dashboard's listener failed".into()))?;
+    Err(CliError::Internal("the dashboard's listener stopped".into()))
 }
 
 /// The address to listen on, refusing what would expose actions without a token.
@@ -147,48 +139,42 @@ fn sample_all(ui: &Ui) {
     }
 }
 
-/// Answers requests until the server stops.
-fn answer_all(server: &tiny_http::Server, ui: &Arc<Ui>) {
-    while let Ok(request) = server.recv() {
-        handle(ui, request);
-    }
-}
-
-/// Answers one request; a bug in a handler answers 500 and leaves the thread serving.
-fn handle(ui: &Arc<Ui>, mut request: tiny_http::Request) {
-    let head = match read_head(&mut request) {
-        Ok(head) => head,
-        Err(reply) => return drop(request.respond(response(reply, None))),
-    };
-    let live = head.path == "/api/live" && head.method == "GET";
-    let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        refused(ui, &head)?;
-        if live {
-            return ui_live::open(ui, &head).map(Answer::Live);
-        }
-        Ok(Answer::Now(answer(ui, &head)))
-    }));
-    // A client that went away is its own business.
-    let _ = match answered {
-        Ok(Ok(Answer::Live(live))) => return ui_live::spawn(request, live),
-        Ok(Ok(Answer::Now((reply, cookie)))) => request.respond(response(reply, cookie.as_deref())),
-        Ok(Err(reply)) => request.respond(response(reply, None)),
-        Err(_) => {
-            let reply = Reply::error(500, "the dashboard failed on this request");
-            request.respond(response(reply, None))
-        }
-    };
-}
-
 /// What a request gets: an answer now (with a session cookie to set), or a live stream.
-enum Answer {
-    Now((Reply, Option<String>)),
+pub enum Answer {
+    Now(Reply, Option<String>),
     Live(ui_live::Live),
 }
 
+/// Answers a request that passed [`refused`] (its body read if [`reads_body`]); a bug in a
+/// handler answers 500.
+pub fn respond(ui: &Ui, head: &Head) -> Answer {
+    let live = head.path == "/api/live" && head.method == "GET";
+    let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        if live {
+            return ui_live::open(ui, head).map(Answer::Live);
+        }
+        let (reply, cookie) = answer(ui, head);
+        Ok(Answer::Now(reply, cookie))
+    }));
+    match answered {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(reply)) => Answer::Now(reply, None),
+        Err(_) => Answer::Now(Reply::error(500, "the dashboard failed on this request"), None),
+    }
+}
+
+/// Whether a request's body is worth reading: only a POST's, and only with a live session
+/// (every POST needs one: without it the answer is a refusal that does not look at the body,
+/// which is then left unread).
+pub fn reads_body(ui: &Ui, head: &Head) -> bool {
+    let session = head.session.as_deref();
+    head.method == "POST" && session.is_some_and(|id| ui.sessions.lock().live(id).is_some())
+}
+
 /// Refuses a request that names another host (a page of another site that renamed itself to
-/// this address: "DNS rebinding"), and an API request a browser says another site made.
-fn refused(ui: &Ui, head: &Head) -> Result<(), Reply> {
+/// this address: "DNS rebinding"), and an API request a browser says another site made. Runs
+/// before a body is read.
+pub fn refused(ui: &Ui, head: &Head) -> Result<(), Reply> {
     if !ui.host_allowed(head.host.as_deref()) {
         return Err(Reply::error(421, "this server answers to its own names only (see --host)"));
     }
@@ -214,55 +200,6 @@ fn answer(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
     }
     let samples: Vec<Sample> = ui.samples.lock().iter().copied().collect();
     (ui_api::route(&ui.store, &head.method, &head.path, &head.query, &samples), None)
-}
-
-/// The request's method, path, query, the headers the handlers use, and a POST's body (at
-/// most `BODY_BYTES_MAX`: a longer one is refused with 413).
-fn read_head(request: &mut tiny_http::Request) -> Result<Head, Reply> {
-    let header = |name: &str| {
-        request
-            .headers()
-            .iter()
-            .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-            .map(|h| h.value.as_str().to_owned())
-    };
-    let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
-    let cookie = header("Cookie");
-    let mut head = Head {
-        method: request.method().as_str().to_owned(),
-        path: path.to_owned(),
-        query: query.to_owned(),
-        host: header("Host"),
-        origin: header("Origin"),
-        fetch_site: header("Sec-Fetch-Site"),
-        content_type: header("Content-Type"),
-        csrf: header("X-Spindle-Csrf"),
-        session: cookie.as_deref().and_then(ui_session::session_cookie),
-        last_event_id: header("Last-Event-ID"),
-        body: String::new(),
-    };
-    if head.method == "POST" {
-        let mut body = Vec::new();
-        let read = request.as_reader().take(BODY_BYTES_MAX + 1).read_to_end(&mut body);
-        if read.is_err() || body.len() as u64 > BODY_BYTES_MAX {
-            return Err(Reply::error(413, format!("a body is at most {BODY_BYTES_MAX} bytes")));
-        }
-        head.body = String::from_utf8_lossy(&body).into_owned();
-    }
-    Ok(head)
-}
-
-/// An answer as HTTP, with the headers every answer carries.
-fn response(reply: Reply, cookie: Option<&str>) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let status = reply.status;
-    let (content_type, body) = reply.into_content();
-    let mut response = tiny_http::Response::from_data(body).with_status_code(status);
-    let mut headers = vec![("Content-Type", content_type)];
-    if let Some(cookie) = cookie {
-        headers.push(("Set-Cookie", cookie));
-    }
-    add_headers(&mut response, &headers);
-    response
 }
 
 #[cfg(test)]

@@ -9,17 +9,16 @@
 //! Bounded: at most `STREAMS_MAX` streams at once (past it, 503 and the page polls); each ends
 //! after `STREAM_FOR` (the browser reconnects by itself), holds a subscription with a small
 //! buffer, and writes a comment every `PING_EVERY` so that a closed page is noticed within
-//! two of them. (`tiny_http` gives no write timeout: a client that stays connected but stops
-//! reading holds its stream until it disconnects.)
+//! two of them. Every write times out (`ui_http::Deadlines::live_write`): a client that stays
+//! connected but stops reading loses its stream once the socket's buffers are full (or at
+//! `STREAM_FOR`, whichever comes first).
 //!
-//! `tiny_http` buffers a streamed body until 8 KiB, which would hold events back, so the
-//! answer's head is written through its upgrade path and the events straight to the socket,
-//! flushed one by one; the body ends when the connection closes.
+//! The server (`ui_http.rs`) writes the answer's head, without a length; the events go
+//! straight to the socket, one write each; the body ends when the connection closes.
 
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use spindle::{Event, Store, Subscription};
@@ -27,7 +26,7 @@ use spindle::{Event, Store, Subscription};
 use crate::common::parse_stream;
 use crate::ui_api::{Query, Reply};
 use crate::ui_session;
-use crate::ui_state::{Head, Ui, add_headers};
+use crate::ui_state::{Head, Ui};
 
 /// Live streams open at once.
 pub const STREAMS_MAX: usize = 16;
@@ -54,18 +53,6 @@ pub fn open(ui: &Ui, head: &Head) -> Result<Live, Reply> {
     let slot = Slot::take(&ui.streams)
         .ok_or_else(|| Reply::error(503, "too many live pages open: poll instead"))?;
     Ok(Live { subscription, by_stream, slot })
-}
-
-/// Answers the stream on a thread of its own.
-pub fn spawn(request: tiny_http::Request, live: Live) {
-    let spawned = thread::Builder::new().name("spindle-ui-live".into()).spawn(move || {
-        let Live { subscription, by_stream, slot } = live;
-        stream(request, subscription, by_stream);
-        drop(slot);
-    });
-    if spawned.is_err() {
-        eprintln!("spindle ui: cannot start a thread for a live stream");
-    }
 }
 
 /// A place among the `STREAMS_MAX`, given back when dropped.
@@ -116,26 +103,24 @@ fn subscribe(store: &Store, head: &Head) -> Result<(Subscription, bool), Reply> 
     }
 }
 
-/// Writes events as they commit until the client leaves, the store closes or time is up.
-fn stream(request: tiny_http::Request, mut subscription: Subscription, by_stream: bool) {
-    let mut response = tiny_http::Response::empty(200);
-    add_headers(&mut response, &[("Content-Type", "text/event-stream; charset=utf-8")]);
-    let mut socket = request.upgrade("spindle-events", response);
+/// Writes the stream's events to `out` (the socket, after the answer's head) as they commit,
+/// until the client leaves, the store closes or time is up.
+pub fn stream(out: &mut impl Write, live: Live) {
+    let Live { mut subscription, by_stream, slot: _slot } = live;
     let ends_at = Instant::now() + STREAM_FOR;
-    let mut written = write!(socket, "retry: {RETRY_MS}\n\n").and_then(|()| socket.flush());
+    let mut written = out.write_all(format!("retry: {RETRY_MS}\n\n").as_bytes());
     while written.is_ok() && Instant::now() < ends_at {
         written = match subscription.recv_timeout(PING_EVERY) {
-            Ok(Some(event)) => write_event(&mut socket, &event, by_stream),
-            Ok(None) => socket.write_all(b": ping\n\n"),
+            Ok(Some(event)) => write_event(out, &event, by_stream),
+            Ok(None) => out.write_all(b": ping\n\n"),
             Err(_) => break,
-        }
-        .and_then(|()| socket.flush());
+        };
     }
 }
 
-/// One event as an SSE message.
+/// One event as an SSE message, in one write.
 fn write_event(out: &mut impl Write, event: &Event, by_stream: bool) -> std::io::Result<()> {
     let id = if by_stream { event.seq } else { event.position };
     let data = serde_json::to_string(event).map_err(std::io::Error::other)?;
-    write!(out, "id: {id}\ndata: {data}\n\n")
+    out.write_all(format!("id: {id}\ndata: {data}\n\n").as_bytes())
 }

@@ -97,14 +97,12 @@ pub const SECURITY_HEADERS: [(&str, &str); 5] = [
     ),
 ];
 
-/// Adds `headers` and [`SECURITY_HEADERS`] to an answer.
-pub fn add_headers<R: std::io::Read>(
-    response: &mut tiny_http::Response<R>,
-    headers: &[(&str, &str)],
-) {
+/// Adds `headers` and [`SECURITY_HEADERS`] to an answer's head, a `Name: value` line each (a
+/// header with a line break in it is left out: it would split the head).
+pub fn add_headers(head: &mut String, headers: &[(&str, &str)]) {
     for (name, value) in headers.iter().chain(&SECURITY_HEADERS) {
-        if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
-            response.add_header(header);
+        if !name.contains(['\r', '\n']) && !value.contains(['\r', '\n']) {
+            let _ = write!(head, "{name}: {value}\r\n");
         }
     }
 }

@@ -187,6 +187,11 @@ fn every_route_answers_json_and_pages_go_to_the_end() {
     assert!(node["node"]["error"].as_str().is_some_and(|e| e.contains("broken")), "{node}");
     assert_eq!(node["attempts"][0]["try"], 1, "{node}");
     assert!(node["attempts"][0]["log"].as_str().is_some_and(|l| l.contains("broken")), "{node}");
+    // The node's own log stream, which the panel links to, holds what it printed.
+    let log_stream = node["log_stream"].as_str().expect("the node's log stream");
+    assert_eq!(log_stream, format!("custom:log:{}:test", seen[0]));
+    let log = ui.get(&format!("/api/events?stream={}", log_stream.replace(':', "%3A")));
+    assert!(log.to_string().contains("broken"), "{log}");
 
     let queues = ui.get("/api/queues");
     let mail = queues.as_array().expect("stats").iter().find(|q| q["queue"] == "mail").cloned();

@@ -14,6 +14,7 @@ use spindle::{
 };
 
 use crate::common::parse_stream;
+use crate::livelog;
 use crate::logs::LogReader;
 use crate::pipeline::run_filter;
 use crate::ui_state::Sample;
@@ -298,9 +299,10 @@ fn run_detail(store: &Store, run: &str) -> Answer {
     ))
 }
 
-/// `/api/runs/RUN/nodes/NODE`: one node as stored (status, timings, error, output) and the
+/// `/api/runs/RUN/nodes/NODE`: one node as stored (status, timings, error, output), the
 /// attempts its run's live log holds (what each printed, how it ended), read from the node's
-/// own log stream, not the whole run's.
+/// own log stream, not the whole run's, and that stream's name (`log_stream`, to follow it
+/// live on the events page).
 fn node_detail(store: &Store, run: &str, node: &str) -> Answer {
     let found = store.graphs().node(run, node).map_err(store_error)?;
     let mut attempts: Vec<Value> = Vec::new();
@@ -309,7 +311,8 @@ fn node_detail(store: &Store, run: &str, node: &str) -> Answer {
             attempts.push(json!({ "try": a.attempt, "log": a.text, "ended": a.how }));
         })
         .map_err(store_error)?;
-    Ok(Reply::ok(json!({ "node": to_json(&found)?, "attempts": attempts })))
+    let log_stream = format!("custom:{}", livelog::node_stream(run, node).id());
+    Ok(Reply::ok(json!({ "node": to_json(&found)?, "attempts": attempts, "log_stream": log_stream })))
 }
 
 /// `/api/queues`: counts per queue.

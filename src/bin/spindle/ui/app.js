@@ -1478,7 +1478,7 @@
           h('h1', null, runName(run)), badge(run.status), state, note,
           h('span', { class: 'spacer' }),
           h('a', { href: `/events${query({ stream: `graph:${run.id ?? runId}` })}`, class: 'small', text: 'events' }),
-          h('a', { href: `/events${query({ stream: `custom:log:${run.id ?? runId}` })}`, class: 'small', text: 'live log' })),
+          h('a', { href: `/events${query({ stream: `custom:log:${run.id ?? runId}` })}`, class: 'small', title: 'Each attempt of a node as it starts and ends; a node\'s panel links to its output', text: 'attempts' })),
         h('div', { class: 'run-meta' },
           h('span', null, 'run ', h('span', { class: 'mono', title: run.id, text: run.id ?? runId })),
           h('span', null, 'started ', timeEl(run.started_at_ms ?? run.created_at_ms)),
@@ -1614,6 +1614,7 @@
       if (spec.type === 'sub_graph' && spec.graph_id) facts.push(['Child graph', idEl(spec.graph_id, `/runs/${enc(spec.graph_id)}`)]);
       const out = [h('dl', { class: 'facts' }, facts.map(([k, v]) => [h('dt', { text: k }), h('dd', null, v)]))];
       if (typeof task.run === 'string') out.push(section('Command', pre(task.run, 'command', 'node-command')));
+      if (typeof d.log_stream === 'string') out.push(h('p', null, h('a', { href: `/events${query({ stream: d.log_stream })}`, class: 'small', testid: 'node-live-log', text: 'live output' })));
       if (n.error) out.push(section('Error', pre(String(n.error), 'error', 'node-error')));
       if (n.output !== null && n.output !== undefined) {
         const text = n.output?.data?.output;

@@ -312,7 +312,9 @@ fn node_detail(store: &Store, run: &str, node: &str) -> Answer {
         })
         .map_err(store_error)?;
     let log_stream = format!("custom:{}", livelog::node_stream(run, node).id());
-    Ok(Reply::ok(json!({ "node": to_json(&found)?, "attempts": attempts, "log_stream": log_stream })))
+    Ok(Reply::ok(
+        json!({ "node": to_json(&found)?, "attempts": attempts, "log_stream": log_stream }),
+    ))
 }
 
 /// `/api/queues`: counts per queue.

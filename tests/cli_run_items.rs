@@ -178,10 +178,14 @@ fn an_item_requeued_while_a_retry_runs_the_node_is_dropped_unrun() {
     until("the stale item is settled", || {
         store.queue().get(&dead[0].id).expect("item").status == ItemStatus::Completed
     });
+    let settled_ms = store.queue().get(&dead[0].id).expect("item").finished_at_ms;
     store.close().expect("close");
     let output = wait_at_most(retry, Duration::from_secs(60));
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     one_at_a_time(&s, &[1, 2]);
+    let attempt_2_ended_ns = s.attempts()[1].2;
+    let settled_ns = u128::try_from(settled_ms.expect("finished")).expect("ms") * 1_000_000;
+    assert!(settled_ns < attempt_2_ended_ns, "settled while attempt 2 still ran");
 }
 
 #[test]
@@ -207,6 +211,34 @@ fn a_pending_item_cancelled_under_a_live_run_fails_its_node_and_the_run_ends() {
     let show = s.spindle(&["graph", "show", &run, "--json"]);
     let shown = String::from_utf8_lossy(&show.stdout);
     assert!(shown.contains("was cancelled before it ran"), "{shown}");
+}
+
+#[test]
+fn a_running_item_cancelled_with_its_execution_ends_its_attempt_then_fails_its_node() {
+    let s = Scratch::new();
+    let pipeline = s.own("30", 0);
+    let runner = s.command().arg("run").arg(&pipeline).stderr(Stdio::piped()).spawn();
+    let runner = runner.expect("run");
+    until("the attempt starts", || s.attempts_started() == 1);
+    let store = s.library();
+    let run = s.run_id();
+    assert_eq!(store.queue().cancel_execution(&run).expect("cancel"), 1, "the claimed item");
+    store.close().expect("close");
+    let output = wait_at_most(runner, Duration::from_secs(20));
+    assert_eq!(output.status.code(), Some(1), "the node failed: {}", stderr(&output));
+    let shell = s.lines()[0].split(' ').nth(1).expect("the attempt's pid").to_owned();
+    assert!(!alive(&shell), "its command was ended first");
+    assert_eq!(s.attempts_ended(), 0, "it never finished its sleep");
+    let show = s.spindle(&["graph", "show", &run, "--json"]);
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(shown.contains("was cancelled while it ran"), "{shown}");
+}
+
+/// Whether process `pid` lives (a zombie, dead but not yet reaped, does not).
+fn alive(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+    state.is_some_and(|state| state != 'Z' && state != 'X')
 }
 
 /// How many attempts have started and ended, from the log.

@@ -497,6 +497,8 @@ fn queue_actions_on_a_runs_items_are_refused_and_write_nothing() {
     };
     let dead = dead_of_run(&store);
     assert_eq!(dead.len(), 1, "the failed node's item");
+    // A pending item of the run's queue (as a retry's next try waiting out its backoff).
+    let pending = store.queue().enqueue(NewItem::new(&queue, json!({}))).expect("pending").id;
     let ui = Ui::start_with(&db, &["--allow-actions"]);
     let mut session = Session::open(&ui);
     let token = json!({ "token": writer.expose() }).to_string();
@@ -506,7 +508,7 @@ fn queue_actions_on_a_runs_items_are_refused_and_write_nothing() {
         format!("/api/queues/{encoded}/dead/{}/requeue", dead[0].id),
         format!("/api/queues/{encoded}/requeue-all"),
         format!("/api/queues/{encoded}/purge"),
-        format!("/api/queues/{encoded}/items/{}/cancel", dead[0].id),
+        format!("/api/queues/{encoded}/items/{pending}/cancel"),
     ] {
         let (status, body) = session.post(&ui, &path, "");
         assert_eq!(status, 409, "{path}: {body}");
@@ -514,6 +516,8 @@ fn queue_actions_on_a_runs_items_are_refused_and_write_nothing() {
         assert!(message.contains(&format!("belong to run {}", runs[0].id)), "{body}");
     }
     assert_eq!(dead_of_run(&store).len(), 1, "no refused action wrote");
+    let still = store.queue().get(&pending).expect("the pending item");
+    assert_eq!(still.status, spindle::ItemStatus::Pending, "not cancelled");
     // The same actions on a queue of the application's own still work.
     let (status, body) = session.post(&ui, "/api/queues/mail/purge", "");
     assert_eq!((status, body), (200, json!({ "purged": 2 })));

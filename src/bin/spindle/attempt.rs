@@ -140,6 +140,11 @@ pub fn go(guard: &mut Child) {
     }
 }
 
+/// Whether an item's `payload` records an attempt's group (an attempt of it started).
+pub fn recorded(payload: &Value) -> bool {
+    payload.get(GROUP_KEY).is_some()
+}
+
 /// Ends an earlier attempt recorded in an item's `payload`, if its group is still led here by
 /// the same guard (running, or exited and not yet reaped while children of the command live
 /// on): kills the group and waits until none of its processes is left. Returns

@@ -53,13 +53,14 @@ pub fn stream(run: &str) -> Stream {
 }
 
 /// The stream of `node`'s attempts in `run`: `log:RUN:NODE`, or, when that would pass the
-/// store's id limit, `log:RUN:` with the node name's first bytes, `~` and 16 hex digits of its
-/// SHA-256. Two names may share a stream only by that digest's prefix colliding, and the
-/// readers check each event's `node` anyway.
+/// store's id limit or the name holds `~` itself, `log:RUN:` with the node name's first bytes,
+/// `~` and 16 hex digits of its SHA-256. A name with `~` always takes the digest form, so no
+/// node can be named as another's shortened stream; two names share a stream only by that
+/// digest's prefix colliding, and the readers check each event's `node` anyway.
 pub fn node_stream(run: &str, node: &str) -> Stream {
     let name = format!("log:{run}:{node}");
     let limit = Limits::default().id_len_max;
-    if name.len() <= limit {
+    if name.len() <= limit && !node.contains('~') {
         return Stream::custom(name);
     }
     let head = format!("log:{run}:");
@@ -288,6 +289,11 @@ mod tests {
         let store = Store::open_in_memory().expect("a store");
         attempt(&store, run, &long, 1, b"x", "exit 0");
         assert_eq!(store.events().head(&a).expect("head"), 2, "the store takes the name");
+        // A node named as another's shortened stream gets a stream of its own.
+        let posing = a.id().strip_prefix(&format!("log:{run}:")).expect("a node part");
+        let own = node_stream(run, posing);
+        assert_ne!(own, a, "{posing:?} is not {long:?}");
+        assert!(own.id().len() <= limit, "{own}");
     }
 
     #[test]

@@ -251,7 +251,9 @@ enum QueueCmd {
     Stats,
     /// Dead-lettered items (of one queue, or of every queue).
     Dead { queue: Option<String> },
-    /// Give a dead item (or every dead item of a queue) fresh attempts.
+    /// Give a dead item (or every dead item of a queue) fresh attempts. A run's queue
+    /// (`run:RUN`) is refused: its items are the run's (`spindle retry RUN` runs its failed
+    /// nodes again).
     Requeue {
         /// The item.
         id: Option<String>,

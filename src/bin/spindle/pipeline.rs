@@ -250,13 +250,15 @@ fn check(raw: RawPipeline, hash: String) -> Result<Pipeline, (Option<String>, St
 }
 
 /// Checks the pipeline's name: 1 to 200 bytes, not only spaces, and no control character
-/// (NUL, escape, newline, ...): it is printed as it is (`spindle runs`, progress lines), so a
-/// shared file could otherwise move the cursor or rewrite the terminal.
+/// (NUL, escape, newline, ...) nor an invisible one that reorders or hides text (bidi
+/// controls, zero-width ones, line and paragraph separators): it is printed as it is
+/// (`spindle runs`, progress lines), so a shared file could otherwise move the cursor,
+/// rewrite the terminal, or pass for another name.
 fn check_name(name: &str) -> Result<(), (Option<String>, String)> {
     if name.trim().is_empty() || name.len() > NAME_BYTES_MAX {
         return Err((None, format!("the pipeline needs a name of 1 to {NAME_BYTES_MAX} bytes")));
     }
-    if let Some(c) = name.chars().find(|c| c.is_control()) {
+    if let Some(c) = name.chars().find(|&c| c.is_control() || is_invisible_format(c)) {
         let reason = format!(
             "the pipeline's name holds the control character {c:?}: a name is printed as it is, \
              so it holds none (remove it)"
@@ -264,6 +266,15 @@ fn check_name(name: &str) -> Result<(), (Option<String>, String)> {
         return Err((None, reason));
     }
     Ok(())
+}
+
+/// Whether `c` is a format character that changes how text around it shows without showing
+/// itself: the bidi embeddings, overrides, isolates and marks, the zero-width characters, the
+/// soft hyphen, and the line and paragraph separators.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
 }
 
 /// Checks the graph the pipeline becomes: its size, ids used once (a matrix instance's name
@@ -372,7 +383,8 @@ fn check_matrix(matrix: Option<&BTreeMap<String, Vec<String>>>) -> Result<Option
 }
 
 fn check_node(name: &str, node: &RawNode, names: &BTreeSet<&str>) -> Result<Step, String> {
-    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+    let hidden = |c: char| c.is_control() || is_invisible_format(c);
+    if name.is_empty() || name.len() > 200 || name.chars().any(hidden) {
         return Err("a node name must be 1 to 200 bytes without control characters".into());
     }
     if node.run.trim().is_empty() {
@@ -703,14 +715,20 @@ pub fn run_queue(run: &str) -> String {
     format!("{RUN_QUEUE_PREFIX}{run}")
 }
 
-/// What every run's queue name starts with.
+/// What every run's queue name starts with: reserved for runs (an application's own queue
+/// named so is refused to the command's and the dashboard's actions too).
 const RUN_QUEUE_PREFIX: &str = "run:";
+
+/// The run whose queue `queue` is, if it is a run's queue.
+pub fn run_of_queue(queue: &str) -> Option<&str> {
+    queue.strip_prefix(RUN_QUEUE_PREFIX)
+}
 
 /// Refuses an outside action (`what`: "requeue", "cancel", ..) on the items of `queue` when
 /// it is a run's queue: a run's items carry its nodes' firings, and only the run may decide
 /// that one runs again, or not at all (at most one attempt of a node runs at any moment).
 pub fn owned_by_run(queue: &str, what: &str) -> Result<(), String> {
-    let Some(run) = queue.strip_prefix(RUN_QUEUE_PREFIX) else { return Ok(()) };
+    let Some(run) = run_of_queue(queue) else { return Ok(()) };
     Err(format!(
         "cannot {what} items of {queue}: they belong to run {run}, which alone settles them. \
          To run its failed nodes again: spindle retry {run}; to stop a live run: Ctrl-C its \
@@ -840,13 +858,29 @@ mod tests {
 
     #[test]
     fn a_name_with_a_control_character_is_refused_and_names_no_node() {
-        for name in ["p\0", "\u{1b}[2Jp", "line\nbreak", "tab\there", "del\u{7f}", "c1\u{9b}"] {
+        let hostile = [
+            "p\0",
+            "\u{1b}[2Jp",
+            "line\nbreak",
+            "tab\there",
+            "del\u{7f}",
+            "c1\u{9b}",
+            "evil\u{202e}txt.exe",
+            "zero\u{200b}width",
+            "iso\u{2067}late",
+            "sep\u{2028}",
+            "\u{feff}bom",
+        ];
+        for name in hostile {
             let text = json!({ "name": name, "nodes": { "a": { "run": "true" } } }).to_string();
             let (node, message) = parse(&text).expect_err(name);
             assert!(node.is_none(), "{name:?}: the pipeline's name, not a node's");
             assert!(message.contains("control character"), "{name:?}: {message}");
-            assert!(!message.chars().any(char::is_control), "printed escaped: {message:?}");
+            let shown = |c: char| c.is_control() || is_invisible_format(c);
+            assert!(!message.chars().any(shown), "printed escaped: {message:?}");
         }
+        let node = json!({ "name": "p", "nodes": { "a\u{202e}b": { "run": "true" } } });
+        assert!(parse(&node.to_string()).is_err(), "nor in a node's name");
         let fine = json!({ "name": "build · 2 ✓", "nodes": { "a": { "run": "true" } } });
         assert!(parse(&fine.to_string()).is_ok(), "other characters are fine");
     }

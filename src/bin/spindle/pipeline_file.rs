@@ -21,6 +21,7 @@
 
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -54,21 +55,29 @@ pub fn read(path: &Path) -> Result<Pipeline, BadPipeline> {
 }
 
 /// The text of the regular file at `path`, at most [`FILE_BYTES_MAX`] bytes of UTF-8. The
-/// file's type is checked before it is opened (opening some devices acts) and again on what
-/// was opened (the path may have changed meanwhile), which is opened without waiting (a FIFO
-/// would wait for a writer).
+/// path is first opened with `O_PATH`, which names the file without opening it (a device's
+/// driver is not called: opening some devices acts, a FIFO would wait for a writer); only once
+/// that very file is seen to be regular is it opened for reading, through `/proc/self/fd`, so
+/// a path swapped meanwhile changes nothing.
 fn read_text(path: &Path) -> Result<String, String> {
     let cannot = |error: std::io::Error| format!("cannot read: {error}");
-    check_regular(&std::fs::metadata(path).map_err(cannot)?)?;
-    let mut options = OpenOptions::new();
-    options.read(true).custom_flags(nix::libc::O_NONBLOCK);
-    let file = options.open(path).map_err(cannot)?;
+    let named = name_only(path).map_err(cannot)?;
+    check_regular(&named.metadata().map_err(cannot)?)?;
+    let file = File::open(format!("/proc/self/fd/{}", named.as_raw_fd())).map_err(cannot)?;
     check_regular(&file.metadata().map_err(cannot)?)?;
     let bytes = read_capped(file).map_err(cannot)?;
     if bytes.len() as u64 > FILE_BYTES_MAX {
         return Err(too_large());
     }
     String::from_utf8(bytes).map_err(|_| "cannot read: it is not UTF-8 text".to_owned())
+}
+
+/// The file at `path` (a symlink followed), named but not opened: `O_PATH`, and
+/// `O_NOCTTY` for good measure.
+fn name_only(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).custom_flags(nix::libc::O_PATH | nix::libc::O_NOCTTY);
+    options.open(path)
 }
 
 /// Refuses what is not a regular file, and a file past [`FILE_BYTES_MAX`].

@@ -35,7 +35,7 @@ use spindle::graph::{GetNode, StartNode};
 use spindle::queue::{CancelExecution, Complete, Enqueue, Fail, Job, WorkerPool};
 use spindle::{
     Backoff, Claimed, Graph, GraphEvent, GraphStatus, NewItem, NodeOutput, NodeStatus, Page, Store,
-    Stream, Token, Tx, TxOutcome,
+    Stream, Subscription, Token, Tx, TxOutcome,
 };
 
 use crate::attempt::{self, kill_group};
@@ -105,9 +105,11 @@ pub fn drive(
     store.graphs().start(&graph)?;
     let run = Arc::new(Run::new(store.clone(), graph, pipeline, outputs, *out));
     install_interrupts(&run);
+    // Cancels are followed from before the first item is enqueued or claimed.
+    let cancelled = run.cancels_from_now()?;
     let pool = start_pool(&run, jobs)?;
     let dispatcher = spawn(&run, "dispatcher", |run| run.dispatch())?;
-    let cancels = spawn(&run, "cancels", |run| run.follow_cancels())?;
+    let cancels = spawn(&run, "cancels", move |run| run.follow_cancels(cancelled))?;
     let ended = run.watch(&pool);
     run.finished.store(true, Ordering::SeqCst);
     if ended.is_err() {
@@ -123,8 +125,7 @@ pub fn drive(
         return Err(error);
     }
     if !matches!(ended, Ending::Interrupted) {
-        // Ready nodes of a failed run were enqueued but will never run.
-        while store.queue().cancel_execution(&run.graph)? > 0 {}
+        cancel_leftovers(store, &run.graph)?;
     }
     run.summary(out)?;
     Ok(ended)
@@ -351,55 +352,69 @@ impl Run {
         Ok(())
     }
 
-    /// Follows the run's queue for its items cancelled from outside the run (through the
-    /// library: the command and the dashboard refuse it, see `pipeline::owned_by_run`), from
-    /// now on: the node a cancelled item was to run, still waiting for it at that firing, fails
-    /// as a whole, so the run goes on by its error edges instead of waiting for an item that
-    /// will never come. (An item cancelled while no runner drives the run is enqueued afresh
-    /// when the run resumes: its node is ready again.)
-    fn follow_cancels(&self) -> Result<(), CliError> {
+    /// The run's queue's events from now on: `follow_cancels` reads them. Taken before the
+    /// dispatcher enqueues or the pool claims anything, so no cancel of this drive's items
+    /// goes unseen. (A cancel made while no runner drove the run needs nothing: a runner that
+    /// opens alone recovers the run, and its ready nodes are enqueued afresh.)
+    fn cancels_from_now(&self) -> Result<Subscription, CliError> {
         let stream = Stream::queue(&self.queue);
         let head = self.store.events().head(&stream)?;
-        let mut events = self.store.subscribe(stream, head)?;
+        Ok(self.store.subscribe(stream, head)?)
+    }
+
+    /// Follows the run's queue for its items cancelled from outside the run (through the
+    /// library: the command and the dashboard refuse it, see `pipeline::owned_by_run`): the
+    /// node a cancelled item was to run, still waiting for it at that firing, fails as a whole,
+    /// so the run goes on by its error edges instead of waiting for an item that will never
+    /// come. Items this drive is still to retry (their attempt's group still stopping) are
+    /// tried again each round.
+    fn follow_cancels(&self, mut events: Subscription) -> Result<(), CliError> {
+        let mut stopping: Vec<String> = Vec::new();
         while !self.finished.load(Ordering::SeqCst) {
-            let Some(event) = events.recv_timeout(Duration::from_millis(200))? else { continue };
-            if event.event_type != "cancelled" {
-                continue;
-            }
-            let entries = event.payload["items"].as_array().into_iter().flatten();
-            for id in entries.filter_map(|entry| entry["id"].as_str()) {
-                self.fail_cancelled(id)?;
+            let event = events.recv_timeout(Duration::from_millis(200))?;
+            let retried = std::mem::take(&mut stopping);
+            let cancelled = event.filter(|event| event.event_type == "cancelled");
+            let fresh: Vec<String> = cancelled.iter().flat_map(cancelled_ids).collect();
+            for id in retried.into_iter().chain(fresh) {
+                if !self.fail_cancelled(&id)? {
+                    stopping.push(id);
+                }
             }
         }
         Ok(())
     }
 
     /// Fails the node of the cancelled item `id` if it still waits for that item: at the
-    /// item's firing, ready or running (a running node with a pending item runs no attempt),
-    /// in a graph that runs, the item still cancelled; all in one transaction.
-    fn fail_cancelled(&self, id: &str) -> Result<(), CliError> {
+    /// item's firing, ready or running, in a graph that runs, the item still cancelled (checked
+    /// again in the transaction that fails the node). An attempt the item recorded (it was
+    /// claimed when a `cancel_execution` took it) is ended first, as a next attempt would end
+    /// it: false, and nothing done, while its group is still stopping.
+    fn fail_cancelled(&self, id: &str) -> Result<bool, CliError> {
         let item = match self.store.queue().get(id) {
             Ok(item) => item,
-            Err(spindle::Error::NotFound { .. }) => return Ok(()),
+            Err(spindle::Error::NotFound { .. }) => return Ok(true),
             Err(error) => return Err(error.into()),
         };
         let (Some(node), Some(firing)) = (item.node_id.clone(), firing_of(&item)) else {
-            return Ok(());
+            return Ok(true);
         };
+        if !self.waits_for(&node, firing)? {
+            return Ok(true);
+        }
+        if !attempt::end_previous(&item.payload) {
+            return Ok(false);
+        }
         let attempt = Try::of_item(&item).attempt();
+        let ran = if attempt::recorded(&item.payload) { "while it ran" } else { "before it ran" };
         let (graph, id) = (self.graph.clone(), id.to_owned());
         let failed = self.store.transaction(move |tx| {
             let running = tx.exec(spindle::graph::Get { graph: graph.clone() })?.status;
             let state = tx.exec(GetNode { graph: graph.clone(), node: node.clone() })?;
             let item = tx.exec(spindle::queue::Get { id: id.clone() })?;
-            let waiting = matches!(state.status, NodeStatus::Ready | NodeStatus::Running)
-                && state.fires == firing
-                && running == GraphStatus::Running
-                && item.status == spindle::ItemStatus::Cancelled;
-            if !waiting {
+            if !waiting(&state, firing, running) || item.status != spindle::ItemStatus::Cancelled {
                 return Ok(TxOutcome::Commit(None));
             }
-            let what = format!("cancelled: its queue item {id} was cancelled before it ran");
+            let what = format!("cancelled: its queue item {id} was cancelled {ran}");
             let error = failure(attempt, &what, "");
             tx.exec(spindle::graph::FailNode { graph, node: node.clone(), error })?;
             Ok(TxOutcome::Commit(Some(node)))
@@ -407,7 +422,14 @@ impl Run {
         if let Some(node) = failed {
             self.report(&format!("FAILED {node} (its queue item was cancelled)"));
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whether node `node` of the run still waits for an item of its firing `firing`.
+    fn waits_for(&self, node: &str, firing: u32) -> Result<bool, CliError> {
+        let running = self.store.graphs().get(&self.graph)?.status;
+        let state = self.store.graphs().node(&self.graph, node)?;
+        Ok(waiting(&state, firing, running))
     }
 
     /// The pool's handler: runs the item's node and settles the item itself, under its fence.
@@ -925,6 +947,36 @@ fn still_ours(tx: &mut Tx<'_>, graph: &str, node: &str, firing: u32) -> spindle:
     if state.status == NodeStatus::Ready {
         tx.exec(StartNode { graph, node })?;
     }
+    Ok(())
+}
+
+/// Whether a node at `state` waits for an item of its firing `firing` in a graph whose status
+/// is `graph`: ready or running at that firing, in a running graph.
+fn waiting(state: &spindle::Node, firing: u32, graph: GraphStatus) -> bool {
+    matches!(state.status, NodeStatus::Ready | NodeStatus::Running)
+        && state.fires == firing
+        && graph == GraphStatus::Running
+}
+
+/// The ids of the items a `cancelled` event of a queue names.
+fn cancelled_ids(event: &spindle::Event) -> Vec<String> {
+    let entries = event.payload["items"].as_array().into_iter().flatten();
+    entries.filter_map(|entry| entry["id"].as_str().map(str::to_owned)).collect()
+}
+
+/// Cancels the items a run that ended leaves (ready nodes of a failed run were enqueued but
+/// will never run), in one transaction that first checks the run is still over: a `retry`
+/// that reopened it meanwhile keeps its items.
+fn cancel_leftovers(store: &Store, graph: &str) -> Result<(), CliError> {
+    let graph = graph.to_owned();
+    store.transaction(move |tx| {
+        let status = tx.exec(spindle::graph::Get { graph: graph.clone() })?.status;
+        if status.is_terminal() {
+            let execution_id = graph;
+            while tx.exec(CancelExecution { execution_id: execution_id.clone() })? > 0 {}
+        }
+        Ok(TxOutcome::Commit(()))
+    })?;
     Ok(())
 }
 

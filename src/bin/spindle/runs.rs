@@ -93,16 +93,40 @@ pub fn prune(store: &Store, runs: &Path, cutoff_ms: i64) -> Result<Pruned, CliEr
         }
         pruned.log_events += livelog::delete(store, &run.id)?;
         pruned.output_dirs += u64::from(Outputs::remove(runs, &run.id)?);
-        let queue = pipeline::run_queue(&run.id);
-        loop {
-            let purged = store.queue().purge_dead(&queue)?;
-            pruned.dead_items += purged;
-            if purged == 0 {
-                break;
-            }
+        pruned.dead_items += purge_dead(store, &pipeline::run_queue(&run.id))?;
+    }
+    pruned.dead_items += purge_orphans(store)?;
+    Ok(pruned)
+}
+
+/// Deletes every dead item of `queue`; returns how many.
+fn purge_dead(store: &Store, queue: &str) -> spindle::Result<u64> {
+    let mut total = 0;
+    loop {
+        let purged = store.queue().purge_dead(queue)?;
+        total += purged;
+        if purged == 0 {
+            return Ok(total);
         }
     }
-    Ok(pruned)
+}
+
+/// Deletes the dead items of runs' queues whose run is gone (its graph deleted through the
+/// library): nothing can settle them any more, and the command and the dashboard refuse
+/// actions on a run's queue.
+fn purge_orphans(store: &Store) -> Result<u64, CliError> {
+    let mut total = 0;
+    for stats in store.queue().stats()? {
+        let Some(run) = pipeline::run_of_queue(&stats.queue) else { continue };
+        if stats.dead == 0 {
+            continue;
+        }
+        match store.graphs().get(run) {
+            Err(spindle::Error::NotFound { .. }) => total += purge_dead(store, &stats.queue)?,
+            other => drop(other?),
+        }
+    }
+    Ok(total)
 }
 
 /// `spindle runs`: one line per run, newest last.

@@ -67,6 +67,22 @@ pub enum Error {
     /// The file is not a SQLite database.
     #[error("file is not a database")]
     NotADatabase,
+    /// The store's path cannot hold a store, or this user may not use the file there or the
+    /// files SQLite keeps beside it: a directory, a device (anything but a regular file), a
+    /// missing directory (or, for a read-only open, a missing file), a file it may not read or
+    /// write, another user's `-wal` or `-shm`, or a read that would leave such files behind for
+    /// the store's owner. Nothing was created or changed.
+    #[error("{message}")]
+    StoreFile {
+        /// The path as given (or the file beside it that is at fault).
+        path: std::path::PathBuf,
+        /// What kind of problem: `IsADirectory`, `NotADirectory`, `NotFound` (a missing
+        /// directory, or no file for a read-only open), `InvalidInput` (not a regular file, an
+        /// empty path), `PermissionDenied`, or another kind the operating system reported.
+        kind: std::io::ErrorKind,
+        /// What is wrong, naming the files (and their owners), and what to do.
+        message: String,
+    },
     /// The file was written by a newer Spindle; it was left untouched.
     #[error("schema version {found} is newer than the supported version {supported}")]
     SchemaTooNew {
@@ -143,6 +159,9 @@ impl Error {
             Self::DiskFull => Self::DiskFull,
             Self::Corrupt(m) => Self::Corrupt(m.clone()),
             Self::NotADatabase => Self::NotADatabase,
+            Self::StoreFile { path, kind, message } => {
+                Self::StoreFile { path: path.clone(), kind: *kind, message: message.clone() }
+            }
             Self::SchemaTooNew { found, supported } => {
                 Self::SchemaTooNew { found: *found, supported: *supported }
             }

@@ -100,8 +100,12 @@ impl Store {
     /// Opens (or creates) the store file at `path` with the default, durable options.
     ///
     /// # Errors
-    /// `NotADatabase`, `Corrupt`, `SchemaTooNew`, `Busy`, `Io` or `Sqlite` when the file cannot
-    /// be opened as a store; nothing is changed in a file that is refused.
+    /// `StoreFile` when the path cannot hold a store or this user may not use the file there:
+    /// a directory, a device, a missing directory, a file it may not read or write, `-wal` or
+    /// `-shm` of another user (nothing is created beside it then); `NotADatabase`, `Corrupt`,
+    /// `SchemaTooNew`, `Busy` (also when another store recovering at open held this one off
+    /// past `busy_timeout`), `Io` or `Sqlite` when the file cannot be opened as a store;
+    /// nothing is changed in a file that is refused.
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
         Self::open_with(path, Options::default())
     }
@@ -109,7 +113,9 @@ impl Store {
     /// Opens (or creates) the store file at `path` with `options`.
     ///
     /// # Errors
-    /// As [`Store::open`], and `InvalidInput` for unusable options.
+    /// As [`Store::open`], and `InvalidInput` for unusable options. A read-only open of a file
+    /// that is not there, or of another user's store that no process has open (SQLite would
+    /// make `-wal` and `-shm` its owner could not write), is refused with `StoreFile`.
     pub fn open_with(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         Self::start(Location::File(path.as_ref().to_path_buf()), options)
     }

@@ -5,7 +5,8 @@
 //! - a damaged b-tree page: `Corrupt` for what lies on it, never a panic; the other tables,
 //!   and the stream's undamaged part, still read;
 //! - a truncated file: `Corrupt` at open, and the file is left exactly as it was;
-//! - the directory gone: `CannotOpen` naming the path; everything is there once it is back;
+//! - the directory gone: `StoreFile` naming the missing directory (checked before SQLite
+//!   opens the path); everything is there once it is back;
 //! - the file deleted under an open store: the open store still reads everything;
 //! - the WAL deleted under an open store: a clean close still keeps every acknowledged write;
 //!   a hot WAL lost in a crash takes only what came after the last checkpoint;
@@ -124,11 +125,13 @@ fn a_missing_directory_cannot_open_naming_the_path_and_everything_is_there_once_
     store.close().expect("close");
     std::fs::rename(&home, &away).expect("the directory goes");
     match Store::open(&path) {
-        Err(Error::Sqlite(rusqlite::Error::SqliteFailure(failure, Some(message)))) => {
-            assert_eq!(failure.code, rusqlite::ErrorCode::CannotOpen);
-            assert!(message.contains(&path.display().to_string()), "names the path: {message}");
+        Err(Error::StoreFile { path: named, kind, message }) => {
+            assert_eq!(kind, std::io::ErrorKind::NotFound);
+            assert_eq!(named, path);
+            let says = format!("the directory {} does not exist", home.display());
+            assert!(message.contains(&says), "names the directory: {message}");
         }
-        other => panic!("expected CannotOpen, got {:?}", other.map(|_| "a store")),
+        other => panic!("expected StoreFile, got {:?}", other.map(|_| "a store")),
     }
     assert!(!home.exists(), "a failed open creates no directory");
     std::fs::rename(&away, &home).expect("the directory is back");

@@ -28,4 +28,5 @@ pub(crate) mod presence;
 pub(crate) mod publish;
 pub(crate) mod schema;
 pub(crate) mod sql;
+pub(crate) mod store_file;
 pub(crate) mod tx;

@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::core::fresh;
 use crate::core::guard::{JobGuard, SchemaLinks};
+use crate::core::store_file;
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -68,9 +69,50 @@ pub(crate) struct Kept {
     pub(crate) schema: SchemaLinks,
 }
 
-/// Opens, configures and prepares the connection the actor will own.
+/// Opens, configures and prepares the connection the actor will own. A store file's path is
+/// looked at first, and SQLite's failure to open or write it explained by the files where they
+/// explain it (see `store_file`); a VFS of the caller's own need not keep its files in the
+/// operating system's, so its paths are left to it.
 pub(crate) fn open(location: &Location, options: &Options) -> Result<Opened> {
     check_sqlite_version(rusqlite::version_number())?;
+    match (location, options.vfs.as_deref()) {
+        (Location::File(path), None) => {
+            store_file::check_before_open(path, options.read_only)?;
+            let opened = open_checked(location, options)
+                .map_err(|error| store_file::explain(path, options.read_only, error))?;
+            if !options.read_only {
+                probe_writes(&opened.conn)
+                    .map_err(|error| store_file::explain(path, false, error))?;
+            }
+            Ok(opened)
+        }
+        _ => open_checked(location, options),
+    }
+}
+
+/// A writable store whose file SQLite could open only to read (it falls back to reading
+/// silently), or whose `-wal` or `-shm` it could (found when taking the write lock, which is let
+/// go at once), fails here, at open, where it can be explained, rather than at its first write.
+/// Another writer holding the lock is no failure.
+fn probe_writes(conn: &Connection) -> Result<()> {
+    if conn.is_readonly(rusqlite::MAIN_DB)? {
+        return Err(Error::ReadOnly);
+    }
+    match conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK") {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            if !conn.is_autocommit() {
+                conn.execute_batch("ROLLBACK")?;
+            }
+            match Error::from(error) {
+                Error::Busy => Ok(()),
+                other => Err(other),
+            }
+        }
+    }
+}
+
+fn open_checked(location: &Location, options: &Options) -> Result<Opened> {
     let Opened { mut conn, kept } = match location {
         // A writable in-memory store on SQLite's own VFS starts as a copy of a fresh one, or
         // on a spare connection.

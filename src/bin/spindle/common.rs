@@ -25,6 +25,8 @@ impl From<spindle::Error> for CliError {
                 CliError::Bad(format!("no {kind} {id}{}", listing_hint(kind)))
             }
             spindle::Error::Conflict(message) => CliError::Bad(message),
+            // A path that cannot hold a store, or a file this user may not use: say which.
+            spindle::Error::StoreFile { message, .. } => CliError::Bad(message),
             too_large @ spindle::Error::TooLarge { .. } => CliError::Bad(too_large.to_string()),
             other => CliError::Store(other),
         }
@@ -303,9 +305,21 @@ pub fn open(db: &Location, tenant: &str, access: Access) -> Result<Store, CliErr
     Ok(store.tenant(tenant)?)
 }
 
-/// Opens the store file at `path` (which must exist unless the command `creates` it).
+/// Opens the store file at `path` (which must exist unless the command `creates` it). What
+/// else is wrong with the path (a directory, a device, a missing directory, a file this user
+/// may not read or write) the library's open says, before it creates anything.
 fn open_file(path: &Path, creates: bool, options: Options) -> Result<Store, CliError> {
-    if !creates && !path.exists() {
+    let missing =
+        std::fs::metadata(path).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound);
+    if !creates && missing {
+        let directory = path.parent().filter(|dir| !dir.as_os_str().is_empty());
+        if let Some(directory) = directory.filter(|dir| !dir.is_dir()) {
+            return Err(CliError::Bad(format!(
+                "no store at {}: the directory {} does not exist",
+                path.display(),
+                directory.display()
+            )));
+        }
         return Err(CliError::Bad(format!(
             "no store at {}: run a pipeline there first (`spindle run FILE`), or name another \
              with --db or SPINDLE_DB",

@@ -369,6 +369,9 @@ fn check_file(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
     if !path.exists() {
         return Err(CliError::Bad(format!("no store at {}", path.display())));
     }
+    // The store first: its open refuses a path that cannot hold one, and a read that would
+    // leave beside it files its owner could not write, which the raw connection would make.
+    let store = common::open(&Location::File(path.to_path_buf()), tenant, common::Access::Reader)?;
     let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
     let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(store_error)?;
     let integrity: Vec<String> = column(&conn, "PRAGMA integrity_check")?;
@@ -394,7 +397,6 @@ fn check_file(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
         report[pragma] = value;
     }
     drop(conn);
-    let store = common::open(&Location::File(path.to_path_buf()), tenant, common::Access::Reader)?;
     let graph_problems = audit_graphs(&store)?;
     store.close()?;
     report["graph_problems"] = json!(graph_problems);

@@ -47,9 +47,16 @@ pub struct Options {
     /// Recover the running graphs of every tenant when the store opens (`Graphs::recover`).
     /// Default true. A second process that only inspects a store another one is running
     /// (the command-line tool's inspectors) turns it off, so it leaves running nodes alone.
-    /// A SQLite store takes itself to be the file's only writer here; a PostgreSQL store
-    /// recovers only when no other writable store has its schema open (their running nodes
-    /// are not interrupted), and holds others from opening until it is done.
+    /// A store recovers only when no other writable store has its database open (their
+    /// running nodes are not interrupted), and holds others from opening until it is done
+    /// (they wait up to `busy_timeout`, then fail with `Error::Busy`). A writable SQLite file
+    /// store says it is there with an advisory lock (`flock`) held shared on a file beside the
+    /// store's, `<db>-presence`, made with the store file's mode and never deleted, from its
+    /// open to its close (the kernel lets it go when the process dies); a store that can take
+    /// it exclusively is alone. Two stores of one process on one file are two stores here. A
+    /// PostgreSQL store does the same with its session's presence lock on the schema. A
+    /// read-only store holds no lock (and makes no file); an in-memory store, or one on a VFS
+    /// of the caller's own, is alone.
     /// Graph deadlines are kept either way (unless the store is read-only).
     pub recover_on_open: bool,
     /// The most the database file may grow to, in bytes (rounded down to whole pages): a

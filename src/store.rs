@@ -99,6 +99,10 @@ enum Runner {
 impl Store {
     /// Opens (or creates) the store file at `path` with the default, durable options.
     ///
+    /// A writable store holds a lock on `<path>-presence` (made beside the file if missing,
+    /// never deleted) while it is open, so that a store opening knows whether it is alone
+    /// (see `Options::recover_on_open`).
+    ///
     /// # Errors
     /// `StoreFile` when the path cannot hold a store or this user may not use the file there:
     /// a directory, a device, a missing directory, a file it may not read or write, `-wal` or
@@ -194,7 +198,7 @@ impl Store {
     }
 
     /// Runs what the domains do when a writable store opens: recovery (if `recover`) only
-    /// while no other store is open on the database (on PostgreSQL; see
+    /// while no other writable store is open on the database (see `core::presence` and
     /// `Options::recover_on_open`), and every other store waits to open until it is done.
     fn run_at_open(&self, at_open: &[fn(&Store, bool) -> Result<()>], recover: bool) -> Result<()> {
         let alone = recover && self.exec(HoldAlone)?;

@@ -6,7 +6,9 @@
 //! - another user's read of a store nobody has open is refused before SQLite makes `-wal` and
 //!   `-shm` the owner could not write, and the owner's next run works; root's read gives them
 //!   to the owner; `-wal`/`-shm` of another user are named, with their owner, when the owner's
-//!   run cannot write.
+//!   run cannot write;
+//! - a second runner on a file leaves the node a live runner is running alone (its open
+//!   recovers only when it is alone), and a store opening once that runner is dead recovers it.
 //!
 //! The tests with two users run the binary as other uids (`setpriv`), so they need root; they
 //! print why and check nothing elsewhere.
@@ -17,9 +19,11 @@ mod cli_common;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use cli_common::{BIN, Scratch, stderr};
 use serde_json::json;
+use spindle::{ItemFilter, ItemStatus, NodeStatus, Options, Page, Store};
 
 /// The owner of the stores in the two-user tests, and another user: ids no one else uses (they
 /// need no entry in `/etc/passwd`).
@@ -218,6 +222,16 @@ fn another_users_read_of_a_store_nobody_has_open_is_refused_and_the_owner_still_
     }
     let after_root = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
     assert_eq!(after_root.status.code(), Some(0), "{}", stderr(&after_root));
+    // Root writing makes the presence file the owner's too, with the store file's mode.
+    let presence = side(&db, "-presence");
+    assert_eq!(std::fs::metadata(&presence).expect("made by the owner's run").uid(), OWNER);
+    std::fs::remove_file(&presence).expect("remove it, for the test");
+    let writer = Options { recover_on_open: false, ..Options::default() };
+    Store::open_with(&db, writer).expect("root opens to write").close().expect("close");
+    let made = std::fs::metadata(&presence).expect("made by root's open");
+    assert_eq!((made.uid(), made.gid(), made.mode() & 0o777), (OWNER, OWNER, 0o644));
+    let last = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
+    assert_eq!(last.status.code(), Some(0), "{}", stderr(&last));
 }
 
 #[test]
@@ -248,4 +262,53 @@ fn the_owners_run_names_another_users_wal_and_shm_and_works_once_they_are_gone()
     std::fs::remove_file(&shm).expect("rm -shm");
     let works = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
     assert_eq!(works.status.code(), Some(0), "{}", stderr(&works));
+}
+
+#[test]
+fn a_second_runner_leaves_a_live_runners_node_running_and_a_later_open_recovers_it() {
+    let s = Scratch::new();
+    let started = s.path("started");
+    let slow = json!({ "name": "slow", "nodes": { "wait": {
+        "run": format!("touch '{}'; sleep 60", started.display()) } } });
+    let slow = s.write("slow.json", &slow.to_string());
+    let mut first = s
+        .command()
+        .arg("run")
+        .arg(&slow)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the first runner");
+    let begun = Instant::now();
+    while !started.exists() {
+        assert!(begun.elapsed() < Duration::from_secs(60), "the slow node never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A second runner, of another pipeline, on the same file: its open recovers by default.
+    let second = s.run(&quick(&s, "other"));
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+
+    let reader = Options { read_only: true, ..Options::default() };
+    let store = Store::open_with(s.db(), reader.clone()).expect("read the store");
+    let runs = store.graphs().list(Page::first(10)).expect("graphs");
+    let graph = runs
+        .iter()
+        .find(|graph| store.graphs().node(&graph.id, "wait").is_ok())
+        .expect("the slow run")
+        .id
+        .clone();
+    let node = store.graphs().node(&graph, "wait").expect("node");
+    assert_eq!(node.status, NodeStatus::Running, "the live runner's node stays running");
+    let queue = format!("run:{graph}");
+    let filter = ItemFilter::status(ItemStatus::Claimed);
+    let claimed = store.queue().items(&queue, filter, Page::first(10)).expect("items");
+    assert_eq!(claimed.len(), 1, "and its item claimed");
+    store.close().expect("close");
+
+    first.kill().expect("kill -9 the first runner");
+    first.wait().expect("reaped");
+    // Alone now: the dead runner's node is interrupted work.
+    let alone = Store::open(s.db()).expect("open alone");
+    assert_eq!(alone.graphs().node(&graph, "wait").expect("node").status, NodeStatus::Ready);
+    alone.close().expect("close");
 }

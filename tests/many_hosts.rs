@@ -4,10 +4,9 @@
 //!
 //! The parent (this test) enqueues the items, builds and starts the graph, then runs this same
 //! test binary three times as children (`SPINDLE_MANY_HOSTS_CHILD`). Each child opens its own
-//! store on the shared location and runs eight workers and one graph dispatcher (on PostgreSQL
-//! with the default `recover_on_open`, which recovers only in a store alone on the schema; on
-//! SQLite, where a store takes itself to be the file's only writer, with it off). Leases are
-//! real time (1.5 s): time across processes cannot be a `ManualClock`.
+//! store on the shared location and runs eight workers and one graph dispatcher (with the
+//! default `recover_on_open`, which recovers only in a store alone on the schema or the file).
+//! Leases are real time (1.5 s): time across processes cannot be a `ManualClock`.
 //!
 //! - Queue: workers claim items, work a few milliseconds and complete them with their fence; now
 //!   and then one abandons an item (its lease lapses), and now and then one writes on purpose
@@ -97,7 +96,7 @@ fn kill_after_total_dones() -> usize {
 }
 
 fn options() -> Options {
-    Options { recover_on_open: common::on_postgres(), ..Options::default() }
+    Options::default()
 }
 
 fn effects() -> Stream {

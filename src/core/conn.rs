@@ -25,6 +25,7 @@ use crate::core::identity::FileWatch;
 use crate::core::msg::Applied;
 #[cfg(feature = "postgres")]
 use crate::core::pg::PgConn;
+use crate::core::presence::Presence;
 use crate::core::publish::{LiveRequest, Publisher};
 use crate::core::schema::{self, Kept, Location};
 use crate::core::tx::SqliteParts;
@@ -58,6 +59,9 @@ pub(crate) struct SqliteConn {
     /// The store's file as opened: a writing batch commits only while its path still names it
     /// (`None` in memory, read-only, or where identities cannot be read).
     file: Option<FileWatch>,
+    /// A writable file store's presence on its file, held from the open to the close (see
+    /// `core::presence`); `None` in memory, read-only, or on a VFS of the caller's own.
+    presence: Option<Presence>,
     /// Whether the connection is a writable in-memory store's, which serves the next one once
     /// this one closes (see `fresh`). One capped by `Options::file_bytes_max`, or on another
     /// VFS, is not.
@@ -97,9 +101,12 @@ impl Conn {
     /// What a `Tx` gets of the SQLite engine's own parts (none on another engine).
     pub(crate) fn sqlite_parts(&self) -> Option<SqliteParts<'_>> {
         match self {
-            Conn::Sqlite(lite) => {
-                Some(SqliteParts { conn: &lite.conn, guard: &lite.guard, schema: &lite.schema })
-            }
+            Conn::Sqlite(lite) => Some(SqliteParts {
+                conn: &lite.conn,
+                guard: &lite.guard,
+                schema: &lite.schema,
+                presence: lite.presence.as_ref(),
+            }),
             #[cfg(feature = "postgres")]
             Conn::Postgres(_) => None,
         }
@@ -358,11 +365,11 @@ impl SqliteConn {
         };
         let connection = ConnectionState::read(&conn)?;
         // A VFS of the caller's own need not keep its files in the operating system's.
-        let file = match location {
+        let (file, presence) = match location {
             Location::File(path) if !options.read_only && options.vfs.is_none() => {
-                FileWatch::new(path)
+                (FileWatch::new(path), Some(Presence::join(path, options.busy_timeout)?))
             }
-            _ => None,
+            _ => (None, None),
         };
         Ok(Self {
             conn,
@@ -371,6 +378,7 @@ impl SqliteConn {
             connection,
             schema: RefCell::new(schema),
             file,
+            presence,
             spare_at_close,
             read_only: options.read_only,
         })

@@ -275,7 +275,8 @@ impl<'a> Db<'a> {
     /// Whether this store is the only writable one open on its database, and if so keeps
     /// every other from opening until [`Db::release_alone`] (or this connection ends): what
     /// recovering interrupted work at open needs, since work another live process runs is not
-    /// interrupted. A SQLite store is taken to be alone (see `Options::recover_on_open`).
+    /// interrupted. A SQLite file store asks its presence lock instead (`Tx::hold_alone`);
+    /// one that has none (in memory, on a VFS of the caller's own) is alone.
     pub(crate) fn hold_alone(self) -> Result<bool> {
         match self {
             Db::Sqlite(_) => Ok(true),

@@ -16,6 +16,7 @@ use crate::core::db::Db;
 use crate::core::events::{self, Appended, OwnedStreams, Stream};
 use crate::core::guard::{JobGuard, SchemaLinks};
 use crate::core::op::{Op, Role};
+use crate::core::presence::Presence;
 use crate::core::publish::Published;
 use crate::core::sql::Sql;
 use crate::error::{Error, Result};
@@ -51,13 +52,16 @@ pub(crate) struct Engine<'a> {
     pub(crate) owned_streams: &'a [OwnedStreams],
 }
 
-/// The SQLite engine's connection, its job guard, and what the checks of a caller's SQL know
-/// of the schema.
+/// The SQLite engine's connection, its job guard, what the checks of a caller's SQL know
+/// of the schema, and the store's presence on its file.
 #[derive(Clone, Copy)]
 pub(crate) struct SqliteParts<'a> {
     pub(crate) conn: &'a Connection,
     pub(crate) guard: &'a JobGuard,
     pub(crate) schema: &'a RefCell<SchemaLinks>,
+    /// A writable file store's presence lock (`None` in memory, read-only, or on a VFS of the
+    /// caller's own).
+    pub(crate) presence: Option<&'a Presence>,
 }
 
 impl Engine<'_> {
@@ -280,7 +284,7 @@ impl<'a> Tx<'a> {
             return Err(Error::WrongEngine("the SQLite handle (Tx::sqlite)".into()));
         };
         if !self.caller_sql.replace(true) {
-            let SqliteParts { conn, guard, schema } = parts;
+            let SqliteParts { conn, guard, schema, .. } = parts;
             guard.internal(|| schema.borrow_mut().refresh(conn, guard));
         }
         Ok(parts)
@@ -298,6 +302,24 @@ impl<'a> Tx<'a> {
     /// The open transaction's connection, for the crate's own statements (ops' SQL is trusted).
     pub(crate) fn db(&self) -> Db<'a> {
         self.engine.db
+    }
+
+    /// Whether this store is the only writable one open on its database, and if so keeps every
+    /// other from opening until [`Tx::release_alone`] (see `core::presence`): a SQLite file
+    /// store asks its presence lock, a PostgreSQL store its session's.
+    pub(crate) fn hold_alone(&self) -> Result<bool> {
+        match self.engine.sqlite.and_then(|parts| parts.presence) {
+            Some(presence) => presence.hold_alone(),
+            None => self.db().hold_alone(),
+        }
+    }
+
+    /// Lets other stores open again after [`Tx::hold_alone`] returned `true`.
+    pub(crate) fn release_alone(&self) -> Result<()> {
+        match self.engine.sqlite.and_then(|parts| parts.presence) {
+            Some(presence) => presence.release_alone(),
+            None => self.db().release_alone(),
+        }
     }
 
     /// Whether `stream` is one only its domain may write (a registered process's, an

@@ -858,8 +858,10 @@ impl<'a> Graphs<'a> {
     /// Recovers the tenant's running graphs after a crash: fails those past their deadline,
     /// resets every running node to ready, and writes one `node_ready` event for every ready
     /// node so a dispatcher following the stream runs it again. One transaction per page of
-    /// `Limits::page_size_max` graphs. The store runs it for every tenant when it opens
-    /// (unless `Options::recover_on_open` is false).
+    /// `Limits::page_size_max` graphs. The store runs it for every tenant when it opens, if
+    /// no other writable store has the database open (their nodes are not interrupted; see
+    /// `Options::recover_on_open`, which turns it off). Called by hand, it resets every
+    /// running node, another live process's too.
     ///
     /// # Errors
     /// Storage errors only.

@@ -12,7 +12,6 @@ use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpListener};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::thread;
 use std::time::Duration;
 
@@ -22,8 +21,8 @@ use spindle::Store;
 use crate::common::{CliError, Output, now_ms};
 use crate::ui_api::{self, Reply};
 use crate::ui_assets;
-use crate::ui_http;
-use crate::ui_live;
+use crate::ui_http::{self, Weight};
+use crate::ui_live::{self, Streams};
 use crate::ui_session;
 use crate::ui_state::{Head, Sample, Sessions, Settings, Ui};
 
@@ -47,7 +46,7 @@ pub fn serve(store: &Store, settings: Settings, out: &Output) -> Result<(), CliE
         settings,
         sessions: Mutex::new(Sessions::default()),
         samples: Mutex::new(VecDeque::new()),
-        streams: Arc::new(AtomicUsize::new(0)),
+        streams: Arc::new(Streams::default()),
     });
     let _sampler = spawn("spindle-ui-sampler", {
         let ui = Arc::clone(&ui);
@@ -145,15 +144,15 @@ pub enum Answer {
     Live(ui_live::Live),
 }
 
-/// Answers a request that passed [`refused`] (its body read if [`reads_body`]); a bug in a
-/// handler answers 500.
-pub fn respond(ui: &Ui, head: &Head) -> Answer {
+/// Answers a request that passed [`refused`] (its body read if [`reads_body`]), in at most
+/// `allowed` bytes where it is a page; a bug in a handler answers 500.
+pub fn respond(ui: &Ui, head: &Head, allowed: usize) -> Answer {
     let live = head.path == "/api/live" && head.method == "GET";
     let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
         if live {
             return ui_live::open(ui, head).map(Answer::Live);
         }
-        let (reply, cookie) = answer(ui, head);
+        let (reply, cookie) = answer(ui, head, allowed);
         Ok(Answer::Now(reply, cookie))
     }));
     match answered {
@@ -163,12 +162,34 @@ pub fn respond(ui: &Ui, head: &Head) -> Answer {
     }
 }
 
-/// Whether a request's body is worth reading: only a POST's, and only with a live session
-/// (every POST needs one: without it the answer is a refusal that does not look at the body,
-/// which is then left unread).
+/// The API paths whose answers are bounded by the code, not by the store's records.
+const LIGHT: [&str; 6] = [
+    "/api/overview",
+    "/api/session",
+    "/api/session/logout",
+    "/api/tenants",
+    "/api/tokens",
+    "/api/live",
+];
+
+/// What making the answer to a request may cost: heavy when it reads the store's records (a
+/// page of them, a run, a node, a workflow, the queues) or acts on a queue; light otherwise.
+pub fn weight(head: &Head) -> Weight {
+    let path = head.path.trim_end_matches('/');
+    if !path.starts_with("/api/") || LIGHT.contains(&path) { Weight::Light } else { Weight::Heavy }
+}
+
+/// Whether a request's body is worth reading: only a POST's with a live session, and then
+/// only a sign-in's (its token) or, with actions allowed, a signed-in session's action.
+/// Otherwise the answer is a refusal that does not look at the body, which is left unread.
 pub fn reads_body(ui: &Ui, head: &Head) -> bool {
-    let session = head.session.as_deref();
-    head.method == "POST" && session.is_some_and(|id| ui.sessions.lock().live(id).is_some())
+    let Some(id) = head.session.as_deref().filter(|_| head.method == "POST") else {
+        return false;
+    };
+    let mut sessions = ui.sessions.lock();
+    let Some(session) = sessions.live(id) else { return false };
+    let acts = ui.settings.allow_actions && head.path.starts_with("/api/queues/");
+    head.path == "/api/session" || (acts && session.signed_in.is_some())
 }
 
 /// Refuses a request that names another host (a page of another site that renamed itself to
@@ -184,8 +205,8 @@ pub fn refused(ui: &Ui, head: &Head) -> Result<(), Reply> {
     Ok(())
 }
 
-/// The answer to one request, and a session cookie to set.
-fn answer(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
+/// The answer to one request (a page of at most `allowed` bytes), and a session cookie to set.
+fn answer(ui: &Ui, head: &Head, allowed: usize) -> (Reply, Option<String>) {
     if !head.path.starts_with("/api/") {
         return (ui_assets::page_or_asset(&head.method, &head.path), None);
     }
@@ -199,7 +220,8 @@ fn answer(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
         return (reply, None);
     }
     let samples: Vec<Sample> = ui.samples.lock().iter().copied().collect();
-    (ui_api::route(&ui.store, &head.method, &head.path, &head.query, &samples), None)
+    let request = ui_api::Request { method: &head.method, path: &head.path, query: &head.query };
+    (ui_api::route(&ui.store, &request, &samples, allowed), None)
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! For work on the pages, `SPINDLE_UI_ASSETS=<dir>` serves the files from that directory,
 //! read at each request, so that an edit shows on reload without a rebuild.
 
+use std::borrow::Cow;
+
 use crate::ui_api::Reply;
 
 /// An embedded file: its name under `/assets/`, its content type, its bytes.
@@ -91,7 +93,7 @@ fn matches(pattern: &str, path: &str) -> bool {
 fn file(status: u16, asset: &Asset) -> Reply {
     let from_disk = std::env::var_os("SPINDLE_UI_ASSETS")
         .and_then(|dir| std::fs::read(std::path::Path::new(&dir).join(asset.name)).ok());
-    let bytes = from_disk.unwrap_or_else(|| asset.bytes.to_vec());
+    let bytes = from_disk.map_or(Cow::Borrowed(asset.bytes), Cow::Owned);
     Reply::file(status, asset.content_type, bytes)
 }
 

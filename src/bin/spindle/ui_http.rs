@@ -2,19 +2,22 @@
 //! request heads parsed by `httparse` (hyper's parser), made to outlast hostile clients: no
 //! client can stop it or hold it for the others.
 //!
-//! - Connections: at most `CONNECTIONS_MAX` at once, fewer when file descriptors are scarce
-//!   (`bound`), each on a thread of its own with a small stack. When the bound is reached, the
-//!   accept loop sheds the connection stuck longest in its current phase (waiting for a
-//!   request, reading one, writing an answer, closing; never a live stream, which
-//!   `ui_live::STREAMS_MAX` bounds, nor one whose answer is being made) by shutting its
-//!   socket down, so that old idle or slow connections cannot lock out a new client; only if
-//!   none can go is the new one answered 503.
+//! - Connections ([`connections`]): at most `CONNECTIONS_MAX` at once, fewer when file
+//!   descriptors are scarce (`bound`), at most half of them from one peer, each on a thread of
+//!   its own with a small stack. Past a bound, a connection that holds nothing is shed before
+//!   one reading a body or writing an answer; a connection younger than a quarter of a second
+//!   is never shed (the new one is answered 503 instead).
 //! - Accept errors (out of file descriptors, of memory) never stop the listener: it sheds a
 //!   connection, waits a moment for one to close, and goes on.
+//! - Making answers ([`gate`]): at most 6 requests at once, at most 4 of them heavy (pages of
+//!   records), so a light one never waits behind heavy ones; a request waits for its turn at
+//!   most `queue` (then 503). An answer is at most 4 MiB (a page stops there and gives its
+//!   cursor), and the answers not yet written hold at most 24 MiB between them.
 //! - Deadlines ([`Deadlines`]): a request's first byte within `idle`, its whole head within
-//!   `head` of that byte (408), its body within `body` (408), a whole answer within `answer`
-//!   (each write may block only for what is left of it), each write of a live stream within
-//!   `live_write`. `SPINDLE_UI_TIMEOUT_MS` sets them all (the tests use short ones).
+//!   `head` of that byte (408), its body within `body` (408), its turn within `queue` (503), a
+//!   whole answer within `answer` (each write may block only for what is left of it); a live
+//!   stream's each event within `live_write`, and the stream ends after `live_for`.
+//!   `SPINDLE_UI_TIMEOUT_MS` sets them all (the tests use short ones).
 //! - Sizes: a request line of at most `LINE_BYTES_MAX` (414), a head of at most
 //!   `HEAD_BYTES_MAX` bytes and `HEADERS_MAX` headers (431), a body of at most
 //!   `BODY_BYTES_MAX`, framed by `Content-Length` only (413; a chunked one 411). A body is read
@@ -25,20 +28,26 @@
 //!   `REQUESTS_PER_CONNECTION` on one connection; bytes sent ahead wait in a buffer no bigger
 //!   than a head.
 //! - Closing: the server stops writing, then drains what the client still sends for at most
-//!   `LINGER_FOR`, so that the last answer is not lost to a reset.
+//!   `LINGER_FOR`, so that the last answer is not lost to a reset; a 503 for want of room is
+//!   drained the same way on a thread of its own (at most `BUSY_LINGERING_MAX` at once).
 
-use std::collections::HashMap;
+mod connections;
+mod gate;
+
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::{Arc, Weak};
+use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::sys::resource::{Resource, getrlimit};
-use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use self::connections::{Conn, Connections, Phase};
+use self::gate::Gate;
+pub use self::gate::Weight;
 use crate::ui::{self, Answer};
 use crate::ui_api::Reply;
 use crate::ui_live;
@@ -50,7 +59,7 @@ const CONNECTIONS_MAX: usize = 128;
 /// every live stream and as many other connections.
 const CONNECTIONS_MIN: usize = 2 * ui_live::STREAMS_MAX;
 /// File descriptors left to the rest of the process (the store's files, the standard streams,
-/// the listener) when the bound is fitted to the process's limit.
+/// the listener, the 503s being drained) when the bound is fitted to the process's limit.
 const FDS_KEPT: u64 = 64;
 /// A connection thread's stack. Answers are made on it (JSON is encoded recursively, up to the
 /// store's nesting bound of 100, in debug builds too), so not tiny; only the pages it touches
@@ -74,8 +83,15 @@ const BODY_BYTES_MAX: usize = 16 * 1024;
 const REQUESTS_PER_CONNECTION: usize = 100;
 /// How long a closing connection drains what its client still sends.
 const LINGER_FOR: Duration = Duration::from_secs(1);
-/// How much a closing connection drains, at most.
-const LINGER_BYTES_MAX: usize = 1024 * 1024;
+/// How much a closing connection drains, at most (a client that sends a head of megabytes
+/// still reads its 431).
+const LINGER_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// 503s for want of room drained at once, each on a small thread of its own.
+const BUSY_LINGERING_MAX: usize = 16;
+/// How long such a 503 is drained.
+const BUSY_LINGER_FOR: Duration = Duration::from_millis(250);
+/// The stack of a thread draining a 503.
+const BUSY_STACK_BYTES: usize = 64 * 1024;
 /// The most one write of an answer hands the socket (so that the deadline is looked at).
 const WRITE_CHUNK: usize = 64 * 1024;
 
@@ -88,10 +104,14 @@ struct Deadlines {
     head: Duration,
     /// For a whole body.
     body: Duration,
+    /// For a turn to make the answer.
+    queue: Duration,
     /// For writing a whole answer.
     answer: Duration,
-    /// For each write of a live stream.
+    /// For writing each event of a live stream.
     live_write: Duration,
+    /// For a whole live stream (then the browser reconnects).
+    live_for: Duration,
 }
 
 impl Deadlines {
@@ -100,32 +120,55 @@ impl Deadlines {
         idle: Duration::from_secs(10),
         head: Duration::from_secs(10),
         body: Duration::from_secs(10),
+        queue: Duration::from_secs(2),
         answer: Duration::from_secs(30),
         live_write: Duration::from_secs(10),
+        live_for: ui_live::STREAM_FOR,
     };
 
     /// The default deadlines, or all of them `SPINDLE_UI_TIMEOUT_MS` when it is set.
     fn from_env() -> Self {
         let ms = std::env::var("SPINDLE_UI_TIMEOUT_MS").ok().and_then(|ms| ms.parse().ok());
         match ms.filter(|ms: &u64| *ms > 0).map(Duration::from_millis) {
-            Some(all) => {
-                Deadlines { idle: all, head: all, body: all, answer: all, live_write: all }
-            }
+            Some(all) => Deadlines {
+                idle: all,
+                head: all,
+                body: all,
+                queue: all,
+                answer: all,
+                live_write: all,
+                live_for: all,
+            },
             None => Self::DEFAULT,
         }
     }
 }
 
+/// What every connection's thread shares.
+struct Server {
+    ui: Arc<Ui>,
+    connections: Arc<Connections>,
+    gate: Gate,
+    deadlines: Deadlines,
+    /// 503s being drained now.
+    lingering: AtomicUsize,
+}
+
 /// Accepts connections on `listener` and serves each on a thread of its own, forever: no
 /// error stops it.
 pub fn accept_all(listener: &TcpListener, ui: &Arc<Ui>) {
-    let connections = Arc::new(Connections::new(bound()));
-    let deadlines = Deadlines::from_env();
+    let server = Arc::new(Server {
+        ui: Arc::clone(ui),
+        connections: Arc::new(Connections::new(bound())),
+        gate: Gate::default(),
+        deadlines: Deadlines::from_env(),
+        lingering: AtomicUsize::new(0),
+    });
     let mut warned: Option<Instant> = None;
     loop {
         match listener.accept() {
-            Ok((stream, _)) => take(&connections, stream, ui, deadlines),
-            Err(error) => after_accept_error(&connections, &error, &mut warned),
+            Ok((stream, peer)) => take(&server, stream, peer.ip()),
+            Err(error) => after_accept_error(&server.connections, &error, &mut warned),
         }
     }
 }
@@ -141,34 +184,66 @@ fn bound() -> usize {
 }
 
 /// Serves a new connection on a thread of its own, or answers 503 when there is no room.
-fn take(connections: &Arc<Connections>, stream: TcpStream, ui: &Arc<Ui>, deadlines: Deadlines) {
+fn take(server: &Arc<Server>, stream: TcpStream, peer: IpAddr) {
     // Answers go out whole: small segments need not wait for acknowledgements.
     let _ = stream.set_nodelay(true);
-    let conn = match connections.admit(stream) {
-        Ok(conn) => conn,
-        Err(stream) => return busy(&stream),
+    // An IPv4 client of a server on `[::]` counts as its IPv4 address.
+    let peer = match peer {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(peer, IpAddr::V4),
+        v4 => v4,
     };
-    let ui = Arc::clone(ui);
+    let conn = match server.connections.admit(stream, peer, SHED_WAIT) {
+        Ok(conn) => conn,
+        Err(stream) => return busy(server, stream),
+    };
+    let for_thread = Arc::clone(server);
     let spawned = thread::Builder::new()
         .name("spindle-ui-conn".into())
         .stack_size(STACK_BYTES)
-        .spawn(move || serve_connection(&conn, &ui, deadlines));
+        .spawn(move || serve_connection(&conn, &for_thread));
     if spawned.is_err() {
         // The connection went with the closure, closed; threads are scarce: a moment.
         thread::sleep(ACCEPT_PAUSE);
     }
 }
 
-/// Answers 503 without waiting for the client: the socket's buffer takes it, or it is lost.
-fn busy(stream: &TcpStream) {
-    let reply = Reply::error(503, "the dashboard is busy: try again in a moment");
-    let (content_type, body) = reply.into_content();
-    let mut answer =
-        answer_head(503, &[("Content-Type", content_type), ("Retry-After", "1")], body.len(), true)
-            .into_bytes();
-    answer.extend_from_slice(&body);
-    if stream.set_nonblocking(true).is_ok() {
-        let _ = (&*stream).write(&answer);
+/// The 503 of a server with no room.
+fn too_busy() -> Reply {
+    Reply::error(503, "the dashboard is busy: try again in a moment")
+}
+
+/// Answers 503 without waiting for the client (the socket's buffer takes it), stops writing,
+/// and drains what the client sends on a small thread of its own (or only what came already,
+/// when `BUSY_LINGERING_MAX` do so), so that closing does not reset the connection before the
+/// client reads the 503.
+fn busy(server: &Arc<Server>, stream: TcpStream) {
+    let reply = too_busy();
+    let headers = [("Content-Type", reply.content_type()), ("Retry-After", "1")];
+    let mut answer = answer_head(503, &headers, reply.bytes().len(), true).into_bytes();
+    answer.extend_from_slice(reply.bytes());
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let _ = (&stream).write(&answer);
+    let _ = stream.shutdown(Shutdown::Write);
+    let _ = drain(&stream, Instant::now(), LINGER_BYTES_MAX);
+    let lingering = &server.lingering;
+    if lingering.fetch_add(1, Ordering::SeqCst) >= BUSY_LINGERING_MAX {
+        lingering.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    let server = Arc::clone(server);
+    let spawned = thread::Builder::new()
+        .name("spindle-ui-busy".into())
+        .stack_size(BUSY_STACK_BYTES)
+        .spawn(move || {
+            if stream.set_nonblocking(false).is_ok() {
+                let _ = drain(&stream, Instant::now() + BUSY_LINGER_FOR, LINGER_BYTES_MAX);
+            }
+            server.lingering.fetch_sub(1, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        lingering.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -181,7 +256,7 @@ fn after_accept_error(connections: &Connections, error: &io::Error, warned: &mut
         Some(Errno::ECONNABORTED | Errno::EINTR | Errno::EPROTO | Errno::EAGAIN) => {}
         Some(Errno::EMFILE | Errno::ENFILE | Errno::ENOBUFS | Errno::ENOMEM) => {
             warn_now_and_then(warned, &format!("cannot accept a connection ({error}): shedding"));
-            connections.make_room(&mut connections.table.lock(), ACCEPT_PAUSE);
+            connections.shed_one(ACCEPT_PAUSE);
         }
         _ => {
             warn_now_and_then(warned, &format!("cannot accept a connection: {error}"));
@@ -198,142 +273,6 @@ fn warn_now_and_then(warned: &mut Option<Instant>, message: &str) {
     }
 }
 
-/// What a connection is doing, for choosing one to shed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Waiting for the first byte of a request.
-    Waiting,
-    /// Reading a request's head.
-    Head,
-    /// Reading a request's body.
-    Body,
-    /// Making an answer (the thread works on its own, and ends by itself).
-    Handling,
-    /// Writing an answer.
-    Writing,
-    /// Draining what the client still sends before closing.
-    Closing,
-    /// Writing a live stream (bounded on its own).
-    Live,
-}
-
-impl Phase {
-    /// Whether a connection in this phase waits on its client, and so may be shed.
-    fn waits_on_client(self) -> bool {
-        !matches!(self, Phase::Handling | Phase::Live)
-    }
-}
-
-/// A connection in the table: its socket (the connection's thread owns it), its phase and
-/// since when, and whether it was shed already.
-struct Entry {
-    stream: Weak<TcpStream>,
-    phase: Phase,
-    since: Instant,
-    shed: bool,
-}
-
-/// The connections being served.
-#[derive(Default)]
-struct Table {
-    entries: HashMap<u64, Entry>,
-    next_id: u64,
-}
-
-impl Table {
-    /// Shuts down the connection that has waited on its client longest in its phase; false
-    /// when none may be shed.
-    fn shed_stalest(&mut self) -> bool {
-        let candidates = self.entries.values_mut().filter(|e| !e.shed && e.phase.waits_on_client());
-        let Some(stalest) = candidates.min_by_key(|e| e.since) else {
-            return false;
-        };
-        stalest.shed = true;
-        if let Some(stream) = stalest.stream.upgrade() {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        true
-    }
-}
-
-/// The connections being served, at most `max`, and the signal that one closed.
-struct Connections {
-    table: Mutex<Table>,
-    closed: Condvar,
-    max: usize,
-}
-
-impl Connections {
-    fn new(max: usize) -> Self {
-        Connections { table: Mutex::new(Table::default()), closed: Condvar::new(), max }
-    }
-
-    /// Takes `stream` in, shedding another connection when the table is full; gives it back
-    /// when there is still no room.
-    fn admit(self: &Arc<Self>, stream: TcpStream) -> Result<Conn, TcpStream> {
-        let mut table = self.table.lock();
-        if table.entries.len() >= self.max {
-            self.make_room(&mut table, SHED_WAIT);
-        }
-        if table.entries.len() >= self.max {
-            return Err(stream);
-        }
-        let stream = Arc::new(stream);
-        let id = table.next_id;
-        table.next_id += 1;
-        let entry = Entry {
-            stream: Arc::downgrade(&stream),
-            phase: Phase::Waiting,
-            since: Instant::now(),
-            shed: false,
-        };
-        table.entries.insert(id, entry);
-        Ok(Conn { stream, seat: Seat { id, connections: Arc::clone(self) } })
-    }
-
-    /// Sheds the stalest connection and waits up to `wait` for a connection to close.
-    fn make_room(&self, table: &mut MutexGuard<'_, Table>, wait: Duration) {
-        let before = table.entries.len();
-        table.shed_stalest();
-        let until = Instant::now() + wait;
-        while table.entries.len() >= before && !self.closed.wait_until(table, until).timed_out() {}
-    }
-
-    /// Marks connection `id` as in `phase` from now.
-    fn enter(&self, id: u64, phase: Phase) {
-        if let Some(entry) = self.table.lock().entries.get_mut(&id) {
-            entry.phase = phase;
-            entry.since = Instant::now();
-        }
-    }
-}
-
-/// A connection being served. Its socket is dropped (closed) before its seat is given back,
-/// so that a connection counted gone holds no file descriptor.
-struct Conn {
-    stream: Arc<TcpStream>,
-    seat: Seat,
-}
-
-impl Conn {
-    fn enter(&self, phase: Phase) {
-        self.seat.connections.enter(self.seat.id, phase);
-    }
-}
-
-/// A connection's place in the table, given back when dropped.
-struct Seat {
-    id: u64,
-    connections: Arc<Connections>,
-}
-
-impl Drop for Seat {
-    fn drop(&mut self) {
-        self.connections.table.lock().entries.remove(&self.id);
-        self.connections.closed.notify_all();
-    }
-}
-
 /// What comes after a request.
 enum Next {
     /// The next request on the same connection.
@@ -345,11 +284,11 @@ enum Next {
 }
 
 /// Serves requests on one connection, one at a time, until it closes.
-fn serve_connection(conn: &Conn, ui: &Ui, deadlines: Deadlines) {
+fn serve_connection(conn: &Conn, server: &Server) {
     let mut pending = Vec::new();
     for served in 1..=REQUESTS_PER_CONNECTION {
         let last = served == REQUESTS_PER_CONNECTION;
-        match one_request(conn, ui, deadlines, &mut pending, last) {
+        match one_request(conn, server, &mut pending, last) {
             Next::Another => {}
             Next::Close => return linger(conn),
             Next::Gone => return,
@@ -358,13 +297,8 @@ fn serve_connection(conn: &Conn, ui: &Ui, deadlines: Deadlines) {
 }
 
 /// Reads one request's head from `pending` and the socket, and answers it.
-fn one_request(
-    conn: &Conn,
-    ui: &Ui,
-    deadlines: Deadlines,
-    pending: &mut Vec<u8>,
-    last: bool,
-) -> Next {
+fn one_request(conn: &Conn, server: &Server, pending: &mut Vec<u8>, last: bool) -> Next {
+    let deadlines = server.deadlines;
     let length = match read_head(conn, pending, deadlines) {
         HeadRead::Complete(length) => length,
         HeadRead::Gone => return Next::Gone,
@@ -373,28 +307,32 @@ fn one_request(
     let parsed = parse(&pending[..length]);
     pending.drain(..length);
     match parsed {
-        Ok(request) => answer(conn, ui, deadlines, pending, request, last),
+        Ok(mut request) => {
+            request.head.peer = Some(conn.peer);
+            answer(conn, server, pending, request, last)
+        }
         Err(reply) => refuse(conn, reply, deadlines),
     }
 }
 
 /// Answers a request that will not be read further, and closes.
 fn refuse(conn: &Conn, reply: Reply, deadlines: Deadlines) -> Next {
-    if write_answer(conn, reply, None, false, true, deadlines) { Next::Close } else { Next::Gone }
+    let written = write_answer(conn, reply, &Extra::default(), true, deadlines);
+    if written { Next::Close } else { Next::Gone }
 }
 
-/// Answers a parsed request: checks it, reads its body if it can use it, makes the answer
-/// and writes it (or the live stream).
+/// Answers a parsed request: checks it, reads its body if it can use it, waits for its turn,
+/// makes the answer and writes it (or the live stream).
 fn answer(
     conn: &Conn,
-    ui: &Ui,
-    deadlines: Deadlines,
+    server: &Server,
     pending: &mut Vec<u8>,
     request: Request,
     last: bool,
 ) -> Next {
+    let deadlines = server.deadlines;
     let Request { mut head, body_length, close, expects_continue } = request;
-    if let Err(reply) = ui::refused(ui, &head) {
+    if let Err(reply) = ui::refused(&server.ui, &head) {
         return refuse(conn, reply, deadlines);
     }
     if body_length > BODY_BYTES_MAX {
@@ -403,7 +341,7 @@ fn answer(
     }
     let mut close = close || last;
     if body_length > 0 {
-        if !ui::reads_body(ui, &head) {
+        if !ui::reads_body(&server.ui, &head) {
             // Answered without its body, which stays unread: nothing can follow it.
             close = true;
         } else {
@@ -414,18 +352,43 @@ fn answer(
             }
         }
     }
-    conn.enter(Phase::Handling);
-    match ui::respond(ui, &head) {
-        Answer::Now(reply, cookie) => {
-            let head_only = head.method == "HEAD";
-            let written = write_answer(conn, reply, cookie.as_deref(), head_only, close, deadlines);
-            match (written, close) {
-                (false, _) => Next::Gone,
-                (true, true) => Next::Close,
-                (true, false) => Next::Another,
-            }
+    make_and_write(conn, server, &head, close)
+}
+
+/// Waits for the request's turn, makes its answer and writes it (or the live stream).
+fn make_and_write(conn: &Conn, server: &Server, head: &Head, close: bool) -> Next {
+    let deadlines = server.deadlines;
+    conn.enter(Phase::Queued);
+    let until = Instant::now() + deadlines.queue;
+    let weight = ui::weight(head);
+    let Some(turn) = server.gate.turn(weight, until, || conn.is_shed()) else {
+        if conn.is_shed() {
+            return Next::Gone;
         }
-        Answer::Live(live) => live_stream(conn, live, deadlines),
+        let extra = Extra { retry_after: true, ..Extra::default() };
+        return after_writing(write_answer(conn, too_busy(), &extra, close, deadlines), close);
+    };
+    conn.enter(Phase::Handling);
+    match ui::respond(&server.ui, head, turn.allowed) {
+        Answer::Now(reply, cookie) => {
+            let _held = turn.made(reply.held_bytes());
+            let head_only = head.method == "HEAD";
+            let extra = Extra { cookie: cookie.as_deref(), head_only, retry_after: false };
+            after_writing(write_answer(conn, reply, &extra, close, deadlines), close)
+        }
+        Answer::Live(live) => {
+            drop(turn);
+            live_stream(conn, live, deadlines)
+        }
+    }
+}
+
+/// What follows an answer written (or not) on a connection closing after it (or not).
+fn after_writing(written: bool, close: bool) -> Next {
+    match (written, close) {
+        (false, _) => Next::Gone,
+        (true, true) => Next::Close,
+        (true, false) => Next::Another,
     }
 }
 
@@ -612,6 +575,7 @@ impl Fields<'_, '_> {
             csrf: self.get("X-Spindle-Csrf"),
             session: cookie.as_deref().and_then(crate::ui_session::session_cookie),
             last_event_id: self.get("Last-Event-ID"),
+            peer: None,
             body: String::new(),
         })
     }
@@ -658,33 +622,45 @@ fn read_body(
     BodyRead::Done(body)
 }
 
-/// Writes an answer (only its head when `head_only`: a HEAD request) within the answer's
-/// deadline; false if it could not.
+/// What an answer carries beside its reply.
+#[derive(Default)]
+struct Extra<'a> {
+    /// A session cookie to set.
+    cookie: Option<&'a str>,
+    /// Only the head is written (a HEAD request).
+    head_only: bool,
+    /// A 503 says when to try again.
+    retry_after: bool,
+}
+
+/// Writes an answer within the answer's deadline; false if it could not.
 fn write_answer(
     conn: &Conn,
     reply: Reply,
-    cookie: Option<&str>,
-    head_only: bool,
+    extra: &Extra<'_>,
     close: bool,
     deadlines: Deadlines,
 ) -> bool {
     conn.enter(Phase::Writing);
     let until = Instant::now() + deadlines.answer;
-    let status = reply.status;
-    let (content_type, body) = reply.into_content();
-    let mut headers = vec![("Content-Type", content_type)];
-    if let Some(cookie) = cookie {
+    let mut headers = vec![("Content-Type", reply.content_type())];
+    if let Some(cookie) = extra.cookie {
         headers.push(("Set-Cookie", cookie));
     }
-    let head = answer_head(status, &headers, body.len(), close);
+    if extra.retry_after {
+        headers.push(("Retry-After", "1"));
+    }
+    let body = reply.bytes();
+    let head = answer_head(reply.status, &headers, body.len(), close);
     let written = write_within(&conn.stream, head.as_bytes(), until);
-    let body = if head_only { &[][..] } else { &body[..] };
+    let body = if extra.head_only { &[][..] } else { body };
     written.and_then(|()| write_within(&conn.stream, body, until)).is_ok()
 }
 
 /// Answers a live stream: its head, then its events until it ends; the connection then closes.
-fn live_stream(conn: &Conn, live: ui_live::Live, deadlines: Deadlines) -> Next {
+fn live_stream(conn: &Conn, mut live: ui_live::Live, deadlines: Deadlines) -> Next {
     conn.enter(Phase::Live);
+    live.attach(&conn.stream);
     let content_type = [("Content-Type", "text/event-stream; charset=utf-8")];
     // No Content-Length: the body ends when the connection closes.
     let mut head = status_line(200);
@@ -692,12 +668,20 @@ fn live_stream(conn: &Conn, live: ui_live::Live, deadlines: Deadlines) -> Next {
     add_headers(&mut head, &content_type);
     head.push_str("\r\n");
     let until = Instant::now() + deadlines.live_write;
-    if write_within(&conn.stream, head.as_bytes(), until).is_ok()
-        && conn.stream.set_write_timeout(Some(deadlines.live_write)).is_ok()
-    {
-        ui_live::stream(&mut &*conn.stream, live);
+    if write_within(&conn.stream, head.as_bytes(), until).is_ok() {
+        let mut socket = Socket(&conn.stream);
+        ui_live::stream(&mut socket, live, deadlines.live_write, deadlines.live_for);
     }
     Next::Gone
+}
+
+/// A live stream's socket: each write by its deadline.
+struct Socket<'s>(&'s TcpStream);
+
+impl ui_live::Sink for Socket<'_> {
+    fn send(&mut self, bytes: &[u8], until: Instant) -> io::Result<()> {
+        write_within(self.0, bytes, until)
+    }
 }
 
 /// An answer's head: the status line, `Date`, `Content-Length`, `Connection: close` when the
@@ -776,18 +760,28 @@ fn civil_from_days(days: u64) -> (u64, usize, u64) {
 /// read the last answer.
 fn linger(conn: &Conn) {
     conn.enter(Phase::Closing);
-    if conn.stream.shutdown(Shutdown::Write).is_err() {
-        return;
+    if conn.stream.shutdown(Shutdown::Write).is_ok() {
+        let _ = drain(&conn.stream, Instant::now() + LINGER_FOR, LINGER_BYTES_MAX);
     }
-    let until = Instant::now() + LINGER_FOR;
+}
+
+/// Reads and drops what the client sends, at most `max` bytes, until it stops or `until`
+/// (a nonblocking socket: only what came already). Returns the bytes drained.
+fn drain(stream: &TcpStream, until: Instant, max: usize) -> usize {
     let mut sink = [0_u8; 8192];
     let mut drained = 0;
-    while drained < LINGER_BYTES_MAX {
-        match read_within(&conn.stream, &mut sink, until) {
-            Ok(0) | Err(_) => return,
+    while drained < max {
+        let read = if until <= Instant::now() {
+            (&*stream).read(&mut sink)
+        } else {
+            read_within(stream, &mut sink, until)
+        };
+        match read {
+            Ok(0) | Err(_) => break,
             Ok(read) => drained += read,
         }
     }
+    drained
 }
 
 /// One read that waits at most until `until`.
@@ -897,39 +891,5 @@ mod tests {
     fn the_connection_bound_fits_the_file_limit() {
         let bound = bound();
         assert!((CONNECTIONS_MIN..=CONNECTIONS_MAX).contains(&bound));
-    }
-
-    #[test]
-    fn the_stalest_connection_waiting_on_its_client_is_shed_first() {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let connections = Arc::new(Connections::new(2));
-        let mut clients = Vec::new();
-        let mut conns = Vec::new();
-        for phase in [Phase::Live, Phase::Waiting, Phase::Handling] {
-            clients.push(TcpStream::connect(addr).expect("connect"));
-            let (stream, _) = listener.accept().expect("accept");
-            let admitted = connections.admit(stream);
-            match phase {
-                // Full with a live stream and a waiting one: the waiting one is shed, but
-                // it still holds its place (nobody serves it here), so there is no room.
-                Phase::Handling => assert!(admitted.is_err(), "no room"),
-                _ => {
-                    let conn = admitted.expect("admitted");
-                    conn.enter(phase);
-                    conns.push(conn);
-                }
-            }
-        }
-        let mut byte = [0_u8; 1];
-        clients[1].set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-        assert_eq!(clients[1].read(&mut byte).expect("read"), 0, "the waiting one was shed");
-        clients[0].set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
-        assert!(clients[0].read(&mut byte).is_err(), "the live one is kept");
-        // Once the shed one closes, a new one is let in.
-        drop(conns.remove(1));
-        clients.push(TcpStream::connect(addr).expect("connect"));
-        let (stream, _) = listener.accept().expect("accept");
-        assert!(connections.admit(stream).is_ok());
     }
 }

@@ -6,21 +6,26 @@
 //! newest event: a page reads what it needs first, then hears of what commits next. A browser
 //! that reconnects sends `Last-Event-ID` and misses nothing.
 //!
-//! Bounded: at most `STREAMS_MAX` streams at once (past it, 503 and the page polls); each ends
-//! after `STREAM_FOR` (the browser reconnects by itself), holds a subscription with a small
-//! buffer, and writes a comment every `PING_EVERY` so that a closed page is noticed within
-//! two of them. Every write times out (`ui_http::Deadlines::live_write`): a client that stays
-//! connected but stops reading loses its stream once the socket's buffers are full (or at
-//! `STREAM_FOR`, whichever comes first).
+//! Bounded: at most `STREAMS_MAX` streams at once, `STREAMS_PER_PEER` of one client (IP
+//! address). A new stream past either bound ends the oldest one (of that client, or of the
+//! client with the most), whose browser reconnects and misses nothing; it is never refused
+//! for want of room. Each stream ends after its `live_for` (`STREAM_FOR` unless the server
+//! says otherwise; the browser reconnects by itself), holds a subscription with a small
+//! buffer, and writes a comment every `PING_EVERY` so that a closed page is noticed. Each
+//! message must be written within the server's `live_write` and before the stream's end
+//! (`Sink::send` is given that deadline): a client that stays connected but reads slowly or
+//! not at all loses its stream then.
 //!
 //! The server (`ui_http.rs`) writes the answer's head, without a length; the events go
-//! straight to the socket, one write each; the body ends when the connection closes.
+//! to the socket through a [`Sink`]; the body ends when the connection closes.
 
-use std::io::Write;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io;
+use std::net::{IpAddr, Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use spindle::{Event, Store, Subscription};
 
 use crate::common::parse_stream;
@@ -30,14 +35,107 @@ use crate::ui_state::{Head, Ui};
 
 /// Live streams open at once.
 pub const STREAMS_MAX: usize = 16;
+/// Live streams of one client (IP address) open at once.
+const STREAMS_PER_PEER: usize = 8;
 /// How long one stream lasts before the browser is asked to reconnect.
-const STREAM_FOR: Duration = Duration::from_secs(300);
+pub const STREAM_FOR: Duration = Duration::from_secs(300);
 /// How often a quiet stream writes a comment.
 const PING_EVERY: Duration = Duration::from_secs(3);
+/// How often a stream looks whether it was ended to make room.
+const TICK: Duration = Duration::from_millis(250);
 /// Events a subscription holds before it falls back to reading pages.
 const BUFFER: usize = 256;
 /// What the browser waits before reconnecting.
 const RETRY_MS: u64 = 2_000;
+
+/// Where a stream's messages go: the socket, each message by its deadline.
+pub trait Sink {
+    /// Writes all of `bytes` by `until`.
+    fn send(&mut self, bytes: &[u8], until: Instant) -> io::Result<()>;
+}
+
+/// The live streams open now.
+#[derive(Default)]
+pub struct Streams {
+    open: Mutex<Vec<Open>>,
+    next_id: AtomicU64,
+}
+
+/// An open stream: its client, when it began, whether it was ended, and its socket once the
+/// server writes to it.
+struct Open {
+    id: u64,
+    peer: Option<IpAddr>,
+    began: Instant,
+    ended: Arc<AtomicBool>,
+    socket: Option<Weak<TcpStream>>,
+}
+
+impl Open {
+    /// Ends it: its thread sees the flag within a `TICK`, its socket is shut down at once.
+    fn end(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+        if let Some(socket) = self.socket.as_ref().and_then(Weak::upgrade) {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Streams {
+    /// A place for a stream of `peer`, ending the oldest stream of `peer` when it has
+    /// `STREAMS_PER_PEER`, or else of the client with the most when there are `STREAMS_MAX`.
+    fn take(self: &Arc<Self>, peer: Option<IpAddr>) -> Slot {
+        let mut open = self.open.lock();
+        let of =
+            |open: &[Open], peer: Option<IpAddr>| open.iter().filter(|o| o.peer == peer).count();
+        let crowded = if of(&open, peer) >= STREAMS_PER_PEER {
+            Some(peer)
+        } else if open.len() >= STREAMS_MAX {
+            let most = open.iter().max_by_key(|o| (of(&open, o.peer), std::cmp::Reverse(o.began)));
+            most.map(|o| o.peer)
+        } else {
+            None
+        };
+        if let Some(crowded) = crowded {
+            let oldest = open.iter().enumerate().filter(|(_, o)| o.peer == crowded);
+            if let Some((at, _)) = oldest.min_by_key(|(_, o)| o.began) {
+                open.swap_remove(at).end();
+            }
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let ended = Arc::new(AtomicBool::new(false));
+        let entry =
+            Open { id, peer, began: Instant::now(), ended: Arc::clone(&ended), socket: None };
+        open.push(entry);
+        Slot { streams: Arc::clone(self), id, ended }
+    }
+
+    /// Streams open now.
+    #[cfg(test)]
+    fn count(&self) -> usize {
+        self.open.lock().len()
+    }
+}
+
+/// A place among the open streams, given back when dropped.
+struct Slot {
+    streams: Arc<Streams>,
+    id: u64,
+    ended: Arc<AtomicBool>,
+}
+
+impl Slot {
+    /// Whether another stream ended this one to make room.
+    fn ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.streams.open.lock().retain(|o| o.id != self.id);
+    }
+}
 
 /// A live stream about to be answered: its subscription and its place among the open ones.
 pub struct Live {
@@ -46,31 +144,24 @@ pub struct Live {
     slot: Slot,
 }
 
+impl Live {
+    /// Names the socket the stream is written to, which is shut down should the stream be
+    /// ended to make room (then at once, if it was already).
+    pub fn attach(&mut self, socket: &Arc<TcpStream>) {
+        let mut open = self.slot.streams.open.lock();
+        match open.iter_mut().find(|o| o.id == self.slot.id) {
+            Some(entry) => entry.socket = Some(Arc::downgrade(socket)),
+            None => drop(socket.shutdown(Shutdown::Both)),
+        }
+    }
+}
+
 /// The live stream the request asks for, or the answer that refuses it.
 pub fn open(ui: &Ui, head: &Head) -> Result<Live, Reply> {
     ui_session::may_read(ui, head)?;
     let (subscription, by_stream) = subscribe(&ui.store, head)?;
-    let slot = Slot::take(&ui.streams)
-        .ok_or_else(|| Reply::error(503, "too many live pages open: poll instead"))?;
+    let slot = ui.streams.take(head.peer);
     Ok(Live { subscription, by_stream, slot })
-}
-
-/// A place among the `STREAMS_MAX`, given back when dropped.
-struct Slot(Arc<AtomicUsize>);
-
-impl Slot {
-    fn take(open: &Arc<AtomicUsize>) -> Option<Slot> {
-        let taken = open.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < STREAMS_MAX).then_some(n + 1)
-        });
-        taken.is_ok().then(|| Slot(Arc::clone(open)))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// The subscription the request asks for, from the event after its cursor, and whether it
@@ -104,23 +195,64 @@ fn subscribe(store: &Store, head: &Head) -> Result<(Subscription, bool), Reply> 
 }
 
 /// Writes the stream's events to `out` (the socket, after the answer's head) as they commit,
-/// until the client leaves, the store closes or time is up.
-pub fn stream(out: &mut impl Write, live: Live) {
-    let Live { mut subscription, by_stream, slot: _slot } = live;
-    let ends_at = Instant::now() + STREAM_FOR;
-    let mut written = out.write_all(format!("retry: {RETRY_MS}\n\n").as_bytes());
-    while written.is_ok() && Instant::now() < ends_at {
-        written = match subscription.recv_timeout(PING_EVERY) {
-            Ok(Some(event)) => write_event(out, &event, by_stream),
-            Ok(None) => out.write_all(b": ping\n\n"),
+/// each within `write_for` and before the stream's end `live_for` from now, until the client
+/// leaves, the store closes, the stream is ended to make room, or time is up.
+pub fn stream(out: &mut impl Sink, live: Live, write_for: Duration, live_for: Duration) {
+    let Live { mut subscription, by_stream, slot } = live;
+    let ends_at = Instant::now() + live_for;
+    let by = || (Instant::now() + write_for).min(ends_at);
+    let mut written = out.send(format!("retry: {RETRY_MS}\n\n").as_bytes(), by());
+    let mut quiet_since = Instant::now();
+    while written.is_ok() && !slot.ended() {
+        let left = ends_at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        written = match subscription.recv_timeout(TICK.min(left)) {
+            Ok(Some(event)) => {
+                quiet_since = Instant::now();
+                message(&event, by_stream).and_then(|text| out.send(text.as_bytes(), by()))
+            }
+            Ok(None) if quiet_since.elapsed() >= PING_EVERY => {
+                quiet_since = Instant::now();
+                out.send(b": ping\n\n", by())
+            }
+            Ok(None) => Ok(()),
             Err(_) => break,
         };
     }
 }
 
-/// One event as an SSE message, in one write.
-fn write_event(out: &mut impl Write, event: &Event, by_stream: bool) -> std::io::Result<()> {
+/// One event as an SSE message.
+fn message(event: &Event, by_stream: bool) -> io::Result<String> {
     let id = if by_stream { event.seq } else { event.position };
-    let data = serde_json::to_string(event).map_err(std::io::Error::other)?;
-    out.write_all(format!("id: {id}\ndata: {data}\n\n").as_bytes())
+    let data = serde_json::to_string(event).map_err(io::Error::other)?;
+    Ok(format!("id: {id}\ndata: {data}\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_stream_ends_the_oldest_of_the_client_with_the_most() {
+        let streams = Arc::new(Streams::default());
+        let (a, b) = (Some(IpAddr::from([10, 0, 0, 1])), Some(IpAddr::from([10, 0, 0, 2])));
+        let of_a: Vec<Slot> = (0..STREAMS_PER_PEER).map(|_| streams.take(a)).collect();
+        // A's next one ends A's oldest; it never has more than its share.
+        let newest_a = streams.take(a);
+        assert!(of_a[0].ended() && !of_a[1].ended() && !newest_a.ended());
+        assert_eq!(streams.count(), STREAMS_PER_PEER);
+        let of_b: Vec<Slot> =
+            (0..STREAMS_MAX - STREAMS_PER_PEER).map(|_| streams.take(b)).collect();
+        assert_eq!(streams.count(), STREAMS_MAX);
+        // Full: a third client's stream ends the oldest of one with the most (A and B tie at
+        // 8: the one whose oldest is oldest goes first).
+        let c = streams.take(Some(IpAddr::from([10, 0, 0, 3])));
+        assert!(of_a[1].ended(), "A's oldest still open went");
+        assert!(!c.ended() && of_b.iter().all(|slot| !slot.ended()));
+        assert_eq!(streams.count(), STREAMS_MAX);
+        drop((of_a, of_b, newest_a, c));
+        assert_eq!(streams.count(), 0, "every slot is given back");
+    }
 }

@@ -187,7 +187,7 @@ fn current(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
     if let Some(session) = head.session.as_deref().and_then(|id| sessions.live(id)) {
         return (Reply::ok(describe(ui, session)), None);
     }
-    let (id, session) = sessions.create(None);
+    let (id, session) = sessions.create(None, head.peer);
     (Reply::ok(describe(ui, session)), Some(cookie(&id)))
 }
 
@@ -227,7 +227,7 @@ fn renew(ui: &Ui, head: &Head, signed_in: Option<SignedIn>) -> (Reply, Option<St
     if let Some(old) = head.session.as_deref() {
         sessions.forget(old);
     }
-    let (id, session) = sessions.create(signed_in);
+    let (id, session) = sessions.create(signed_in, head.peer);
     (Reply::ok(describe(ui, session)), Some(cookie(&id)))
 }
 

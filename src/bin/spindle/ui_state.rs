@@ -4,13 +4,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 
 use parking_lot::Mutex;
 use spindle::{Role, Store};
 
 use crate::common::now_ms;
+use crate::ui_live::Streams;
 
 /// How `spindle ui` was asked to serve.
 pub struct Settings {
@@ -35,7 +36,7 @@ pub struct Ui {
     /// The queues over the last minutes, oldest first.
     pub samples: Mutex<VecDeque<Sample>>,
     /// Live streams open now.
-    pub streams: Arc<AtomicUsize>,
+    pub streams: Arc<Streams>,
     /// The `Host` values that name this server; empty: any (bound to every address).
     pub hosts: Vec<String>,
 }
@@ -73,6 +74,8 @@ pub struct Head {
     pub session: Option<String>,
     /// The `Last-Event-ID` header of a reconnecting live stream.
     pub last_event_id: Option<String>,
+    /// The client's address.
+    pub peer: Option<IpAddr>,
     /// A POST's body.
     pub body: String,
 }
@@ -107,20 +110,29 @@ pub fn add_headers(head: &mut String, headers: &[(&str, &str)]) {
     }
 }
 
-/// Sessions kept at once.
-const SESSIONS_MAX: usize = 1_000;
+/// Sessions not signed in kept at once, at most.
+const ANONYMOUS_MAX: usize = 1_000;
+/// Sessions not signed in of one client (IP address) kept at once, at most.
+const ANONYMOUS_PER_PEER: usize = 32;
+/// Signed-in sessions kept at once, at most.
+const SIGNED_IN_MAX: usize = 1_000;
 /// A session unused this long is forgotten.
 const SESSION_IDLE_MS: i64 = 12 * 3_600_000;
-/// The sessions this server knows.
+
+/// The sessions this server knows. Those not signed in (anyone may make one) and the
+/// signed-in ones (made only with a token) are bounded apart: a flood of new sessions never
+/// pushes out a signed-in one, and pushes out first those of the client that made it, so that
+/// another client's session lives from its page's load to its sign-in.
 #[derive(Default)]
 pub struct Sessions {
     by_id: HashMap<String, Session>,
 }
 
-/// A session: its anti-forgery token, and the token it signed in with.
+/// A session: its anti-forgery token, the token it signed in with, and its client.
 pub struct Session {
     pub csrf: String,
     pub signed_in: Option<SignedIn>,
+    peer: Option<IpAddr>,
     seen_ms: i64,
 }
 
@@ -143,25 +155,56 @@ impl Sessions {
         Some(session)
     }
 
-    /// A new session, forgetting one past `SESSIONS_MAX`: the least recently used of those
-    /// not signed in (a flood of new sessions cannot push out the signed-in ones), else the
-    /// least recently used.
-    pub fn create(&mut self, signed_in: Option<SignedIn>) -> (String, &mut Session) {
+    /// A new session of client `peer`, forgetting one of its kind past its bound: for one not
+    /// signed in, the least recently used of `peer`'s own past `ANONYMOUS_PER_PEER`, else past
+    /// `ANONYMOUS_MAX` that of the client with the most; for a signed-in one, past
+    /// `SIGNED_IN_MAX`, the least recently used signed-in one.
+    pub fn create(
+        &mut self,
+        signed_in: Option<SignedIn>,
+        peer: Option<IpAddr>,
+    ) -> (String, &mut Session) {
         let now = now_ms();
         self.by_id.retain(|_, s| now - s.seen_ms < SESSION_IDLE_MS);
-        if self.by_id.len() >= SESSIONS_MAX {
-            let oldest = |signed: bool| {
-                let candidates = self.by_id.iter().filter(|(_, s)| s.signed_in.is_some() == signed);
-                candidates.min_by_key(|(_, s)| s.seen_ms).map(|(id, _)| id.clone())
-            };
-            if let Some(oldest) = oldest(false).or_else(|| oldest(true)) {
-                self.by_id.remove(&oldest);
-            }
+        let forget = match signed_in {
+            Some(_) => self.oldest(|s| s.signed_in.is_some(), SIGNED_IN_MAX),
+            None => self.oldest_anonymous(peer),
+        };
+        if let Some(id) = forget {
+            self.by_id.remove(&id);
         }
         let id = random_hex();
-        let session = Session { csrf: random_hex(), signed_in, seen_ms: now };
+        let session = Session { csrf: random_hex(), signed_in, peer, seen_ms: now };
         let session = self.by_id.entry(id.clone()).or_insert(session);
         (id, session)
+    }
+
+    /// The session not signed in to forget before `peer` makes one, if any.
+    fn oldest_anonymous(&self, peer: Option<IpAddr>) -> Option<String> {
+        let anonymous = |s: &&Session| s.signed_in.is_none();
+        if let Some(id) = self.oldest(|s| anonymous(&s) && s.peer == peer, ANONYMOUS_PER_PEER) {
+            return Some(id);
+        }
+        let mut counts: HashMap<Option<IpAddr>, usize> = HashMap::new();
+        for session in self.by_id.values().filter(anonymous) {
+            *counts.entry(session.peer).or_default() += 1;
+        }
+        if counts.values().sum::<usize>() < ANONYMOUS_MAX {
+            return None;
+        }
+        let most = counts.into_iter().max_by_key(|(_, n)| *n).map(|(peer, _)| peer)?;
+        self.oldest(|s| anonymous(&s) && s.peer == most, 1)
+    }
+
+    /// The least recently used of the sessions `which` picks, when there are `bound` of them.
+    fn oldest(&self, which: impl Fn(&Session) -> bool, bound: usize) -> Option<String> {
+        let picked = self.by_id.iter().filter(|(_, s)| which(s));
+        let (count, oldest) =
+            picked.fold((0, None::<(&String, &Session)>), |(n, oldest), (id, s)| {
+                let older = oldest.is_none_or(|(_, o)| s.seen_ms < o.seen_ms);
+                (n + 1, if older { Some((id, s)) } else { oldest })
+            });
+        oldest.filter(|_| count >= bound).map(|(id, _)| id.clone())
     }
 
     /// Forgets session `id`.
@@ -189,16 +232,32 @@ fn random_hex() -> String {
 mod tests {
     use super::*;
 
+    fn peer(n: u8) -> Option<IpAddr> {
+        Some(IpAddr::from([10, 0, 0, n]))
+    }
+
     #[test]
     fn sessions_are_bounded_and_fresh_ids_differ() {
         let mut sessions = Sessions::default();
         let signed_in = SignedIn { secret: "s".into(), tenant: "t".into(), role: Role::Writer };
-        let (kept, _) = sessions.create(Some(signed_in));
-        for _ in 0..=SESSIONS_MAX {
-            sessions.create(None);
+        let (kept, _) = sessions.create(Some(signed_in), peer(1));
+        for n in 0..=ANONYMOUS_MAX {
+            sessions.create(None, peer((n % 100) as u8));
         }
-        assert_eq!(sessions.by_id.len(), SESSIONS_MAX);
+        assert_eq!(sessions.by_id.len(), ANONYMOUS_MAX + 1);
         assert!(sessions.live(&kept).is_some(), "a flood does not push out a signed-in session");
         assert_ne!(random_hex(), random_hex());
+    }
+
+    #[test]
+    fn a_flood_of_sessions_from_one_client_pushes_out_its_own() {
+        let mut sessions = Sessions::default();
+        let (yours, _) = sessions.create(None, peer(1));
+        for _ in 0..2 * ANONYMOUS_MAX {
+            sessions.create(None, peer(2));
+        }
+        assert!(sessions.live(&yours).is_some(), "another client's session lives");
+        let flood = sessions.by_id.values().filter(|s| s.peer == peer(2)).count();
+        assert_eq!(flood, ANONYMOUS_PER_PEER);
     }
 }

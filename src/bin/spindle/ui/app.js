@@ -1237,6 +1237,9 @@
     let panelSig = '';
     let panelLoading = null;
     let panelGeneration = 0;
+    /** Attempts of the selected node read on demand, before those its view shows: `from`
+     * (the place of the first), `until` (of the first the view showed then). */
+    let panelEarlier = null;
 
     // --- pan and zoom
     const applyView = () => viewport.setAttribute('transform', `translate(${Math.round(view.tx * 10) / 10},${Math.round(view.ty * 10) / 10}) scale(${Math.round(view.k * 10000) / 10000})`);
@@ -1583,12 +1586,30 @@
         if (mine === panelGeneration) panelLoading = null;
       }
       if (!cx.alive || selected !== id || mine !== panelGeneration) return;
+      if (fresh || panelEarlier?.id !== id || (d.attempts_from ?? 0) !== panelEarlier.until) panelEarlier = null;
       const node = d.node ?? {};
       panelSig = `${node.status}|${node.updated_at_ms}|${node.fires}`;
       const open = fresh ? null : new Set([...panel.querySelectorAll('details[open]')].map((el) => el.dataset.key));
       const scroll = panel.scrollTop;
       panel.replaceChildren(panelHead(id), ...panelBody(d, open));
       panel.scrollTop = fresh ? 0 : scroll;
+    }
+
+    /** Reads the attempts of the selected node before the `before`th, and draws them above
+     * those shown. */
+    async function loadEarlier(before) {
+      const id = selected;
+      let e;
+      try {
+        e = await api(`/api/runs/${enc(runId)}/nodes/${enc(id)}${query({ attempts_before: before })}`);
+      } catch (error) {
+        notify(error.message, 'error');
+        return;
+      }
+      if (!cx.alive || selected !== id) return;
+      const kept = panelEarlier?.id === id ? panelEarlier : { id, attempts: [], until: before };
+      panelEarlier = { id, attempts: [...listOf(e.attempts), ...kept.attempts], from: e.attempts_from ?? 0, until: kept.until };
+      loadPanel(false);
     }
 
     function panelBody(d, open) {
@@ -1625,10 +1646,16 @@
           h('summary', null, 'Output as JSON'), pre(pretty(n.output), 'json', 'node-output-json')));
         out.push(section('Output', ...kids));
       }
-      const attempts = listOf(d.attempts);
+      // The view shows a node's latest attempts; earlier ones are read on demand.
+      const earlier = panelEarlier?.id === selected ? panelEarlier : null;
+      const attempts = [...(earlier ? earlier.attempts : []), ...listOf(d.attempts)];
+      const from = earlier ? earlier.from : (d.attempts_from ?? 0);
       if (attempts.length) {
-        out.push(section(`Attempts (${attempts.length})`, h('div', { class: 'attempts', testid: 'node-attempts' }, attempts.map((a, i) => {
-          const key = `attempt-${a.try}-${i}`;
+        const more = from > 0
+          ? button(`Show ${plural(Math.min(from, 10), 'earlier attempt')} (${from} not shown)`, () => loadEarlier(from), { class: 'btn btn-small', testid: 'node-attempts-earlier' })
+          : null;
+        out.push(section(`Attempts (${d.attempts_total ?? attempts.length})`, more, h('div', { class: 'attempts', testid: 'node-attempts' }, attempts.map((a, i) => {
+          const key = `attempt-${from + i}`;
           const isOpen = open ? open.has(key) : i === attempts.length - 1;
           return h('details', { class: 'attempt', data: { key }, open: isOpen },
             h('summary', null, h('strong', { text: `#${a.try}` }), ' ',

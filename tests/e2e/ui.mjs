@@ -133,6 +133,7 @@ async function main() {
   await nodePanel(page, runId);
   await liveRun(page, base);
   await queues(page, base, token);
+  await runQueue(page, base, runId);
   await otherPages(page, base);
   assert.deepEqual(problems, [], 'no script errors in any page');
   await errors(page, base);
@@ -253,6 +254,18 @@ async function queues(page, base, token) {
     { timeout: WAIT_MS },
   );
   await shoot(page, 'queue-requeued', rows);
+}
+
+/** A run's queue, signed in as a writer: no actions (the server refuses them: the items are
+ * the run's), and the page says what to do instead. */
+async function runQueue(page, base, runId) {
+  await page.goto(`${base}/queues/${encodeURIComponent(`run:${runId}`)}`);
+  const note = page.locator('[data-testid=run-queue-note]');
+  await note.waitFor({ timeout: WAIT_MS });
+  assert.match(await note.textContent(), /spindle retry/, 'the page says how to run failed nodes again');
+  await page.waitForSelector('[data-testid=signed-in]', { timeout: WAIT_MS });
+  assert.equal(await page.locator('[data-testid=queue-actions]').isVisible(), false, 'no queue actions');
+  assert.equal(await page.locator('[data-testid=requeue], [data-testid=cancel]').count(), 0, 'no row actions');
 }
 
 async function otherPages(page, base) {

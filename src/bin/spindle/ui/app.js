@@ -1814,14 +1814,19 @@
       if (done) { notify(`Purged ${plural(done.purged ?? 0, 'dead letter')}`); reloadAll(); }
     }, { class: 'btn btn-danger', testid: 'purge-dead' });
     const actionBar = h('div', { class: 'actions', testid: 'queue-actions' }, requeueAll, purge);
-    const showActions = () => { actionBar.hidden = !session?.actions; };
+    // A run's queue is the run's own: the server refuses actions on its items.
+    const ownedByRun = name.startsWith('run:');
+    const showActions = () => { actionBar.hidden = !session?.actions || ownedByRun; };
     showActions();
     cx.listen(window, 'spindle:session', showActions);
     main.append(
       crumbs('/queues', 'Queues', h('span', { class: 'mono', text: name })),
       pageHead(h('span', null, 'Queue ', h('span', { class: 'mono', text: name })), liveState, h('span', { class: 'spacer' }), actionBar),
       stats);
-    if (name.startsWith('run:')) stats.after(h('p', { class: 'small' }, 'The queue of a pipeline run: ', h('a', { href: `/runs/${enc(name.slice(4))}`, text: 'see the run →' })));
+    if (ownedByRun) {
+      stats.after(h('p', { class: 'small', testid: 'run-queue-note' }, 'The queue of a pipeline run: ', h('a', { href: `/runs/${enc(name.slice(4))}`, text: 'see the run →' }),
+        ' A run\'s items are the run\'s: ', h('code', { text: `spindle retry ${name.slice(4)}` }), ' runs its failed nodes again.'));
+    }
 
     const sections = {};
     for (const kind of Object.keys(ITEM_KINDS)) {
@@ -1862,7 +1867,7 @@
     const problem = h('div');
     const more = button('Load more', () => load(true), { class: 'btn btn-small', testid: `${kind}-more`, hidden: true });
     const count = h('span', { class: 'muted small' });
-    const withActions = kind === 'dead' || kind === 'pending' || kind === 'scheduled';
+    const withActions = (kind === 'dead' || kind === 'pending' || kind === 'scheduled') && !queueName.startsWith('run:');
     const headers = withActions ? [...spec.headers, ['', 'actions-col']] : spec.headers;
     const el = h('section', { class: 'section', testid: `${kind}-section` },
       h('div', { class: 'section-head' }, h('h2', null, spec.title), count),

@@ -1652,7 +1652,7 @@
       const from = earlier ? earlier.from : (d.attempts_from ?? 0);
       if (attempts.length) {
         const more = from > 0
-          ? button(`Show ${plural(Math.min(from, 10), 'earlier attempt')} (${from} not shown)`, () => loadEarlier(from), { class: 'btn btn-small', testid: 'node-attempts-earlier' })
+          ? button(`Show ${plural(Math.min(from, 10), 'earlier attempt')}${from > 10 ? ` (of ${from})` : ''}`, () => loadEarlier(from), { class: 'btn btn-small', testid: 'node-attempts-earlier' })
           : null;
         out.push(section(`Attempts (${d.attempts_total ?? attempts.length})`, more, h('div', { class: 'attempts', testid: 'node-attempts' }, attempts.map((a, i) => {
           const key = `attempt-${from + i}`;

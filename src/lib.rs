@@ -80,11 +80,15 @@
 //!
 //! # How it works
 //!
-//! A [`Store`] sends each call to one actor thread through a bounded mailbox (or, with
-//! [`Options::inline`], runs the actor's loop on the calling thread). The actor takes
-//! a message, drains up to `batch_max` more, and runs them in one transaction with one
-//! savepoint per operation that needs one (group commit: one fsync for the whole batch). After `COMMIT` it
-//! replies to every caller and publishes every event. See `ARCHITECTURE.md` for the map.
+//! A [`Store`] sends each call that may write to one actor thread through a bounded mailbox
+//! (or, with [`Options::inline`], runs the actor's loop on the calling thread). The actor
+//! takes a message, drains up to `batch_max` more, and runs them in one transaction with one
+//! savepoint per operation that needs one (group commit: one fsync for the whole batch).
+//! After `COMMIT` it replies to every caller and publishes every event. A call that only
+//! reads goes to one of the store's reader threads ([`Options::readers`]), each with a
+//! read-only connection of its own: a read never waits for the writer's batch, nor a write
+//! for a read, and a read sees every write whose reply was sent before it was sent. No SQL
+//! runs outside the store's own threads. See `ARCHITECTURE.md` for the map.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -128,7 +132,7 @@ pub use crate::graph::{
 };
 pub use crate::limits::Limits;
 pub use crate::log::{Appended, Event, Events, Stream, StreamKind};
-pub use crate::options::{Durability, Options};
+pub use crate::options::{Durability, Options, READERS_MAX};
 pub use crate::page::Page;
 pub use crate::process::Appended as ProcessAppended;
 pub use crate::process::{

@@ -88,6 +88,26 @@ pub struct Options {
     /// registered (`sqlite3_vfs_register`) in the SQLite library this crate links. `None` (the
     /// default) uses SQLite's default VFS.
     pub vfs: Option<String>,
+    /// Reader threads: each holds a read-only connection of its own and runs the operations
+    /// that only read (gets, listings, counts, event pages, [`Store::read`] closures), so a
+    /// read never waits for the writer's batch and a write never waits behind a read. A read
+    /// sees every write whose reply was sent before the read was sent; a read a thread sends
+    /// while writes it submitted ([`Store::submit`]) are still unanswered runs on the writer,
+    /// after them. 0 runs every read on the writer's thread, as an in-memory or inline store
+    /// always does. Default: the machine's cores, between 1 and 4. At most
+    /// [`READERS_MAX`].
+    ///
+    /// [`Store::read`]: crate::Store::read
+    /// [`Store::submit`]: crate::Store::submit
+    pub readers: usize,
+}
+
+/// The most reader threads a store may have ([`Options::readers`]).
+pub const READERS_MAX: usize = 64;
+
+/// The default number of reader threads: the machine's cores, between 1 and 4.
+fn default_readers() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get).clamp(1, 4)
 }
 
 impl Default for Options {
@@ -106,6 +126,7 @@ impl Default for Options {
             inline: false,
             seed: None,
             vfs: None,
+            readers: default_readers(),
         }
     }
 }
@@ -127,6 +148,9 @@ impl Options {
         }
         if self.wal_bytes_max == 0 {
             return Err(Error::InvalidInput("wal_bytes_max must be positive".into()));
+        }
+        if self.readers > READERS_MAX {
+            return Err(Error::InvalidInput(format!("readers must be at most {READERS_MAX}")));
         }
         self.limits.validate()
     }

@@ -6,9 +6,10 @@
 //! a weak reference, so it never keeps a store open.
 
 use std::borrow::Borrow;
+use std::cell::RefCell;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -19,10 +20,11 @@ use crate::core::actor::{self, ActorState, EngineHooks, Inline, spin_recv};
 use crate::core::bell::Bell;
 use crate::core::clock::Clock;
 use crate::core::events::Stream;
-use crate::core::msg::{Job, Msg};
+use crate::core::msg::{InFlightMark, Job, Msg};
 use crate::core::op::{Op, Role, TxOutcome};
 use crate::core::presence::{HoldAlone, ReleaseAlone};
 use crate::core::publish::Filter;
+use crate::core::readers::Readers;
 use crate::core::schema::Location;
 use crate::core::tx::{Scope, Tx};
 use crate::error::{Error, Result};
@@ -82,10 +84,19 @@ pub(crate) struct DomainHooks {
 /// What every handle of one store shares.
 pub(crate) struct Shared {
     runner: Runner,
+    /// The reader threads, if the store reads apart from its writer (`Options::readers`).
+    readers: Option<Readers>,
     closed: AtomicBool,
     state: Arc<ActorState>,
     limits: Limits,
     clock: Arc<dyn Clock>,
+}
+
+thread_local! {
+    /// This thread's writes sent with `submit` and not yet answered, per store (by the address
+    /// of its `Shared`): a read it sends meanwhile must see them, so it runs on the writer,
+    /// after them (ops one thread submits run in the order it sent them).
+    static IN_FLIGHT: RefCell<Vec<(usize, Arc<AtomicUsize>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Where the actor runs.
@@ -181,6 +192,7 @@ impl Store {
         let (recover, read_only) = (options.recover_on_open, options.read_only);
         let state = Arc::new(ActorState::default());
         let hooks = &crate::domains::HOOKS;
+        let (reader_location, reader_options) = (location.clone(), options.clone());
         let runner = if options.inline {
             let inline = Inline::open(&location, options, Arc::clone(&state), &hooks.engine)?;
             Runner::Inline(Box::new(inline))
@@ -188,7 +200,11 @@ impl Store {
             let spawned = actor::spawn(location, options, Arc::clone(&state), &hooks.engine)?;
             Runner::Thread { mailbox: spawned.mailbox, thread: Mutex::new(Some(spawned.thread)) }
         };
-        let shared = Shared { runner, closed: AtomicBool::new(false), state, limits, clock };
+        let closed = AtomicBool::new(false);
+        let mut shared = Shared { runner, readers: None, closed, state, limits, clock };
+        // The writer made or upgraded the schema; the readers open the store as it now is.
+        shared.readers =
+            Readers::start(&reader_location, &reader_options, &shared.state, &hooks.engine)?;
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
         let store = Store { shared: Arc::new(shared), scope };
         if !read_only {
@@ -295,6 +311,38 @@ impl Store {
     {
         let (reply, answer) = bounded(1);
         self.shared.call(Msg::Run(Job::transaction(f, self.scope.clone(), reply)), &answer)
+    }
+
+    /// Runs a closure that only reads, as one unit: on a reader thread's read-only connection
+    /// (see [`Options::readers`]), so it never waits for the writer's batch nor holds a
+    /// write back, and sees one snapshot of the store from its start: every write whose reply
+    /// was sent before it was called, and nothing committed meanwhile. Through [`Tx::exec`]
+    /// it runs operations that only read; one that may write, an append, and raw SQL are
+    /// refused with `InvalidInput` (use [`Store::transaction`]). Without readers (an in-memory
+    /// or inline store, `readers` at 0) it runs on the writer's thread, with the same rules.
+    ///
+    /// ```
+    /// # fn main() -> spindle::Result<()> {
+    /// use spindle::{Store, Stream, log::Head};
+    /// let store = Store::open_in_memory()?;
+    /// let (a, b) = (Stream::custom("a"), Stream::custom("b"));
+    /// store.events().append(&a, "x", serde_json::json!(1))?;
+    /// let heads = store.read(move |tx| Ok((tx.exec(Head { stream: a })?, tx.exec(Head { stream: b })?)))?;
+    /// assert_eq!(heads, (1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// The closure's error, `OpPanicked`, `Forbidden` for an op the view's role may not run,
+    /// `Closed` after close.
+    pub fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    {
+        let (reply, answer) = bounded(1);
+        self.shared.run(Job::read(f, self.scope.clone(), reply), &answer)
     }
 
     /// Follows one stream: every event with `seq > after_seq`, the backlog first, then live.
@@ -446,7 +494,64 @@ impl Shared {
             return Err(error);
         }
         let (reply, answer) = bounded(1);
-        self.call(Msg::Run(Job::op(op, scope.clone(), reply)), &answer)
+        self.run(Job::op(op, scope.clone(), reply), &answer)
+    }
+
+    /// Runs `job` on a reader if one may (see `readers.rs`), else on the writer, and waits for
+    /// its reply.
+    pub(crate) fn run<T>(&self, job: Job, answer: &Receiver<Result<T>>) -> Result<T> {
+        match self.reader_for(&job) {
+            Some(readers) => {
+                self.check_open()?;
+                readers.send(job)?;
+                wait_reply(answer, &self.state)
+            }
+            None => self.call(Msg::Run(job), answer),
+        }
+    }
+
+    /// The readers, if they may run `job`: it only reads, the store has readers, and this
+    /// thread has no submitted write of this store still unanswered.
+    fn reader_for(&self, job: &Job) -> Option<&Readers> {
+        let readers = self.readers.as_ref().filter(|_| job.readable)?;
+        let address = self.address();
+        let waiting = IN_FLIGHT.with(|in_flight| {
+            let in_flight = in_flight.borrow();
+            let mine = in_flight.iter().find(|(store, _)| *store == address);
+            mine.is_some_and(|(_, count)| count.load(Ordering::SeqCst) > 0)
+        });
+        (!waiting).then_some(readers)
+    }
+
+    /// Counts `job`, a write this thread submits, among its unanswered ones until it is
+    /// answered.
+    fn mark_in_flight(&self, job: &mut Job) {
+        if !job.writes || self.readers.is_none() {
+            return;
+        }
+        let address = self.address();
+        let counter = IN_FLIGHT.with(|in_flight| {
+            let mut in_flight = in_flight.borrow_mut();
+            // Forget the counters of stores gone (nothing else holds them) and idle.
+            in_flight.retain(|(store, count)| {
+                *store == address
+                    || Arc::strong_count(count) > 1
+                    || count.load(Ordering::SeqCst) > 0
+            });
+            match in_flight.iter().find(|(store, _)| *store == address) {
+                Some((_, count)) => Arc::clone(count),
+                None => {
+                    let count = Arc::new(AtomicUsize::new(0));
+                    in_flight.push((address, Arc::clone(&count)));
+                    count
+                }
+            }
+        });
+        job.in_flight = Some(InFlightMark::new(&counter));
+    }
+
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
     }
 
     pub(crate) fn submit<O: Op>(
@@ -459,7 +564,17 @@ impl Shared {
             return Err(error);
         }
         let (reply, answer) = bounded(1);
-        self.send(Msg::Run(Job::op(op, scope.clone(), reply)))?;
+        let mut job = Job::op(op, scope.clone(), reply);
+        match self.reader_for(&job) {
+            Some(readers) => {
+                self.check_open()?;
+                readers.send(job)?;
+            }
+            None => {
+                self.mark_in_flight(&mut job);
+                self.send(Msg::Run(job))?;
+            }
+        }
         Ok(Pending { answer, shared: Arc::clone(self), taken: false })
     }
 
@@ -501,6 +616,15 @@ impl Shared {
     }
 
     fn close(&self) -> Result<()> {
+        if let Some(readers) = &self.readers {
+            if self.state.on_actor_thread() {
+                return Err(reentrant());
+            }
+            // The readers finish what was sent to them and let go of their snapshots before
+            // the writer's last checkpoint.
+            self.closed.store(true, Ordering::Release);
+            readers.close();
+        }
         match &self.runner {
             Runner::Thread { mailbox, thread } => self.close_thread(mailbox, thread),
             Runner::Inline(inline) => {

@@ -215,22 +215,26 @@ fn a_store_connects_again_after_the_server_ends_its_session() -> spindle::Result
         return Ok(());
     }
     let shared = SharedStore::new();
-    let store = shared.open();
+    let store = shared.open_with(spindle::Options { readers: 2, ..Default::default() });
     let stream = Stream::custom("dropped");
     store.events().append(&stream, "before", json!(1))?;
-    // An administrator ends the store's session (its application_name names its schema).
+    // An administrator ends the store's sessions (their application_name names its schema):
+    // the writer's and each reader's.
     let mut raw = shared.raw_client();
     let sessions =
         "SELECT pid FROM pg_stat_activity WHERE application_name = 'spindle ' || current_schema()";
     let ended = raw
         .query(&format!("SELECT pg_terminate_backend(pid) FROM ({sessions}) s"), &[])
         .expect("terminate");
-    assert_eq!(ended.len(), 1, "the store has one session");
-    wait_until("the session ends", || raw.query(sessions, &[]).expect("sessions").is_empty());
+    assert_eq!(ended.len(), 3, "the store has a writer's session and two readers'");
+    wait_until("the sessions end", || raw.query(sessions, &[]).expect("sessions").is_empty());
     let appended = store.events().append(&stream, "after", json!(2))?;
     assert_eq!(appended.seq, 2, "the next call runs on a new session");
-    assert_eq!(raw.query(sessions, &[]).expect("sessions").len(), 1);
-    assert_eq!(common::read_stream(&store, &stream).len(), 2);
+    assert_eq!(raw.query(sessions, &[]).expect("sessions").len(), 1, "the writer's, again");
+    // Reads connect again too, each reader when it next runs a read.
+    for _ in 0..4 {
+        assert_eq!(common::read_stream(&store, &stream).len(), 2);
+    }
     Ok(())
 }
 

@@ -70,6 +70,11 @@ pub(crate) struct ActorState {
     pub(crate) waiting: AtomicUsize,
     /// Set when the actor has stopped: nobody will answer any more.
     pub(crate) exited: AtomicBool,
+    /// Set when the writer poisoned itself: the readers refuse their jobs too.
+    pub(crate) poisoned: AtomicBool,
+    /// What SQLite reported when a reader found the file corrupt: the writer then refuses
+    /// writes, as when it finds it so itself.
+    pub(crate) corrupt: Mutex<Option<String>>,
     /// Open subscriptions, held under `Limits::subscriptions_max`.
     pub(crate) subscriptions: AtomicUsize,
     /// Rung after a commit that made work available, for callers blocked waiting for some.
@@ -95,11 +100,11 @@ impl ActorState {
     }
 }
 
-/// Marks the current thread as running an actor while it lives.
-struct Acting;
+/// Marks the current thread as running an actor (or a reader of its store) while it lives.
+pub(crate) struct Acting;
 
 impl Acting {
-    fn enter(state: &ActorState) -> Self {
+    pub(crate) fn enter(state: &ActorState) -> Self {
         ACTING.with(|acting| acting.borrow_mut().push(state.address()));
         Acting
     }
@@ -575,7 +580,11 @@ impl Actor {
             job.refuse(Error::ReadOnly);
             return None;
         }
-        if let (Some(found), true) = (&self.corrupt, job.writes) {
+        // A reader may have found it corrupt too.
+        let corrupt = || self.corrupt.clone().or_else(|| self.state.corrupt.lock().clone());
+        if job.writes
+            && let Some(found) = corrupt()
+        {
             let refused = format!("writes are refused since the file was found corrupt: {found}");
             job.refuse(Error::Corrupt(refused));
             return None;
@@ -617,6 +626,10 @@ impl Actor {
         };
         let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(self.publisher.has_live());
+        if !job.writes {
+            // A job that only reads (a `Store::read` closure among them) stays so.
+            tx.set_read_only();
+        }
         self.conn.enter_job(job.internal, job.scope.bound);
         self.conn.take_conflict();
         let applied = job.run(&mut tx);
@@ -692,6 +705,7 @@ impl Actor {
         let reason = format!("the connection could not be restored {reason}");
         self.abandon(batch, &Error::Poisoned(reason.clone()));
         self.poisoned = Some(reason);
+        self.state.poisoned.store(true, Ordering::SeqCst);
     }
 
     /// After SQLite itself reports the file corrupt (not an op or a closure returning
@@ -750,6 +764,7 @@ impl Actor {
             && let Err(error) = self.conn.rollback()
         {
             self.poisoned = Some(format!("rollback after {cause} failed: {error}"));
+            self.state.poisoned.store(true, Ordering::SeqCst);
         }
         for applied in batch.applied.drain(..) {
             let commit_error = applied.keep.then(|| cause.replicate());

@@ -89,6 +89,20 @@ impl Conn {
         }
     }
 
+    /// Opens a reader's connection to the store at `location` (see `readers.rs`): read-only,
+    /// statements that would write refused by the engine itself, and on PostgreSQL a session
+    /// without a listener of its own (the writer's hears other processes' commits).
+    pub(crate) fn open_reader(location: &Location, options: &Options) -> Result<Self> {
+        let options = Options { read_only: true, ..options.clone() };
+        match location {
+            #[cfg(feature = "postgres")]
+            Location::Postgres(url) => {
+                Ok(Conn::Postgres(Box::new(crate::core::pg::open_reader(url, &options)?)))
+            }
+            _ => Ok(Conn::Sqlite(Box::new(SqliteConn::open(location, &options)?))),
+        }
+    }
+
     /// The connection, for statements.
     pub(crate) fn db(&self) -> Db<'_> {
         match self {
@@ -363,6 +377,10 @@ impl SqliteConn {
                 (guard, schema)
             }
         };
+        if options.read_only {
+            // What would write fails in SQLite itself, whatever asked for it.
+            conn.pragma_update(None, "query_only", true)?;
+        }
         let connection = ConnectionState::read(&conn)?;
         // A VFS of the caller's own need not keep its files in the operating system's.
         let (file, presence) = match location {

@@ -26,6 +26,7 @@ pub(crate) mod pg_listen;
 pub(crate) mod pg_sql;
 pub(crate) mod presence;
 pub(crate) mod publish;
+pub(crate) mod readers;
 pub(crate) mod schema;
 pub(crate) mod sql;
 pub(crate) mod store_file;

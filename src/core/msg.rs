@@ -6,6 +6,8 @@
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_channel::Sender;
 
@@ -34,8 +36,32 @@ pub(crate) struct Job {
     pub(crate) savepoint: bool,
     /// Whether the job is the crate's own op (its SQL is trusted), not a caller's closure.
     pub(crate) internal: bool,
+    /// Whether a reader may run it: it only reads, and needs nothing of the writer's own
+    /// connection (`Op::on_writer`).
+    pub(crate) readable: bool,
     pub(crate) scope: Scope,
+    /// Counts the job among its sender's unanswered writes until it is answered (see
+    /// `store::InFlight`).
+    pub(crate) in_flight: Option<InFlightMark>,
     work: Box<dyn Work>,
+}
+
+/// One unanswered write of a thread, counted in its `counter` until dropped: when the job is
+/// answered (after its reply is sent), or when it is dropped unanswered (the store closed).
+pub(crate) struct InFlightMark(Arc<AtomicUsize>);
+
+impl InFlightMark {
+    /// Counts one more write in `counter`.
+    pub(crate) fn new(counter: &Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(counter))
+    }
+}
+
+impl Drop for InFlightMark {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Job {
@@ -44,9 +70,24 @@ impl Job {
         let access = op.access();
         let writes = op.writes();
         let savepoint = writes && !op.single_write();
+        let readable = !writes && !op.on_writer();
         let label = std::any::type_name::<O>();
         let work = Box::new(OpWork { op, reply, retried: 0 });
-        Self { label, access, writes, savepoint, internal: true, scope, work }
+        let internal = true;
+        Self { label, access, writes, savepoint, internal, readable, scope, in_flight: None, work }
+    }
+
+    /// A job that runs a read closure (`Store::read`) and replies with its value.
+    pub(crate) fn read<T, F>(f: F, scope: Scope, reply: Sender<Result<T>>) -> Self
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    {
+        let f = move |tx: &mut Tx<'_>| f(tx).map(TxOutcome::Commit);
+        let work = Box::new(TxWork { f, reply });
+        let (label, access, internal) = ("read", Access::Read, false);
+        let (writes, savepoint, readable) = (false, false, true);
+        Self { label, access, writes, savepoint, internal, readable, scope, in_flight: None, work }
     }
 
     /// A job that runs a transaction closure and replies with the value of its outcome.
@@ -58,21 +99,39 @@ impl Job {
         let work = Box::new(TxWork { f, reply });
         let label = "transaction";
         let (access, writes, savepoint, internal) = (Access::Write, true, true, false);
-        Self { label, access, writes, savepoint, internal, scope, work }
+        let readable = false;
+        Self { label, access, writes, savepoint, internal, readable, scope, in_flight: None, work }
     }
 
     /// Runs the work, catching a panic.
     pub(crate) fn run(self, tx: &mut Tx<'_>) -> Applied {
-        let Job { label, access, writes, savepoint, internal, scope, work } = self;
+        let Job { label, access, writes, savepoint, internal, readable, scope, in_flight, work } =
+            self;
         let (mut applied, spare) = work.run(tx, label, writes);
-        applied.again =
-            spare.map(|work| Job { label, access, writes, savepoint, internal, scope, work });
+        // A job that runs again stays in flight until that run is answered.
+        applied.again = spare.map(|work| Job {
+            label,
+            access,
+            writes,
+            savepoint,
+            internal,
+            readable,
+            scope,
+            in_flight: None,
+            work,
+        });
+        match &mut applied.again {
+            Some(again) => again.in_flight = in_flight,
+            None => applied.in_flight = in_flight,
+        }
         applied
     }
 
     /// Answers the job with `error` without running it.
     pub(crate) fn refuse(self, error: Error) {
-        self.work.refuse(error);
+        let Job { work, in_flight, .. } = self;
+        work.refuse(error);
+        drop(in_flight);
     }
 }
 
@@ -85,6 +144,8 @@ pub(crate) struct Applied {
     deliver: Box<dyn FnOnce(Option<Error>) + Send>,
     /// The job once more, for a later transaction, if it may run again (see `take_retry`).
     again: Option<Job>,
+    /// The job's place among its sender's unanswered writes, let go once the reply is sent.
+    in_flight: Option<InFlightMark>,
 }
 
 impl Applied {
@@ -102,7 +163,9 @@ impl Applied {
     /// Sends the reply. `commit_error` is the batch's failure, if its writes were lost (the
     /// actor passes none for a job that kept nothing: it is answered with its own result).
     pub(crate) fn deliver(self, commit_error: Option<Error>) {
-        (self.deliver)(commit_error);
+        let Applied { deliver, in_flight, .. } = self;
+        deliver(commit_error);
+        drop(in_flight);
     }
 
     /// Refuses the job after it ran (the actor found it changed what it may not): its work is
@@ -114,6 +177,7 @@ impl Applied {
             failure: Some(error.replicate()),
             deliver: Box::new(move |_| deliver(Some(error))),
             again: None,
+            in_flight: self.in_flight.or_else(|| self.again.and_then(|again| again.in_flight)),
         }
     }
 
@@ -132,6 +196,7 @@ impl Applied {
                     let _ = reply.send(answer);
                 }),
                 again: None,
+                in_flight: None,
             },
             Err(error) => Self {
                 keep: false,
@@ -141,6 +206,7 @@ impl Applied {
                     let _ = reply.send(Err(overruled.unwrap_or(error)));
                 }),
                 again: None,
+                in_flight: None,
             },
         }
     }

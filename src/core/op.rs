@@ -56,6 +56,12 @@ pub trait Op: fmt::Debug + Clone + Send + 'static + sealed::Sealed {
     fn writes(&self) -> bool {
         self.access() != Access::Read
     }
+
+    /// Whether the operation must run on the writer's own connection although it does not
+    /// write (a lock its session holds): then no reader thread runs it. Default false.
+    fn on_writer(&self) -> bool {
+        false
+    }
 }
 
 /// What an operation does to the store.

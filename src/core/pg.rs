@@ -474,6 +474,21 @@ const SCHEMA_SQL: &str = include_str!("../../schema_postgres.sql");
 /// `Postgres` when the server cannot be reached; `NotADatabase` when the schema holds tables
 /// that are not a store's; `SchemaTooNew` for a store of a newer Spindle.
 pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Result<PgConn> {
+    let mut conn = open_session(url, options)?;
+    let schema = current_schema(&conn, false)?;
+    conn.notices = Some(Notices::start(url, &schema, state)?);
+    Ok(conn)
+}
+
+/// Opens a reader's session (see `readers.rs`): read-only (`options.read_only`), without a
+/// listener of its own.
+pub(crate) fn open_reader(url: &str, options: &Options) -> Result<PgConn> {
+    open_session(url, options)
+}
+
+/// Connects, sets the session up, creates the store's schema if it is missing (unless
+/// read-only) and checks its version.
+fn open_session(url: &str, options: &Options) -> Result<PgConn> {
     let mut conn = PgConn::connect(url)?;
     let schema = current_schema(&conn, !options.read_only)?;
     // At least 1 ms: PostgreSQL reads 0 as "wait for ever".
@@ -508,7 +523,6 @@ pub(crate) fn open(url: &str, options: &Options, state: Weak<ActorState>) -> Res
     }
     conn.session = setup;
     check_version(&conn)?;
-    conn.notices = Some(Notices::start(url, &schema, state)?);
     Ok(conn)
 }
 

@@ -56,6 +56,9 @@ impl Op for HoldAlone {
     fn writes(&self) -> bool {
         false
     }
+    fn on_writer(&self) -> bool {
+        true
+    }
     fn apply(self, tx: &mut Tx<'_>) -> Result<bool> {
         tx.hold_alone()
     }
@@ -69,6 +72,9 @@ impl Op for ReleaseAlone {
     }
     fn writes(&self) -> bool {
         false
+    }
+    fn on_writer(&self) -> bool {
+        true
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         tx.release_alone()

@@ -38,6 +38,9 @@ pub struct Tx<'a> {
     /// Whether the caller's closure asked for [`Tx::sqlite`]: the actor then checks the
     /// connection afterwards.
     caller_sql: Cell<bool>,
+    /// A reader's transaction ([`Store::read`](crate::Store::read), or an op on a reader
+    /// thread): ops that may write, appends and raw SQL are refused.
+    read_only: bool,
 }
 
 /// What the actor lends every `Tx` of a batch.
@@ -143,6 +146,9 @@ impl<'a> Tx<'a> {
         if !self.scope.role.allows(op.access()) {
             return Err(forbidden(std::any::type_name::<O>(), self.scope.role));
         }
+        if self.read_only && op.writes() {
+            return Err(read_transaction(std::any::type_name::<O>()));
+        }
         if let Err(error) = op.check_shape(self.limits()) {
             crate::core::op::forget_if_deep(op, &error);
             return Err(error);
@@ -221,6 +227,7 @@ impl<'a> Tx<'a> {
         event_type: &str,
         payload: Value,
     ) -> Result<Appended> {
+        self.writable("an append")?;
         let (stream, engine) = (stream.borrow(), self.engine);
         engine.internal(|| events::check_open_to_callers(self, stream))?;
         engine.internal(|| self.nested(|tx| events::append(tx, stream, event_type, payload, None)))
@@ -239,6 +246,7 @@ impl<'a> Tx<'a> {
         payload: Value,
         idem_key: &str,
     ) -> Result<Appended> {
+        self.writable("an append")?;
         let (stream, engine) = (stream.borrow(), self.engine);
         let key = Some(idem_key);
         engine.internal(|| events::check_open_to_callers(self, stream))?;
@@ -253,6 +261,7 @@ impl<'a> Tx<'a> {
     /// # Errors
     /// `WrongEngine` on a store of another engine (PostgreSQL).
     pub fn sqlite(&self) -> Result<Sql<'_>> {
+        self.writable("raw SQL (Tx::sqlite)")?;
         let parts = self.sqlite_parts()?;
         Ok(Sql::new(parts.conn, parts.guard))
     }
@@ -268,6 +277,7 @@ impl<'a> Tx<'a> {
     /// [`PgSql`]: crate::PgSql
     #[cfg(feature = "postgres")]
     pub fn postgres(&self) -> Result<crate::core::pg_sql::PgSql<'_>> {
+        self.writable("raw SQL (Tx::postgres)")?;
         let Db::Postgres(conn) = self.engine.db else {
             return Err(Error::WrongEngine("the PostgreSQL handle (Tx::postgres)".into()));
         };
@@ -346,7 +356,21 @@ impl<'a> Tx<'a> {
             alarm_ms: None,
             tenants_changed: false,
             caller_sql: Cell::new(false),
+            read_only: false,
         }
+    }
+
+    /// Makes this a reader's transaction: what may write is refused (see [`Tx::exec`]).
+    pub(crate) fn set_read_only(&mut self) {
+        self.read_only = true;
+    }
+
+    /// Refuses `what` in a reader's transaction.
+    fn writable(&self, what: &str) -> Result<()> {
+        if self.read_only {
+            return Err(read_transaction(what));
+        }
+        Ok(())
     }
 
     /// Tells the transaction whether any subscriber is live: if none is, events are not kept
@@ -410,6 +434,14 @@ pub(crate) struct Finished {
     pub(crate) tenants_changed: bool,
     /// Whether the caller's own SQL ran (see [`Tx::sqlite`]).
     pub(crate) caller_sql: bool,
+}
+
+/// The error for something that may write, asked for in a read transaction.
+fn read_transaction(what: &str) -> Error {
+    Error::InvalidInput(format!(
+        "{what} may write: a read transaction (Store::read) runs only what reads; use \
+         Store::transaction"
+    ))
 }
 
 /// The error for an operation the view's role may not perform.

@@ -216,7 +216,8 @@ fn decode(text: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 once decoded"))
 }
 
-/// Records read from the store at first, for a page (a few, in case they are big).
+/// Records read from the store at first, for a page of records that may be big (events,
+/// queue items, processes, executions: up to the store's payload bound each).
 const CHUNK_FIRST: usize = 4;
 /// Records read from the store at once, at most.
 const CHUNK_MAX: usize = 64;
@@ -239,6 +240,7 @@ struct PageText {
 }
 
 impl PageText {
+    /// An empty page of at most `allowed` bytes.
     fn new(allowed: usize) -> Self {
         PageText { text: b"{\"items\":[".to_vec(), items: 0, allowed }
     }
@@ -271,11 +273,12 @@ impl PageText {
 }
 
 /// How a listing is read: a page of at most `n` items after a cursor (`read`), an item's
-/// cursor, and an item as the page shows it (`encode`).
+/// cursor, an item as the page shows it (`encode`), and how many the first read takes.
 struct Listing<R, K, E> {
     read: R,
     cursor: K,
     encode: E,
+    first: usize,
 }
 
 impl<R, K, E> Listing<R, K, E> {
@@ -294,7 +297,7 @@ impl<R, K, E> Listing<R, K, E> {
         E: Fn(&T) -> Result<Vec<u8>, Reply>,
     {
         let mut page = PageText::new(allowed);
-        let mut chunk = CHUNK_FIRST;
+        let mut chunk = self.first;
         loop {
             let want = chunk.min(limit - page.items + 1);
             let found = (self.read)(after.clone(), want)?;
@@ -327,6 +330,7 @@ fn by_id<T: serde::Serialize>(
         read: |after, limit| read(Page { after, limit }).map_err(store_error),
         cursor: id_of,
         encode: encoded,
+        first: CHUNK_FIRST,
     };
     let (page, next) = listing.page(limit, ask.allowed, after)?;
     Ok(page.finish(next, &[]))
@@ -337,6 +341,7 @@ fn encoded(value: &impl serde::Serialize) -> Result<Vec<u8>, Reply> {
     serde_json::to_vec(value).map_err(|e| Reply::error(500, format!("cannot encode: {e}")))
 }
 
+/// A value as a JSON value.
 fn to_json(value: &impl serde::Serialize) -> Result<Value, Reply> {
     serde_json::to_value(value).map_err(|e| Reply::error(500, format!("cannot encode: {e}")))
 }
@@ -410,6 +415,9 @@ fn run_summary(run: &Graph) -> Value {
     })
 }
 
+/// Runs read at first for a page: a run as the list shows it is small (no outputs, no specs).
+const RUNS_FIRST: usize = 64;
+
 /// `/api/runs?status=&name=&after=&limit=`: runs newest first.
 fn runs(store: &Store, ask: &Ask<'_>) -> Answer {
     let (after, limit) = ask.query.page()?;
@@ -427,6 +435,7 @@ fn runs(store: &Store, ask: &Ask<'_>) -> Answer {
         },
         cursor: |run: &Graph| run.id.clone(),
         encode: |run: &Graph| encoded(&run_summary(run)),
+        first: RUNS_FIRST,
     };
     let (page, next) = listing.page(limit, ask.allowed, after)?;
     Ok(page.finish(next, &[]))
@@ -685,6 +694,7 @@ fn events(store: &Store, ask: &Ask<'_>) -> Answer {
         },
         cursor: |event: &Event| if by_stream { event.seq } else { event.position },
         encode: encoded,
+        first: CHUNK_FIRST,
     };
     let (page, next) = listing.page(limit, ask.allowed, Some(after))?;
     let more: Vec<(&str, Value)> = last.map(|last| ("last", json!(last))).into_iter().collect();
@@ -721,6 +731,7 @@ mod tests {
                 let pad = "x".repeat(size.saturating_sub(digits.len() + 2));
                 Ok(format!("\"{digits}{pad}\"").into_bytes())
             },
+            first: CHUNK_FIRST,
         };
         let (page, next) = listing.page(limit, allowed, None).map_err(|r| r.status).expect("page");
         let reply = page.finish(next.map(|n| n.to_string()), &[("last", json!(count))]);

@@ -74,6 +74,7 @@ struct Entry {
 }
 
 impl Entry {
+    /// Whether it was shed already.
     fn is_shed(&self) -> bool {
         self.shed.load(Ordering::Relaxed)
     }
@@ -90,10 +91,12 @@ struct Table {
 }
 
 impl Table {
+    /// The connections of `peer`.
     fn of_peer(&self, peer: IpAddr) -> usize {
         self.by_peer.get(&peer).copied().unwrap_or(0)
     }
 
+    /// Takes `entry` in; its id.
     fn insert(&mut self, entry: Entry) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -102,6 +105,7 @@ impl Table {
         id
     }
 
+    /// Forgets connection `id`, which closed.
     fn remove(&mut self, id: u64) {
         let Some(entry) = self.entries.remove(&id) else { return };
         self.closed += 1;
@@ -148,6 +152,7 @@ pub struct Connections {
 }
 
 impl Connections {
+    /// No connections yet, at most `max` of them.
     pub fn new(max: usize) -> Self {
         Connections { table: Mutex::new(Table::default()), closed: Condvar::new(), max }
     }

@@ -46,6 +46,7 @@ pub struct Gate {
     freed: Condvar,
 }
 
+/// Requests making answers now, the heavy ones among them, and the bytes answers hold.
 #[derive(Default)]
 struct State {
     making: usize,
@@ -93,6 +94,7 @@ impl Gate {
         Some(Turn { gate: self, weight, allowed, reserved })
     }
 
+    /// Changes the counts, and wakes the requests waiting for a turn.
     fn change(&self, change: impl FnOnce(&mut State)) {
         change(&mut self.state.lock());
         self.freed.notify_all();

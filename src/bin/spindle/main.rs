@@ -26,6 +26,7 @@ mod ui_http;
 mod ui_live;
 mod ui_session;
 mod ui_state;
+mod ui_streams;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

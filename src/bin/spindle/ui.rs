@@ -21,10 +21,11 @@ use spindle::Store;
 use crate::common::{CliError, Output, now_ms};
 use crate::ui_api::{self, Reply};
 use crate::ui_assets;
-use crate::ui_http::{self, Weight};
-use crate::ui_live::{self, Streams};
+use crate::ui_http::{self, Answer, Site, Weight};
+use crate::ui_live;
 use crate::ui_session;
 use crate::ui_state::{Head, Sample, Sessions, Settings, Ui};
+use crate::ui_streams::Streams;
 
 /// How often the overview's queue chart samples the queues.
 const SAMPLE_EVERY: Duration = Duration::from_secs(5);
@@ -52,7 +53,7 @@ pub fn serve(store: &Store, settings: Settings, out: &Output) -> Result<(), CliE
         let ui = Arc::clone(&ui);
         move || sample_all(&ui)
     })?;
-    let accept = spawn("spindle-ui-accept", move || ui_http::accept_all(&listener, &ui))?;
+    let accept = spawn("spindle-ui-accept", move || ui_http::accept_all(&listener, ui))?;
     // The accept loop never ends by itself; should a bug end it, the process stops (a
     // dashboard that no longer listens must not look alive).
     accept.join().map_err(|_| CliError::Internal("the dashboard's listener failed".into()))?;
@@ -138,15 +139,28 @@ fn sample_all(ui: &Ui) {
     }
 }
 
-/// What a request gets: an answer now (with a session cookie to set), or a live stream.
-pub enum Answer {
-    Now(Reply, Option<String>),
-    Live(ui_live::Live),
+/// The dashboard, as the HTTP server asks of it.
+impl Site for Ui {
+    fn refused(&self, head: &Head) -> Result<(), Reply> {
+        refused(self, head)
+    }
+
+    fn reads_body(&self, head: &Head) -> bool {
+        reads_body(self, head)
+    }
+
+    fn weight(&self, head: &Head) -> Weight {
+        weight(head)
+    }
+
+    fn respond(&self, head: &Head, allowed: usize) -> Answer {
+        respond(self, head, allowed)
+    }
 }
 
 /// Answers a request that passed [`refused`] (its body read if [`reads_body`]), in at most
 /// `allowed` bytes where it is a page; a bug in a handler answers 500.
-pub fn respond(ui: &Ui, head: &Head, allowed: usize) -> Answer {
+fn respond(ui: &Ui, head: &Head, allowed: usize) -> Answer {
     let live = head.path == "/api/live" && head.method == "GET";
     let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
         if live {
@@ -174,7 +188,7 @@ const LIGHT: [&str; 6] = [
 
 /// What making the answer to a request may cost: heavy when it reads the store's records (a
 /// page of them, a run, a node, a workflow, the queues) or acts on a queue; light otherwise.
-pub fn weight(head: &Head) -> Weight {
+fn weight(head: &Head) -> Weight {
     let path = head.path.trim_end_matches('/');
     if !path.starts_with("/api/") || LIGHT.contains(&path) { Weight::Light } else { Weight::Heavy }
 }
@@ -182,7 +196,7 @@ pub fn weight(head: &Head) -> Weight {
 /// Whether a request's body is worth reading: only a POST's with a live session, and then
 /// only a sign-in's (its token) or, with actions allowed, a signed-in session's action.
 /// Otherwise the answer is a refusal that does not look at the body, which is left unread.
-pub fn reads_body(ui: &Ui, head: &Head) -> bool {
+fn reads_body(ui: &Ui, head: &Head) -> bool {
     let Some(id) = head.session.as_deref().filter(|_| head.method == "POST") else {
         return false;
     };
@@ -195,7 +209,7 @@ pub fn reads_body(ui: &Ui, head: &Head) -> bool {
 /// Refuses a request that names another host (a page of another site that renamed itself to
 /// this address: "DNS rebinding"), and an API request a browser says another site made. Runs
 /// before a body is read.
-pub fn refused(ui: &Ui, head: &Head) -> Result<(), Reply> {
+fn refused(ui: &Ui, head: &Head) -> Result<(), Reply> {
     if !ui.host_allowed(head.host.as_deref()) {
         return Err(Reply::error(421, "this server answers to its own names only (see --host)"));
     }

@@ -21,8 +21,8 @@
 //! - Sizes: a request line of at most `LINE_BYTES_MAX` (414), a head of at most
 //!   `HEAD_BYTES_MAX` bytes and `HEADERS_MAX` headers (431), a body of at most
 //!   `BODY_BYTES_MAX`, framed by `Content-Length` only (413; a chunked one 411). A body is read
-//!   only once the request passed `ui::refused` (its `Host`), and only when the request can use
-//!   it (`ui::reads_body`); otherwise the request is answered with its body unread, and the
+//!   only once the request passed `Site::refused` (its `Host`), and only when the request can use
+//!   it (`Site::reads_body`); otherwise the request is answered with its body unread, and the
 //!   connection closes.
 //! - Pipelining: one request is read and answered, then the next; at most
 //!   `REQUESTS_PER_CONNECTION` on one connection; bytes sent ahead wait in a buffer no bigger
@@ -48,16 +48,16 @@ use nix::sys::resource::{Resource, getrlimit};
 use self::connections::{Conn, Connections, Phase};
 use self::gate::Gate;
 pub use self::gate::Weight;
-use crate::ui::{self, Answer};
 use crate::ui_api::Reply;
 use crate::ui_live;
-use crate::ui_state::{Head, Ui, add_headers};
+use crate::ui_state::{Head, add_headers};
+use crate::ui_streams;
 
 /// Connections served at once, at most.
 const CONNECTIONS_MAX: usize = 128;
 /// Connections served at once, at least, however few file descriptors there are: room for
 /// every live stream and as many other connections.
-const CONNECTIONS_MIN: usize = 2 * ui_live::STREAMS_MAX;
+const CONNECTIONS_MIN: usize = 2 * ui_streams::STREAMS_MAX;
 /// File descriptors left to the rest of the process (the store's files, the standard streams,
 /// the listener, the 503s being drained) when the bound is fitted to the process's limit.
 const FDS_KEPT: u64 = 64;
@@ -144,9 +144,32 @@ impl Deadlines {
     }
 }
 
+/// What the server asks of the site it serves (the dashboard: `ui.rs`), in the order it asks:
+/// whether a request is refused before its body is read, whether its body is read at all, how
+/// heavy its answer is to make, and the answer. A trait, so that the server names nothing
+/// above it: the dashboard uses the server, never the other way round.
+pub trait Site: Send + Sync {
+    /// Refuses a request before its body is read (a `Host` of another site, say).
+    fn refused(&self, head: &Head) -> Result<(), Reply>;
+    /// Whether the request's body is worth reading (it is left unread otherwise).
+    fn reads_body(&self, head: &Head) -> bool;
+    /// What making the answer may cost.
+    fn weight(&self, head: &Head) -> Weight;
+    /// The answer, a page of it at most `allowed` bytes.
+    fn respond(&self, head: &Head, allowed: usize) -> Answer;
+}
+
+/// What a request gets: an answer now (with a session cookie to set), or a live stream.
+pub enum Answer {
+    /// An answer to write at once, and the session cookie to set with it.
+    Now(Reply, Option<String>),
+    /// A live stream of events, written as they come.
+    Live(ui_live::Live),
+}
+
 /// What every connection's thread shares.
 struct Server {
-    ui: Arc<Ui>,
+    site: Arc<dyn Site>,
     connections: Arc<Connections>,
     gate: Gate,
     deadlines: Deadlines,
@@ -156,9 +179,9 @@ struct Server {
 
 /// Accepts connections on `listener` and serves each on a thread of its own, forever: no
 /// error stops it.
-pub fn accept_all(listener: &TcpListener, ui: &Arc<Ui>) {
+pub fn accept_all(listener: &TcpListener, site: Arc<dyn Site>) {
     let server = Arc::new(Server {
-        ui: Arc::clone(ui),
+        site,
         connections: Arc::new(Connections::new(bound())),
         gate: Gate::default(),
         deadlines: Deadlines::from_env(),
@@ -332,7 +355,7 @@ fn answer(
 ) -> Next {
     let deadlines = server.deadlines;
     let Request { mut head, body_length, close, expects_continue } = request;
-    if let Err(reply) = ui::refused(&server.ui, &head) {
+    if let Err(reply) = server.site.refused(&head) {
         return refuse(conn, reply, deadlines);
     }
     if body_length > BODY_BYTES_MAX {
@@ -341,7 +364,7 @@ fn answer(
     }
     let mut close = close || last;
     if body_length > 0 {
-        if !ui::reads_body(&server.ui, &head) {
+        if !server.site.reads_body(&head) {
             // Answered without its body, which stays unread: nothing can follow it.
             close = true;
         } else {
@@ -360,7 +383,7 @@ fn make_and_write(conn: &Conn, server: &Server, head: &Head, close: bool) -> Nex
     let deadlines = server.deadlines;
     conn.enter(Phase::Queued);
     let until = Instant::now() + deadlines.queue;
-    let weight = ui::weight(head);
+    let weight = server.site.weight(head);
     let Some(turn) = server.gate.turn(weight, until, || conn.is_shed()) else {
         if conn.is_shed() {
             return Next::Gone;
@@ -369,7 +392,7 @@ fn make_and_write(conn: &Conn, server: &Server, head: &Head, close: bool) -> Nex
         return after_writing(write_answer(conn, too_busy(), &extra, close, deadlines), close);
     };
     conn.enter(Phase::Handling);
-    match ui::respond(&server.ui, head, turn.allowed) {
+    match server.site.respond(head, turn.allowed) {
         Answer::Now(reply, cookie) => {
             let _held = turn.made(reply.held_bytes());
             let head_only = head.method == "HEAD";

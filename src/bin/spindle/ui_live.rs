@@ -6,8 +6,8 @@
 //! newest event: a page reads what it needs first, then hears of what commits next. A browser
 //! that reconnects sends `Last-Event-ID` and misses nothing.
 //!
-//! Bounded: at most `STREAMS_MAX` streams at once, `STREAMS_PER_PEER` of one client (IP
-//! address). A new stream past either bound ends the oldest one (of that client, or of the
+//! Bounded (`ui_streams.rs`): at most `STREAMS_MAX` streams at once, `STREAMS_PER_PEER` of
+//! one client (IP address). A new stream past either bound ends the oldest one (of that client, or of the
 //! client with the most), whose browser reconnects and misses nothing; it is never refused
 //! for want of room. Each stream ends after its `live_for` (`STREAM_FOR` unless the server
 //! says otherwise; the browser reconnects by itself), holds a subscription with a small
@@ -20,23 +20,18 @@
 //! to the socket through a [`Sink`]; the body ends when the connection closes.
 
 use std::io;
-use std::net::{IpAddr, Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use spindle::{Event, Store, Subscription};
 
 use crate::common::parse_stream;
 use crate::ui_api::{Query, Reply};
 use crate::ui_session;
 use crate::ui_state::{Head, Ui};
+use crate::ui_streams::Slot;
 
-/// Live streams open at once.
-pub const STREAMS_MAX: usize = 16;
-/// Live streams of one client (IP address) open at once.
-const STREAMS_PER_PEER: usize = 8;
 /// How long one stream lasts before the browser is asked to reconnect.
 pub const STREAM_FOR: Duration = Duration::from_secs(300);
 /// How often a quiet stream writes a comment.
@@ -54,89 +49,6 @@ pub trait Sink {
     fn send(&mut self, bytes: &[u8], until: Instant) -> io::Result<()>;
 }
 
-/// The live streams open now.
-#[derive(Default)]
-pub struct Streams {
-    open: Mutex<Vec<Open>>,
-    next_id: AtomicU64,
-}
-
-/// An open stream: its client, when it began, whether it was ended, and its socket once the
-/// server writes to it.
-struct Open {
-    id: u64,
-    peer: Option<IpAddr>,
-    began: Instant,
-    ended: Arc<AtomicBool>,
-    socket: Option<Weak<TcpStream>>,
-}
-
-impl Open {
-    /// Ends it: its thread sees the flag within a `TICK`, its socket is shut down at once.
-    fn end(&self) {
-        self.ended.store(true, Ordering::SeqCst);
-        if let Some(socket) = self.socket.as_ref().and_then(Weak::upgrade) {
-            let _ = socket.shutdown(Shutdown::Both);
-        }
-    }
-}
-
-impl Streams {
-    /// A place for a stream of `peer`, ending the oldest stream of `peer` when it has
-    /// `STREAMS_PER_PEER`, or else of the client with the most when there are `STREAMS_MAX`.
-    fn take(self: &Arc<Self>, peer: Option<IpAddr>) -> Slot {
-        let mut open = self.open.lock();
-        let of =
-            |open: &[Open], peer: Option<IpAddr>| open.iter().filter(|o| o.peer == peer).count();
-        let crowded = if of(&open, peer) >= STREAMS_PER_PEER {
-            Some(peer)
-        } else if open.len() >= STREAMS_MAX {
-            let most = open.iter().max_by_key(|o| (of(&open, o.peer), std::cmp::Reverse(o.began)));
-            most.map(|o| o.peer)
-        } else {
-            None
-        };
-        if let Some(crowded) = crowded {
-            let oldest = open.iter().enumerate().filter(|(_, o)| o.peer == crowded);
-            if let Some((at, _)) = oldest.min_by_key(|(_, o)| o.began) {
-                open.swap_remove(at).end();
-            }
-        }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let ended = Arc::new(AtomicBool::new(false));
-        let entry =
-            Open { id, peer, began: Instant::now(), ended: Arc::clone(&ended), socket: None };
-        open.push(entry);
-        Slot { streams: Arc::clone(self), id, ended }
-    }
-
-    /// Streams open now.
-    #[cfg(test)]
-    fn count(&self) -> usize {
-        self.open.lock().len()
-    }
-}
-
-/// A place among the open streams, given back when dropped.
-struct Slot {
-    streams: Arc<Streams>,
-    id: u64,
-    ended: Arc<AtomicBool>,
-}
-
-impl Slot {
-    /// Whether another stream ended this one to make room.
-    fn ended(&self) -> bool {
-        self.ended.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.streams.open.lock().retain(|o| o.id != self.id);
-    }
-}
-
 /// A live stream about to be answered: its subscription and its place among the open ones.
 pub struct Live {
     subscription: Subscription,
@@ -148,11 +60,7 @@ impl Live {
     /// Names the socket the stream is written to, which is shut down should the stream be
     /// ended to make room (then at once, if it was already).
     pub fn attach(&mut self, socket: &Arc<TcpStream>) {
-        let mut open = self.slot.streams.open.lock();
-        match open.iter_mut().find(|o| o.id == self.slot.id) {
-            Some(entry) => entry.socket = Some(Arc::downgrade(socket)),
-            None => drop(socket.shutdown(Shutdown::Both)),
-        }
+        self.slot.attach(socket);
     }
 }
 
@@ -228,31 +136,4 @@ fn message(event: &Event, by_stream: bool) -> io::Result<String> {
     let id = if by_stream { event.seq } else { event.position };
     let data = serde_json::to_string(event).map_err(io::Error::other)?;
     Ok(format!("id: {id}\ndata: {data}\n\n"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_new_stream_ends_the_oldest_of_the_client_with_the_most() {
-        let streams = Arc::new(Streams::default());
-        let (a, b) = (Some(IpAddr::from([10, 0, 0, 1])), Some(IpAddr::from([10, 0, 0, 2])));
-        let of_a: Vec<Slot> = (0..STREAMS_PER_PEER).map(|_| streams.take(a)).collect();
-        // A's next one ends A's oldest; it never has more than its share.
-        let newest_a = streams.take(a);
-        assert!(of_a[0].ended() && !of_a[1].ended() && !newest_a.ended());
-        assert_eq!(streams.count(), STREAMS_PER_PEER);
-        let of_b: Vec<Slot> =
-            (0..STREAMS_MAX - STREAMS_PER_PEER).map(|_| streams.take(b)).collect();
-        assert_eq!(streams.count(), STREAMS_MAX);
-        // Full: a third client's stream ends the oldest of one with the most (A and B tie at
-        // 8: the one whose oldest is oldest goes first).
-        let c = streams.take(Some(IpAddr::from([10, 0, 0, 3])));
-        assert!(of_a[1].ended(), "A's oldest still open went");
-        assert!(!c.ended() && of_b.iter().all(|slot| !slot.ended()));
-        assert_eq!(streams.count(), STREAMS_MAX);
-        drop((of_a, of_b, newest_a, c));
-        assert_eq!(streams.count(), 0, "every slot is given back");
-    }
 }

@@ -117,8 +117,16 @@ pub fn on_postgres() -> bool {
     std::env::var("SPINDLE_TEST_ENGINE").is_ok_and(|engine| engine == "postgres")
 }
 
-/// A fresh, private store on the engine under test: in memory on SQLite, a new schema of its
-/// own on PostgreSQL.
+/// Whether the suites run on SQLite file stores instead of in-memory ones:
+/// `SPINDLE_TEST_ENGINE=file`. A file store reads on reader threads of its own
+/// (`Options::readers`), which an in-memory store does not have: this runs every read of the
+/// suites there.
+pub fn on_files() -> bool {
+    std::env::var("SPINDLE_TEST_ENGINE").is_ok_and(|engine| engine == "file")
+}
+
+/// A fresh, private store on the engine under test: in memory on SQLite (a file of its own
+/// with `SPINDLE_TEST_ENGINE=file`), a new schema of its own on PostgreSQL.
 pub fn new_store() -> Store {
     new_store_with(Options::default())
 }
@@ -128,7 +136,18 @@ pub fn new_store_with(options: Options) -> Store {
     if on_postgres() {
         return connect_postgres(&new_postgres_location(), options);
     }
+    if on_files() {
+        return Store::open_with(new_store_file(), options).expect("open a store file");
+    }
     Store::open_in_memory_with(options).expect("open in-memory store")
+}
+
+/// A new store file's path, in a directory of this test process's under the system's
+/// temporary directory (left there: a store may outlive the test that made it).
+fn new_store_file() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spindle-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for store files");
+    dir.join(format!("{}.db", uuid::Uuid::now_v7().simple()))
 }
 
 /// The connection string of a new schema of its own on the test server.

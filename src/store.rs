@@ -241,9 +241,11 @@ impl Store {
     /// flight, and they share group commits instead of waiting for one each.
     ///
     /// The guarantees are those of [`Store::exec`]: the op runs in its own savepoint, and its
-    /// reply (output or error) is sent only once its batch has committed. Operations submitted
-    /// by one thread run in the order they were submitted, so a later one sees what an earlier
-    /// one wrote; but each stands alone: a failed one does not stop the ones after it. For
+    /// reply (output or error) is sent only once its batch has committed. Writes submitted by
+    /// one thread run in the order they were submitted, and a read sees every write its thread
+    /// submitted before it (such a read waits for them on the writer's thread); a read
+    /// submitted before a write may run on a reader after it, and see it too. Each op stands
+    /// alone: a failed one does not stop the ones after it. For
     /// all-or-nothing, compose the ops in one [`Store::transaction`] (a transaction is itself one
     /// job, and a closure cannot submit: it runs on the store's thread, where a call into the
     /// store is refused). Dropping a `Pending` does not cancel its op. When the mailbox is full

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crossbeam_channel::bounded;
 use serde_json::json;
 use spindle::log::{Append, Head, ReadAll};
-use spindle::{Error, Options, READERS_MAX, Store, Stream};
+use spindle::{Error, Options, READERS_MAX, Role, Store, Stream, TenantStatus, TenantUpdate};
 
 /// A file store with `readers` reader threads, in its own directory.
 fn file_store(readers: usize) -> (tempfile::TempDir, Store) {
@@ -79,6 +79,73 @@ fn hold_a_read_while_writing(store: &Store) -> (u64, u64) {
     let heads = reader.join().expect("reader").expect("read");
     assert_eq!(store.events().head(&stream).expect("head"), 1, "a new read sees it");
     heads
+}
+
+#[test]
+fn a_read_held_open_never_makes_the_writers_checkpoint_wait() {
+    // A small WAL bound forces truncating checkpoints, which wait for readers up to the busy
+    // timeout (long here): the writer must not wait for the held read at all.
+    let dir = tempfile::tempdir().expect("a directory");
+    let options = Options {
+        readers: 2,
+        wal_bytes_max: 64 * 1024,
+        busy_timeout: Duration::from_secs(60),
+        ..Options::default()
+    };
+    let store = Store::open_with(dir.path().join("wal.db"), options).expect("open");
+    let stream = Stream::custom("grows");
+    let (started_tx, started) = bounded(1);
+    let (release, released) = bounded::<()>(1);
+    let reader = {
+        let (store, stream) = (store.clone(), stream.clone());
+        thread::spawn(move || {
+            store.read(move |tx| {
+                let head = tx.exec(Head { stream })?;
+                started_tx.send(()).expect("started");
+                released.recv().expect("released");
+                Ok(head)
+            })
+        })
+    };
+    started.recv().expect("the read holds its snapshot");
+    let pad = "w".repeat(4096);
+    for n in 0..200 {
+        let payload = json!({ "n": n, "pad": pad });
+        let mut write = store
+            .submit(Append {
+                stream: stream.clone(),
+                event_type: "n".into(),
+                payload,
+                idem_key: None,
+            })
+            .expect("submit");
+        let answered = write.wait_timeout(Duration::from_secs(20));
+        assert!(answered.is_some_and(|a| a.is_ok()), "append {n} waited for the held read");
+    }
+    release.send(()).expect("release");
+    assert_eq!(reader.join().expect("reader").expect("read"), 0);
+    assert_eq!(store.events().head(&stream).expect("head"), 200);
+    store.close().expect("close");
+}
+
+#[test]
+fn a_bound_views_administration_of_a_suspended_tenant_is_refused_wherever_reads_run() {
+    let (_dir, file) = file_store(2);
+    let memory = Store::open_in_memory().expect("in memory");
+    for store in [file, memory] {
+        store.auth().create_tenant("acme", "Acme").expect("tenant");
+        let acme = store.tenant("acme").expect("acme");
+        let (secret, _) = acme.auth().create_token("ops", Role::Admin, None).expect("token");
+        let bound = store.authenticate(secret.expose()).expect("a bound view");
+        assert!(bound.auth().tenant("acme").is_ok(), "active: it reads");
+        let suspend = TenantUpdate { status: Some(TenantStatus::Suspended), ..Default::default() };
+        store.auth().update_tenant("acme", suspend).expect("suspend");
+        let refused = bound.auth().tenant("acme");
+        assert!(matches!(refused, Err(Error::TenantSuspended(_))), "{refused:?}");
+        let tokens = bound.auth().tokens();
+        assert!(matches!(tokens, Err(Error::TenantSuspended(_))), "{tokens:?}");
+        store.close().expect("close");
+    }
 }
 
 #[test]

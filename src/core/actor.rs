@@ -29,7 +29,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,9 @@ pub(crate) struct ActorState {
     pub(crate) exited: AtomicBool,
     /// Set when the writer poisoned itself: the readers refuse their jobs too.
     pub(crate) poisoned: AtomicBool,
+    /// The writer's newest batch stamp: a reader's time is never earlier than the batch of a
+    /// write it can see.
+    pub(crate) stamp_ms: AtomicI64,
     /// What SQLite reported when a reader found the file corrupt: the writer then refuses
     /// writes, as when it finds it so itself.
     pub(crate) corrupt: Mutex<Option<String>>,
@@ -481,6 +484,7 @@ impl Actor {
 
     fn run_one_batch(&mut self, jobs: Vec<Job>) {
         let now_ms = self.stamp.next_ms();
+        self.state.stamp_ms.fetch_max(now_ms, Ordering::SeqCst);
         // A due alarm joins a batch that writes anyway (or runs alone when idle): a batch of
         // reads stays a deferred transaction that another process's writer cannot block.
         let writing = jobs.iter().any(|job| job.writes);

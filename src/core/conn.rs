@@ -67,6 +67,9 @@ pub(crate) struct SqliteConn {
     /// VFS, is not.
     spare_at_close: bool,
     read_only: bool,
+    /// How long a statement waits for a lock another connection holds (`Options::busy_timeout`):
+    /// put back after a checkpoint, which waits for nobody.
+    busy_timeout: std::time::Duration,
 }
 
 impl Conn {
@@ -399,6 +402,7 @@ impl SqliteConn {
             presence,
             spare_at_close,
             read_only: options.read_only,
+            busy_timeout: options.busy_timeout,
         })
     }
 
@@ -453,16 +457,28 @@ impl SqliteConn {
         }
     }
 
-    /// Runs a checkpoint. One that cannot finish (another process is reading) is tried again
-    /// once the WAL has grown further; committed data is safe in the WAL either way.
+    /// Runs a checkpoint. One that cannot finish (a reader, of this store's own or another
+    /// process's, holds a snapshot older than the WAL's end) is tried again once the WAL has
+    /// grown further; committed data is safe in the WAL either way. The writer never waits for
+    /// a reader here: a truncating checkpoint would wait up to `busy_timeout` for readers to
+    /// let go (holding every write back), so it runs with no wait at all, and when readers are
+    /// there it copies what it can, passively, instead.
     fn checkpoint(&mut self, mode: CheckpointMode) {
         if self.read_only || !self.wal.enabled {
             return;
         }
-        let complete = matches!(
-            self.conn.wal_checkpoint_v2(None::<&str>, mode),
-            Ok((log_pages, done_pages)) if log_pages == done_pages
-        );
+        let waits = !matches!(mode, CheckpointMode::PASSIVE);
+        if waits {
+            let _ = self.conn.busy_timeout(std::time::Duration::ZERO);
+        }
+        let mut result = self.conn.wal_checkpoint_v2(None::<&str>, mode);
+        if waits {
+            let _ = self.conn.busy_timeout(self.busy_timeout);
+            if result.is_err() {
+                result = self.conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE);
+            }
+        }
+        let complete = matches!(result, Ok((log_pages, done_pages)) if log_pages == done_pages);
         self.wal.checkpointed(complete);
     }
 

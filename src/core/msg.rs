@@ -70,7 +70,10 @@ impl Job {
         let access = op.access();
         let writes = op.writes();
         let savepoint = writes && !op.single_write();
-        let readable = !writes && !op.on_writer();
+        // A bound view's administration (reads too) is refused while its tenant is suspended:
+        // the writer checks that (see `Actor::run_job`), so it runs there.
+        let bound_admin = access == Access::Admin && scope.bound;
+        let readable = !writes && !op.on_writer() && !bound_admin;
         let label = std::any::type_name::<O>();
         let work = Box::new(OpWork { op, reply, retried: 0 });
         let internal = true;

@@ -183,6 +183,9 @@ impl Reader {
         if self.state.poisoned.load(Ordering::SeqCst) {
             return job.refuse(Error::Poisoned("the store's writer stopped: reopen it".into()));
         }
+        if self.state.exited.load(Ordering::SeqCst) {
+            return job.refuse(Error::Closed);
+        }
         if !job.scope.role.allows(job.access) {
             let error = forbidden(job.label, job.scope.role);
             return job.refuse(error);
@@ -198,7 +201,9 @@ impl Reader {
             ids: &self.ids,
             owned_streams: self.hooks.owned_streams,
         };
-        let mut tx = Tx::new(engine, self.stamp.next_ms(), &scope);
+        // Never earlier than the batch of a write this read can see.
+        let now_ms = self.stamp.next_ms().max(self.state.stamp_ms.load(Ordering::SeqCst));
+        let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(false);
         tx.set_read_only();
         self.conn.enter_job(job.internal, job.scope.bound);

@@ -93,8 +93,8 @@ pub struct Options {
     /// read never waits for the writer's batch and a write never waits behind a read. A read
     /// sees every write whose reply was sent before the read was sent; a read a thread sends
     /// while writes it submitted ([`Store::submit`]) are still unanswered runs on the writer,
-    /// after them. 0 runs every read on the writer's thread, as an in-memory or inline store
-    /// always does. Default: the machine's cores, between 1 and 4. At most
+    /// after them. 0 runs every read on the writer's thread, as an in-memory or inline store,
+    /// and one on a VFS of the caller's own ([`Options::vfs`]), always do. Default: the machine's cores, between 1 and 4. At most
     /// [`READERS_MAX`].
     ///
     /// [`Store::read`]: crate::Store::read

@@ -99,9 +99,14 @@ impl Readers {
     }
 }
 
-/// Whether a store at `location` with `options` reads on reader threads.
+/// Whether a store at `location` with `options` reads on reader threads: not in memory (a
+/// private database per connection), not inline, and not on a VFS of the caller's own (it
+/// need not serve several connections at once, nor their shared memory).
 fn reads_apart(location: &Location, options: &Options) -> bool {
-    options.readers > 0 && !options.inline && !matches!(location, Location::Memory)
+    options.readers > 0
+        && !options.inline
+        && options.vfs.is_none()
+        && !matches!(location, Location::Memory)
 }
 
 /// Opens one reader's connection on a thread of its own, then serves `jobs` there.

@@ -68,17 +68,24 @@ pub enum Error {
     #[error("file is not a database")]
     NotADatabase,
     /// The store's path cannot hold a store, or this user may not use the file there or the
-    /// files SQLite keeps beside it: a directory, a device (anything but a regular file), a
-    /// missing directory (or, for a read-only open, a missing file), a file it may not read or
-    /// write, another user's `-wal` or `-shm`, or a read that would leave such files behind for
-    /// the store's owner. Nothing was created or changed.
+    /// files kept beside it: a directory, a device (anything but a regular file), a missing
+    /// directory (or, for a read-only open, a missing file), a file it may not read or write,
+    /// a directory it may not make the store's files in, another user's `-wal` or `-shm`, an
+    /// open that would leave such files behind for the store's owner, a `<db>-presence` that
+    /// is not a regular file of a user who may write the store; or (kind `WouldBlock`)
+    /// another store held the presence file past `busy_timeout` while it recovered at open.
+    /// What the check before SQLite's open refuses, it refuses before anything is created or
+    /// changed. The rest comes later: SQLite's own failure explained (nothing written to the
+    /// store), and the presence file (after a writable open, which may have made a new store's
+    /// file or migrated an older one).
     #[error("{message}")]
     StoreFile {
         /// The path as given (or the file beside it that is at fault).
         path: std::path::PathBuf,
         /// What kind of problem: `IsADirectory`, `NotADirectory`, `NotFound` (a missing
         /// directory, or no file for a read-only open), `InvalidInput` (not a regular file, an
-        /// empty path), `PermissionDenied`, or another kind the operating system reported.
+        /// empty path), `PermissionDenied`, `WouldBlock` (held off by a store recovering at
+        /// open: try again), or another kind the operating system reported.
         kind: std::io::ErrorKind,
         /// What is wrong, naming the files (and their owners), and what to do.
         message: String,

@@ -31,6 +31,7 @@ use sha2::{Digest, Sha256};
 use crate::core::clock::ManualClock;
 use crate::core::pg::{Raw, value_ref};
 use crate::core::schema::{SCHEMA_SQL, SCHEMA_VERSION, digest_value, quoted};
+use crate::core::store_file;
 use crate::error::Error;
 use crate::hash::hex;
 use crate::options::Options;
@@ -250,7 +251,7 @@ impl Digester {
 /// `-shm` files up only if it may write.
 fn open_source(from: &Path) -> Result<Connection, MigrateError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(from, flags)?;
+    let conn = Connection::open_with_flags(store_file::sqlite_name(from), flags)?;
     conn.busy_timeout(Options::default().busy_timeout)?;
     Ok(conn)
 }

@@ -7,6 +7,15 @@
 //!   `-shm` the owner could not write, and the owner's next run works; root's read gives them
 //!   to the owner; `-wal`/`-shm` of another user are named, with their owner, when the owner's
 //!   run cannot write;
+//! - another user's run on a store it may only read is refused before SQLite makes anything
+//!   beside it, and the owner's next run works; a group member's run is refused unless the
+//!   files it makes would be the store's group's (a set-group-ID directory);
+//! - the presence file is the store's writers' only (0600 beside a 0644 store): another user
+//!   cannot open it to hold its lock, and the owner's open takes back one an older spindle made
+//!   with the store's mode; held off by it, a run says so, naming it (exit 3);
+//! - a new store in a directory this user may not write, and a missing presence file beside a
+//!   store in such a directory, are refused with exit 2, saying what to do;
+//! - a `--db` starting with `file:` is a file of that name, not an SQLite URI;
 //! - a second runner on a file leaves the node a live runner is running alone (its open
 //!   recovers only when it is alone), and a store opening once that runner is dead recovers it.
 //!
@@ -229,7 +238,7 @@ fn another_users_read_of_a_store_nobody_has_open_is_refused_and_the_owner_still_
     let writer = Options { recover_on_open: false, ..Options::default() };
     Store::open_with(&db, writer).expect("root opens to write").close().expect("close");
     let made = std::fs::metadata(&presence).expect("made by root's open");
-    assert_eq!((made.uid(), made.gid(), made.mode() & 0o777), (OWNER, OWNER, 0o644));
+    assert_eq!((made.uid(), made.gid(), made.mode() & 0o777), (OWNER, OWNER, 0o600));
     let last = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
     assert_eq!(last.status.code(), Some(0), "{}", stderr(&last));
 }
@@ -311,4 +320,191 @@ fn a_second_runner_leaves_a_live_runners_node_running_and_a_later_open_recovers_
     let alone = Store::open(s.db()).expect("open alone");
     assert_eq!(alone.graphs().node(&graph, "wait").expect("node").status, NodeStatus::Ready);
     alone.close().expect("close");
+}
+
+/// The binary as user `uid` (group `uid`) with the supplementary groups `groups`, on `db`.
+fn as_member(uid: u32, groups: &[u32], db: &Path, args: &[&str]) -> Output {
+    let id = uid.to_string();
+    let groups: Vec<String> = groups.iter().map(u32::to_string).collect();
+    Command::new("setpriv")
+        .args(["--reuid", &id, "--regid", &id, "--groups", &groups.join(","), BIN, "--db"])
+        .arg(db)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run spindle as another user")
+}
+
+/// The files beside `db` (`-wal`, `-shm`, `-presence`, `-journal`) that are there, with
+/// their owners.
+fn beside_owners(db: &Path) -> Vec<(String, u32)> {
+    ["-wal", "-shm", "-journal", "-presence"]
+        .iter()
+        .filter_map(|suffix| {
+            Some((suffix.to_string(), std::fs::metadata(side(db, suffix)).ok()?.uid()))
+        })
+        .collect()
+}
+
+#[test]
+fn another_users_run_on_a_store_it_may_only_read_makes_nothing_and_the_owner_still_runs() {
+    if !two_users("another_users_run_on_a_store_it_may_only_read") {
+        return;
+    }
+    let s = Scratch::new();
+    let (db, pipeline) = shared_store(&s);
+    std::fs::remove_file(side(&db, "-presence")).expect("as before any writable open");
+    assert_eq!(beside_owners(&db), [], "closed: nothing beside it");
+    for args in [vec!["run", &pipeline], vec!["queue", "requeue", "--all", "q"]] {
+        let refused = as_user(OTHER, &db, &args);
+        assert_refused(&refused, &["permission denied", "may not write", "mode 0644"]);
+        assert_eq!(beside_owners(&db), [], "{args:?} made files beside the store");
+    }
+    let after = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
+    assert_eq!(after.status.code(), Some(0), "the owner's run: {}", stderr(&after));
+}
+
+#[test]
+fn a_group_members_run_is_refused_unless_the_owner_could_write_the_files_it_makes() {
+    if !two_users("a_group_members_run_is_refused_unless_the_owner_could_write") {
+        return;
+    }
+    let s = Scratch::new();
+    let (db, pipeline) = shared_store(&s);
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o664)).expect("g+w");
+    // The member's files would be its own group's (the directory is not set-group-ID).
+    let refused = as_member(OTHER, &[OWNER], &db, &["run", &pipeline, "--fresh"]);
+    assert_refused(&refused, &[&format!("belongs to uid {OWNER}"), "its owner could not write"]);
+    assert!(beside_owners(&db).iter().all(|(_, uid)| *uid == OWNER), "{:?}", beside_owners(&db));
+    // In a set-group-ID directory of the store's group they are the store's group's.
+    std::os::unix::fs::chown(s.dir.path(), None, Some(OWNER)).expect("chgrp");
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o3777)).expect("g+s");
+    std::fs::remove_file(side(&db, "-presence")).expect("made again by the member");
+    // Where runs keep their outputs (`<db>.runs`, the owner's): the member's too.
+    let runs = PathBuf::from(format!("{}.runs", db.display()));
+    std::fs::set_permissions(&runs, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let member = as_member(OTHER, &[OWNER], &db, &["run", &pipeline, "--fresh"]);
+    assert_eq!(member.status.code(), Some(0), "the member's run: {}", stderr(&member));
+    let presence = std::fs::metadata(side(&db, "-presence")).expect("made by the member");
+    assert_eq!((presence.uid(), presence.gid(), presence.mode() & 0o777), (OTHER, OWNER, 0o660));
+    let owner = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
+    assert_eq!(owner.status.code(), Some(0), "the owner's run after: {}", stderr(&owner));
+}
+
+#[test]
+fn only_users_who_may_write_the_store_may_open_its_presence_file_to_hold_it() {
+    if !two_users("only_users_who_may_write_the_store_may_open_its_presence_file") {
+        return;
+    }
+    let s = Scratch::new();
+    let (db, pipeline) = shared_store(&s);
+    let presence = side(&db, "-presence");
+    let made = std::fs::metadata(&presence).expect("made by the owner's run");
+    assert_eq!((made.uid(), made.mode() & 0o777), (OWNER, 0o600), "the owner's, its writer's");
+    let hold = |uid: u32, mode: &str| {
+        let id = uid.to_string();
+        Command::new("setpriv")
+            .args(["--reuid", &id, "--regid", &id, "--clear-groups", "flock", "--close", mode])
+            .arg(&presence)
+            .args(["-c", "touch held; while [ -e hold ]; do sleep 0.05; done"])
+            .current_dir(s.dir.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("flock")
+    };
+    std::fs::write(s.path("hold"), b"").expect("hold");
+    let refused = hold(OTHER, "--exclusive").wait_with_output().expect("flock ends");
+    assert!(!refused.status.success() && !s.path("held").exists(), "another user locked it");
+    // One made by an older spindle, with the store file's mode: another user may hold it,
+    // and the owner's run says whose lock held it off, then makes it the writers' only.
+    std::fs::set_permissions(&presence, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut holder = hold(OTHER, "--exclusive");
+    let begun = Instant::now();
+    while !s.path("held").exists() {
+        assert!(begun.elapsed() < Duration::from_secs(10), "flock never held it");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let held_off = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
+    let said = stderr(&held_off);
+    assert_eq!(held_off.status.code(), Some(3), "{said}");
+    assert!(said.contains(&presence.display().to_string()) && said.contains("recovers"), "{said}");
+    assert!(!said.contains("another process is writing the store"), "{said}");
+    std::fs::remove_file(s.path("hold")).expect("let go");
+    holder.wait().expect("flock ends");
+    let mode = std::fs::metadata(&presence).expect("presence").mode() & 0o777;
+    assert_eq!(mode, 0o600, "the owner's open gave it its writers' mode");
+    std::fs::write(s.path("hold"), b"").expect("hold");
+    std::fs::remove_file(s.path("held")).expect("again");
+    let refused = hold(OTHER, "--shared").wait_with_output().expect("flock ends");
+    assert!(!refused.status.success() && !s.path("held").exists(), "another user locked it");
+    let after = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
+    assert_eq!(after.status.code(), Some(0), "{}", stderr(&after));
+}
+
+#[test]
+fn a_directory_this_user_may_not_write_is_named_for_a_new_store_and_for_a_missing_presence() {
+    if !two_users("a_directory_this_user_may_not_write_is_named") {
+        return;
+    }
+    let s = Scratch::new();
+    let pipeline = quick(&s, "p").display().to_string();
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("root's, others may only pass");
+    let new = s.path("new.db");
+    let refused = as_user(OWNER, &new, &["run", &pipeline]);
+    assert_refused(&refused, &["may not make files in", "no store can be made at"]);
+    assert!(!new.exists());
+    // An existing store of the owner's there, held open (its -wal and -shm there, the
+    // owner's: root's SQLite gives them to the store file's owner), with no presence file.
+    let db = s.db();
+    Store::open(&db).expect("create").close().expect("close");
+    std::os::unix::fs::chown(&db, Some(OWNER), Some(OWNER)).expect("chown");
+    std::fs::remove_file(side(&db, "-presence")).expect("as before any writable open");
+    let reader = Options { read_only: true, ..Options::default() };
+    let open = Store::open_with(&db, reader).expect("root reads");
+    // Where runs keep their outputs, the owner's (a directory of its own, made beforehand).
+    let runs = PathBuf::from(format!("{}.runs", db.display()));
+    std::fs::create_dir(&runs).expect("mkdir");
+    std::os::unix::fs::chown(&runs, Some(OWNER), Some(OWNER)).expect("chown");
+    let presence = side(&db, "-presence").display().to_string();
+    let refused = as_user(OWNER, &db, &["run", &pipeline]);
+    let install = format!("install -m 0600 -o {OWNER} -g {OWNER} /dev/null {presence}");
+    assert_refused(&refused, &[&presence, &install]);
+    // Doing what it says.
+    let args: Vec<&str> = install.split(' ').skip(1).collect();
+    let made = Command::new("install").args(&args).status().expect("install");
+    assert!(made.success());
+    let run = as_user(OWNER, &db, &["run", &pipeline]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    open.close().expect("close");
+}
+
+#[test]
+fn a_db_path_starting_with_file_is_a_file_of_that_name() {
+    let s = Scratch::new();
+    let pipeline = quick(&s, "p").display().to_string();
+    let name = "file:x.db?mode=memory";
+    let on = |db: &str, args: &[&str]| {
+        Command::new(BIN)
+            .current_dir(s.dir.path())
+            .args(["--db", db])
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("run spindle")
+    };
+    let ran = on(name, &["run", &pipeline]);
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    assert!(s.path(name).is_file(), "a file of that name, not a database in memory");
+    let runs = on(name, &["runs", "--json"]);
+    assert_eq!(runs.status.code(), Some(0), "{}", stderr(&runs));
+    assert!(cli_common::stdout(&runs).contains("\"p\""), "{}", cli_common::stdout(&runs));
+    // `file:/...` names the directory `file:` here, which is not there.
+    let nowhere = on("file:/sub/s.db", &["run", &pipeline]);
+    assert_refused(&nowhere, &["the directory file:/sub does not exist"]);
+    std::fs::create_dir_all(s.path("file:/sub")).expect("mkdir");
+    let there = on("file:/sub/s.db", &["run", &pipeline]);
+    assert_eq!(there.status.code(), Some(0), "{}", stderr(&there));
+    assert!(s.path("file:").join("sub").join("s.db").is_file());
 }

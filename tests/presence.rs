@@ -3,7 +3,9 @@
 //! runs a graph node; another store opening the file while the child lives, recovering by
 //! default, leaves the node running, and once the child is killed a store opening alone
 //! recovers it. Stores of one process are two stores too (`tests/shared_store.rs` has that
-//! one on every engine).
+//! one on every engine). A store held off by another's recovery names the presence file; a
+//! named pipe or a symbolic link put at the presence file's name is refused at once, naming
+//! it, and never followed (`tests/cli_db.rs` has the presence file and other users).
 
 mod common;
 
@@ -86,9 +88,13 @@ fn a_store_recovering_at_open_holds_others_off_until_it_is_done() {
     let held = std::fs::File::open(&presence).expect("open the presence file");
     held.lock().expect("hold it exclusively, as a recovering store does");
     let patient = Options { busy_timeout: Duration::from_millis(200), ..Options::default() };
+    // Held off past its busy timeout, it names the presence file and why it waited.
     match Store::open_with(&path, patient.clone()) {
-        Err(Error::Busy) => {}
-        other => panic!("expected Busy while another recovers, got {:?}", other.map(|_| ())),
+        Err(Error::StoreFile { path: named, kind: std::io::ErrorKind::WouldBlock, message }) => {
+            assert_eq!(named, presence.canonicalize().expect("the presence file"));
+            assert!(message.contains("recovers"), "{message}");
+        }
+        other => panic!("expected StoreFile (WouldBlock), got {:?}", other.map(|_| ())),
     }
     // A read-only store is not held off: it holds nothing, and makes no file.
     let reader = Store::open_with(&path, Options { read_only: true, ..Options::default() })
@@ -113,4 +119,53 @@ fn a_read_only_or_in_memory_store_makes_no_presence_file() {
     reader.close().expect("close");
     assert!(!presence.exists(), "a reader makes no presence file");
     Store::open_in_memory().expect("in memory").close().expect("close");
+}
+
+/// What opening the store at `path` to write answers, within a few seconds (an open that
+/// hangs fails the test).
+fn open_answer(path: &std::path::Path) -> spindle::Result<Store> {
+    let (send, answer) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || send.send(Store::open(&path)));
+    answer.recv_timeout(Duration::from_secs(10)).expect("the open hangs")
+}
+
+#[test]
+fn a_named_pipe_or_a_link_put_at_the_presence_path_is_refused_at_once_and_never_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("store.db");
+    Store::open(&path).expect("create").close().expect("close");
+    let presence = dir.path().join("store.db-presence");
+    std::fs::remove_file(&presence).expect("as anyone who may write the directory can");
+    let refused = |what: &str| match open_answer(&path) {
+        Err(Error::StoreFile { path: named, message, .. }) => {
+            let resolved = dir.path().canonicalize().expect("the directory");
+            assert_eq!(named, resolved.join("store.db-presence"));
+            assert!(message.contains(what) && message.contains("not a regular file"), "{message}");
+        }
+        other => panic!("expected StoreFile, got {:?}", other.map(|_| ())),
+    };
+    let fifo = std::process::Command::new("mkfifo").arg(&presence).status();
+    if fifo.is_ok_and(|status| status.success()) {
+        refused("is a named pipe");
+        std::fs::remove_file(&presence).expect("rm");
+    } else {
+        println!("no mkfifo here: the named pipe is not checked");
+    }
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"kept").expect("write");
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::os::unix::fs::symlink(&victim, &presence).expect("ln -s");
+    refused("is a symbolic link");
+    assert_eq!(std::fs::read(&victim).expect("read"), b"kept");
+    let mode = std::fs::metadata(&victim).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o777, 0o644, "the link's target is left as it was");
+    std::fs::remove_file(&presence).expect("rm");
+    let nowhere = dir.path().join("nowhere");
+    std::os::unix::fs::symlink(&nowhere, &presence).expect("ln -s");
+    refused("is a symbolic link");
+    assert!(!nowhere.exists(), "nothing made through the link");
+    std::fs::remove_file(&presence).expect("rm");
+    open_answer(&path).expect("made again, a regular file").close().expect("close");
 }

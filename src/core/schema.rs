@@ -144,11 +144,16 @@ fn open_connection(location: &Location, options: &Options) -> Result<Connection>
     } else {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
     };
-    // No URI flag: a path is a path, whatever it looks like.
+    // No URI flag, and a relative path starting with `file:` handed over as `./file:...`: a
+    // path is a path, whatever it looks like (the bundled SQLite reads URIs without the flag).
     let flags = mode | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = match (location, options.vfs.as_deref()) {
-        (Location::File(path), None) => Connection::open_with_flags(path, flags)?,
-        (Location::File(path), Some(vfs)) => Connection::open_with_flags_and_vfs(path, flags, vfs)?,
+        (Location::File(path), None) => {
+            Connection::open_with_flags(store_file::sqlite_name(path), flags)?
+        }
+        (Location::File(path), Some(vfs)) => {
+            Connection::open_with_flags_and_vfs(store_file::sqlite_name(path), flags, vfs)?
+        }
         (Location::Memory, None) => Connection::open_in_memory_with_flags(flags)?,
         (Location::Memory, Some(vfs)) => Connection::open_in_memory_with_flags_and_vfs(flags, vfs)?,
         #[cfg(feature = "postgres")]

@@ -5,14 +5,24 @@
 //! `Error::StoreFile`, and nothing is created: a directory, a device or anything else that is
 //! not a regular file (SQLite would answer "disk I/O error" or "unable to open database file",
 //! and beside a device it would make its journal), a missing directory, a path that may not
-//! be looked up, and for a read-only open a missing file. So is a read-only open that would
-//! leave behind files the store's owner could not write: to read a WAL-mode file (a store
-//! always is one) SQLite makes its `-wal` and `-shm` when they are missing, which they are
-//! when no process has the store open, owned by whoever opens it, with the store file's mode;
-//! SQLite running as root gives them to the store file's owner. A `-wal` or `-shm` its owner
-//! cannot write turns every later write of the owner into "database is read-only", until
-//! someone removes them. Such a read is refused unless the files would be writable by the
-//! owner anyway (its group's, in a directory that gives new files the store file's group).
+//! be looked up, for a read-only open a missing file, and for a writable one a file this user
+//! may not write (SQLite would quietly fall back to reading it, after making its `-wal` and
+//! `-shm`) or a directory it may not make there the files a writable store needs when they are
+//! missing (a new store's own, `-wal`, `-shm`, `-presence`).
+//!
+//! So is an open that would leave behind files the store's owner could not write. To read or
+//! write a WAL-mode file (a store always is one) SQLite makes its `-wal` and `-shm` when they
+//! are missing, which they are when no process has the store open, owned by whoever opens it,
+//! with the store file's mode; a writable store makes `<db>-presence` when it is missing
+//! (`core::presence`), with read and write for the classes the store file's mode lets write.
+//! SQLite running as root gives its files to the store file's owner, and so does a store. A
+//! `-wal` or `-shm` its owner cannot write turns every later write of the owner into "database
+//! is read-only" until someone removes them, and a `-presence` it cannot open keeps the owner
+//! from opening to write. An open of another user's file that would make any of them is
+//! refused unless they would be writable by the owner anyway: its group's (a group-writable
+//! store, in a directory that gives new files the store file's group: set-group-ID), or
+//! everyone's. One race is left to the check: a read allowed while `-wal` and `-shm` are there
+//! makes them again if the owner's process closes the store before SQLite opens it.
 //!
 //! After SQLite failed to open or to write ([`explain`]), the store's file and the files beside
 //! it (`-wal`, `-shm`, `-journal`) are looked at to say why, naming the files, their owners and
@@ -21,10 +31,14 @@
 //!
 //! Nothing here opens the store's file: closing any descriptor of a file drops the process's
 //! POSIX locks on it, which are SQLite's. Who may do what is judged from owners and mode bits,
-//! as the kernel judges it without ACLs or capabilities, and only after SQLite failed, except
-//! for the reader's refusal above (a directory whose default ACL grants the owner access to
-//! the new files is refused too: read as the owner there).
+//! as the kernel judges it without ACLs or capabilities (a directory whose default ACL grants
+//! the owner access to the new files is refused too: open the store as its owner there).
+//!
+//! A path is always a path: SQLite reads a name that starts with `file:` as a URI (the bundled
+//! build does without being asked), so such a relative path is handed to it as `./file:...`
+//! ([`sqlite_name`]).
 
+use std::borrow::Cow;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
@@ -35,7 +49,13 @@ use crate::error::{Error, Result};
 const SIDE_FILES: [&str; 3] = ["-wal", "-shm", "-journal"];
 
 /// The side files SQLite makes to read a WAL-mode file.
-const WAL_FILES: [&str; 2] = ["-wal", "-shm"];
+pub(crate) const WAL_FILES: [&str; 2] = ["-wal", "-shm"];
+
+/// What the presence file's name adds to the store file's (see `core::presence`).
+pub(crate) const PRESENCE_SUFFIX: &str = "-presence";
+
+/// The files beside the store a writable open makes when they are missing.
+const WRITER_FILES: [&str; 3] = ["-wal", "-shm", PRESENCE_SUFFIX];
 
 /// Refuses a path that cannot hold a store, or whose reading would leave behind files its
 /// owner could not write (see the module header). Creates nothing.
@@ -67,7 +87,7 @@ pub(crate) fn check_before_open(path: &Path, read_only: bool) -> Result<()> {
             ),
         )),
         Ok(meta) if read_only => check_reader(path, &meta),
-        Ok(_) => Ok(()),
+        Ok(meta) => check_writer(path, &meta),
         Err(error) if error.kind() == ErrorKind::NotFound => check_missing(path, read_only),
         Err(error) => Err(unreachable(path, &error)),
     }
@@ -112,7 +132,7 @@ fn check_missing(path: &Path, read_only: bool) -> Result<()> {
             ErrorKind::NotFound,
             &format!("no store at {}: a read-only open creates none", path.display()),
         )),
-        Ok(_) => Ok(()),
+        Ok(holder) => check_may_create(path, &directory, &holder),
         Err(error) if error.kind() == ErrorKind::NotFound => Err(refused(
             path,
             ErrorKind::NotFound,
@@ -135,10 +155,41 @@ fn directory_of(path: &Path) -> PathBuf {
 }
 
 /// `path` with `suffix` added to its file name, as SQLite names its side files.
-fn beside(path: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn beside(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+/// The store file's path after symbolic links, which SQLite names its side files after (and a
+/// store its presence file); `path` itself where it cannot be resolved.
+pub(crate) fn resolved(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The name SQLite is given for the store file at `path`: the path itself, except that a
+/// relative path starting with `file:` gets `./` in front. SQLite reads a name starting with
+/// `file:` as a URI (`file:x.db?mode=memory` would be an in-memory database) whenever URIs are
+/// on, and the bundled build turns them on for every open; `./file:x.db` is a path to SQLite
+/// and to the file system alike. An absolute path never starts with `file:`.
+pub(crate) fn sqlite_name(path: &Path) -> Cow<'_, Path> {
+    if path.as_os_str().as_encoded_bytes().starts_with(b"file:") {
+        Cow::Owned(Path::new(".").join(path))
+    } else {
+        Cow::Borrowed(path)
+    }
+}
+
+/// The mode of a presence file beside a store file of mode `store_mode`: read and write for
+/// each class (owner, group, others) that may write the store, nothing for the others. A lock
+/// can be taken on a file opened only to read, so a class that may read it could hold off the
+/// store's writers.
+pub(crate) fn presence_mode(store_mode: u32) -> u32 {
+    [0o200, 0o020, 0o002]
+        .iter()
+        .filter(|&&write| store_mode & write != 0)
+        .map(|write| write * 3)
+        .sum()
 }
 
 /// Looking up `path` failed with `error` (other than its not being there).
@@ -161,21 +212,24 @@ fn unreachable(path: &Path, error: &std::io::Error) -> Error {
     refused(path, error.kind(), &message)
 }
 
-fn refused(path: &Path, kind: ErrorKind, message: &str) -> Error {
+/// `Error::StoreFile` for `path`.
+pub(crate) fn refused(path: &Path, kind: ErrorKind, message: &str) -> Error {
     Error::StoreFile { path: path.to_path_buf(), kind, message: message.to_owned() }
 }
 
 /// Who this process is, for messages: `uid 1000 (ann)`, or `this user` where unknown.
-fn current_user() -> String {
+pub(crate) fn current_user() -> String {
     Credentials::current().map_or_else(|| "this user".to_owned(), |me| user(me.uid))
 }
 
 /// What a file that is not a regular one (nor a directory) is.
 #[cfg(unix)]
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+pub(crate) fn file_kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let kind = meta.file_type();
-    if kind.is_char_device() {
+    if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_char_device() {
         "a character device"
     } else if kind.is_block_device() {
         "a block device"
@@ -189,7 +243,7 @@ fn file_kind(meta: &std::fs::Metadata) -> &'static str {
 }
 
 #[cfg(not(unix))]
-fn file_kind(_meta: &std::fs::Metadata) -> &'static str {
+pub(crate) fn file_kind(_meta: &std::fs::Metadata) -> &'static str {
     "a special file"
 }
 
@@ -224,6 +278,12 @@ impl Credentials {
         let groups: std::result::Result<Vec<u32>, _> =
             field("Groups:")?.split_whitespace().map(str::parse).collect();
         Some(Self { uid: effective("Uid:")?, gid: effective("Gid:")?, groups: groups.ok()? })
+    }
+
+    /// A process of user `uid` and group `gid`, in no other group.
+    #[cfg(test)]
+    pub(crate) fn of(uid: u32, gid: u32) -> Self {
+        Self { uid, gid, groups: Vec::new() }
     }
 
     /// Whether this is root, who may read and write every file (on a writable file system).
@@ -287,37 +347,115 @@ fn may_not_read(path: &Path, me: &Credentials, meta: &std::fs::Metadata) -> Erro
     refused(path, ErrorKind::PermissionDenied, &message)
 }
 
+/// This process may not write the store file at `path`.
+#[cfg(unix)]
+fn may_not_write(path: &Path, me: &Credentials, meta: &std::fs::Metadata) -> Error {
+    use std::os::unix::fs::MetadataExt;
+    let advice = if meta.uid() == me.uid {
+        "make it writable (`chmod u+w`)"
+    } else {
+        "have its owner let you write it"
+    };
+    let message = format!(
+        "permission denied: {} may not write {} ({}): open it read-only, or {advice}",
+        user(me.uid),
+        path.display(),
+        mode_and_owner(meta)
+    );
+    refused(path, ErrorKind::PermissionDenied, &message)
+}
+
+/// What an open of the store file would make beside it: the files that are missing, where,
+/// whether this process may make them there, and whether the store file's owner could write
+/// them once this process made them.
+#[cfg(unix)]
+struct WouldMake {
+    /// The missing files, named after the store file's resolved path.
+    missing: Vec<PathBuf>,
+    /// The directory they would be made in.
+    directory: PathBuf,
+    /// Whether this process may make files there.
+    may_make: bool,
+    /// Whether the store file's owner could write them, made by this process.
+    owner_may_write: bool,
+}
+
+/// What an open by `me` of the store file `meta` at `path` would make of the side files
+/// `suffixes`; `None` if nothing is missing (or the directory cannot be looked at: SQLite
+/// will say so).
+#[cfg(unix)]
+fn would_make(
+    me: &Credentials,
+    path: &Path,
+    meta: &std::fs::Metadata,
+    suffixes: &[&str],
+) -> Option<WouldMake> {
+    use std::os::unix::fs::MetadataExt;
+    let base = resolved(path);
+    let missing: Vec<PathBuf> = suffixes
+        .iter()
+        .map(|suffix| beside(&base, suffix))
+        .filter(|side| std::fs::symlink_metadata(side).is_err())
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let directory = directory_of(&base);
+    let holder = std::fs::metadata(&directory).ok()?;
+    // New files get the directory's group where it is set-group-ID, else this process's; the
+    // side files get the store file's mode, a presence file read and write for the same classes.
+    let group = if holder.mode() & 0o2000 != 0 { holder.gid() } else { me.gid };
+    let owner_may_write = meta.uid() == me.uid || others_may_write(meta.mode(), group, meta);
+    Some(WouldMake {
+        missing,
+        directory,
+        may_make: me.may(&holder, WRITE | SEARCH),
+        owner_may_write,
+    })
+}
+
+/// Whether the owner of the store file `store` may write a file of another user with `mode`
+/// and `group`, by the bits that are not the file owner's: everyone's, or its group's where
+/// that is the store file's group.
+#[cfg(unix)]
+pub(crate) fn others_may_write(mode: u32, group: u32, store: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    mode & 0o002 != 0 || (mode & 0o020 != 0 && group == store.gid())
+}
+
 /// Refuses a read that would make `-wal`/`-shm` the store's owner could not write (see the
 /// module header): the file is another user's, one of them is missing (no process has the
-/// store open), and they would be neither this process's group's nor writable by others.
+/// store open), and they would be neither its group's nor writable by others.
 #[cfg(unix)]
 fn check_reader(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    match Credentials::current() {
+        Some(me) => check_reader_as(&me, path, meta),
+        None => Ok(()),
+    }
+}
+
+#[cfg(not(unix))]
+fn check_reader(_path: &Path, _meta: &std::fs::Metadata) -> Result<()> {
+    Ok(())
+}
+
+/// [`check_reader`], for the process `me`.
+#[cfg(unix)]
+fn check_reader_as(me: &Credentials, path: &Path, meta: &std::fs::Metadata) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let Some(me) = Credentials::current() else { return Ok(()) };
     if me.is_root() || meta.uid() == me.uid {
         return Ok(());
     }
     if !me.may(meta, READ) {
         // Refused either way: say the first reason.
-        return Err(may_not_read(path, &me, meta));
+        return Err(may_not_read(path, me, meta));
     }
-    let missing: Vec<PathBuf> =
-        WAL_FILES.iter().map(|suffix| beside(path, suffix)).filter(|p| !p.exists()).collect();
-    if missing.is_empty() {
+    let Some(made) = would_make(me, path, meta, &WAL_FILES) else { return Ok(()) };
+    if made.may_make && made.owner_may_write {
         return Ok(());
     }
-    let directory = directory_of(path);
-    let Ok(holder) = std::fs::metadata(&directory) else { return Ok(()) };
-    // New files get the directory's group where it is set-group-ID, else this process's.
-    let group = if holder.mode() & 0o2000 != 0 { holder.gid() } else { me.gid };
-    let mode = meta.mode();
-    let owner_may_write = mode & 0o002 != 0 || (mode & 0o020 != 0 && group == meta.gid());
-    let may_make = me.may(&holder, WRITE | SEARCH);
-    if owner_may_write && may_make {
-        return Ok(());
-    }
-    let names = names(&missing);
-    let why = if may_make {
+    let names = names(&made.missing);
+    let why = if made.may_make {
         format!(
             "reading it now would make {names} owned by {}, which its owner could not write: \
              its next write would fail as read-only",
@@ -327,7 +465,7 @@ fn check_reader(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
         format!(
             "SQLite would have to make {names} to read it, and {} may not make files in {}",
             user(me.uid),
-            directory.display()
+            made.directory.display()
         )
     };
     Err(refused(
@@ -343,8 +481,133 @@ fn check_reader(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
     ))
 }
 
+/// Refuses a writable open (not root's) that SQLite would fail, or that would leave behind
+/// files the store's owner could not write (see the module header): a file this user may not
+/// write, a directory it may not make the missing `-wal`, `-shm` or `-presence` in, or missing
+/// ones it would make that its owner could not write (the file is another user's).
+#[cfg(unix)]
+fn check_writer(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    match Credentials::current() {
+        Some(me) => check_writer_as(&me, path, meta),
+        None => Ok(()),
+    }
+}
+
 #[cfg(not(unix))]
-fn check_reader(_path: &Path, _meta: &std::fs::Metadata) -> Result<()> {
+fn check_writer(_path: &Path, _meta: &std::fs::Metadata) -> Result<()> {
+    Ok(())
+}
+
+/// [`check_writer`], for the process `me`.
+#[cfg(unix)]
+fn check_writer_as(me: &Credentials, path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if me.is_root() {
+        return Ok(());
+    }
+    if !me.may(meta, READ) {
+        return Err(may_not_read(path, me, meta));
+    }
+    if !me.may(meta, WRITE) {
+        return Err(may_not_write(path, me, meta));
+    }
+    let Some(made) = would_make(me, path, meta, &WRITER_FILES) else { return Ok(()) };
+    if !made.may_make {
+        return Err(cannot_make_beside(path, me, meta, &made));
+    }
+    if made.owner_may_write {
+        return Ok(());
+    }
+    let names = names(&made.missing);
+    Err(refused(
+        path,
+        ErrorKind::PermissionDenied,
+        &format!(
+            "{} belongs to {} and {names} beside it are missing: writing it now would make them \
+             owned by {}, which its owner could not write (its next open to write would fail). \
+             Write it as its owner (or as root), or while a process of its owner has it open \
+             to write; a store a group shares is group-writable, in a directory whose new files \
+             get its group (`chmod g+s`)",
+            path.display(),
+            user(meta.uid()),
+            user(me.uid)
+        ),
+    ))
+}
+
+/// A writable open of the store at `path` needs files made beside it, and `me` may not make
+/// files in that directory.
+#[cfg(unix)]
+fn cannot_make_beside(
+    path: &Path,
+    me: &Credentials,
+    meta: &std::fs::Metadata,
+    made: &WouldMake,
+) -> Error {
+    use std::os::unix::fs::MetadataExt;
+    let directory = made.directory.display();
+    let message = match made.missing.as_slice() {
+        [presence] if presence.as_os_str().to_string_lossy().ends_with(PRESENCE_SUFFIX) => {
+            format!(
+                "permission denied: {} may not make files in {directory}, and {} is missing: a \
+                 store open to write holds a lock on that file (made by the first such open, \
+                 never removed). Have root make it once (`install -m {:04o} -o {} -g {} \
+                 /dev/null {}`), or let {} write in {directory}; or open the store read-only",
+                user(me.uid),
+                presence.display(),
+                presence_mode(meta.mode()),
+                meta.uid(),
+                meta.gid(),
+                presence.display(),
+                user(me.uid)
+            )
+        }
+        missing => format!(
+            "permission denied: {} may not make files in {directory}, where {} must be made \
+             beside {} to open it to write (SQLite's `-wal` and `-shm` are there only while a \
+             process has the store open; `-presence` is the lock file of the stores open to \
+             write): let it write in {directory}, or move the store to a directory it may write",
+            user(me.uid),
+            names(missing),
+            path.display()
+        ),
+    };
+    refused(path, ErrorKind::PermissionDenied, &message)
+}
+
+/// Refuses a new store in a directory this process (not root) may not make files in; SQLite
+/// would answer "unable to open database file".
+#[cfg(unix)]
+fn check_may_create(path: &Path, directory: &Path, holder: &std::fs::Metadata) -> Result<()> {
+    match Credentials::current() {
+        Some(me) => check_may_create_as(&me, path, directory, holder),
+        None => Ok(()),
+    }
+}
+
+/// [`check_may_create`], for the process `me`.
+#[cfg(unix)]
+fn check_may_create_as(
+    me: &Credentials,
+    path: &Path,
+    directory: &Path,
+    holder: &std::fs::Metadata,
+) -> Result<()> {
+    if me.may(holder, WRITE | SEARCH) {
+        return Ok(());
+    }
+    let message = format!(
+        "permission denied: {} may not make files in {}, so no store can be made at {}: name a \
+         file in a directory it may write (or let it write this one)",
+        user(me.uid),
+        directory.display(),
+        path.display()
+    );
+    Err(refused(path, ErrorKind::PermissionDenied, &message))
+}
+
+#[cfg(not(unix))]
+fn check_may_create(_path: &Path, _directory: &Path, _holder: &std::fs::Metadata) -> Result<()> {
     Ok(())
 }
 
@@ -358,19 +621,7 @@ fn why_not(path: &Path, read_only: bool) -> Option<Error> {
         return Some(may_not_read(path, &me, &meta));
     }
     if !read_only && !me.may(&meta, WRITE) {
-        use std::os::unix::fs::MetadataExt;
-        let advice = if meta.uid() == me.uid {
-            "make it writable (`chmod u+w`)"
-        } else {
-            "have its owner let you write it"
-        };
-        let message = format!(
-            "permission denied: {} may not write {} ({}): open it read-only, or {advice}",
-            user(me.uid),
-            path.display(),
-            mode_and_owner(&meta)
-        );
-        return Some(refused(path, ErrorKind::PermissionDenied, &message));
+        return Some(may_not_write(path, &me, &meta));
     }
     let foreign: Vec<(PathBuf, std::fs::Metadata)> = SIDE_FILES
         .iter()
@@ -452,7 +703,7 @@ fn foreign_side_files(
 }
 
 /// `a, b and c`, of the paths.
-fn names(paths: &[PathBuf]) -> String {
+pub(crate) fn names(paths: &[PathBuf]) -> String {
     let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     match shown.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
@@ -506,6 +757,118 @@ mod tests {
         assert_eq!(kind(Path::new(""), false).map(|(kind, _)| kind), Some(ErrorKind::InvalidInput));
         let made: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
         assert_eq!(made.len(), 1, "only the test's own file");
+    }
+
+    const OWNER: u32 = 64_101;
+    const OTHER: u32 = 64_102;
+
+    /// A store file of `OWNER` (group `OWNER`) with `mode`, in a directory anyone may use
+    /// (`/tmp`'s mode), or one with `directory_mode` and group `OWNER`; `None` unless this is
+    /// root (who may give files to other users).
+    fn owned_store(mode: u32, directory_mode: u32) -> Option<(tempfile::TempDir, PathBuf)> {
+        use std::os::unix::fs::{PermissionsExt, chown};
+        if !Credentials::current().is_some_and(|me| me.is_root()) {
+            println!("needs root to give files to other users; not checked");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("s.db");
+        std::fs::write(&db, b"").expect("store file");
+        chown(&db, Some(OWNER), Some(OWNER)).expect("chown");
+        std::fs::set_permissions(&db, PermissionsExt::from_mode(mode)).expect("chmod");
+        chown(dir.path(), None, Some(OWNER)).expect("chgrp");
+        std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(directory_mode))
+            .expect("chmod");
+        Some((dir, db))
+    }
+
+    /// The message of `check`'s refusal (`None` if it allowed the open).
+    fn refusal(check: Result<()>) -> Option<String> {
+        match check {
+            Ok(()) => None,
+            Err(Error::StoreFile { kind: ErrorKind::PermissionDenied, message, .. }) => {
+                Some(message)
+            }
+            Err(other) => panic!("expected StoreFile (PermissionDenied), got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_write_by_a_user_who_may_not_write_the_file_is_refused_before_sqlite_runs() {
+        let Some((_dir, db)) = owned_store(0o644, 0o1777) else { return };
+        let meta = std::fs::metadata(&db).expect("stat");
+        let other = Credentials::of(OTHER, OTHER);
+        let said = refusal(check_writer_as(&other, &db, &meta)).expect("refused");
+        assert!(said.contains("may not write") && said.contains("mode 0644"), "{said}");
+        assert_eq!(refusal(check_writer_as(&Credentials::of(OWNER, OWNER), &db, &meta)), None);
+        assert_eq!(refusal(check_writer_as(&Credentials::of(0, 0), &db, &meta)), None, "root");
+    }
+
+    #[test]
+    fn a_group_members_write_is_refused_unless_the_owner_could_write_what_it_makes() {
+        use std::os::unix::fs::PermissionsExt;
+        let Some((dir, db)) = owned_store(0o664, 0o1777) else { return };
+        let meta = std::fs::metadata(&db).expect("stat");
+        let member = Credentials { uid: OTHER, gid: OTHER, groups: vec![OWNER] };
+        // New files would be the member's group's: the owner could not write them.
+        let said = refusal(check_writer_as(&member, &db, &meta)).expect("refused");
+        for name in ["s.db-wal", "s.db-shm", "s.db-presence", "its owner could not write"] {
+            assert!(said.contains(name), "{name}: {said}");
+        }
+        // A set-group-ID directory gives them the store file's group, which may write them.
+        std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o3777)).expect("g+s");
+        assert_eq!(refusal(check_writer_as(&member, &db, &meta)), None);
+        // So does a store everyone may write, anywhere.
+        std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o1777)).expect("g-s");
+        std::fs::set_permissions(&db, PermissionsExt::from_mode(0o666)).expect("chmod");
+        let meta = std::fs::metadata(&db).expect("stat");
+        let anyone = Credentials::of(OTHER, OTHER);
+        assert_eq!(refusal(check_writer_as(&anyone, &db, &meta)), None);
+        // Once they are all there (a process of the owner has it open), nothing is made.
+        std::fs::set_permissions(&db, PermissionsExt::from_mode(0o664)).expect("chmod");
+        for name in ["s.db-wal", "s.db-shm", "s.db-presence"] {
+            std::fs::write(dir.path().join(name), b"").expect("side file");
+        }
+        let meta = std::fs::metadata(&db).expect("stat");
+        assert_eq!(refusal(check_writer_as(&member, &db, &meta)), None);
+    }
+
+    #[test]
+    fn a_write_needing_files_in_a_directory_this_user_may_not_write_says_what_to_do() {
+        use std::os::unix::fs::PermissionsExt;
+        let Some((dir, db)) = owned_store(0o644, 0o755) else { return };
+        let meta = std::fs::metadata(&db).expect("stat");
+        let owner = Credentials::of(OWNER, OWNER);
+        let said = refusal(check_writer_as(&owner, &db, &meta)).expect("refused");
+        assert!(said.contains("may not make files in") && said.contains("-wal"), "{said}");
+        // Only the presence file missing (a process has the store open): how to make it.
+        for name in ["s.db-wal", "s.db-shm"] {
+            std::fs::write(dir.path().join(name), b"").expect("side file");
+        }
+        let said = refusal(check_writer_as(&owner, &db, &meta)).expect("refused");
+        let presence = dir.path().join("s.db-presence").display().to_string();
+        let install = format!("install -m 0600 -o {OWNER} -g {OWNER} /dev/null {presence}");
+        assert!(said.contains(&install) && said.contains("read-only"), "{said}");
+        // A new store there: refused before SQLite says "unable to open database file".
+        let new = dir.path().join("new.db");
+        let holder = std::fs::metadata(dir.path()).expect("stat");
+        let said = refusal(check_may_create_as(&owner, &new, dir.path(), &holder));
+        assert!(said.expect("refused").contains("so no store can be made at"));
+        std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o777)).expect("chmod");
+        let holder = std::fs::metadata(dir.path()).expect("stat");
+        assert_eq!(refusal(check_may_create_as(&owner, &new, dir.path(), &holder)), None);
+    }
+
+    #[test]
+    fn a_relative_path_starting_with_file_is_handed_to_sqlite_as_a_path() {
+        assert_eq!(
+            sqlite_name(Path::new("file:x.db?mode=memory")),
+            Path::new("./file:x.db?mode=memory")
+        );
+        assert_eq!(sqlite_name(Path::new("file:/tmp/x")), Path::new("./file:/tmp/x"));
+        assert_eq!(sqlite_name(Path::new("/tmp/file:x")), Path::new("/tmp/file:x"));
+        assert_eq!(sqlite_name(Path::new("files.db")), Path::new("files.db"));
+        assert_eq!(sqlite_name(Path::new("FILE:x")), Path::new("FILE:x"), "SQLite's test is exact");
     }
 
     #[test]

@@ -25,6 +25,10 @@ impl From<spindle::Error> for CliError {
                 CliError::Bad(format!("no {kind} {id}{}", listing_hint(kind)))
             }
             spindle::Error::Conflict(message) => CliError::Bad(message),
+            // Another store held this one off while it recovered: try again, not fix the path.
+            held @ spindle::Error::StoreFile { kind: std::io::ErrorKind::WouldBlock, .. } => {
+                CliError::Store(held)
+            }
             // A path that cannot hold a store, or a file this user may not use: say which.
             spindle::Error::StoreFile { message, .. } => CliError::Bad(message),
             too_large @ spindle::Error::TooLarge { .. } => CliError::Bad(too_large.to_string()),

@@ -373,7 +373,8 @@ fn check_file(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
     // leave beside it files its owner could not write, which the raw connection would make.
     let store = common::open(&Location::File(path.to_path_buf()), tenant, common::Access::Reader)?;
     let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
-    let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(store_error)?;
+    let conn =
+        rusqlite::Connection::open_with_flags(sqlite_name(path), flags).map_err(store_error)?;
     let integrity: Vec<String> = column(&conn, "PRAGMA integrity_check")?;
     let foreign_keys: Vec<String> = column(&conn, "PRAGMA foreign_key_check")?;
     let mut report = json!({
@@ -404,6 +405,16 @@ fn check_file(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
     report["ok"] = json!(healthy);
     print_check(&report, out);
     Ok(if healthy { 0 } else { 3 })
+}
+
+/// The name SQLite is given for the file at `path`: a relative path starting with `file:`
+/// gets `./` in front, as the library's own opens do (SQLite reads such a name as a URI).
+fn sqlite_name(path: &Path) -> std::path::PathBuf {
+    if path.as_os_str().as_encoded_bytes().starts_with(b"file:") {
+        Path::new(".").join(path)
+    } else {
+        path.to_path_buf()
+    }
 }
 
 /// A check's report: JSON, or one line per field.

@@ -76,8 +76,9 @@ pub enum Error {
     /// another store held the presence file past `busy_timeout` while it recovered at open.
     /// What the check before SQLite's open refuses, it refuses before anything is created or
     /// changed. The rest comes later: SQLite's own failure explained (nothing written to the
-    /// store), and the presence file (after a writable open, which may have made a new store's
-    /// file or migrated an older one).
+    /// store), the presence file (after a writable open, which may have made a new store's
+    /// file or migrated an older one), and a read-only open that found it had made `-wal` and
+    /// `-shm` its owner could not write (removed again where that is safe, see the message).
     #[error("{message}")]
     StoreFile {
         /// The path as given (or the file beside it that is at fault).

@@ -7,6 +7,9 @@
 //!   `-shm` the owner could not write, and the owner's next run works; root's read gives them
 //!   to the owner; `-wal`/`-shm` of another user are named, with their owner, when the owner's
 //!   run cannot write;
+//! - another user's read that leaves `-wal`/`-shm` of its own (the owner's process closed the
+//!   store just as the read opened it, or an older spindle left them) is refused after the
+//!   open, and they are removed (nobody has the store open), so the owner's next run works;
 //! - another user's run on a store it may only read is refused before SQLite makes anything
 //!   beside it, and the owner's next run works; a group member's run is refused unless the
 //!   files it makes would be the store's group's (a set-group-ID directory);
@@ -507,4 +510,28 @@ fn a_db_path_starting_with_file_is_a_file_of_that_name() {
     let there = on("file:/sub/s.db", &["run", &pipeline]);
     assert_eq!(there.status.code(), Some(0), "{}", stderr(&there));
     assert!(s.path("file:").join("sub").join("s.db").is_file());
+}
+
+#[test]
+fn another_users_read_that_leaves_wal_and_shm_of_its_own_is_refused_and_they_are_removed() {
+    if !two_users("another_users_read_that_leaves_wal_and_shm_of_its_own") {
+        return;
+    }
+    let s = Scratch::new();
+    let (db, pipeline) = shared_store(&s);
+    // What the reader's SQLite makes when the owner's process closes the store between the
+    // check (which saw them there) and the open: here, left by an older spindle's read.
+    for (suffix, bytes) in [("-wal", 0), ("-shm", 32_768)] {
+        let path = side(&db, suffix);
+        std::fs::write(&path, vec![0_u8; bytes]).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        std::os::unix::fs::chown(&path, Some(OTHER), Some(OTHER)).expect("chown");
+    }
+    let read = as_user(OTHER, &db, &["runs"]);
+    assert_refused(&read, &[&format!("owned by uid {OTHER}"), "were removed"]);
+    for suffix in ["-wal", "-shm"] {
+        assert!(!side(&db, suffix).exists(), "{suffix} is still there");
+    }
+    let owner = as_user(OWNER, &db, &["run", &pipeline, "--fresh"]);
+    assert_eq!(owner.status.code(), Some(0), "the owner's run: {}", stderr(&owner));
 }

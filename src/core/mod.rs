@@ -16,6 +16,7 @@ pub(crate) mod events;
 pub(crate) mod fresh;
 pub(crate) mod guard;
 pub(crate) mod identity;
+pub(crate) mod left_behind;
 pub(crate) mod msg;
 pub(crate) mod op;
 #[cfg(feature = "postgres")]

@@ -4,6 +4,7 @@
 //! Runs on the actor thread, before the actor takes its first message; `Store::open` reports
 //! whatever fails here.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::core::fresh;
 use crate::core::guard::{JobGuard, SchemaLinks};
-use crate::core::store_file;
+use crate::core::{left_behind, store_file};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -76,18 +77,28 @@ pub(crate) struct Kept {
 pub(crate) fn open(location: &Location, options: &Options) -> Result<Opened> {
     check_sqlite_version(rusqlite::version_number())?;
     match (location, options.vfs.as_deref()) {
-        (Location::File(path), None) => {
-            store_file::check_before_open(path, options.read_only)?;
-            let opened = open_checked(location, options)
-                .map_err(|error| store_file::explain(path, options.read_only, error))?;
-            if !options.read_only {
-                probe_writes(&opened.conn)
-                    .map_err(|error| store_file::explain(path, false, error))?;
-            }
-            Ok(opened)
-        }
+        (Location::File(path), None) => open_file(path, location, options),
         _ => open_checked(location, options),
     }
+}
+
+/// [`open`] of a store file on SQLite's own VFS: the path checked first, a read-only open by
+/// another user refused if it left files the owner could not write (see `left_behind`: the
+/// connection is closed before they are removed), and a writable one's writes probed.
+fn open_file(path: &Path, location: &Location, options: &Options) -> Result<Opened> {
+    store_file::check_before_open(path, options.read_only)?;
+    let opened = open_checked(location, options);
+    if options.read_only
+        && let Some(left) = left_behind::left_by_reading(path)
+    {
+        drop(opened);
+        return Err(left.refuse());
+    }
+    let opened = opened.map_err(|error| store_file::explain(path, options.read_only, error))?;
+    if !options.read_only {
+        probe_writes(&opened.conn).map_err(|error| store_file::explain(path, false, error))?;
+    }
+    Ok(opened)
 }
 
 /// A writable store whose file SQLite could open only to read (it falls back to reading

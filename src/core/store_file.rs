@@ -21,8 +21,8 @@
 //! from opening to write. An open of another user's file that would make any of them is
 //! refused unless they would be writable by the owner anyway: its group's (a group-writable
 //! store, in a directory that gives new files the store file's group: set-group-ID), or
-//! everyone's. One race is left to the check: a read allowed while `-wal` and `-shm` are there
-//! makes them again if the owner's process closes the store before SQLite opens it.
+//! everyone's. One race is left to the check, and looked at after the open instead: see
+//! `core::left_behind`.
 //!
 //! After SQLite failed to open or to write ([`explain`]), the store's file and the files beside
 //! it (`-wal`, `-shm`, `-journal`) are looked at to say why, naming the files, their owners and

@@ -49,11 +49,17 @@ pub struct Options {
     /// (the command-line tool's inspectors) turns it off, so it leaves running nodes alone.
     /// A store recovers only when no other writable store has its database open (their
     /// running nodes are not interrupted), and holds others from opening until it is done
-    /// (they wait up to `busy_timeout`, then fail with `Error::Busy`). A writable SQLite file
-    /// store says it is there with an advisory lock (`flock`) held shared on a file beside the
-    /// store's, `<db>-presence`, made with the store file's mode and never deleted, from its
-    /// open to its close (the kernel lets it go when the process dies); a store that can take
-    /// it exclusively is alone. Two stores of one process on one file are two stores here. A
+    /// (they wait up to `busy_timeout`, then fail: on a SQLite file with `Error::StoreFile` of
+    /// kind `WouldBlock` naming the presence file, on PostgreSQL with `Error::Busy`). A
+    /// writable SQLite file store says it is there with an advisory lock (`flock`) held shared
+    /// on a file beside the store's, `<db>-presence`, never deleted, readable and writable only
+    /// by the classes the store file's mode lets write it, from its open to its close (the
+    /// kernel lets it go when the process dies); a store that can take it exclusively is alone.
+    /// So a long-lived writable store keeps every other from being alone: nothing is
+    /// recovered at open while it lives. The lock goes by the file's name (a hard link is a
+    /// second lock); on NFS, where `flock` is emulated with per-process POSIX locks, two stores
+    /// of one process may both be alone. Two stores of one process on one file are two stores
+    /// here (on a local file system). A
     /// PostgreSQL store does the same with its session's presence lock on the schema. A
     /// read-only store holds no lock (and makes no file); an in-memory store, or one on a VFS
     /// of the caller's own, is alone.

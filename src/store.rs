@@ -116,11 +116,13 @@ impl Store {
     ///
     /// # Errors
     /// `StoreFile` when the path cannot hold a store or this user may not use the file there:
-    /// a directory, a device, a missing directory, a file it may not read or write, `-wal` or
-    /// `-shm` of another user (nothing is created beside it then); `NotADatabase`, `Corrupt`,
-    /// `SchemaTooNew`, `Busy` (also when another store recovering at open held this one off
-    /// past `busy_timeout`), `Io` or `Sqlite` when the file cannot be opened as a store;
-    /// nothing is changed in a file that is refused.
+    /// a directory, a device, a missing directory, a directory it may not make the store's
+    /// files in, a file it may not read or write, `-wal` or `-shm` of another user (nothing is
+    /// created beside it then); `StoreFile` of kind `WouldBlock` when another store recovering
+    /// at open held this one off past `busy_timeout`, or when `<path>-presence` cannot be
+    /// opened or is not a regular file of a user who may write the store; `NotADatabase`,
+    /// `Corrupt`, `SchemaTooNew`, `Busy`, `Io` or `Sqlite` when the file cannot be opened as a
+    /// store; nothing is changed in a file that is refused.
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
         Self::open_with(path, Options::default())
     }

@@ -421,6 +421,8 @@ struct StepFigures {
     per_event: f64,
     per_item: f64,
     per_graph: f64,
+    /// p50 of a 4 KiB write and `fdatasync` beside the store, in µs.
+    disk_sync: f64,
 }
 
 /// The measurements of one step, on the grown store reopened under `Durability::Full`.
@@ -643,6 +645,7 @@ fn measure(
     f.close_ms = ms(at);
 
     f.file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+    f.disk_sync = disk_sync(path, samples.appends.min(200));
 
     // The same caller's appends, claims and completes under `Normal`: the store's own cost
     // without the fsync (and the disk's noise) in every commit.
@@ -809,6 +812,26 @@ fn one_caller(store: &Store, queue: &str, samples: &Samples) -> OneCaller {
     OneCaller { append: p50_p99(&appends), claim: p50_p99(&claims), complete: p50_p99(&completes) }
 }
 
+/// The disk's own commit cost, for reading the `Full` figures: the p50 of `count` writes of
+/// 4 KiB to a file beside the store, each followed by `fdatasync`.
+fn disk_sync(path: &Path, count: usize) -> f64 {
+    use std::io::Write;
+    let probe = path.with_extension("sync-probe");
+    let mut file = std::fs::File::create(&probe).expect("probe file");
+    let block = [7u8; 4096];
+    let times: Vec<u32> = (0..count)
+        .map(|_| {
+            let at = Instant::now();
+            file.write_all(&block).expect("write");
+            file.sync_data().expect("fdatasync");
+            us(at)
+        })
+        .collect();
+    drop(file);
+    std::fs::remove_file(probe).expect("remove probe");
+    percentile(&times, 0.5)
+}
+
 /// CPU time this process has used (user and system), in seconds; 0 where `/proc` is missing.
 fn cpu_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -970,6 +993,7 @@ impl StepFigures {
         row("... under Normal", pair(normal.claim));
         row("complete, 1 caller, p50 / p99: Full", pair(full.complete));
         row("... under Normal", pair(normal.complete));
+        row("the disk: 4 KiB write + `fdatasync` p50", t(self.disk_sync));
         row(
             "get p50: a queue item / a graph",
             format!("{} / {}", t(self.get_item), t(self.get_graph)),

@@ -24,15 +24,17 @@
 //!
 //! Measuring: the store is then opened again under `Durability::Full` (the default: what a
 //! user runs) with `--readers` reader threads (default: `Options::default()`'s), and each cost
-//! is measured with the queues a user would have (item events on), in the order printed. One
-//! caller's appends, claims and completes are measured again under `Normal` at the end of the
-//! step: the store's own cost without an fsync (and the disk's noise) in each. The comparisons
-//! with and without two threads looping on reads (`stats`, a page of `items`, a page of
-//! `graphs().find`, a stream page and a log page, over and over) alternate in the same step;
-//! the worker pool's figure on an empty store is measured on a fresh file right before and
-//! right after the pool's run on the grown store, and the ratio uses their mean. Stream pages
-//! per second with 1 and 2 reader threads alternate too (1, 2, 2, 1), with the CPU time the
-//! process got meanwhile.
+//! is measured with the queues a user would have (item events on), in the order printed. The
+//! disk's own 4 KiB write + `fdatasync` is timed right before one caller's appends, claims and
+//! completes, which are measured again under `Normal` at the end of the step: the store's own
+//! cost without an fsync (and the disk's noise) in each. The comparisons with and without two
+//! threads looping on reads (`stats`, a page of `items`, a page of `graphs().find`, a stream
+//! page and a log page, over and over) alternate in the same step, three times; the worker
+//! pool runs three times in turn on an empty store (a fresh file), on the grown one, and on
+//! the grown one with the two reader loops, and the medians are compared. Stream pages per
+//! second with 1 and 2 reader threads alternate too (1, 2, 2, 1), with the CPU time the
+//! process got meanwhile. Last, completed items are pruned (oldest first) back down to N, so
+//! that what the measurements added does not count toward the next step.
 //!
 //! The pool's own rounds are not visible from outside it, so "pool rounds" are timed from the
 //! bench as the same `Cycle` op its coordinator runs: settle the 100 items claimed last round,
@@ -95,9 +97,9 @@ impl Samples {
             scan_max: 20,
             scan_secs: 2.0,
             backlog: 50_000,
-            pool_jobs: 20_000,
-            rounds: 125,
-            phase: Duration::from_millis(1_500),
+            pool_jobs: 10_000,
+            rounds: 80,
+            phase: Duration::from_millis(1_000),
             prune: 20_000,
             rate_phase: Duration::from_millis(1_500),
         }
@@ -113,7 +115,7 @@ impl Samples {
             scan_secs: 0.1,
             backlog: 500,
             pool_jobs: 500,
-            rounds: 5,
+            rounds: 3,
             phase: Duration::from_millis(100),
             prune: 200,
             rate_phase: Duration::from_millis(100),
@@ -465,6 +467,7 @@ fn measure(
     // One caller's appends, claims and completes, on a queue made after the bulk (its items
     // come after every bulk item in id order).
     let new_queue = format!("claims-{n}");
+    f.disk_sync = disk_sync(path, samples.appends.min(200));
     f.full = one_caller(&store, &new_queue, samples);
     grown.completed += samples.claims as u64;
     grown.events += samples.appends as u64;
@@ -588,7 +591,7 @@ fn measure(
     let mut rounds_quiet = Vec::new();
     let mut rounds_loud = Vec::new();
     let mut loops = (0u64, 0.0f64);
-    for (rep, readers_first) in [false, true].into_iter().enumerate() {
+    for (rep, readers_first) in [false, true, false].into_iter().enumerate() {
         for with_readers in [readers_first, !readers_first] {
             let readers = with_readers.then(|| ReaderLoops::start(&store, &view, 2));
             let latencies = append_for(&store, samples.phase);
@@ -617,21 +620,25 @@ fn measure(
     f.round_p99_readers = percentile(&rounds_loud, 0.99);
     f.reader_loops_per_s = loops.0 as f64 / loops.1;
 
-    // The worker pool: on an empty store before and after, on this one, and on this one with
-    // two reader loops.
-    let empty_before = pool_on_empty_store(config);
-    f.pool = pool_run(&store, &format!("pool-{n}"), samples.pool_jobs);
-    let empty_after = pool_on_empty_store(config);
-    f.pool_empty = (empty_before + empty_after) / 2.0;
-    let readers = ReaderLoops::start(&store, &view, 2);
-    f.pool_readers = pool_run(&store, &format!("pool-{n}-readers"), samples.pool_jobs);
-    readers.stop();
-    grown.completed += 2 * samples.pool_jobs as u64;
+    // The worker pool, three times in turn: on an empty store (a fresh file), on this one, and
+    // on this one with two reader loops; the medians.
+    let (mut empty, mut quiet, mut loud) = (Vec::new(), Vec::new(), Vec::new());
+    for rep in 0..3 {
+        empty.push(pool_on_empty_store(config));
+        quiet.push(pool_run(&store, &format!("pool-{n}-{rep}"), samples.pool_jobs));
+        let readers = ReaderLoops::start(&store, &view, 2);
+        loud.push(pool_run(&store, &format!("pool-{n}-{rep}-readers"), samples.pool_jobs));
+        readers.stop();
+        grown.completed += 2 * samples.pool_jobs as u64;
+    }
+    (f.pool_empty, f.pool, f.pool_readers) = (median(empty), median(quiet), median(loud));
 
-    // Pruning: completed items, oldest first, a page (1,000) per call.
+    // Pruning: completed items, oldest first, a page (1,000) per call, back down to `n` (at
+    // least `samples.prune`): what the measurements added goes, so that the next step's N
+    // is mostly its own growth.
     let at = Instant::now();
     let mut pruned = 0;
-    while pruned < samples.prune {
+    while pruned < samples.prune || grown.completed - pruned > n {
         let deleted = store.queue().prune_completed(0).expect("prune");
         assert!(deleted > 0, "something to prune");
         pruned += deleted;
@@ -645,7 +652,6 @@ fn measure(
     f.close_ms = ms(at);
 
     f.file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
-    f.disk_sync = disk_sync(path, samples.appends.min(200));
 
     // The same caller's appends, claims and completes under `Normal`: the store's own cost
     // without the fsync (and the disk's noise) in every commit.
@@ -773,6 +779,11 @@ impl ReaderLoops {
         let secs = self.started.elapsed().as_secs_f64();
         (self.threads.into_iter().map(|t| t.join().expect("reader loop")).sum(), secs)
     }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// p50 and p99 of one caller's appends, claims and completes, in µs.

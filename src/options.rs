@@ -100,7 +100,8 @@ pub struct Options {
     /// sees every write whose reply was sent before the read was sent; a read a thread sends
     /// while writes it submitted ([`Store::submit`]) are still unanswered runs on the writer,
     /// after them. 0 runs every read on the writer's thread, as an in-memory or inline store,
-    /// and one on a VFS of the caller's own ([`Options::vfs`]), always do. Default: the machine's cores, between 1 and 4. At most
+    /// and one on a VFS of the caller's own ([`Options::vfs`]), always do. Default: the
+    /// machine's cores less one (a core for the writer), between 1 and 4. At most
     /// [`READERS_MAX`].
     ///
     /// [`Store::read`]: crate::Store::read
@@ -111,9 +112,12 @@ pub struct Options {
 /// The most reader threads a store may have ([`Options::readers`]).
 pub const READERS_MAX: usize = 64;
 
-/// The default number of reader threads: the machine's cores, between 1 and 4.
+/// The default number of reader threads: the machine's cores less one (the writer's), between
+/// 1 and 4. Readers never block the writer, but busy ones compete with it for the cores: on
+/// two cores, two readers looping on reads tripled an append's p99 (BENCHMARKS, session 13).
 fn default_readers() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZero::get).clamp(1, 4)
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    cores.saturating_sub(1).clamp(1, 4)
 }
 
 impl Default for Options {

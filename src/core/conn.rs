@@ -38,6 +38,10 @@ pub(crate) const SAVEPOINT_OP: &str = "SAVEPOINT op";
 pub(crate) const RELEASE_OP: &str = "RELEASE op";
 pub(crate) const ROLLBACK_TO_OP: &str = "ROLLBACK TO op";
 
+/// The page cache of a read-only connection (a reader's), in KiB (SQLite reads a negative
+/// `cache_size` as KiB): 16 MiB, pages allocated as they are used.
+const READER_CACHE_KIB: i64 = -16 * 1024;
+
 /// The actor's connection.
 pub(crate) enum Conn {
     Sqlite(Box<SqliteConn>),
@@ -383,6 +387,9 @@ impl SqliteConn {
         if options.read_only {
             // What would write fails in SQLite itself, whatever asked for it.
             conn.pragma_update(None, "query_only", true)?;
+            // A reader pages through tables larger than SQLite's default 2 MiB cache (a
+            // stream's page of events spread over as many table pages): keep more of them.
+            conn.pragma_update(None, "cache_size", READER_CACHE_KIB)?;
         }
         let connection = ConnectionState::read(&conn)?;
         // A VFS of the caller's own need not keep its files in the operating system's.

@@ -196,6 +196,12 @@ CREATE INDEX graphs_deadlines
     ON graphs (deadline_at_ms, tenant_id)
     WHERE status = 'running' AND deadline_at_ms IS NOT NULL;
 
+-- A tenant's finished graphs of one status, newest first (the dashboard's recent failures): a
+-- listing of finished graphs by status reads the graphs of that status only. Partial, so that
+-- the writes of an unfinished graph's steps do not touch it.
+CREATE INDEX graphs_finished ON graphs (tenant_id, status, graph_id)
+    WHERE status = 'complete' OR status = 'failed' OR status = 'cancelled';
+
 -- Nodes. in_edges counts inbound edges other than self-loops; in_filled those of them that
 -- hold a token; in_dead those that hold none and whose source has finished without sending
 -- one. Together they decide the join rule and dead-path elimination without reading edges.
@@ -431,5 +437,73 @@ CREATE TABLE workflow_snapshots (
         ON DELETE CASCADE
 ) WITHOUT ROWID;
 
+-- Counts kept as the rows change (schema version 5). What a count reports (`queue().stats()`,
+-- `graphs().count_by_status`, `processes().count`, `workflows().count_by_status`) is read here
+-- instead of from the rows, whose number only grows: reading a count costs O(queues or
+-- statuses), not O(items). Each op that moves a counted row into or out of a counted status
+-- (inserts, changes status, deletes it) writes its count in the same op, so the count commits
+-- or rolls back with the row; only the store's SQL writes these tables and the rows they count
+-- (a caller's raw SQL may not: see core/guard.rs). A row exists while its total is at least 1
+-- (the last one out deletes it), so a count table holds exactly what a `SELECT ..., count(*)
+-- ... GROUP BY` over the counted rows answers; the model tests compare the two after every
+-- step, and `spindle check` does too.
+--
+-- Kept by statements in the ops, not by triggers: a trigger makes every statement that
+-- writes the table's status column a multi-row write for SQLite, which then keeps a statement
+-- journal for it (a copy of every page it touches that the transaction had already changed);
+-- on the job cycle that cost more than a third of a job (measured, issue 28). An op's own
+-- count statement is a one-row upsert, and a job's cycle has one: when the job completes.
+--
+-- The status checks compare one value at a time (see queue_items).
+
+-- A queue's completed, dead and cancelled items: the ones that pile up until pruned or
+-- purged. Live items are counted from their partial indexes (queue_items_schedule,
+-- queue_items_leases) instead: they are bounded by the work in flight, and counting them here
+-- would cost every enqueue and claim a write.
+CREATE TABLE queue_counts (
+    tenant_id TEXT    NOT NULL,
+    queue     TEXT    NOT NULL,
+    status    TEXT    NOT NULL
+                      CHECK (status = 'completed' OR status = 'dead' OR status = 'cancelled'),
+    total     INTEGER NOT NULL CHECK (total >= 1),
+    PRIMARY KEY (tenant_id, queue, status)
+) WITHOUT ROWID;
+
+-- Graphs by status, per kind and root (1: no parent graph). The kind is the metadata's
+-- top-level "kind" when it is a string, else '' (src/graph/sql.rs reads it the same way
+-- everywhere). What `count_by_status` answers without reading graphs: no metadata filter, or
+-- only a non-empty "kind"; roots only or not. A graph's metadata and parent never change.
+CREATE TABLE graph_counts (
+    tenant_id TEXT    NOT NULL,
+    kind      TEXT    NOT NULL,
+    root      INTEGER NOT NULL CHECK (root = 0 OR root = 1),
+    status    TEXT    NOT NULL
+                      CHECK (status = 'pending' OR status = 'running' OR status = 'complete'
+                             OR status = 'failed' OR status = 'cancelled'),
+    total     INTEGER NOT NULL CHECK (total >= 1),
+    PRIMARY KEY (tenant_id, kind, root, status)
+) WITHOUT ROWID;
+
+-- Processes by state: their status, and 'waiting' for a running process with a wait state.
+CREATE TABLE process_counts (
+    tenant_id TEXT    NOT NULL,
+    state     TEXT    NOT NULL
+                      CHECK (state = 'running' OR state = 'waiting' OR state = 'completed'
+                             OR state = 'failed' OR state = 'cancelled'),
+    total     INTEGER NOT NULL CHECK (total >= 1),
+    PRIMARY KEY (tenant_id, state)
+) WITHOUT ROWID;
+
+-- Workflow executions by status.
+CREATE TABLE workflow_counts (
+    tenant_id TEXT    NOT NULL,
+    status    TEXT    NOT NULL
+                      CHECK (status = 'pending' OR status = 'running' OR status = 'paused'
+                             OR status = 'completed' OR status = 'failed'
+                             OR status = 'cancelled' OR status = 'limit_exceeded'),
+    total     INTEGER NOT NULL CHECK (total >= 1),
+    PRIMARY KEY (tenant_id, status)
+) WITHOUT ROWID;
+
 PRAGMA application_id = 1397771844; -- 'SPND'
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;

@@ -195,6 +195,12 @@ CREATE INDEX graphs_deadlines
     ON graphs (deadline_at_ms, tenant_id)
     WHERE status = 'running' AND deadline_at_ms IS NOT NULL;
 
+-- A tenant's finished graphs of one status, newest first (the dashboard's recent failures): a
+-- listing of finished graphs by status reads the graphs of that status only. Partial, so that
+-- the writes of an unfinished graph's steps do not touch it.
+CREATE INDEX graphs_finished ON graphs (tenant_id, status, graph_id)
+    WHERE status = 'complete' OR status = 'failed' OR status = 'cancelled';
+
 -- Nodes. in_edges counts inbound edges other than self-loops; in_filled those of them that
 -- hold a token; in_dead those that hold none and whose source has finished without sending
 -- one. Together they decide the join rule and dead-path elimination without reading edges.
@@ -430,6 +436,66 @@ CREATE TABLE workflow_snapshots (
         ON DELETE CASCADE
 );
 
+-- Counts kept as the rows change (schema version 5), by the ops' own statements:
+-- schema.sql's last section says what and why. Every count row belongs to one tenant, and a
+-- writing batch holds its tenants' advisory locks from its start to its commit, so two
+-- processes completing items of one queue never wait for each other's count row: they wait
+-- for the tenant, as they did before counts were kept.
+
+CREATE TABLE queue_counts (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    queue     TEXT COLLATE "C" NOT NULL,
+    status    TEXT COLLATE "C" NOT NULL
+                      CHECK (status = 'completed' OR status = 'dead' OR status = 'cancelled'),
+    total     BIGINT  NOT NULL CHECK (total >= 1),
+    PRIMARY KEY (tenant_id, queue, status)
+);
+
+CREATE TABLE graph_counts (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    kind      TEXT COLLATE "C" NOT NULL,
+    root      BIGINT  NOT NULL CHECK (root = 0 OR root = 1),
+    status    TEXT COLLATE "C" NOT NULL
+                      CHECK (status = 'pending' OR status = 'running' OR status = 'complete'
+                             OR status = 'failed' OR status = 'cancelled'),
+    total     BIGINT  NOT NULL CHECK (total >= 1),
+    PRIMARY KEY (tenant_id, kind, root, status)
+);
+
+-- A graph's kind as graph_counts keys it: the metadata's top-level "kind" when it is a
+-- string, else ''. Read as `json` (its text as written, as SQLite reads it), not `jsonb`.
+-- Metadata with a string PostgreSQL's text cannot hold (\u0000) counts as '' (a metadata
+-- filter cannot read it either: `jsonb` refuses it).
+CREATE FUNCTION graph_count_kind(metadata TEXT) RETURNS TEXT LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF json_typeof(metadata::json -> 'kind') = 'string' THEN
+        RETURN metadata::json ->> 'kind';
+    END IF;
+    RETURN '';
+EXCEPTION WHEN untranslatable_character THEN
+    RETURN '';
+END
+$$;
+
+CREATE TABLE process_counts (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    state     TEXT COLLATE "C" NOT NULL
+                      CHECK (state = 'running' OR state = 'waiting' OR state = 'completed'
+                             OR state = 'failed' OR state = 'cancelled'),
+    total     BIGINT  NOT NULL CHECK (total >= 1),
+    PRIMARY KEY (tenant_id, state)
+);
+
+CREATE TABLE workflow_counts (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    status    TEXT COLLATE "C" NOT NULL
+                      CHECK (status = 'pending' OR status = 'running' OR status = 'paused'
+                             OR status = 'completed' OR status = 'failed'
+                             OR status = 'cancelled' OR status = 'limit_exceeded'),
+    total     BIGINT  NOT NULL CHECK (total >= 1),
+    PRIMARY KEY (tenant_id, status)
+);
+
 -- What the store is, and its schema's version.
 CREATE TABLE spindle_meta (
     key   TEXT COLLATE "C" NOT NULL PRIMARY KEY,
@@ -437,7 +503,7 @@ CREATE TABLE spindle_meta (
 );
 
 INSERT INTO spindle_meta (key, value) VALUES ('application_id', 1397771844); -- 'SPND'
-INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 4);
+INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 5);
 -- How many times a writable store was opened here: each opening's ids come from a seed of
 -- its own (`Options::seed` with this number), however many processes open it at once.
 INSERT INTO spindle_meta (key, value) VALUES ('openings', 0);

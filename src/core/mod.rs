@@ -11,6 +11,7 @@ pub(crate) mod bell;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;
 pub(crate) mod conn;
+pub(crate) mod counts;
 pub(crate) mod db;
 pub(crate) mod events;
 pub(crate) mod fresh;

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
 /// The schema version `schema.sql` creates; stored in `PRAGMA user_version`.
-pub(crate) const SCHEMA_VERSION: i64 = 4;
+pub(crate) const SCHEMA_VERSION: i64 = 5;
 
 /// Identifies a Spindle file (`PRAGMA application_id`, the bytes 'SPND').
 pub(crate) const APPLICATION_ID: i64 = 0x5350_4E44;
@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0002_graphs_and_tokens.sql"),
     include_str!("../../migrations/0003_processes_and_workflows.sql"),
     include_str!("../../migrations/0004_queue_settings_and_checks.sql"),
+    include_str!("../../migrations/0005_counts.sql"),
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
@@ -454,6 +455,11 @@ pub(crate) mod tests {
     #[test]
     fn a_migrated_version_three_store_has_the_fresh_schema() -> Result<()> {
         assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v3.sql"))
+    }
+
+    #[test]
+    fn a_migrated_version_four_store_has_the_fresh_schema() -> Result<()> {
+        assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v4.sql"))
     }
 
     #[test]

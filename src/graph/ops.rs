@@ -13,6 +13,7 @@ use super::{
     Edge, GatherStrategy, Graph, GraphFilter, GraphId, GraphStatus, JoinType, Node, NodeId,
     NodeOptions, NodeOutput, NodeSpec, NodeStatus, Recovered, Token, TokenColor,
 };
+use crate::core::counts;
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
@@ -57,6 +58,11 @@ pub struct CountByStatus {
     /// Which graphs (its `status` and `newest_first` aside).
     pub filter: GraphFilter,
 }
+
+/// Where the tenant's kept graph counts differ from a recount of its graphs; see
+/// [`Graphs::audit_counts`](super::Graphs::audit_counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditCounts;
 
 /// Reads the children of a graph, in creation order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -295,6 +301,18 @@ impl Op for CountByStatus {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<(GraphStatus, u64)>> {
         check_filter(&self.filter)?;
         sql::count_graphs(tx.db(), tx.tenant(), &self.filter)
+    }
+}
+
+impl Sealed for AuditCounts {}
+impl Op for AuditCounts {
+    type Output = Vec<String>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
+        let [kept, counted] = sql::select_counts_and_recount(tx.db(), tx.tenant())?;
+        Ok(counts::differences(kept, counted))
     }
 }
 

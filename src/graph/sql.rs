@@ -5,6 +5,11 @@
 //! the index (`INDEXED BY`) or orders by the index's columns. The engine reads and writes a node's
 //! counters as one row (`NodeState`) and the graph's as another (`GraphState`), so a step
 //! costs a few primary-key reads and writes per node it touches.
+//!
+//! Creating a graph and writing back a changed status also write its count in `graph_counts`
+//! (per tenant, kind, root and status), in the same op (`move_count`). `count_by_status` reads
+//! it for the filters it serves (no metadata, or only a `kind`), and reads the graphs for any
+//! other.
 
 use crate::core::db::{Db, OwnedArg, Query, Row, args, borrow_args};
 
@@ -36,6 +41,8 @@ macro_rules! state_columns {
 pub(super) struct GraphState {
     pub(super) id: String,
     pub(super) status: GraphStatus,
+    /// The status as read: `update_state` moves the graph's count when `status` differs.
+    stored_status: GraphStatus,
     pub(super) parent_graph_id: Option<String>,
     pub(super) parent_node_id: Option<String>,
     pub(super) node_count: i64,
@@ -142,7 +149,7 @@ pub(super) fn insert_graph(
          VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5)",
         args![key.tenant, key.graph, parent, metadata, now_ms],
     )?;
-    Ok(())
+    move_count(db, key, None, GraphStatus::Pending)
 }
 
 /// The graph's state, if it exists.
@@ -199,7 +206,67 @@ pub(super) fn update_state(
             now_ms,
         ],
     )?;
-    Error::expect_one(changed, "graph", &state.id)
+    Error::expect_one(changed, "graph", &state.id)?;
+    if state.status != state.stored_status {
+        let key = Key { tenant, graph: &state.id };
+        move_count(db, key, Some(state.stored_status), state.status)?;
+    }
+    Ok(())
+}
+
+/// A graph's kind as `graph_counts` keys it (the metadata's top-level "kind" when it is a
+/// string, else ''), in SQLite's SQL and in PostgreSQL's (`graph_count_kind`, a function of
+/// the schema: it reads metadata `jsonb` cannot, as ''). Every count of a graph reads its kind
+/// through these, and so do the recount and the migration that fills `graph_counts`.
+macro_rules! graph_kind {
+    (sqlite) => {
+        "CASE WHEN json_type(metadata, '$.kind') = 'text' THEN metadata ->> '$.kind' ELSE '' END"
+    };
+    (postgres) => {
+        "graph_count_kind(metadata)"
+    };
+}
+
+/// Moves the graph at `key` from `from` (`None`: a new graph) to `to` in `graph_counts`, under
+/// its kind and root (read from its row), in the op that moves it; a count that reaches 0
+/// goes (see the last section of `schema.sql`).
+fn move_count(db: Db<'_>, key: Key<'_>, from: Option<GraphStatus>, to: GraphStatus) -> Result<()> {
+    let (kind, root): (String, i64) = db.query_one(
+        Query::per_engine(
+            concat!(
+                "SELECT ",
+                graph_kind!(sqlite),
+                ", parent_graph_id IS NULL FROM main.graphs WHERE tenant_id = ?1 AND graph_id = ?2"
+            ),
+            concat!(
+                "SELECT ",
+                graph_kind!(postgres),
+                ", (parent_graph_id IS NULL)::int FROM main.graphs
+                 WHERE tenant_id = ?1 AND graph_id = ?2"
+            ),
+        ),
+        args![key.tenant, key.graph],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    if let Some(from) = from {
+        db.execute(
+            "DELETE FROM main.graph_counts
+             WHERE tenant_id = ?1 AND kind = ?2 AND root = ?3 AND status = ?4 AND total <= 1",
+            args![key.tenant, kind, root, from.as_str()],
+        )?;
+        db.execute(
+            "UPDATE main.graph_counts SET total = total - 1
+             WHERE tenant_id = ?1 AND kind = ?2 AND root = ?3 AND status = ?4",
+            args![key.tenant, kind, root, from.as_str()],
+        )?;
+    }
+    db.execute(
+        "INSERT INTO main.graph_counts AS c (tenant_id, kind, root, status, total)
+         VALUES (?1, ?2, ?3, ?4, 1)
+         ON CONFLICT (tenant_id, kind, root, status) DO UPDATE SET total = c.total + 1",
+        args![key.tenant, kind, root, to.as_str()],
+    )?;
+    Ok(())
 }
 
 /// One graph with its metadata.
@@ -250,10 +317,11 @@ pub(super) fn find_graphs(
         clause.both(&format!(" AND graph_id {} ?{at}", order.0));
     }
     let at = clause.bind(OwnedArg::Int(sql_limit(page.limit)));
+    let index = finished_index(filter, &mut clause);
     let [sqlite, postgres] = clause.texts().map(|conditions| {
         format!(
-            "SELECT {}, metadata, created_at_ms, updated_at_ms FROM main.graphs WHERE {conditions}
-             ORDER BY graph_id {} LIMIT ?{at}",
+            "SELECT {}, metadata, created_at_ms, updated_at_ms FROM main.graphs {index}
+             WHERE {conditions} ORDER BY graph_id {} LIMIT ?{at}",
             state_columns!(),
             order.1,
         )
@@ -262,8 +330,71 @@ pub(super) fn find_graphs(
     db.query_all(Query::per_engine(&sqlite, &postgres), &args, |row| raw_graph(row)?.decode())
 }
 
-/// How many of the tenant's graphs match `filter` (its status aside), by status.
+/// For a filter on a finished status, the hint that reads the finished graphs of that status
+/// only (`graphs_finished`, newest first as it is asked for): the status is also written into
+/// the conditions (one of three literals), so that both engines see the partial index serves
+/// them. Empty for any other filter.
+fn finished_index(filter: &GraphFilter, clause: &mut Clause) -> &'static str {
+    match filter.status {
+        Some(status) if status.is_terminal() => {
+            clause.both(&format!(" AND status = '{}'", status.as_str()));
+            "INDEXED BY graphs_finished"
+        }
+        _ => "",
+    }
+}
+
+/// How many of the tenant's graphs match `filter` (its status aside), by status: from
+/// `graph_counts` when the filter names no metadata or only a non-empty `kind` (O(kinds x
+/// statuses)), else by reading the graphs that match.
 pub(super) fn count_graphs(
+    db: Db<'_>,
+    tenant: &str,
+    filter: &GraphFilter,
+) -> Result<Vec<(GraphStatus, u64)>> {
+    let Some(kind) = counted_kind(filter) else {
+        return count_graphs_scanning(db, tenant, filter);
+    };
+    let roots = i64::from(filter.roots_only);
+    let status_total = |row: &Row<'_>| {
+        Ok((GraphStatus::parse(&row.get::<String>(0)?)?, from_sql_int(row.get(1)?)))
+    };
+    match kind {
+        Some(kind) => db.query_all(
+            "SELECT status, CAST(SUM(total) AS BIGINT) FROM main.graph_counts
+             WHERE tenant_id = ?1 AND kind = ?2 AND root >= ?3
+             GROUP BY status ORDER BY status",
+            args![tenant, kind, roots],
+            status_total,
+        ),
+        None => db.query_all(
+            "SELECT status, CAST(SUM(total) AS BIGINT) FROM main.graph_counts
+             WHERE tenant_id = ?1 AND root >= ?2
+             GROUP BY status ORDER BY status",
+            args![tenant, roots],
+            status_total,
+        ),
+    }
+}
+
+/// Which of the kept counts serve `filter`: `Some(None)` for no metadata condition,
+/// `Some(Some(kind))` for only a `kind` that is a non-empty string (graph_counts keys every
+/// other kind as ''), `None` for a filter only reading the graphs answers.
+fn counted_kind(filter: &GraphFilter) -> Option<Option<&str>> {
+    match filter.metadata.as_slice() {
+        [] => Some(None),
+        [(key, serde_json::Value::String(kind))]
+            if key == "kind" && !kind.is_empty() && !kind.contains('\0') =>
+        {
+            Some(Some(kind))
+        }
+        _ => None,
+    }
+}
+
+/// How many of the tenant's graphs match `filter` (its status aside), by status, reading
+/// every graph that matches.
+fn count_graphs_scanning(
     db: Db<'_>,
     tenant: &str,
     filter: &GraphFilter,
@@ -280,6 +411,43 @@ pub(super) fn count_graphs(
     db.query_all(Query::per_engine(&sqlite, &postgres), &args, |row| {
         Ok((GraphStatus::parse(&row.get::<String>(0)?)?, from_sql_int(row.get(1)?)))
     })
+}
+
+/// The tenant's kept graph counts (`graph_counts`) and a recount of its graphs, each as
+/// `("graphs KIND root|child STATUS", total)`.
+pub(super) fn select_counts_and_recount(
+    db: Db<'_>,
+    tenant: &str,
+) -> Result<[Vec<(String, u64)>; 2]> {
+    let row = |r: &Row<'_>| -> Result<(String, u64)> {
+        let (kind, root, status): (String, i64, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        let root = if root == 1 { "root" } else { "child" };
+        Ok((format!("graphs {kind:?} {root} {status}"), from_sql_int(r.get(3)?)))
+    };
+    let kept = db.query_all(
+        "SELECT kind, root, status, total FROM main.graph_counts WHERE tenant_id = ?1",
+        args![tenant],
+        row,
+    )?;
+    let counted = db.query_all(
+        Query::per_engine(
+            concat!(
+                "SELECT ",
+                graph_kind!(sqlite),
+                ", parent_graph_id IS NULL, status, count(*)
+                 FROM main.graphs WHERE tenant_id = ?1 GROUP BY 1, 2, 3"
+            ),
+            concat!(
+                "SELECT ",
+                graph_kind!(postgres),
+                ", (parent_graph_id IS NULL)::int, status, count(*)
+                 FROM main.graphs WHERE tenant_id = ?1 GROUP BY 1, 2, 3"
+            ),
+        ),
+        args![tenant],
+        row,
+    )?;
+    Ok([kept, counted])
 }
 
 /// A filter's `WHERE` conditions in each engine's SQL, and the values of their numbered
@@ -738,9 +906,11 @@ struct RawState {
 impl RawState {
     fn decode(self) -> Result<GraphState> {
         let [node_count, edge_count, child_count, token_count, fire_count] = self.sizes;
+        let status = GraphStatus::parse(&self.status)?;
         Ok(GraphState {
             id: self.id,
-            status: GraphStatus::parse(&self.status)?,
+            status,
+            stored_status: status,
             parent_graph_id: self.parent_graph_id,
             parent_node_id: self.parent_node_id,
             node_count,

@@ -50,7 +50,7 @@ use crate::store::Store;
 
 pub use lease::{ClaimLease, CompleteLease, ReclaimLease, RenewLease};
 pub use ops::{
-    AckWake, AppendEvent, ClearWait, Complete, CountEventsThrough, CountProcesses,
+    AckWake, AppendEvent, AuditCounts, ClearWait, Complete, CountEventsThrough, CountProcesses,
     DeleteSessionState, EventsAfter, Get, GrantHandle, GrantsForProcess, HandleGrants,
     HasHandleGrant, List, PruneTerminal, RecentEvents, Register, RevokeHandle, SetExternalRef,
     SetWait, TransferHandles, WakeEventsAfter,
@@ -119,12 +119,24 @@ impl<'a> Processes<'a> {
         self.store.exec(List { filter: filter.clone() })
     }
 
-    /// How many of the tenant's processes are in each state (running ones that wait apart).
+    /// How many of the tenant's processes are in each state (running ones that wait apart),
+    /// from counts kept as processes register, change state and are pruned: it reads no
+    /// process.
     ///
     /// # Errors
     /// Storage errors only.
     pub fn count(&self) -> Result<ProcessCounts> {
         self.store.exec(CountProcesses)
+    }
+
+    /// Where the tenant's kept process counts (what [`Processes::count`] reads) differ from a
+    /// recount of its processes, one line each; empty when they agree, as they always should
+    /// (`spindle check` reports any line). It reads every process of the tenant.
+    ///
+    /// # Errors
+    /// Storage errors only.
+    pub fn audit_counts(&self) -> Result<Vec<String>> {
+        self.store.exec(AuditCounts)
     }
 
     /// The running processes, in id order: the first `Limits::page_size_max` of them (page

@@ -14,6 +14,7 @@ use super::types::{
     PruneReport, Registration, SessionDeleteReport, SessionScope, WaitKind, WaitState,
     WakeDelivery,
 };
+use crate::core::counts;
 use crate::core::events::{self, Event, Stream};
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
@@ -45,6 +46,11 @@ pub struct List {
 /// Counts the tenant's processes by state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CountProcesses;
+
+/// Where the tenant's kept process counts differ from a recount of its processes; see
+/// [`Processes::audit_counts`](super::Processes::audit_counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditCounts;
 
 /// Sets a process's external reference once (the same again is a no-op that writes nothing;
 /// another is `Conflict`).
@@ -288,6 +294,18 @@ impl Op for CountProcesses {
     }
 }
 
+impl Sealed for AuditCounts {}
+impl Op for AuditCounts {
+    type Output = Vec<String>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
+        let [kept, counted] = sql::select_counts_and_recount(tx.db(), tx.tenant())?;
+        Ok(counts::differences(kept, counted))
+    }
+}
+
 impl Sealed for SetExternalRef {}
 impl Op for SetExternalRef {
     type Output = ProcessRecord;
@@ -310,8 +328,9 @@ impl Op for SetExternalRef {
             }
             None => {}
         }
+        let before = sql::count_state(&record);
         record.external_ref = Some(self.external_ref);
-        save_changed(tx, record)
+        save_changed(tx, record, before)
     }
 }
 
@@ -540,8 +559,9 @@ fn replay(
 ) -> Result<Appended> {
     let semantics = sql::select_semantics(tx.db(), tx.tenant(), &record.id, existing.seq)?;
     if let (Some(terminal), false) = (&semantics.terminal, record.is_terminal()) {
+        let before = sql::count_state(&record);
         project_terminal(&mut record, terminal.await_output.clone(), existing.created_at_ms);
-        sql::save(tx.db(), tx.tenant(), &record)?;
+        sql::save(tx.db(), tx.tenant(), &record, before)?;
     }
     let event = process_event(&record.id, existing, semantics);
     let wake = wake_delivery(&record, request, &event);
@@ -584,11 +604,12 @@ fn append_new(
         None => events::append(tx, &stream, event_type, payload, None)?,
     };
     record_semantics(tx, &record.id, appended.seq, &semantics)?;
+    let before = sql::count_state(&record);
     match &semantics.terminal {
         Some(terminal) => project_terminal(&mut record, terminal.await_output.clone(), tx.now_ms()),
         None => record.updated_at_ms = tx.now_ms(),
     }
-    sql::save(tx.db(), tx.tenant(), &record)?;
+    sql::save(tx.db(), tx.tenant(), &record, before)?;
     let event = ProcessEvent {
         process_id: record.id.clone(),
         seq: appended.seq,
@@ -790,8 +811,9 @@ impl Op for SetWait {
         if record.is_terminal() {
             return Err(Error::Conflict(format!("process {} has ended and cannot wait", self.id)));
         }
+        let before = sql::count_state(&record);
         record.wait = Some(WaitState { kind: self.wait, since_ms: tx.now_ms() });
-        save_changed(tx, record)
+        save_changed(tx, record, before)
     }
 }
 
@@ -816,8 +838,9 @@ impl Op for ClearWait {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<ProcessRecord> {
         let mut record = process(tx, &self.id)?;
+        let before = sql::count_state(&record);
         record.wait = None;
-        save_changed(tx, record)
+        save_changed(tx, record, before)
     }
 }
 
@@ -842,10 +865,15 @@ impl Op for PruneTerminal {
     }
 }
 
-/// Stamps a changed record with the batch's time and saves it.
-fn save_changed(tx: &Tx<'_>, mut record: ProcessRecord) -> Result<ProcessRecord> {
+/// Stamps a changed record with the batch's time and saves it; `before` is its state as
+/// stored (`sql::count_state`), whose count moves if the change moved it.
+fn save_changed(
+    tx: &Tx<'_>,
+    mut record: ProcessRecord,
+    before: &'static str,
+) -> Result<ProcessRecord> {
     record.updated_at_ms = tx.now_ms();
-    sql::save(tx.db(), tx.tenant(), &record)?;
+    sql::save(tx.db(), tx.tenant(), &record, before)?;
     Ok(record)
 }
 

@@ -2,7 +2,9 @@
 //! grants and leases.
 //!
 //! Every statement names the tenant. Lease-holder writes carry the token and the fencing token
-//! in their own `WHERE`, so a stale holder's write matches no row.
+//! in their own `WHERE`, so a stale holder's write matches no row. The functions that insert a
+//! process, save a change of its state or delete it also write its count in `process_counts`
+//! (`add_to_count`), in the same op.
 
 use crate::core::db::{Db, Query, Row, args};
 use serde::Serialize;
@@ -64,12 +66,27 @@ pub(super) fn insert(
             record.created_at_ms,
         ],
     )?;
-    Ok(())
+    add_to_count(db, tenant, count_state(record), 1)
+}
+
+/// A process's state as `process_counts` counts it: its status, or `waiting` for a running
+/// process with a wait state.
+pub(super) fn count_state(record: &ProcessRecord) -> &'static str {
+    match (&record.status, &record.wait) {
+        (ProcessStatus::Running, Some(_)) => "waiting",
+        (status, _) => status.label(),
+    }
 }
 
 /// Writes what changes after registration: status and output, external ref, wait, wake
-/// target and the update time.
-pub(super) fn save(db: Db<'_>, tenant: &str, record: &ProcessRecord) -> Result<()> {
+/// target and the update time. `before` is the state (`count_state`) the process was in as
+/// stored: its count moves with it.
+pub(super) fn save(
+    db: Db<'_>,
+    tenant: &str,
+    record: &ProcessRecord,
+    before: &'static str,
+) -> Result<()> {
     let changed = db.execute(
         "UPDATE main.processes
              SET status = ?3, await_output = ?4, external_ref = ?5, wait_state = ?6,
@@ -87,7 +104,13 @@ pub(super) fn save(db: Db<'_>, tenant: &str, record: &ProcessRecord) -> Result<(
             record.updated_at_ms,
         ],
     )?;
-    Error::expect_one(changed, "process", &record.id)
+    Error::expect_one(changed, "process", &record.id)?;
+    let after = count_state(record);
+    if after != before {
+        add_to_count(db, tenant, before, -1)?;
+        add_to_count(db, tenant, after, 1)?;
+    }
+    Ok(())
 }
 
 /// A process's registration hash, if it exists (a cheap existence check).
@@ -113,27 +136,50 @@ pub(super) fn select(db: Db<'_>, tenant: &str, id: &str) -> Result<Option<Proces
     )
 }
 
-/// How many of the tenant's processes are in each state.
+/// How many of the tenant's processes are in each state, from `process_counts`: at most five
+/// rows.
 pub(super) fn count(db: Db<'_>, tenant: &str) -> Result<ProcessCounts> {
-    let rows: Vec<(String, bool, i64)> = db.query_all(
-        "SELECT status, wait_state IS NOT NULL, count(*) FROM main.processes
-         INDEXED BY processes_by_status WHERE tenant_id = ?1 GROUP BY 1, 2",
+    let rows: Vec<(String, i64)> = db.query_all(
+        "SELECT state, total FROM main.process_counts WHERE tenant_id = ?1",
         args![tenant],
-        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     let mut counts = ProcessCounts::default();
-    for (status, waiting, n) in rows {
-        let slot = match (status.as_str(), waiting) {
-            ("running", false) => &mut counts.running,
-            ("running", true) => &mut counts.waiting,
-            ("completed", _) => &mut counts.completed,
-            ("failed", _) => &mut counts.failed,
-            ("cancelled", _) => &mut counts.cancelled,
-            (other, _) => return Err(Error::Corrupt(format!("unknown process status {other:?}"))),
+    for (state, total) in rows {
+        let slot = match state.as_str() {
+            "running" => &mut counts.running,
+            "waiting" => &mut counts.waiting,
+            "completed" => &mut counts.completed,
+            "failed" => &mut counts.failed,
+            "cancelled" => &mut counts.cancelled,
+            other => return Err(Error::Corrupt(format!("unknown process state {other:?}"))),
         };
-        *slot += from_sql_int(n);
+        *slot += from_sql_int(total);
     }
     Ok(counts)
+}
+
+/// The tenant's kept process counts (`process_counts`) and a recount of its processes, each
+/// as `("processes STATE", total)`.
+pub(super) fn select_counts_and_recount(
+    db: Db<'_>,
+    tenant: &str,
+) -> Result<[Vec<(String, u64)>; 2]> {
+    let row = |r: &Row<'_>| -> Result<(String, u64)> {
+        Ok((format!("processes {}", r.get::<String>(0)?), from_sql_int(r.get(1)?)))
+    };
+    let kept = db.query_all(
+        "SELECT state, total FROM main.process_counts WHERE tenant_id = ?1",
+        args![tenant],
+        row,
+    )?;
+    let counted = db.query_all(
+        "SELECT CASE WHEN wait_state IS NULL THEN status ELSE 'waiting' END, count(*)
+         FROM main.processes WHERE tenant_id = ?1 GROUP BY 1",
+        args![tenant],
+        row,
+    )?;
+    Ok([kept, counted])
 }
 
 /// A page of processes matching `filter`, in id order.
@@ -425,10 +471,36 @@ fn select_fence_floor(db: Db<'_>, tenant: &str) -> Result<u64> {
 
 /// Deletes a process; its semantics, acks, grants and lease go with it (foreign keys).
 pub(super) fn delete(db: Db<'_>, tenant: &str, process_id: &str) -> Result<()> {
-    db.execute(
-        "DELETE FROM main.processes WHERE tenant_id = ?1 AND process_id = ?2",
+    let state: Option<String> = db.query_opt(
+        "DELETE FROM main.processes WHERE tenant_id = ?1 AND process_id = ?2
+         RETURNING CASE WHEN wait_state IS NULL THEN status ELSE 'waiting' END",
         args![tenant, process_id],
+        |row| row.get(0),
     )?;
+    let Some(state) = state else { return Ok(()) };
+    add_to_count(db, tenant, &state, -1)
+}
+
+/// Adds `delta` (negative: takes it away) to the count of the tenant's processes in `state`,
+/// in the op that moves them: a count that reaches 0 goes (see the last section of
+/// `schema.sql`).
+fn add_to_count(db: Db<'_>, tenant: &str, state: &str, delta: i64) -> Result<()> {
+    if delta > 0 {
+        db.execute(
+            "INSERT INTO main.process_counts AS c (tenant_id, state, total) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant_id, state) DO UPDATE SET total = c.total + excluded.total",
+            args![tenant, state, delta],
+        )?;
+    } else if delta < 0 {
+        db.execute(
+            "DELETE FROM main.process_counts WHERE tenant_id = ?1 AND state = ?2 AND total <= ?3",
+            args![tenant, state, -delta],
+        )?;
+        db.execute(
+            "UPDATE main.process_counts SET total = total - ?3 WHERE tenant_id = ?1 AND state = ?2",
+            args![tenant, state, -delta],
+        )?;
+    }
     Ok(())
 }
 

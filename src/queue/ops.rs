@@ -11,6 +11,7 @@ use super::{
     Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, QueueItem, QueueStats,
     Reclaimed,
 };
+use crate::core::counts;
 use crate::core::events::{self, Stream};
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
@@ -314,6 +315,11 @@ pub struct CancelExecution {
 /// The counts of every queue of the tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stats;
+
+/// Where the tenant's kept counts of finished items differ from a recount of the items; see
+/// [`Queue::audit_counts`](super::Queue::audit_counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditCounts;
 
 /// Deletes completed and cancelled items finished more than `older_than_ms` ago.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -698,7 +704,7 @@ impl Op for Cancel {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         let item = item_in(tx, &self.id, ItemStatus::Pending)?;
-        sql::cancel(tx.db(), tx.tenant(), &item.id, tx.now_ms())?;
+        sql::cancel(tx.db(), tx.tenant(), &item, tx.now_ms())?;
         item_event(tx, &item, "cancelled", json!({}))
     }
 }
@@ -715,7 +721,7 @@ impl Op for CancelExecution {
         let live = sql::select_live_of_execution(tx.db(), tx.tenant(), &self.execution_id, limit)?;
         let mut notes = Notes::default();
         for item in &live {
-            sql::cancel(tx.db(), tx.tenant(), &item.id, tx.now_ms())?;
+            sql::cancel(tx.db(), tx.tenant(), item, tx.now_ms())?;
             notes.note(
                 &item.queue,
                 "cancelled",
@@ -735,6 +741,18 @@ impl Op for Stats {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueStats>> {
         sql::select_stats(tx.db(), tx.tenant(), tx.now_ms())
+    }
+}
+
+impl Sealed for AuditCounts {}
+impl Op for AuditCounts {
+    type Output = Vec<String>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
+        let [kept, counted] = sql::select_counts_and_recount(tx.db(), tx.tenant())?;
+        Ok(counts::differences(kept, counted))
     }
 }
 
@@ -1100,7 +1118,7 @@ fn settle_failure(
         sql::schedule_retry(tx.db(), tx.tenant(), &item.id, item.fence, now_ms, run_at_ms, error)?;
         FailOutcome::Retrying { run_at_ms }
     } else {
-        sql::dead_letter(tx.db(), tx.tenant(), &item.id, item.fence, now_ms, error)?;
+        sql::dead_letter(tx.db(), tx.tenant(), item, now_ms, error)?;
         FailOutcome::DeadLettered
     };
     // The event carries the start of the error; the item keeps all of it.
@@ -1137,7 +1155,7 @@ fn requeue(tx: &mut Tx<'_>, item: &ItemRow, notes: &mut Notes) -> Result<bool> {
     {
         return Ok(false);
     }
-    sql::requeue(tx.db(), tx.tenant(), &item.id, tx.now_ms())?;
+    sql::requeue(tx.db(), tx.tenant(), item, tx.now_ms())?;
     notes.note(&item.queue, "requeued", &entry(item, json!({})))?;
     tx.ring_bell();
     Ok(true)

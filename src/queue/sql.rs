@@ -2,6 +2,14 @@
 //!
 //! Every statement names the tenant. Every lease-holder write carries the fence and the
 //! `claimed` status in its own `WHERE`, so it cannot apply to an item claimed again since.
+//!
+//! The functions that move an item into or out of a finished status (completed, dead,
+//! cancelled), or delete finished items, also write `queue_counts` (`add_to_count`), in the
+//! same op, so every caller keeps the counts. `stats` reads those counts and counts the live
+//! items from their partial indexes, so it costs O(queues + live items), whatever the number
+//! of finished ones.
+
+use std::collections::BTreeMap;
 
 use crate::core::db::{Arg, Db, Query, Row, args};
 
@@ -361,6 +369,7 @@ pub(super) fn complete(
         args![tenant, id],
         |r| Ok(EventFields { queue: r.get(0)?, attempt: r.get(1)? }),
     )?;
+    add_to_count(db, tenant, &fields.queue, ItemStatus::Completed, 1)?;
     Ok(Some(fields))
 }
 
@@ -438,23 +447,24 @@ pub(super) fn schedule_retry(
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
-/// Ends a claimed attempt in the dead-letter state.
+/// Ends a claimed attempt of `item` (its id and fence) in the dead-letter state.
 pub(super) fn dead_letter(
     db: Db<'_>,
     tenant: &str,
-    id: &str,
-    fence: u64,
+    item: &ItemRow,
     now_ms: i64,
     error: &str,
 ) -> Result<()> {
+    let id = &item.id;
     db.execute(
         "UPDATE main.queue_items
          SET status = 'dead', last_error = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
              updated_at_ms = ?4, finished_at_ms = ?4
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
-        args![tenant, id, fence as i64, now_ms, error],
+        args![tenant, id, item.fence as i64, now_ms, error],
     )
-    .map(|changed| Error::expect_one(changed, "item", id))?
+    .map(|changed| Error::expect_one(changed, "item", id))??;
+    add_to_count(db, tenant, &item.queue, ItemStatus::Dead, 1)
 }
 
 /// Up to `limit` items of `queue` with `status` (and, given `(due, now_ms)`, due by then or
@@ -488,7 +498,8 @@ pub(super) fn select_items(
 }
 
 /// Makes a dead item pending again with fresh attempts, due now.
-pub(super) fn requeue(db: Db<'_>, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
+pub(super) fn requeue(db: Db<'_>, tenant: &str, item: &ItemRow, now_ms: i64) -> Result<()> {
+    let id = &item.id;
     db.execute(
         "UPDATE main.queue_items
          SET status = 'pending', attempt = 0, run_at_ms = ?3, updated_at_ms = ?3,
@@ -496,7 +507,8 @@ pub(super) fn requeue(db: Db<'_>, tenant: &str, id: &str, now_ms: i64) -> Result
          WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'dead'",
         args![tenant, id, now_ms],
     )
-    .map(|changed| Error::expect_one(changed, "item", id))?
+    .map(|changed| Error::expect_one(changed, "item", id))??;
+    add_to_count(db, tenant, &item.queue, ItemStatus::Dead, -1)
 }
 
 /// Deletes up to `limit` dead items of `queue`; returns how many.
@@ -509,11 +521,13 @@ pub(super) fn delete_dead(db: Db<'_>, tenant: &str, queue: &str, limit: usize) -
                  ORDER BY item_id LIMIT ?3)",
         args![tenant, queue, limit as i64],
     )?;
+    add_to_count(db, tenant, queue, ItemStatus::Dead, -(deleted as i64))?;
     Ok(deleted as u64)
 }
 
 /// Cancels a live item.
-pub(super) fn cancel(db: Db<'_>, tenant: &str, id: &str, now_ms: i64) -> Result<()> {
+pub(super) fn cancel(db: Db<'_>, tenant: &str, item: &ItemRow, now_ms: i64) -> Result<()> {
+    let id = &item.id;
     db.execute(
         "UPDATE main.queue_items
          SET status = 'cancelled', worker_id = NULL, lease_expires_at_ms = NULL,
@@ -521,7 +535,8 @@ pub(super) fn cancel(db: Db<'_>, tenant: &str, id: &str, now_ms: i64) -> Result<
          WHERE tenant_id = ?1 AND item_id = ?2 AND status IN ('pending', 'claimed')",
         args![tenant, id, now_ms],
     )
-    .map(|changed| Error::expect_one(changed, "item", id))?
+    .map(|changed| Error::expect_one(changed, "item", id))??;
+    add_to_count(db, tenant, &item.queue, ItemStatus::Cancelled, 1)
 }
 
 /// Up to `limit` live items of a workflow execution.
@@ -544,51 +559,146 @@ pub(super) fn select_live_of_execution(
     )
 }
 
+/// The counts of every queue of the tenant with an item, by name: the finished ones from
+/// `queue_counts`, the live ones (due, scheduled, claimed, and the oldest due) from the partial
+/// indexes of pending and claimed items. One statement; it reads no finished item.
 pub(super) fn select_stats(db: Db<'_>, tenant: &str, now_ms: i64) -> Result<Vec<QueueStats>> {
-    db.query_all(
-        "SELECT queue,
-                SUM(CASE WHEN status = 'pending' AND run_at_ms <= ?2 THEN 1 ELSE 0 END),
-                SUM(CASE WHEN status = 'pending' AND run_at_ms > ?2 THEN 1 ELSE 0 END),
-                SUM(CASE WHEN status = 'claimed' THEN 1 ELSE 0 END),
-                SUM(CASE WHEN status = 'dead' THEN 1 ELSE 0 END),
-                SUM(CASE WHEN status = 'completed' THEN 1 ELSE 0 END),
-                MIN(CASE WHEN status = 'pending' AND run_at_ms <= ?2 THEN run_at_ms END)
-         FROM main.queue_items WHERE tenant_id = ?1
-         GROUP BY queue ORDER BY queue",
+    let rows = db.query_all(
+        "SELECT queue, status, total, 0, CAST(NULL AS BIGINT) FROM main.queue_counts
+         WHERE tenant_id = ?1
+         UNION ALL
+         SELECT queue, 'pending', SUM(CASE WHEN run_at_ms <= ?2 THEN 1 ELSE 0 END),
+                SUM(CASE WHEN run_at_ms > ?2 THEN 1 ELSE 0 END),
+                MIN(CASE WHEN run_at_ms <= ?2 THEN run_at_ms END)
+         FROM main.queue_items INDEXED BY queue_items_schedule
+         WHERE tenant_id = ?1 AND status = 'pending' GROUP BY queue
+         UNION ALL
+         SELECT queue, 'claimed', count(*), 0, CAST(NULL AS BIGINT)
+         FROM main.queue_items INDEXED BY queue_items_leases
+         WHERE tenant_id = ?1 AND status = 'claimed' GROUP BY queue",
         args![tenant, now_ms],
         |r| {
             let count = |index: usize| -> Result<u64> { Ok(r.get::<i64>(index)?.max(0) as u64) };
-            let oldest: Option<i64> = r.get(6)?;
-            Ok(QueueStats {
-                queue: r.get(0)?,
-                pending: count(1)?,
-                scheduled: count(2)?,
-                claimed: count(3)?,
-                dead: count(4)?,
-                completed: count(5)?,
-                oldest_pending_age_ms: oldest.map(|at| now_ms.saturating_sub(at)),
-            })
+            let status: String = r.get(1)?;
+            let oldest: Option<i64> = r.get(4)?;
+            Ok((r.get::<String>(0)?, status, [count(2)?, count(3)?], oldest))
         },
-    )
+    )?;
+    let mut queues: BTreeMap<String, QueueStats> = BTreeMap::new();
+    for (queue, status, [first, second], oldest) in rows {
+        let stats = queues.entry(queue.clone()).or_insert_with(|| empty_stats(queue));
+        match status.as_str() {
+            "pending" => {
+                (stats.pending, stats.scheduled) = (first, second);
+                stats.oldest_pending_age_ms = oldest.map(|at| now_ms.saturating_sub(at));
+            }
+            "claimed" => stats.claimed = first,
+            "completed" => stats.completed = first,
+            "dead" => stats.dead = first,
+            // Cancelled items are not reported, but they make their queue one with items.
+            _ => {}
+        }
+    }
+    Ok(queues.into_values().collect())
 }
 
-/// Deletes up to `limit` completed or cancelled items finished before `cutoff_ms`.
+fn empty_stats(queue: String) -> QueueStats {
+    QueueStats {
+        queue,
+        pending: 0,
+        scheduled: 0,
+        claimed: 0,
+        dead: 0,
+        completed: 0,
+        oldest_pending_age_ms: None,
+    }
+}
+
+/// The tenant's kept counts (`queue_counts`) and a recount of its finished items, each as
+/// `("queue QUEUE STATUS", total)`.
+pub(super) fn select_counts_and_recount(
+    db: Db<'_>,
+    tenant: &str,
+) -> Result<[Vec<(String, u64)>; 2]> {
+    let row = |r: &Row<'_>| -> Result<(String, u64)> {
+        let (queue, status): (String, String) = (r.get(0)?, r.get(1)?);
+        Ok((format!("queue {queue} {status}"), r.get::<i64>(2)?.max(0) as u64))
+    };
+    let kept = db.query_all(
+        "SELECT queue, status, total FROM main.queue_counts WHERE tenant_id = ?1",
+        args![tenant],
+        row,
+    )?;
+    let counted = db.query_all(
+        "SELECT queue, status, count(*) FROM main.queue_items
+         WHERE tenant_id = ?1 AND (status = 'completed' OR status = 'dead' OR status = 'cancelled')
+         GROUP BY queue, status",
+        args![tenant],
+        row,
+    )?;
+    Ok([kept, counted])
+}
+
+/// Deletes up to `limit` completed or cancelled items finished before `cutoff_ms`, oldest
+/// first; returns how many.
 pub(super) fn delete_finished_before(
     db: Db<'_>,
     tenant: &str,
     cutoff_ms: i64,
     limit: usize,
 ) -> Result<u64> {
-    let deleted = db.execute(
+    let deleted: Vec<(String, String)> = db.query_all(
         "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
                  SELECT item_id FROM main.queue_items INDEXED BY queue_items_finished
                  WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
                    AND finished_at_ms < ?2
-                 ORDER BY finished_at_ms LIMIT ?3)",
+                 ORDER BY finished_at_ms LIMIT ?3)
+             RETURNING queue, status",
         args![tenant, cutoff_ms, limit as i64],
+        |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    Ok(deleted as u64)
+    let mut by_count: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for key in &deleted {
+        *by_count.entry(key.clone()).or_default() += 1;
+    }
+    for ((queue, status), total) in by_count {
+        add_to_count(db, tenant, &queue, ItemStatus::parse(&status)?, -total)?;
+    }
+    Ok(deleted.len() as u64)
+}
+
+/// Adds `delta` (negative: takes it away) to the count of `queue`'s items in `status` (a
+/// finished one: completed, dead, cancelled), in the op that moves the items: a count that
+/// reaches 0 goes (see the last section of `schema.sql`).
+fn add_to_count(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    status: ItemStatus,
+    delta: i64,
+) -> Result<()> {
+    let status = status.as_str();
+    if delta > 0 {
+        db.execute(
+            "INSERT INTO main.queue_counts AS c (tenant_id, queue, status, total)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (tenant_id, queue, status) DO UPDATE SET total = c.total + excluded.total",
+            args![tenant, queue, status, delta],
+        )?;
+    } else if delta < 0 {
+        db.execute(
+            "DELETE FROM main.queue_counts
+             WHERE tenant_id = ?1 AND queue = ?2 AND status = ?3 AND total <= ?4",
+            args![tenant, queue, status, -delta],
+        )?;
+        db.execute(
+            "UPDATE main.queue_counts SET total = total - ?4
+             WHERE tenant_id = ?1 AND queue = ?2 AND status = ?3",
+            args![tenant, queue, status, -delta],
+        )?;
+    }
+    Ok(())
 }
 
 /// The next moment something in `queue` may become claimable: the earliest due time of its

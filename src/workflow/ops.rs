@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::patch::merge_patch;
 use super::{Definition, Execution, ExecutionFilter, Snapshot, WorkflowStatus, sql, stream_of};
+use crate::core::counts;
 use crate::core::events::{self, Appended, Event};
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
@@ -81,6 +82,11 @@ pub struct ListExecutions {
 /// Counts the tenant's executions by status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CountExecutions;
+
+/// Where the tenant's kept execution counts differ from a recount of its executions; see
+/// [`Workflows::audit_counts`](super::Workflows::audit_counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditCounts;
 
 /// Moves an execution along the status machine, with its lifecycle event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -281,9 +287,6 @@ impl Op for CreateExecution {
         sql::insert_execution(tx.db(), tx.tenant(), &execution)?;
         Ok(execution)
     }
-    fn single_write(&self) -> bool {
-        true
-    }
 }
 
 impl Sealed for GetExecution {}
@@ -324,6 +327,18 @@ impl Op for CountExecutions {
     }
 }
 
+impl Sealed for AuditCounts {}
+impl Op for AuditCounts {
+    type Output = Vec<String>;
+    fn access(&self) -> Access {
+        Access::Read
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<String>> {
+        let [kept, counted] = sql::select_counts_and_recount(tx.db(), tx.tenant())?;
+        Ok(counts::differences(kept, counted))
+    }
+}
+
 impl Sealed for SetStatus {}
 impl Op for SetStatus {
     type Output = Execution;
@@ -344,7 +359,7 @@ impl Op for SetStatus {
         execution.status = to;
         execution.updated_at_ms = tx.now_ms();
         execution.completed_at_ms = to.is_terminal().then_some(tx.now_ms());
-        sql::update_status(tx.db(), tx.tenant(), &execution)?;
+        sql::update_status(tx.db(), tx.tenant(), &execution, from)?;
         let payload = json!({
             "from": from.as_str(),
             "to": to.as_str(),

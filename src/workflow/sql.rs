@@ -1,5 +1,7 @@
 //! The workflows' SQL: every statement, and the mapping of rows back to definitions,
-//! executions and snapshots. Every statement names the tenant.
+//! executions and snapshots. Every statement names the tenant. The functions that insert an
+//! execution, change its status or delete it also write its count in `workflow_counts`
+//! (`add_to_count`), in the same op.
 
 use crate::core::db::{Db, Row, args};
 
@@ -129,7 +131,7 @@ pub(super) fn insert_execution(db: Db<'_>, tenant: &str, execution: &Execution) 
             execution.completed_at_ms
         ],
     )?;
-    Ok(())
+    add_to_count(db, tenant, execution.status, 1)
 }
 
 /// One execution.
@@ -155,14 +157,37 @@ pub(super) fn select_status(db: Db<'_>, tenant: &str, id: &str) -> Result<Option
 }
 
 /// A page of executions, newest first; each filter shape reads the index that serves it.
-/// How many of the tenant's executions are in each status, by status.
+/// How many of the tenant's executions are in each status, by status, from
+/// `workflow_counts`: at most seven rows.
 pub(super) fn count_executions(db: Db<'_>, tenant: &str) -> Result<Vec<(WorkflowStatus, u64)>> {
     db.query_all(
-        "SELECT status, count(*) FROM main.workflow_executions INDEXED BY workflow_executions_by_status
-         WHERE tenant_id = ?1 GROUP BY status ORDER BY status",
+        "SELECT status, total FROM main.workflow_counts WHERE tenant_id = ?1 ORDER BY status",
         args![tenant],
         |row| Ok((status_from(&row.get::<String>(0)?)?, from_sql_int(row.get(1)?))),
     )
+}
+
+/// The tenant's kept execution counts (`workflow_counts`) and a recount of its executions,
+/// each as `("executions STATUS", total)`.
+pub(super) fn select_counts_and_recount(
+    db: Db<'_>,
+    tenant: &str,
+) -> Result<[Vec<(String, u64)>; 2]> {
+    let row = |r: &Row<'_>| -> Result<(String, u64)> {
+        Ok((format!("executions {}", r.get::<String>(0)?), from_sql_int(r.get(1)?)))
+    };
+    let kept = db.query_all(
+        "SELECT status, total FROM main.workflow_counts WHERE tenant_id = ?1",
+        args![tenant],
+        row,
+    )?;
+    let counted = db.query_all(
+        "SELECT status, count(*) FROM main.workflow_executions WHERE tenant_id = ?1
+         GROUP BY status",
+        args![tenant],
+        row,
+    )?;
+    Ok([kept, counted])
 }
 
 pub(super) fn list_executions(
@@ -200,7 +225,13 @@ pub(super) fn list_executions(
 }
 
 /// Writes a new status (and, for a terminal one, the completion time).
-pub(super) fn update_status(db: Db<'_>, tenant: &str, execution: &Execution) -> Result<()> {
+/// Writes the execution's status (moved from `from`) and its times.
+pub(super) fn update_status(
+    db: Db<'_>,
+    tenant: &str,
+    execution: &Execution,
+    from: WorkflowStatus,
+) -> Result<()> {
     let changed = db.execute(
         "UPDATE main.workflow_executions SET status = ?3, updated_at_ms = ?4, completed_at_ms = ?5
              WHERE tenant_id = ?1 AND execution_id = ?2",
@@ -212,7 +243,12 @@ pub(super) fn update_status(db: Db<'_>, tenant: &str, execution: &Execution) -> 
             execution.completed_at_ms
         ],
     )?;
-    Error::expect_one(changed, "execution", &execution.id)
+    Error::expect_one(changed, "execution", &execution.id)?;
+    if from != execution.status {
+        add_to_count(db, tenant, from, -1)?;
+        add_to_count(db, tenant, execution.status, 1)?;
+    }
+    Ok(())
 }
 
 /// Writes a new state if the stored version is still `expected_version`; whether it did.
@@ -292,11 +328,39 @@ pub(super) fn select_latest_snapshot(
 
 /// Deletes an execution (its snapshots go with it); whether it existed.
 pub(super) fn delete_execution(db: Db<'_>, tenant: &str, id: &str) -> Result<bool> {
-    let deleted = db.execute(
-        "DELETE FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2",
+    let status: Option<String> = db.query_opt(
+        "DELETE FROM main.workflow_executions WHERE tenant_id = ?1 AND execution_id = ?2
+         RETURNING status",
         args![tenant, id],
+        |row| row.get(0),
     )?;
-    Ok(deleted == 1)
+    let Some(status) = status else { return Ok(false) };
+    add_to_count(db, tenant, status_from(&status)?, -1)?;
+    Ok(true)
+}
+
+/// Adds `delta` (negative: takes it away) to the count of the tenant's executions in
+/// `status`, in the op that moves them: a count that reaches 0 goes (see the last section of
+/// `schema.sql`).
+fn add_to_count(db: Db<'_>, tenant: &str, status: WorkflowStatus, delta: i64) -> Result<()> {
+    let status = status.as_str();
+    if delta > 0 {
+        db.execute(
+            "INSERT INTO main.workflow_counts AS c (tenant_id, status, total) VALUES (?1, ?2, ?3)
+             ON CONFLICT (tenant_id, status) DO UPDATE SET total = c.total + excluded.total",
+            args![tenant, status, delta],
+        )?;
+    } else if delta < 0 {
+        db.execute(
+            "DELETE FROM main.workflow_counts WHERE tenant_id = ?1 AND status = ?2 AND total <= ?3",
+            args![tenant, status, -delta],
+        )?;
+        db.execute(
+            "UPDATE main.workflow_counts SET total = total - ?3 WHERE tenant_id = ?1 AND status = ?2",
+            args![tenant, status, -delta],
+        )?;
+    }
+    Ok(())
 }
 
 fn definition_from_row(row: &Row<'_>) -> Result<Definition> {

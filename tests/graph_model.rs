@@ -10,7 +10,10 @@
 //! tmpfs file on SQLite, a schema on PostgreSQL; recovery puts running nodes back to ready),
 //! checked after every call against the model of `tests/models/graph.rs` (shared with the
 //! `ops` fuzz harness): exactly the nodes and edges added, counts that match, finished nodes
-//! and graphs staying finished, nodes of a DAG firing at most once, the audit clean. It fails
+//! and graphs staying finished, nodes of a DAG firing at most once, the audit clean, and
+//! `count_by_status` (unfiltered, roots only, by kind) agreeing with a recount of the graphs
+//! by a plain `GROUP BY` (graphs of two kinds, of a kind that is a number and of none, some
+//! with a child graph that their end cancels). It fails
 //! when the rare paths were not reached often enough. Every graph and sequence comes from a
 //! printed seed; `GRAPH_MODEL_SEED=<seed>` runs one sequence alone.
 
@@ -240,6 +243,7 @@ struct Coverage {
     clock_back: u64,
     reruns: u64,
     reruns_finished: u64,
+    children: u64,
 }
 
 struct Sequence {
@@ -277,8 +281,16 @@ impl Sequence {
         context
     }
 
-    fn new_graph(&mut self, c: &mut Coverage) {
-        let id = self.store.graphs().create(json!({ "step": self.step })).expect("create");
+    /// A new root graph (of one of the `KINDS`, of a kind that is not a string, or of none),
+    /// and sometimes a child of it that stays pending until its parent ends (which cancels
+    /// it): what the graph counts are kept per.
+    fn new_graph(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let graphs = self.store.graphs();
+        let id = graphs.create(random_metadata(dice, self.step)).expect("create");
+        if dice.below(4) == 0 {
+            graphs.create_child(&id, random_metadata(dice, self.step)).expect("create a child");
+            c.children += 1;
+        }
         self.graph = GraphModel::new(&id);
         c.graphs += 1;
     }
@@ -450,6 +462,19 @@ impl Sequence {
     }
 }
 
+/// The kinds graphs of the model test have (`count_by_status` answers a filter on one alone
+/// from its counts).
+const KINDS: [&str; 2] = ["build", "deploy"];
+
+/// A graph's metadata: one of the `KINDS`, a kind that is a number, or none.
+fn random_metadata(dice: &mut Dice, step: usize) -> serde_json::Value {
+    match dice.below(4) {
+        0 | 1 => json!({ "step": step, "kind": KINDS[dice.below(2) as usize] }),
+        2 => json!({ "step": step, "kind": 7 }),
+        _ => json!({ "step": step }),
+    }
+}
+
 fn sequence_step(s: &mut Sequence, dice: &mut Dice, c: &mut Coverage) {
     match (s.graph.status, dice.below(20)) {
         (_, 0) => {
@@ -485,7 +510,7 @@ fn sequence_step(s: &mut Sequence, dice: &mut Dice, c: &mut Coverage) {
         }
         (_, _) => {
             s.ended(c);
-            s.new_graph(c);
+            s.new_graph(dice, c);
         }
     }
 }
@@ -498,12 +523,13 @@ fn run_sequence(seed: u64, c: &mut Coverage) {
     let store = open_store(shared.as_ref(), &clock);
     let graph = GraphModel::new("");
     let mut s = Sequence { seed, step: 0, clock, shared, store, graph, nodes_made: 0 };
-    s.new_graph(c);
+    s.new_graph(&mut dice, c);
     for step in 0..steps {
         s.step = step;
         sequence_step(&mut s, &mut dice, c);
         let context = s.context("check");
         s.graph.check(&s.store, &context);
+        common::assert_graph_counts(&s.store, &KINDS, &context);
     }
     let context = s.context("end of sequence");
     s.graph.check_deep(&s.store, &context);
@@ -534,6 +560,7 @@ fn random_graph_sequences_agree_with_the_model() {
             ("clock moves backwards", c.clock_back, 50),
             ("graphs reopened to run again", c.reruns, 100),
             ("reopened graphs that finished again", c.reruns_finished, 50),
+            ("child graphs", c.children, 200),
         ],
     );
 }

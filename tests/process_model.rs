@@ -6,7 +6,9 @@
 //!
 //! After every call the store's answer must equal the model's, down to the error variant
 //! (`NotFound`, `Conflict`, `InvalidInput`, `LeaseLost`) and `Busy` versus `Acquired`, the
-//! touched process's record and event count must equal the model's, and these invariants are
+//! touched process's record and event count must equal the model's, `count()` must agree with
+//! a recount of the processes by a plain `GROUP BY` (and `audit_counts` find nothing), and
+//! these invariants are
 //! checked independently of the model: fencing tokens per process grow by one on every new
 //! grant and never go back, across reopens too; at most one holder is live per process at any
 //! clock value; a new replay key takes the next dense sequence, the same key with the same
@@ -267,10 +269,11 @@ fn run(seed: u64, coverage: &mut Coverage) {
     };
     for step in 0..steps {
         h.step = step;
-        if step_once(&mut h, &mut dice, coverage) {
-            // The step called the store: its time is at least the clock's now.
-            h.stamp.next(h.clock.now_ms());
-        }
+        step_once(&mut h, &mut dice, coverage);
+        // The counts against a recount of the processes, after every step: a call of the
+        // store's, whose time is at least the clock's now.
+        h.stamp.next(h.clock.now_ms());
+        common::assert_process_counts(&h.store, &h.context("counts"));
     }
     let context = h.context("end of sequence");
     h.check_all(&context);

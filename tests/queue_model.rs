@@ -1,10 +1,12 @@
 //! Model-based test of the work queue (reliability plan T1, queue part): seeded random
 //! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release with
-//! the current or a stale fence, reclaim of expired leases, dead letters, requeue, cancel, get),
-//! clock moves forwards and backwards, and reopens of the store, run against the store and
-//! against the plain model in `tests/models/queue.rs` (shared with the `ops` fuzz harness).
-//! Every answer must agree, down to the error variant; at the end every item agrees on status,
-//! attempt, fence, due time and lease.
+//! the current or a stale fence, reclaim of expired leases, dead letters, requeue, cancel,
+//! purge of dead letters, prune of finished items, get), clock moves forwards and backwards,
+//! and reopens of the store, run against the store and against the plain model in
+//! `tests/models/queue.rs` (shared with the `ops` fuzz harness).
+//! Every answer must agree, down to the error variant; after every step `stats()` agrees with a
+//! recount of the items by a plain `GROUP BY` (and `audit_counts` finds nothing); at the end
+//! every item agrees on status, attempt, fence, due time and lease.
 //!
 //! A quarter of the sequences run on a shared store (a file in a tmpfs on SQLite, a schema of
 //! its own on PostgreSQL) and reopen it now and then; the others run on a private one. `SPINDLE_MODEL_CASES` sets the number of sequences (default 2,000);
@@ -43,6 +45,8 @@ struct Coverage {
     refusals: u64,
     reopens: u64,
     clock_back: u64,
+    purged: u64,
+    pruned: u64,
 }
 
 struct Harness {
@@ -241,11 +245,36 @@ impl Harness {
             compare(&context, self.store.queue().requeue(&id), expected)
         } else {
             let context = self.context(&format!("cancel {id}"));
-            let expected = self.model.cancel(index);
+            let expected = self.model.cancel(index, now_ms);
             c.cancelled += u64::from(expected.is_ok());
             compare(&context, self.store.queue().cancel(&id), expected)
         };
         c.refusals += u64::from(refused.is_some());
+    }
+
+    /// Deletes the dead items of a queue, or the completed and cancelled items finished long
+    /// enough ago; the pruned items are gone.
+    fn purge_or_prune(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let now_ms = self.now();
+        if dice.below(2) == 0 {
+            let queue = QUEUES[dice.below(2) as usize];
+            let context = self.context(&format!("purge_dead {queue}"));
+            let expected = self.model.purge_dead(queue);
+            let purged = self.store.queue().purge_dead(queue).expect("purge");
+            assert_eq!(purged, expected, "{context}");
+            c.purged += purged;
+            return;
+        }
+        let older_than_ms = [0, 1_000, 10_000][dice.below(3) as usize];
+        let context = self.context(&format!("prune_completed {older_than_ms}"));
+        let pruned = self.model.prune(now_ms - older_than_ms);
+        let got = self.store.queue().prune_completed(older_than_ms).expect("prune");
+        assert_eq!(got, pruned.len() as u64, "{context}");
+        for id in &pruned {
+            let gone = self.store.queue().get(id);
+            models::assert_refused(&context, &gone, Refusal::NotFound);
+        }
+        c.pruned += got;
     }
 
     fn dead_letters(&mut self, dice: &mut Dice) {
@@ -280,7 +309,7 @@ fn run(seed: u64, c: &mut Coverage) {
     let mut h = Harness::new(seed, &mut dice);
     for step in 0..steps {
         h.step = step;
-        match dice.below(20) {
+        match dice.below(21) {
             0..=3 => h.enqueue(&mut dice, c),
             4..=7 => h.claim(&mut dice, c),
             8..=12 => h.fenced(&mut dice, c),
@@ -293,8 +322,13 @@ fn run(seed: u64, c: &mut Coverage) {
                     h.check_all(&h.context("reopened"));
                 }
             }
+            17 => h.purge_or_prune(&mut dice, c),
             _ => h.move_clock(&mut dice, c),
         }
+        // The counts (stats, audit) against a recount of the items, after every step: the
+        // check is a batch of its own, which takes the store's time.
+        h.now();
+        common::assert_queue_counts(&h.store, &h.context("counts"));
     }
     h.now();
     h.check_all(&h.context("end of sequence"));
@@ -327,6 +361,8 @@ fn random_call_sequences_agree_with_the_model() {
             ("refusals", c.refusals, 300),
             ("reopens", c.reopens, 50),
             ("clock moves backwards", c.clock_back, 50),
+            ("dead items purged", c.purged, 50),
+            ("finished items pruned", c.pruned, 200),
         ],
     );
 }

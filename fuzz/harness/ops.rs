@@ -584,7 +584,7 @@ impl Harness {
             return;
         };
         let q = &mut self.sides[t].queue;
-        let expected = if requeue { q.requeue(index, now_ms) } else { q.cancel(index) };
+        let expected = if requeue { q.requeue(index, now_ms) } else { q.cancel(index, now_ms) };
         self.settle(&context, got, expected);
         let stored = self.sides[t].view.queue().get(&id).expect("get");
         models::queue::check_item(&context, &stored, &self.sides[t].queue.items[index]);

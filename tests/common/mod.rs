@@ -334,3 +334,250 @@ pub fn sqlite_only(why: &str) -> bool {
     }
     on_postgres()
 }
+
+/// A value of a row read past the store's ops ([`raw_rows`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cell {
+    Null,
+    Int(i64),
+    Text(String),
+}
+
+impl Cell {
+    pub fn int(&self) -> i64 {
+        match self {
+            Cell::Int(n) => *n,
+            other => panic!("an integer, not {other:?}"),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        match self {
+            Cell::Text(text) => text.clone(),
+            other => panic!("a text, not {other:?}"),
+        }
+    }
+
+    pub fn opt_int(&self) -> Option<i64> {
+        match self {
+            Cell::Null => None,
+            other => Some(other.int()),
+        }
+    }
+}
+
+/// Every row `sqlite` (on PostgreSQL: `postgres`) answers in `tx`, through the engine's raw SQL
+/// (`Tx::sqlite`, `Tx::postgres`): a recount past the store's ops, in the op's own snapshot.
+pub fn raw_rows(
+    tx: &spindle::Tx<'_>,
+    sqlite: &str,
+    postgres: &str,
+) -> spindle::Result<Vec<Vec<Cell>>> {
+    if on_postgres() {
+        return raw_postgres_rows(tx, postgres);
+    }
+    let sql = tx.sqlite()?;
+    let mut statement = sql.prepare(sqlite)?;
+    let columns = statement.column_count();
+    let rows = statement.query_map([], |row| {
+        (0..columns)
+            .map(|index| {
+                Ok(match row.get_ref(index)? {
+                    rusqlite::types::ValueRef::Null => Cell::Null,
+                    rusqlite::types::ValueRef::Integer(n) => Cell::Int(n),
+                    rusqlite::types::ValueRef::Text(text) => {
+                        Cell::Text(String::from_utf8_lossy(text).into_owned())
+                    }
+                    other => panic!("an unexpected value {other:?}"),
+                })
+            })
+            .collect::<rusqlite::Result<Vec<Cell>>>()
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+#[cfg(feature = "postgres")]
+fn raw_postgres_rows(tx: &spindle::Tx<'_>, sql: &str) -> spindle::Result<Vec<Vec<Cell>>> {
+    use spindle::postgres::types::Type;
+    let rows = tx.postgres()?.query(sql, &[])?;
+    let cell = |row: &spindle::postgres::Row, index: usize| match *row.columns()[index].type_() {
+        Type::INT8 => row.get::<_, Option<i64>>(index).map_or(Cell::Null, Cell::Int),
+        Type::INT4 => row.get::<_, Option<i32>>(index).map_or(Cell::Null, |n| Cell::Int(n.into())),
+        Type::TEXT => row.get::<_, Option<String>>(index).map_or(Cell::Null, Cell::Text),
+        ref other => panic!("an unexpected column type {other}"),
+    };
+    Ok(rows.iter().map(|row| (0..row.len()).map(|index| cell(row, index)).collect()).collect())
+}
+
+#[cfg(not(feature = "postgres"))]
+fn raw_postgres_rows(_: &spindle::Tx<'_>, _: &str) -> spindle::Result<Vec<Vec<Cell>>> {
+    needs_the_postgres_feature()
+}
+
+/// `queue().stats()` and `queue().audit_counts()` in one transaction, beside a recount of the
+/// tenant's items by a plain `GROUP BY` (what `stats` read before counts were kept); panics
+/// unless they agree and the audit finds nothing. The check is a batch of the store's.
+pub fn assert_queue_counts(store: &Store, context: &str) {
+    let (stats, recount, audit) = store
+        .transaction(|tx| {
+            let stats = tx.exec(spindle::queue::Stats)?;
+            let now_ms = tx.now_ms();
+            let sql = format!(
+                "SELECT queue,
+                    SUM(CASE WHEN status = 'pending' AND run_at_ms <= {now_ms} THEN 1 ELSE 0 END),
+                    SUM(CASE WHEN status = 'pending' AND run_at_ms > {now_ms} THEN 1 ELSE 0 END),
+                    SUM(CASE WHEN status = 'claimed' THEN 1 ELSE 0 END),
+                    SUM(CASE WHEN status = 'dead' THEN 1 ELSE 0 END),
+                    SUM(CASE WHEN status = 'completed' THEN 1 ELSE 0 END),
+                    MIN(CASE WHEN status = 'pending' AND run_at_ms <= {now_ms}
+                             THEN run_at_ms END)
+                 FROM queue_items WHERE tenant_id = '{}' GROUP BY queue ORDER BY queue",
+                tx.tenant()
+            );
+            let rows = raw_rows(tx, &sql, &sql)?;
+            let recount: Vec<spindle::QueueStats> = rows
+                .iter()
+                .map(|row| spindle::QueueStats {
+                    queue: row[0].text(),
+                    pending: row[1].int() as u64,
+                    scheduled: row[2].int() as u64,
+                    claimed: row[3].int() as u64,
+                    dead: row[4].int() as u64,
+                    completed: row[5].int() as u64,
+                    oldest_pending_age_ms: row[6].opt_int().map(|at| now_ms - at),
+                })
+                .collect();
+            let audit = tx.exec(spindle::queue::AuditCounts)?;
+            Ok(spindle::TxOutcome::Commit((stats, recount, audit)))
+        })
+        .unwrap_or_else(|e| panic!("{context}: counts: {e}"));
+    assert_eq!(stats, recount, "{context}: stats against a recount");
+    assert!(audit.is_empty(), "{context}: audit_counts: {audit:?}");
+}
+
+/// `(status, count)` rows as the count ops answer them.
+type StatusCounts = Vec<(String, u64)>;
+
+fn status_counts(rows: Vec<Vec<Cell>>) -> StatusCounts {
+    rows.iter().map(|row| (row[0].text(), row[1].int() as u64)).collect()
+}
+
+/// `graphs().count_by_status` for every filter it answers from its counts (none; roots only;
+/// each of `kinds` alone and with roots only) and `graphs().audit_counts()`, in one
+/// transaction, beside recounts of the tenant's graphs by a plain `GROUP BY`; panics unless
+/// they agree and the audit finds nothing.
+pub fn assert_graph_counts(store: &Store, kinds: &[&str], context: &str) {
+    let mut filters: Vec<(Option<String>, bool)> = vec![(None, false), (None, true)];
+    for kind in kinds {
+        filters.extend([(Some((*kind).to_owned()), false), (Some((*kind).to_owned()), true)]);
+    }
+    let asked = filters.clone();
+    let (pairs, audit) = store
+        .transaction(move |tx| {
+            let mut pairs = Vec::new();
+            for (kind, roots_only) in &asked {
+                let metadata = kind.iter().map(|kind| ("kind".to_owned(), json!(kind)));
+                let filter = spindle::GraphFilter {
+                    metadata: metadata.collect(),
+                    roots_only: *roots_only,
+                    ..Default::default()
+                };
+                let counted = tx.exec(spindle::graph::CountByStatus { filter })?;
+                let counted: StatusCounts = counted
+                    .into_iter()
+                    .map(|(status, n)| (status.as_str().to_owned(), n))
+                    .collect();
+                pairs.push((counted, recount_graphs(tx, kind.as_deref(), *roots_only)?));
+            }
+            let audit = tx.exec(spindle::graph::AuditCounts)?;
+            Ok(spindle::TxOutcome::Commit((pairs, audit)))
+        })
+        .unwrap_or_else(|e| panic!("{context}: counts: {e}"));
+    for ((kind, roots_only), (counted, recount)) in filters.iter().zip(pairs) {
+        assert_eq!(counted, recount, "{context}: graphs of kind {kind:?}, roots only {roots_only}");
+    }
+    assert!(audit.is_empty(), "{context}: audit_counts: {audit:?}");
+}
+
+/// The tenant's graphs by status (of `kind`, a plain string; roots only or not), recounted.
+fn recount_graphs(
+    tx: &spindle::Tx<'_>,
+    kind: Option<&str>,
+    roots_only: bool,
+) -> spindle::Result<StatusCounts> {
+    let roots = if roots_only { " AND parent_graph_id IS NULL" } else { "" };
+    let (sqlite_kind, postgres_kind) = match kind {
+        Some(kind) => (
+            format!(
+                " AND json_type(metadata, '$.kind') = 'text' AND metadata ->> '$.kind' = '{kind}'"
+            ),
+            format!(
+                " AND jsonb_typeof(metadata::jsonb -> 'kind') = 'string'
+                  AND metadata::jsonb ->> 'kind' = '{kind}'"
+            ),
+        ),
+        None => (String::new(), String::new()),
+    };
+    let sql = |kind: &str| {
+        format!(
+            "SELECT status, count(*) FROM graphs WHERE tenant_id = '{}'{roots}{kind}
+             GROUP BY status ORDER BY status",
+            tx.tenant()
+        )
+    };
+    Ok(status_counts(raw_rows(tx, &sql(&sqlite_kind), &sql(&postgres_kind))?))
+}
+
+/// `processes().count()` and `processes().audit_counts()` in one transaction, beside a recount
+/// of the tenant's processes by a plain `GROUP BY`; panics unless they agree and the audit
+/// finds nothing.
+pub fn assert_process_counts(store: &Store, context: &str) {
+    let (counts, recount, audit) = store
+        .transaction(|tx| {
+            let counts = tx.exec(spindle::process::CountProcesses)?;
+            let sql = format!(
+                "SELECT CASE WHEN wait_state IS NULL THEN status ELSE 'waiting' END, count(*)
+                 FROM processes WHERE tenant_id = '{}' GROUP BY 1",
+                tx.tenant()
+            );
+            let recount = status_counts(raw_rows(tx, &sql, &sql)?);
+            let audit = tx.exec(spindle::process::AuditCounts)?;
+            Ok(spindle::TxOutcome::Commit((counts, recount, audit)))
+        })
+        .unwrap_or_else(|e| panic!("{context}: counts: {e}"));
+    let mut expected = spindle::ProcessCounts::default();
+    for (state, n) in recount {
+        *match state.as_str() {
+            "running" => &mut expected.running,
+            "waiting" => &mut expected.waiting,
+            "completed" => &mut expected.completed,
+            "failed" => &mut expected.failed,
+            _ => &mut expected.cancelled,
+        } = n;
+    }
+    assert_eq!(counts, expected, "{context}: process counts against a recount");
+    assert!(audit.is_empty(), "{context}: audit_counts: {audit:?}");
+}
+
+/// `workflows().count_by_status()` and `workflows().audit_counts()` in one transaction, beside
+/// a recount of the tenant's executions by a plain `GROUP BY`; panics unless they agree and
+/// the audit finds nothing.
+pub fn assert_workflow_counts(store: &Store, context: &str) {
+    let (counts, recount, audit) = store
+        .transaction(|tx| {
+            let counts = tx.exec(spindle::workflow::CountExecutions)?;
+            let counts: StatusCounts =
+                counts.into_iter().map(|(status, n)| (status.as_str().to_owned(), n)).collect();
+            let sql = format!(
+                "SELECT status, count(*) FROM workflow_executions WHERE tenant_id = '{}'
+                 GROUP BY status ORDER BY status",
+                tx.tenant()
+            );
+            let recount = status_counts(raw_rows(tx, &sql, &sql)?);
+            let audit = tx.exec(spindle::workflow::AuditCounts)?;
+            Ok(spindle::TxOutcome::Commit((counts, recount, audit)))
+        })
+        .unwrap_or_else(|e| panic!("{context}: counts: {e}"));
+    assert_eq!(counts, recount, "{context}: execution counts against a recount");
+    assert!(audit.is_empty(), "{context}: audit_counts: {audit:?}");
+}

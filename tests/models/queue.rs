@@ -21,6 +21,8 @@ pub struct Item {
     pub status: ItemStatus,
     pub fence: u64,
     pub lease_expires_at_ms: i64,
+    /// When it was completed, dead-lettered or cancelled (what `prune_completed` compares).
+    pub finished_at_ms: Option<i64>,
 }
 
 /// What a sweep of expired leases did, as `Reclaimed` counts it.
@@ -62,6 +64,7 @@ impl QueueModel {
             status: ItemStatus::Pending,
             fence: 0,
             lease_expires_at_ms: 0,
+            finished_at_ms: None,
         });
     }
 
@@ -142,7 +145,9 @@ impl QueueModel {
 
     /// Completes a held item.
     pub fn complete(&mut self, index: usize, fence: u64, now_ms: i64) -> Expect<()> {
-        self.held(index, fence, now_ms)?.status = ItemStatus::Completed;
+        let item = self.held(index, fence, now_ms)?;
+        item.status = ItemStatus::Completed;
+        item.finished_at_ms = Some(now_ms);
         Ok(())
     }
 
@@ -175,17 +180,38 @@ impl QueueModel {
         item.status = ItemStatus::Pending;
         item.attempt = 0;
         item.run_at_ms = now_ms;
+        item.finished_at_ms = None;
         Ok(())
     }
 
     /// Cancels a pending item.
-    pub fn cancel(&mut self, index: usize) -> Expect<()> {
+    pub fn cancel(&mut self, index: usize, now_ms: i64) -> Expect<()> {
         let item = self.items.get_mut(index).ok_or(Refusal::NotFound)?;
         if item.status != ItemStatus::Pending {
             return Err(Refusal::Conflict);
         }
         item.status = ItemStatus::Cancelled;
+        item.finished_at_ms = Some(now_ms);
         Ok(())
+    }
+
+    /// Deletes the dead items of `queue` (fewer than a page of them); how many.
+    pub fn purge_dead(&mut self, queue: &str) -> u64 {
+        let before = self.items.len();
+        self.items.retain(|i| !(i.queue == queue && i.status == ItemStatus::Dead));
+        (before - self.items.len()) as u64
+    }
+
+    /// Deletes the completed and cancelled items finished before `cutoff_ms` (fewer than a
+    /// page of them); their ids.
+    pub fn prune(&mut self, cutoff_ms: i64) -> Vec<String> {
+        let old = |i: &Item| {
+            matches!(i.status, ItemStatus::Completed | ItemStatus::Cancelled)
+                && i.finished_at_ms.is_some_and(|at| at < cutoff_ms)
+        };
+        let pruned = self.items.iter().filter(|i| old(i)).map(|i| i.id.clone()).collect();
+        self.items.retain(|i| !old(i));
+        pruned
     }
 
     /// The dead items of `queue`, by id.
@@ -210,6 +236,7 @@ pub fn settle(item: &mut Item, now_ms: i64, retryable: bool) -> FailOutcome {
         FailOutcome::Retrying { run_at_ms: item.run_at_ms }
     } else {
         item.status = ItemStatus::Dead;
+        item.finished_at_ms = Some(now_ms);
         FailOutcome::DeadLettered
     }
 }

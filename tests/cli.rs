@@ -474,6 +474,44 @@ fn listings_print_json_that_parses() {
 }
 
 #[test]
+fn check_reports_a_kept_count_that_differs_from_a_recount() {
+    let s = Scratch::new();
+    let nodes = json!({ "a": { "run": "true" }, "b": { "run": "true", "after": ["a"] } });
+    assert_eq!(s.run(&s.pipeline("counts.json", nodes)).status.code(), Some(0));
+    let healthy = json_of(s.command().args(["check", "--json"]));
+    assert_eq!(
+        (healthy["ok"].clone(), healthy["count_problems"].clone()),
+        (json!(true), json!([]))
+    );
+    // Damage past the store: one more completed item than the queue holds, and the count of
+    // the runs gone.
+    let raw = rusqlite::Connection::open(s.db()).expect("raw connection");
+    raw.execute_batch(
+        "UPDATE queue_counts SET total = total + 1 WHERE status = 'completed';
+         DELETE FROM graph_counts WHERE kind = 'spindle-run';",
+    )
+    .expect("damage the counts");
+    drop(raw);
+    let damaged = s.command().args(["check", "--json"]).output().expect("run spindle check");
+    assert_eq!(damaged.status.code(), Some(3), "{}", String::from_utf8_lossy(&damaged.stderr));
+    let report: Value = serde_json::from_slice(&damaged.stdout).expect("JSON");
+    assert_eq!(report["ok"], false);
+    let problems: Vec<String> = report["count_problems"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|line| line.as_str().expect("a line").to_owned())
+        .collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].starts_with("queue run:")
+            && problems[0].ends_with("completed: kept 3, counted 2"),
+        "{problems:?}"
+    );
+    assert_eq!(problems[1], "graphs \"spindle-run\" root complete: kept 0, counted 1");
+}
+
+#[test]
 fn tenants_and_tokens_are_administered_from_the_command_line() {
     let s = Scratch::new();
     let created =

@@ -95,6 +95,38 @@ mod on_postgres {
         "b": { "run": "cat \"$SPINDLE_OUTPUT_A\" >> log.txt", "after": ["a"] } } }"#;
 
     #[test]
+    fn check_reports_a_kept_count_that_differs_from_a_recount_on_postgres() {
+        let Some(server) = server() else { return };
+        let (url, schema) = new_url(&server);
+        let scratch = Scratch::new();
+        scratch.write("p.json", PIPELINE);
+        let ran = spindle_in(&scratch, &["--db", &url, "-q", "run", "p.json"]);
+        assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+        let healthy = json(&spindle_in(&scratch, &["--db", &url, "--json", "check"]));
+        assert_eq!(healthy["count_problems"], serde_json::json!([]), "{healthy}");
+        let mut raw = postgres::Client::connect(
+            &format!("{server} options='-csearch_path={schema}'"),
+            postgres::NoTls,
+        )
+        .expect("a raw connection");
+        raw.batch_execute(
+            "UPDATE queue_counts SET total = total - 1 WHERE status = 'completed';
+             INSERT INTO process_counts VALUES ('default', 'failed', 2)",
+        )
+        .expect("damage the counts");
+        let damaged = spindle_in(&scratch, &["--db", &url, "--json", "check"]);
+        assert_eq!(damaged.status.code(), Some(3), "{}", stderr(&damaged));
+        let report: Value = serde_json::from_slice(&damaged.stdout).expect("JSON");
+        assert_eq!(report["ok"], false);
+        let problems = report["count_problems"].as_array().expect("a list");
+        let queue = problems[0].as_str().expect("a line");
+        assert!(queue.starts_with("queue run:"), "{report}");
+        assert!(queue.ends_with(" completed: kept 1, counted 2"), "{report}");
+        assert_eq!(problems[1], "processes failed: kept 2, counted 0", "{report}");
+        assert_eq!(problems.len(), 2, "{report}");
+    }
+
+    #[test]
     fn a_pipeline_runs_and_is_inspected_on_postgres() {
         let Some(server) = server() else { return };
         let (url, _) = new_url(&server);

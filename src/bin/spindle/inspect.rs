@@ -331,6 +331,16 @@ fn audit_graphs(store: &Store) -> Result<Vec<String>, CliError> {
     Ok(problems)
 }
 
+/// Where the tenant's kept counts (queues, graphs, processes, workflows) differ from a recount
+/// of their rows: one line each, empty when they agree.
+fn audit_counts(store: &Store) -> Result<Vec<String>, CliError> {
+    let mut problems = store.queue().audit_counts()?;
+    problems.extend(store.graphs().audit_counts()?);
+    problems.extend(store.processes().audit_counts()?);
+    problems.extend(store.workflows().audit_counts()?);
+    Ok(problems)
+}
+
 /// Checks the store at `db`: a file as `check_file` does, a PostgreSQL store as
 /// `check_postgres` does.
 pub fn check(db: &Location, tenant: &str, out: &Output) -> Result<u8, CliError> {
@@ -341,21 +351,24 @@ pub fn check(db: &Location, tenant: &str, out: &Output) -> Result<u8, CliError> 
 }
 
 /// A PostgreSQL store: its record of itself (application id, schema version; opening it
-/// checked them) and the tenant's graphs' counters. The file checks (integrity, foreign keys,
-/// pragmas) are SQLite's own: the server keeps its pages and foreign keys itself.
+/// checked them), the tenant's graphs' counters and its kept counts against a recount. The
+/// file checks (integrity, foreign keys, pragmas) are SQLite's own: the server keeps its pages
+/// and foreign keys itself.
 fn check_postgres(db: &Location, url: &str, tenant: &str, out: &Output) -> Result<u8, CliError> {
     let store = common::open(db, tenant, common::Access::Reader)?;
     let graph_problems = audit_graphs(&store)?;
+    let count_problems = audit_counts(&store)?;
     store.close()?;
     out.note(
         "on PostgreSQL, the file checks (integrity_check, foreign_key_check, pragmas) are not \
          Spindle's: the server keeps its pages and foreign keys (see amcheck for its indexes)",
     );
-    let healthy = graph_problems.is_empty();
+    let healthy = graph_problems.is_empty() && count_problems.is_empty();
     let report = json!({
         "engine": "postgres",
         "meta": crate::postgres::meta(url)?,
         "graph_problems": graph_problems,
+        "count_problems": count_problems,
         "ok": healthy,
     });
     print_check(&report, out);
@@ -363,8 +376,8 @@ fn check_postgres(db: &Location, url: &str, tenant: &str, out: &Output) -> Resul
 }
 
 /// Integrity and foreign-key check, schema version and pragmas, through a read-only
-/// connection of its own (the store need not be idle); then the tenant's graphs' counters,
-/// through a read-only store.
+/// connection of its own (the store need not be idle); then the tenant's graphs' counters and
+/// its kept counts against a recount, through a read-only store.
 fn check_file(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
     if !path.exists() {
         return Err(CliError::Bad(format!("no store at {}", path.display())));
@@ -399,9 +412,14 @@ fn check_file(path: &Path, tenant: &str, out: &Output) -> Result<u8, CliError> {
     }
     drop(conn);
     let graph_problems = audit_graphs(&store)?;
+    let count_problems = audit_counts(&store)?;
     store.close()?;
     report["graph_problems"] = json!(graph_problems);
-    let healthy = integrity == ["ok"] && foreign_keys.is_empty() && graph_problems.is_empty();
+    report["count_problems"] = json!(count_problems);
+    let healthy = integrity == ["ok"]
+        && foreign_keys.is_empty()
+        && graph_problems.is_empty()
+        && count_problems.is_empty();
     report["ok"] = json!(healthy);
     print_check(&report, out);
     Ok(if healthy { 0 } else { 3 })

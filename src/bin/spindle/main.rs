@@ -180,8 +180,9 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
-    /// Check the store: integrity, foreign keys, schema version, pragmas, graph counters (on
-    /// PostgreSQL: the schema's version record and graph counters).
+    /// Check the store: integrity, foreign keys, schema version, pragmas, graph counters, and
+    /// the kept counts (queues, graphs, processes, workflows) against a recount (on
+    /// PostgreSQL: the schema's version record, graph counters and kept counts).
     Check,
     /// Copy a store file into a PostgreSQL database (every tenant and domain, positions, seqs
     /// and fences kept), then verify the copy table by table (rows and digests). The target's

@@ -822,11 +822,15 @@ impl Op for NextDue {
 /// The events an op owes its queues' streams, gathered so that a batch appends one event per
 /// queue and kind (`{"items": [..]}`) instead of one per item. Each entry is encoded as it is
 /// noted; the job cycle's (claimed, completed, enqueued: two per job) are small structs, so no
-/// JSON value is built for them.
+/// JSON value is built for them. Also the op's completions per queue: their count in
+/// `queue_counts` is written once per queue for the whole op (a batch completing a hundred
+/// items of a queue writes it once), with the events.
 #[derive(Default)]
 struct Notes {
     /// Per queue and event type, the entries so far, encoded and comma-separated.
     pending: Vec<Noted>,
+    /// Per queue, the items completed so far.
+    completed: Vec<(String, i64)>,
 }
 
 /// One queue's entries of one event type.
@@ -867,9 +871,21 @@ impl Notes {
         &mut self.pending[index]
     }
 
-    /// Appends the gathered events of the queues whose item events are on, by queue and then
-    /// event type; the op's own savepoint makes them atomic with its changes.
+    /// Counts one more completed item of `queue`.
+    fn completed(&mut self, queue: &str) {
+        match self.completed.iter_mut().find(|(noted, _)| noted == queue) {
+            Some((_, total)) => *total += 1,
+            None => self.completed.push((queue.to_owned(), 1)),
+        }
+    }
+
+    /// Writes the completions' counts, then appends the gathered events of the queues whose
+    /// item events are on, by queue and then event type; the op's own savepoint makes them
+    /// atomic with its changes.
     fn append(mut self, tx: &mut Tx<'_>) -> Result<()> {
+        for (queue, total) in &self.completed {
+            sql::add_to_count(tx.db(), tx.tenant(), queue, ItemStatus::Completed, *total)?;
+        }
         self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
         let mut last: Option<(&str, bool)> = None;
         for noted in &self.pending {
@@ -1073,6 +1089,7 @@ fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Resul
     let entry =
         CompletedEntry { attempt: fields.attempt, fence: completion.fence, id: &completion.id };
     notes.note(&fields.queue, "completed", &entry)?;
+    notes.completed(&fields.queue);
     Ok(())
 }
 

@@ -3,11 +3,13 @@
 //! Every statement names the tenant. Every lease-holder write carries the fence and the
 //! `claimed` status in its own `WHERE`, so it cannot apply to an item claimed again since.
 //!
-//! The functions that move an item into or out of a finished status (completed, dead,
-//! cancelled), or delete finished items, also write `queue_counts` (`add_to_count`), in the
-//! same op, so every caller keeps the counts. `stats` reads those counts and counts the live
-//! items from their partial indexes, so it costs O(queues + live items), whatever the number
-//! of finished ones.
+//! Every move of an item into or out of a finished status (completed, dead, cancelled), and
+//! every deletion of finished items, writes `queue_counts` (`add_to_count`) in the same op:
+//! the function that makes the rarer moves (dead letter, cancel, requeue, purge, prune) writes
+//! it itself, so every caller keeps the counts; a completion, the job cycle's, is counted by
+//! its op once per queue for the whole op (`complete` says so). `stats` reads those counts and
+//! counts the live items from their partial indexes, so it costs O(queues + live items),
+//! whatever the number of finished ones.
 
 use std::collections::BTreeMap;
 
@@ -344,7 +346,8 @@ pub(super) struct EventFields {
     pub(super) attempt: u32,
 }
 
-/// Completes a held item; `None` when `fence` no longer holds a live lease.
+/// Completes a held item; `None` when `fence` no longer holds a live lease. Its count is the
+/// caller's to add (`add_to_count`): an op counts its completions of a queue at once.
 pub(super) fn complete(
     db: Db<'_>,
     tenant: &str,
@@ -369,7 +372,6 @@ pub(super) fn complete(
         args![tenant, id],
         |r| Ok(EventFields { queue: r.get(0)?, attempt: r.get(1)? }),
     )?;
-    add_to_count(db, tenant, &fields.queue, ItemStatus::Completed, 1)?;
     Ok(Some(fields))
 }
 
@@ -671,7 +673,7 @@ pub(super) fn delete_finished_before(
 /// Adds `delta` (negative: takes it away) to the count of `queue`'s items in `status` (a
 /// finished one: completed, dead, cancelled), in the op that moves the items: a count that
 /// reaches 0 goes (see the last section of `schema.sql`).
-fn add_to_count(
+pub(super) fn add_to_count(
     db: Db<'_>,
     tenant: &str,
     queue: &str,

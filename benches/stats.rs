@@ -1,17 +1,24 @@
 //! What the counts cost at the size a store reaches (issue 28): `queue().stats()` with a
-//! million completed items, and what a caller's append waits while another thread calls
-//! `stats()` in a loop (a dashboard, a metrics scrape), against appends alone.
+//! million completed items, the dashboard overview's graph reads (the runs by status, the
+//! newest failed runs) among 100,000 finished runs, and what a caller's append waits while
+//! another thread calls `stats()` in a loop (a dashboard, a metrics scrape), against appends
+//! alone.
 //!
 //! ```text
-//! cargo bench --bench stats                        # 1,000,000 completed items
-//! cargo bench --bench stats -- --items 100000      # another size
-//! cargo bench --bench stats -- --smoke             # 10,000 items, a moment each
+//! cargo bench --bench stats                        # 1,000,000 items, 100,000 runs
+//! cargo bench --bench stats -- --items 100000 --graphs 1000   # other sizes
+//! cargo bench --bench stats -- --from-v4           # the file made at schema version 4: the
+//!                                                  # open migrates it (and says how long)
+//! cargo bench --bench stats -- --smoke             # 10,000 items, 1,000 runs, a moment each
 //! ```
 //!
-//! The store file is filled past the API, in one raw transaction (the items as `complete`
-//! leaves them, in 4 queues, with a few pending, scheduled and claimed ones beside, and their
-//! counts as the ops keep them), then opened as a store. `Durability::Normal`: the figures are the store thread's work, not
-//! fsyncs.
+//! The store file is filled past the API, in one raw transaction: the items as `complete`
+//! leaves them, in 4 queues, with a few pending, scheduled and claimed ones beside; the runs
+//! as `spindle run` leaves them (kind `spindle-run`, roots), complete but for the 10 oldest,
+//! failed; and, where the schema has them, their counts as the ops keep them. Then it is
+//! opened as a store. `Durability::Normal`: the figures are the store thread's work, not
+//! fsyncs. The same source runs against schema version 4 (it fills no counts there), so the
+//! figures before and after can come from one run of each build.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,35 +26,43 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use spindle::{Durability, Options, Store, Stream};
+use spindle::{Durability, GraphFilter, GraphStatus, Options, Page, Store, Stream};
 
 /// Items of each kind beside the completed ones: pending due, pending scheduled, claimed.
 const LIVE: i64 = 100;
+/// The oldest runs, failed (the rest completed).
+const FAILED_RUNS: i64 = 10;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let smoke = args.iter().any(|a| a == "--smoke");
-    let items: i64 = args
-        .iter()
-        .position(|a| a == "--items")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if smoke { 10_000 } else { 1_000_000 });
+    let number = |flag: &str, full: i64, small: i64| -> i64 {
+        let given = args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+        given.and_then(|v| v.parse().ok()).unwrap_or(if smoke { small } else { full })
+    };
+    let (items, graphs) =
+        (number("--items", 1_000_000, 10_000), number("--graphs", 100_000, 1_000));
+    let from_v4 = args.iter().any(|a| a == "--from-v4");
     let run = if smoke { Duration::from_millis(300) } else { Duration::from_secs(3) };
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().join("stats.db");
     let started = Instant::now();
-    fill(&path, items);
-    println!("filled {items} completed items in {:.1} s", started.elapsed().as_secs_f64());
-    let options = Options { durability: Durability::Normal, ..Options::default() };
-    let store = Store::open_with(&path, options).expect("open");
-    let stats = stats_latencies(&store, if smoke { 20 } else { 200 });
+    fill(&path, items, graphs, from_v4);
     println!(
-        "stats() with {items} completed items: p50 {:.3} ms  p99 {:.3} ms  ({} calls)",
-        percentile(&stats, 0.5) / 1000.0,
-        percentile(&stats, 0.99) / 1000.0,
-        stats.len()
+        "filled {items} completed items and {graphs} runs in {:.1} s",
+        started.elapsed().as_secs_f64()
     );
+    let options = Options { durability: Durability::Normal, ..Options::default() };
+    let started = Instant::now();
+    let store = Store::open_with(&path, options).expect("open");
+    let what = if from_v4 { "opened (migrated from schema version 4)" } else { "opened" };
+    println!("{what} in {:.2} s", started.elapsed().as_secs_f64());
+    let calls = if smoke { 20 } else { 200 };
+    report(
+        &format!("stats() with {items} completed items"),
+        &latencies(calls, || store.queue().stats().map(drop)),
+    );
+    overview(&store, calls, graphs);
     let alone = appends(&store, run, false);
     let beside = appends(&store, run, true);
     println!(
@@ -65,6 +80,34 @@ fn main() {
     store.close().expect("close");
 }
 
+/// The overview's graph reads: the runs by status, and the newest failed runs.
+fn overview(store: &Store, calls: usize, graphs: i64) {
+    let runs = GraphFilter {
+        metadata: vec![("kind".into(), json!("spindle-run"))],
+        roots_only: true,
+        ..GraphFilter::default()
+    };
+    report(
+        &format!("count_by_status(runs) among {graphs} runs"),
+        &latencies(calls, || store.graphs().count_by_status(&runs).map(drop)),
+    );
+    let failed =
+        GraphFilter { status: Some(GraphStatus::Failed), newest_first: true, ..runs.clone() };
+    report(
+        &format!("find(failed runs, newest first, 10) among {graphs} runs"),
+        &latencies(calls, || store.graphs().find(&failed, Page::first(10)).map(drop)),
+    );
+}
+
+fn report(what: &str, latencies: &[f64]) {
+    println!(
+        "{what}: p50 {:.3} ms  p99 {:.3} ms  ({} calls)",
+        percentile(latencies, 0.5) / 1000.0,
+        percentile(latencies, 0.99) / 1000.0,
+        latencies.len()
+    );
+}
+
 /// One kind of item the fill writes: how many, and their columns.
 struct Kind {
     prefix: &'static str,
@@ -76,12 +119,34 @@ struct Kind {
     finished: bool,
 }
 
-/// Creates the store at `path`, then writes `items` completed items and the live ones with a
-/// raw connection, in one transaction.
-fn fill(path: &std::path::Path, items: i64) {
-    Store::open(path).expect("create").close().expect("close");
+/// Creates the store at `path` (at schema version 4 for `from_v4`), then writes `items`
+/// completed items and the live ones, and `graphs` runs, with a raw connection, in one
+/// transaction.
+fn fill(path: &std::path::Path, items: i64, graphs: i64, from_v4: bool) {
     let mut conn = rusqlite::Connection::open(path).expect("raw connection");
+    if from_v4 {
+        conn.execute_batch(include_str!("../tests/fixtures/schema_v4.sql")).expect("version 4");
+    } else {
+        Store::open(path).expect("create").close().expect("close");
+    }
     let tx = conn.transaction().expect("begin");
+    fill_items(&tx, items);
+    fill_runs(&tx, graphs);
+    let counted: i64 = tx
+        .query_row("SELECT count(*) FROM main.sqlite_schema WHERE name = 'queue_counts'", [], |r| {
+            r.get(0)
+        })
+        .expect("schema");
+    if counted == 1 {
+        fill_counts(&tx);
+    }
+    tx.commit().expect("commit");
+    // Read from the file, as a store that has run for a while is, not from a huge WAL.
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").expect("checkpoint");
+}
+
+/// `items` completed items, and the live ones.
+fn fill_items(tx: &rusqlite::Transaction<'_>, items: i64) {
     let far_ms = 4_000_000_000_000_i64;
     let kinds = [
         Kind {
@@ -147,27 +212,44 @@ fn fill(path: &std::path::Path, items: i64) {
         )
         .expect("fill");
     }
-    // The counts the ops keep, as the migration to schema version 5 fills them.
+}
+
+/// `graphs` runs as `spindle run` leaves them, the oldest failed.
+fn fill_runs(tx: &rusqlite::Transaction<'_>, graphs: i64) {
+    tx.execute(
+        "INSERT INTO main.graphs (tenant_id, graph_id, metadata, status, created_at_ms,
+             updated_at_ms)
+         WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?1 - 1)
+         SELECT 'default', printf('g%012d', i), '{\"kind\":\"spindle-run\",\"pipeline\":\"p\"}',
+                CASE WHEN i < ?2 THEN 'failed' ELSE 'complete' END, i, i
+         FROM n",
+        rusqlite::params![graphs, FAILED_RUNS],
+    )
+    .expect("runs");
+}
+
+/// The counts the ops keep, as the migration to schema version 5 fills them.
+fn fill_counts(tx: &rusqlite::Transaction<'_>) {
     tx.execute_batch(
         "INSERT INTO main.queue_counts (tenant_id, queue, status, total)
          SELECT tenant_id, queue, status, count(*) FROM main.queue_items
          WHERE status = 'completed' OR status = 'dead' OR status = 'cancelled'
-         GROUP BY tenant_id, queue, status",
+         GROUP BY tenant_id, queue, status;
+         INSERT INTO main.graph_counts (tenant_id, kind, root, status, total)
+         SELECT tenant_id, metadata ->> '$.kind', parent_graph_id IS NULL, status, count(*)
+         FROM main.graphs GROUP BY 1, 2, 3, 4;",
     )
     .expect("counts");
-    tx.commit().expect("commit");
-    // Read from the file, as a store that has run for a while is, not from a huge WAL.
-    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").expect("checkpoint");
 }
 
-/// Up to `calls` calls of `stats()` (fewer if they take more than 20 s together, at least
-/// 3), each one's latency in µs.
-fn stats_latencies(store: &Store, calls: usize) -> Vec<f64> {
+/// Up to `calls` calls of `read` (fewer if they take more than 20 s together, at least 3),
+/// each one's latency in µs.
+fn latencies(calls: usize, read: impl Fn() -> spindle::Result<()>) -> Vec<f64> {
     let started = Instant::now();
     let mut latencies = Vec::with_capacity(calls);
     while latencies.len() < calls && (latencies.len() < 3 || started.elapsed().as_secs() < 20) {
         let at = Instant::now();
-        store.queue().stats().expect("stats");
+        read().expect("read");
         latencies.push(at.elapsed().as_secs_f64() * 1e6);
     }
     latencies

@@ -346,8 +346,21 @@ pub(super) struct EventFields {
     pub(super) attempt: u32,
 }
 
+/// The statement that completes a held item.
+macro_rules! complete_sql {
+    () => {
+        "UPDATE main.queue_items
+             SET status = 'completed', result = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
+                 updated_at_ms = ?4, finished_at_ms = ?4
+             WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
+               AND lease_expires_at_ms > ?4"
+    };
+}
+
 /// Completes a held item; `None` when `fence` no longer holds a live lease. Its count is the
-/// caller's to add (`add_to_count`): an op counts its completions of a queue at once.
+/// caller's to add (`add_to_count`): an op counts its completions of a queue at once. On
+/// PostgreSQL the update returns what the event names (one round trip); on SQLite it is read
+/// after, as the store's hot writes avoid `RETURNING` (SQLite codes it as a trigger).
 pub(super) fn complete(
     db: Db<'_>,
     tenant: &str,
@@ -356,21 +369,19 @@ pub(super) fn complete(
     now_ms: i64,
     result: &str,
 ) -> Result<Option<EventFields>> {
-    let changed = db.execute(
-        "UPDATE main.queue_items
-             SET status = 'completed', result = ?5, worker_id = NULL, lease_expires_at_ms = NULL,
-                 updated_at_ms = ?4, finished_at_ms = ?4
-             WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
-               AND lease_expires_at_ms > ?4",
-        args![tenant, id, fence as i64, now_ms, result],
-    )?;
-    if changed != 1 {
+    let fence = fence as i64;
+    let args = args![tenant, id, fence, now_ms, result];
+    let fields = |r: &Row<'_>| Ok(EventFields { queue: r.get(0)?, attempt: r.get(1)? });
+    if db.is_postgres() {
+        return db.query_opt(concat!(complete_sql!(), " RETURNING queue, attempt"), args, fields);
+    }
+    if db.execute(complete_sql!(), args)? != 1 {
         return Ok(None);
     }
     let fields = db.query_one(
         "SELECT queue, attempt FROM main.queue_items WHERE tenant_id = ?1 AND item_id = ?2",
         args![tenant, id],
-        |r| Ok(EventFields { queue: r.get(0)?, attempt: r.get(1)? }),
+        fields,
     )?;
     Ok(Some(fields))
 }

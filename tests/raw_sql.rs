@@ -433,3 +433,18 @@ fn the_step_budget_must_allow_one_check() {
     assert!(open(at).is_ok());
     assert!(matches!(open(below), Err(Error::InvalidInput(_))));
 }
+
+#[test]
+fn a_closure_may_not_write_the_kept_counts() {
+    let fixture = Fixture::new();
+    for (who, view) in fixture.views() {
+        for sql in [
+            "INSERT INTO queue_counts VALUES ('default', 'q', 'completed', 1000000)",
+            "UPDATE graph_counts SET total = total + 1",
+            "DELETE FROM process_counts",
+            "INSERT INTO workflow_counts VALUES ('default', 'failed', 3)",
+        ] {
+            assert_refused(&view, who, sql);
+        }
+    }
+}

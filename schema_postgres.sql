@@ -129,6 +129,13 @@ CREATE INDEX queue_items_finished
     ON queue_items (tenant_id, finished_at_ms)
     WHERE status IN ('completed', 'cancelled');
 
+-- A queue's completed or cancelled items of one status in id (enqueue) order: a page of them
+-- (`Queue::items`, the dashboard) is a key range, however many items other queues hold.
+-- Partial, so that only a completion or cancel and a prune write it.
+CREATE INDEX queue_items_done_by_queue
+    ON queue_items (tenant_id, queue, status, item_id)
+    WHERE status IN ('completed', 'cancelled');
+
 CREATE INDEX queue_items_execution
     ON queue_items (tenant_id, execution_id, item_id)
     WHERE execution_id IS NOT NULL AND status IN ('pending', 'claimed');

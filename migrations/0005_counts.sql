@@ -1,15 +1,23 @@
 -- Schema version 5 (issue 28): counts kept as the rows change, so that `queue().stats()`,
 -- `graphs().count_by_status`, `processes().count` and `workflows().count_by_status` read no
--- finished row (see the last section of schema.sql for the argument); and an index of finished
--- graphs by status, for listings by status newest first. The tables are created as schema.sql
--- creates them, then each count is filled from the rows in one pass of GROUP BY: a store with
--- a million finished items counts them once, at its first open by this version.
+-- finished row (see the last section of schema.sql for the argument); and indexes of finished
+-- graphs by status and of finished items by queue, so that listings of them stay key ranges.
+-- The tables are created as schema.sql creates them, then each count is filled from the rows
+-- in one pass of GROUP BY: a store with a million finished items counts them once, at its
+-- first open by this version.
 
 -- A tenant's finished graphs of one status, newest first (the dashboard's recent failures): a
 -- listing of finished graphs by status reads the graphs of that status only. Partial, so that
 -- the writes of an unfinished graph's steps do not touch it.
 CREATE INDEX graphs_finished ON graphs (tenant_id, status, graph_id)
     WHERE status = 'complete' OR status = 'failed' OR status = 'cancelled';
+
+-- A queue's completed or cancelled items of one status in id (enqueue) order: a page of them
+-- (`Queue::items`, the dashboard) is a key range, however many items other queues hold.
+-- Partial, so that only a completion or cancel and a prune write it.
+CREATE INDEX queue_items_done_by_queue
+    ON queue_items (tenant_id, queue, status, item_id)
+    WHERE status IN ('completed', 'cancelled');
 
 -- A queue's completed, dead and cancelled items: the ones that pile up until pruned or
 -- purged. Live items are counted from their partial indexes (queue_items_schedule,

@@ -795,6 +795,27 @@ fn items_lists_a_queues_items_of_one_status_in_enqueue_order_by_pages() -> spind
     assert_eq!(ids_of(ItemFilter::status(ItemStatus::Claimed), Page::first(10))?, [ids[0].clone()]);
     assert!(ids_of(ItemFilter::status(ItemStatus::Dead), Page::first(10))?.is_empty());
 
+    // Finished items are listed from their own index, one queue and status at a time.
+    let done: Vec<String> = (0..3)
+        .map(|n| queue.enqueue(NewItem::new("done", json!(n))).map(|e| e.id))
+        .collect::<spindle::Result<_>>()?;
+    for _ in 0..2 {
+        let claim = queue.claim("w", &["done"], 1_000)?.expect("claimed");
+        queue.complete(&claim.item.id, claim.fence, json!("ok"))?;
+    }
+    queue.cancel(&done[2])?;
+    let done_of = |status| -> spindle::Result<Vec<String>> {
+        let page = Page::first(10);
+        Ok(queue
+            .items("done", ItemFilter::status(status), page)?
+            .into_iter()
+            .map(|i| i.id)
+            .collect())
+    };
+    assert_eq!(done_of(ItemStatus::Completed)?, done[..2]);
+    assert_eq!(done_of(ItemStatus::Cancelled)?, done[2..]);
+    assert!(ids_of(ItemFilter::status(ItemStatus::Completed), Page::first(10))?.is_empty());
+
     let too_many = queue.items("q", pending, Page::first(1_000_000));
     assert!(matches!(too_many, Err(Error::TooLarge { .. })), "{too_many:?}");
     let bad_queue = queue.items("", pending, Page::first(1));

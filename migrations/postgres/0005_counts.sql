@@ -1,13 +1,21 @@
--- Schema version 5 on PostgreSQL (issue 28): counts kept as the rows change, and an index of
--- finished graphs by status, as migrations/0005_counts.sql makes them on SQLite (schema.sql's
--- last section says why); the tables and the kind function as schema_postgres.sql creates
--- them, then each count filled from the rows in one pass of GROUP BY.
+-- Schema version 5 on PostgreSQL (issue 28): counts kept as the rows change, and indexes of
+-- finished graphs by status and of finished items by queue, as migrations/0005_counts.sql
+-- makes them on SQLite (schema.sql's last section says why); the tables and the kind function
+-- as schema_postgres.sql creates them, then each count filled from the rows in one pass of
+-- GROUP BY.
 
 -- A tenant's finished graphs of one status, newest first (the dashboard's recent failures): a
 -- listing of finished graphs by status reads the graphs of that status only. Partial, so that
 -- the writes of an unfinished graph's steps do not touch it.
 CREATE INDEX graphs_finished ON graphs (tenant_id, status, graph_id)
     WHERE status = 'complete' OR status = 'failed' OR status = 'cancelled';
+
+-- A queue's completed or cancelled items of one status in id (enqueue) order: a page of them
+-- (`Queue::items`, the dashboard) is a key range, however many items other queues hold.
+-- Partial, so that only a completion or cancel and a prune write it.
+CREATE INDEX queue_items_done_by_queue
+    ON queue_items (tenant_id, queue, status, item_id)
+    WHERE status IN ('completed', 'cancelled');
 
 CREATE TABLE queue_counts (
     tenant_id TEXT COLLATE "C" NOT NULL,

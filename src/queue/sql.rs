@@ -492,8 +492,16 @@ pub(super) fn select_items(
     limit: usize,
 ) -> Result<Vec<ItemRow>> {
     // The status is written into the statement (one of five literals), so that SQLite uses
-    // the partial index of that status; dead letters have one in id order.
-    let index = if status == ItemStatus::Dead { "INDEXED BY queue_items_dead" } else { "" };
+    // the partial index of that status; finished items have theirs in id order, so that a
+    // page of them is a key range however many items the store holds. SQLite uses a partial
+    // index only where the query repeats its WHERE term, hence the `IN` beside the `=`.
+    let (index, done) = match status {
+        ItemStatus::Dead => ("INDEXED BY queue_items_dead", ""),
+        ItemStatus::Completed | ItemStatus::Cancelled => {
+            ("INDEXED BY queue_items_done_by_queue", "AND status IN ('completed', 'cancelled')")
+        }
+        ItemStatus::Pending | ItemStatus::Claimed => ("", ""),
+    };
     let due = match due_by_ms {
         Some((true, _)) => "AND run_at_ms <= ?5",
         Some((false, _)) => "AND run_at_ms > ?5",
@@ -501,7 +509,7 @@ pub(super) fn select_items(
     };
     let sql = format!(
         "SELECT {} FROM main.queue_items {index}
-         WHERE tenant_id = ?1 AND queue = ?2 AND status = '{}' AND item_id > ?3 {due}
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = '{}' {done} AND item_id > ?3 {due}
          ORDER BY item_id LIMIT ?4",
         item_columns!(),
         status.as_str()

@@ -118,6 +118,7 @@ pub mod queue;
 pub mod workflow;
 
 pub use crate::auth::{Auth, Tenant, TenantStatus, TenantUpdate, TokenInfo, TokenSecret};
+pub use crate::core::backup::{BackupProgress, BackupReport};
 pub use crate::core::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::op::{Access, Op, Role, TxOutcome};
 #[cfg(feature = "postgres")]

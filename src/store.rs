@@ -17,6 +17,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
 use crate::core::actor::{self, ActorState, EngineHooks, Inline, spin_recv};
+use crate::core::backup::{self, BackupProgress, BackupReport};
 use crate::core::bell::Bell;
 use crate::core::clock::Clock;
 use crate::core::events::Stream;
@@ -90,6 +91,8 @@ pub(crate) struct Shared {
     state: Arc<ActorState>,
     limits: Limits,
     clock: Arc<dyn Clock>,
+    /// What `backup_to` copies.
+    source: backup::Source,
 }
 
 thread_local! {
@@ -195,6 +198,7 @@ impl Store {
         let state = Arc::new(ActorState::default());
         let hooks = &crate::domains::HOOKS;
         let (reader_location, reader_options) = (location.clone(), options.clone());
+        let source = backup::Source::of(&location, &options);
         let runner = if options.inline {
             let inline = Inline::open(&location, options, Arc::clone(&state), &hooks.engine)?;
             Runner::Inline(Box::new(inline))
@@ -203,7 +207,7 @@ impl Store {
             Runner::Thread { mailbox: spawned.mailbox, thread: Mutex::new(Some(spawned.thread)) }
         };
         let closed = AtomicBool::new(false);
-        let mut shared = Shared { runner, readers: None, closed, state, limits, clock };
+        let mut shared = Shared { runner, readers: None, closed, state, limits, clock, source };
         // The writer made or upgraded the schema; the readers open the store as it now is.
         shared.readers =
             Readers::start(&reader_location, &reader_options, &shared.state, &hooks.engine)?;
@@ -473,6 +477,101 @@ impl Store {
     pub(crate) fn until_ms(&self, at_ms: i64) -> Duration {
         let wait_ms = at_ms.saturating_sub(self.shared.clock.now_ms()).max(0);
         Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0))
+    }
+
+    /// Copies the store, while it is in use, into a new file at `path`: one consistent
+    /// snapshot holding every write whose reply was sent before this call (and nothing of a
+    /// batch that had not committed), which [`Store::open`] opens as a store (and
+    /// [`Store::restore`] puts in a store's place).
+    ///
+    /// It neither stops nor slows the writer much: a read-only connection of its own reads one
+    /// snapshot while SQLite's online backup copies the file's pages (a reader thread is not
+    /// used, so the store's reads go on too). Meanwhile the WAL cannot be reset past that
+    /// snapshot, and grows by what is written until the copy is done.
+    ///
+    /// Nothing appears at `path` until the copy is whole and on disk: it is written to
+    /// `PATH.partial-PID-N` in the same directory, flushed, then linked in as `path` (and the
+    /// directory flushed). A copy that fails removes that file; a process killed midway leaves
+    /// it (with its `-wal` and `-shm` if killed at the very end), never a file at `path`. The
+    /// copy is a single file in SQLite's rollback-journal mode, readable without files beside
+    /// it; a store opening it to write switches it to WAL.
+    ///
+    /// ```
+    /// # fn main() -> spindle::Result<()> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (path, copy) = (dir.path().join("app.db"), dir.path().join("app-backup.db"));
+    /// use spindle::{Store, Stream};
+    /// let store = Store::open(&path)?;
+    /// store.events().append(&Stream::custom("orders"), "placed", serde_json::json!(1))?;
+    /// let report = store.backup_to(&copy)?;       // the store stays open and writable
+    /// assert!(report.bytes > 0);
+    /// let restored = Store::open(&copy)?;
+    /// assert_eq!(restored.events().head(Stream::custom("orders"))?, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// `StoreFile` when `path` cannot take the copy: of kind `AlreadyExists` when a file is
+    /// there (or SQLite's `-wal`, `-shm` or `-journal` beside it; nothing is written), of the
+    /// kind the system reported when its directory is missing or may not be written;
+    /// `InvalidInput` for an in-memory store or one on a VFS of the caller's own (no file to
+    /// copy); `WrongEngine` on PostgreSQL (back it up with `pg_dump` of its schema);
+    /// `Forbidden` from a view bound to a tenant by a token (the copy holds every tenant);
+    /// `Closed` after close; `DiskFull`, `Io` or `Sqlite` when the copy fails (its partial
+    /// file removed).
+    pub fn backup_to(&self, path: impl AsRef<Path>) -> Result<BackupReport> {
+        self.backup_to_with(path, |_| {})
+    }
+
+    /// As [`Store::backup_to`], telling `progress` how far the copy has come after each step
+    /// (a step copies up to 256 pages, 1 MiB of a store of 4 KiB pages).
+    ///
+    /// # Errors
+    /// As [`Store::backup_to`].
+    pub fn backup_to_with(
+        &self,
+        path: impl AsRef<Path>,
+        mut progress: impl FnMut(BackupProgress),
+    ) -> Result<BackupReport> {
+        self.shared.check_open()?;
+        if self.scope.bound {
+            return Err(Error::Forbidden(
+                "a view bound to a tenant by a token may not copy the store: it holds every \
+                 tenant"
+                    .into(),
+            ));
+        }
+        backup::backup(&self.shared.source, path.as_ref(), &mut progress)
+    }
+
+    /// Puts a copy of the backup `backup` (a file [`Store::backup_to`] made, or a store file
+    /// no process has open) in the place of the store file at `path`, which no process may
+    /// have open. Then [`Store::open`] of `path` opens the backup's contents, and a store of
+    /// an older schema version is brought up to date by that open.
+    ///
+    /// The backup is copied into `PATH.partial-PID-N` beside `path` and checked there first:
+    /// a Spindle store of a schema version this build opens, SQLite's integrity check, no
+    /// foreign key violation. Only then does anything at `path` change: the old store's WAL is
+    /// checkpointed into it and its `-wal`, `-shm` and `-journal` removed (SQLite would apply
+    /// a stale WAL to the new file), and the copy renamed over it (the directory flushed).
+    /// The copy keeps the old store file's mode (and, when run as root, its owner). The whole
+    /// time, the restore holds the store's presence lock (`<path>-presence`) exclusively, so
+    /// no store opens `path` to write meanwhile (one trying waits up to its busy timeout).
+    ///
+    /// # Errors
+    /// `StoreFile` of kind `ResourceBusy` when a store has `path` open (to write: it holds
+    /// the presence lock; or, on Linux, in any way: the kernel lists a lock on the file or
+    /// its `-shm`); of kind `InvalidInput` when the file at `path` is neither a Spindle store
+    /// nor empty (a restore never replaces another file) or `backup` is not a regular file;
+    /// of another kind when `path` cannot hold a store (as [`Store::open`]) or `backup` is
+    /// missing. `InvalidInput` when `backup` is the store file itself or holds no Spindle
+    /// store, `NotADatabase` when it is not a database, `SchemaTooNew` for a newer Spindle's,
+    /// `Corrupt` when it fails the integrity or foreign key check; `Io`, `DiskFull` or
+    /// `Sqlite` when the copy fails. Whatever fails, the store at `path` is left as it was
+    /// and the partial file removed.
+    pub fn restore(backup: impl AsRef<Path>, path: impl AsRef<Path>) -> Result<BackupReport> {
+        backup::restore(backup.as_ref(), path.as_ref())
     }
 
     /// Closes the store for every handle: finishes the queued work, commits, checkpoints and

@@ -128,15 +128,13 @@ impl LeftBehind {
     /// Whether the kernel lists no lock on the store file, its `-shm` or its `-presence`
     /// (`false` where its list cannot be read).
     fn unlocked(&self) -> bool {
-        let Ok(listed) = std::fs::read_to_string("/proc/locks") else { return false };
-        let locked = locked_inodes(&listed);
         let base = store_file::resolved(&self.store);
         let files = [
             base.clone(),
             store_file::beside(&base, "-shm"),
             store_file::beside(&base, store_file::PRESENCE_SUFFIX),
         ];
-        files.iter().filter_map(|file| inode(file)).all(|inode| !locked.contains(&inode))
+        locked(&files) == Some(false)
     }
 
     /// Removes the files, `-wal` first (the one that could hold commits); whether none is
@@ -147,6 +145,15 @@ impl LeftBehind {
             Err(error) => error.kind() == ErrorKind::NotFound,
         })
     }
+}
+
+/// Whether the kernel lists a lock (any process's, this one's too) on one of `files` that are
+/// there; `None` where its list cannot be read (not on Linux). Every SQLite connection that has
+/// read a WAL-mode store holds a lock on its `-shm` until it closes.
+pub(crate) fn locked(files: &[PathBuf]) -> Option<bool> {
+    let listed = std::fs::read_to_string("/proc/locks").ok()?;
+    let locked = locked_inodes(&listed);
+    Some(files.iter().filter_map(|file| inode(file)).any(|inode| locked.contains(&inode)))
 }
 
 /// The inode number of the file at `path` (not followed), if it is there.

@@ -7,6 +7,7 @@
 //! a transaction.
 
 pub(crate) mod actor;
+pub(crate) mod backup;
 pub(crate) mod bell;
 pub(crate) mod checkpoint;
 pub(crate) mod clock;

@@ -232,6 +232,25 @@ impl Presence {
         }
     }
 
+    /// Holds the presence lock of the store file `db` exclusively, without waiting, for work
+    /// that must not run while any store has the file open to write (`core::backup`'s
+    /// restore, which replaces the file). `db` is the store file's resolved path, and may not
+    /// exist yet: `store_file` is then the metadata of the file about to take its place (the
+    /// presence file's mode and the owners it trusts are judged from it). Let go when dropped.
+    ///
+    /// # Errors
+    /// `StoreFile` of kind `ResourceBusy` when a store holds the lock (it is open to write),
+    /// and as [`Presence::join`] when the presence file cannot be made or opened.
+    pub(crate) fn hold_exclusive(db: &Path, store_file: &Metadata) -> Result<Self> {
+        let path = store_file::beside(db, store_file::PRESENCE_SUFFIX);
+        let file = open_or_make(&path, store_file)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Self { file, path, busy_timeout: Duration::ZERO }),
+            Err(TryLockError::WouldBlock) => Err(open_elsewhere(db, &path)),
+            Err(TryLockError::Error(error)) => Err(cannot(&path, &error)),
+        }
+    }
+
     /// Holds the lock shared again after [`Presence::hold_alone`] returned `true`.
     ///
     /// # Errors
@@ -413,6 +432,18 @@ fn fit_mode(file: &File, meta: &Metadata, store_file: &Metadata) -> io::Result<(
 #[cfg(not(unix))]
 fn fit_mode(_file: &File, _meta: &Metadata, _store_file: &Metadata) -> io::Result<()> {
     Ok(())
+}
+
+/// A store holds the presence lock of `db` (it is open to write): what must not run meanwhile
+/// is refused.
+fn open_elsewhere(db: &Path, presence: &Path) -> Error {
+    let message = format!(
+        "a store is open to write on {} (it holds {}): close it first (stop the runs, the \
+         dashboard, the application that has it open), then try again",
+        db.display(),
+        presence.display()
+    );
+    store_file::refused(db, io::ErrorKind::ResourceBusy, &message)
 }
 
 /// The presence path names a link, a named pipe or another file that is not a regular one.

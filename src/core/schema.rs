@@ -227,6 +227,25 @@ pub(crate) fn digest_value(hasher: &mut Sha256, value: ValueRef<'_>) {
     }
 }
 
+/// The schema version of the Spindle store `conn` holds (a backup's, a file about to be put in a
+/// store's place): one this build opens, migrating it forward if it is older.
+///
+/// # Errors
+/// `SchemaTooNew` for a newer store; `InvalidInput` for a database without a store's version
+/// or application id (another application's, or an empty one); SQLite's own error for a file
+/// that is not a database.
+pub(crate) fn check_is_store(conn: &Connection) -> Result<i64> {
+    let found = user_version(conn)?;
+    refuse_newer(found)?;
+    if found == 0 {
+        return Err(Error::InvalidInput(
+            "the file holds no store: it has no Spindle schema version".into(),
+        ));
+    }
+    check_application_id(conn)?;
+    Ok(found)
+}
+
 fn check_sqlite_version(version: i32) -> Result<()> {
     if version < SQLITE_VERSION_MIN {
         return Err(Error::InvalidInput(format!(

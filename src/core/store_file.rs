@@ -147,7 +147,7 @@ fn check_missing(path: &Path, read_only: bool) -> Result<()> {
 }
 
 /// The directory a store file is (or would be) in.
-fn directory_of(path: &Path) -> PathBuf {
+pub(crate) fn directory_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),

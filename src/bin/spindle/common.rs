@@ -25,10 +25,12 @@ impl From<spindle::Error> for CliError {
                 CliError::Bad(format!("no {kind} {id}{}", listing_hint(kind)))
             }
             spindle::Error::Conflict(message) => CliError::Bad(message),
-            // Another store held this one off while it recovered: try again, not fix the path.
-            held @ spindle::Error::StoreFile { kind: std::io::ErrorKind::WouldBlock, .. } => {
-                CliError::Store(held)
-            }
+            // Another store held this one off while it recovered, or has the file open where
+            // a restore would replace it: try again (once it is closed), not fix the path.
+            held @ spindle::Error::StoreFile {
+                kind: std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ResourceBusy,
+                ..
+            } => CliError::Store(held),
             // A path that cannot hold a store, or a file this user may not use: say which.
             spindle::Error::StoreFile { message, .. } => CliError::Bad(message),
             too_large @ spindle::Error::TooLarge { .. } => CliError::Bad(too_large.to_string()),

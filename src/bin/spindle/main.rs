@@ -8,6 +8,7 @@
 
 mod admin;
 mod attempt;
+mod backup;
 mod common;
 mod draw;
 mod inspect;
@@ -184,6 +185,22 @@ enum Cmd {
     /// the kept counts (queues, graphs, processes, workflows) against a recount (on
     /// PostgreSQL: the schema's version record, graph counters and kept counts).
     Check,
+    /// Copy the store, while it is in use, into the new file DEST: one consistent snapshot
+    /// (every write acknowledged before the copy began), written beside DEST and linked in
+    /// whole (a copy cut off leaves nothing at DEST). DEST must not exist. On PostgreSQL, use
+    /// pg_dump of the store's schema.
+    Backup {
+        /// The new file.
+        dest: PathBuf,
+    },
+    /// Put a copy of the backup SRC in the place of the store file --db (made if missing),
+    /// after checking it (a Spindle store of a version this build opens, SQLite's integrity
+    /// check). Refused while a store has --db open; the old store is replaced only once the
+    /// copy is whole.
+    Restore {
+        /// The backup file (`spindle backup` made it).
+        src: PathBuf,
+    },
     /// Copy a store file into a PostgreSQL database (every tenant and domain, positions, seqs
     /// and fences kept), then verify the copy table by table (rows and digests). The target's
     /// schema must hold no store data yet. Needs the `postgres` feature.
@@ -357,6 +374,14 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
     if let Cmd::Check = cli.command {
         return inspect::check(&db, &cli.tenant, out);
     }
+    if let Cmd::Backup { dest } = &cli.command {
+        backup::backup(&db, &cli.tenant, dest, out)?;
+        return Ok(0);
+    }
+    if let Cmd::Restore { src } = &cli.command {
+        backup::restore(src, &db, out)?;
+        return Ok(0);
+    }
     if let Cmd::Migrate { from, to } = &cli.command {
         postgres::migrate(from, to, out)?;
         return Ok(0);
@@ -405,6 +430,8 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Run { .. }
         | Cmd::Retry { .. }
         | Cmd::Check
+        | Cmd::Backup { .. }
+        | Cmd::Restore { .. }
         | Cmd::Migrate { .. }
         | Cmd::Guard { .. }
         | Cmd::Completions { .. } => {}

@@ -79,6 +79,9 @@ pub enum Error {
     /// store), the presence file (after a writable open, which may have made a new store's
     /// file or migrated an older one), and a read-only open that found it had made `-wal` and
     /// `-shm` its owner could not write (removed again where that is safe, see the message).
+    /// A backup's destination and a restore's store file are refused with it too: a path that
+    /// is taken (`AlreadyExists`), a store that is open (`ResourceBusy`), a file that is not a
+    /// store (`InvalidInput`).
     #[error("{message}")]
     StoreFile {
         /// The path as given (or the file beside it that is at fault).
@@ -86,7 +89,9 @@ pub enum Error {
         /// What kind of problem: `IsADirectory`, `NotADirectory`, `NotFound` (a missing
         /// directory, or no file for a read-only open), `InvalidInput` (not a regular file, an
         /// empty path), `PermissionDenied`, `WouldBlock` (held off by a store recovering at
-        /// open: try again), or another kind the operating system reported.
+        /// open: try again), `AlreadyExists` (a backup's destination is taken),
+        /// `ResourceBusy` (a restore's store is open), or another kind the operating system
+        /// reported.
         kind: std::io::ErrorKind,
         /// What is wrong, naming the files (and their owners), and what to do.
         message: String,

@@ -47,6 +47,8 @@
 //!   write) and hashed API tokens that open views bound to a tenant and a role.
 //! - [`Store::transaction`]: any of the above, and the caller's own tables through
 //!   [`Tx::sqlite`], committed or rolled back together.
+//! - [`Store::backup_to`] and [`Store::restore`]: a consistent copy of a store file taken while
+//!   its writers run, and a copy put in a closed store's place.
 //!
 //! # Raw SQL in a transaction
 //!
@@ -88,7 +90,8 @@
 //! reads goes to one of the store's reader threads ([`Options::readers`]), each with a
 //! read-only connection of its own: a read never waits for the writer's batch, nor a write
 //! for a read, and a read sees every write whose reply was sent before it was sent. No SQL
-//! runs outside the store's own threads. See `ARCHITECTURE.md` for the map.
+//! runs outside the store's own threads, but for a backup's read-only connection of its own
+//! ([`Store::backup_to`]). See `ARCHITECTURE.md` for the map.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]

@@ -423,8 +423,8 @@ impl Target {
             return Ok(());
         }
         let message = format!(
-            "{} is open in a process (the kernel lists a lock on it or on its -shm): close \
-             every store on it (readers too), then try again",
+            "a store is open on {} (the kernel lists a lock on it or on its -shm: a process \
+             reads or writes it): close every store on it, readers too, then try again",
             self.path.display()
         );
         Err(store_file::refused(&self.path, ErrorKind::ResourceBusy, &message))

@@ -48,6 +48,9 @@
 //!   SQLite warns against opening a database through more than one name). On NFS, Linux
 //!   emulates `flock` with POSIX byte-range locks, which belong to the process: two stores of
 //!   one process may then both take the lock exclusively, and each sees itself alone.
+//! - Work that replaces the store's file (`core::backup`'s restore) holds the lock exclusively
+//!   from start to end, without waiting for it ([`Presence::hold_exclusive`]): refused while
+//!   any store is open to write, and no store opens to write meanwhile.
 //! - A read-only store does no work recovery could interrupt: it holds nothing and creates no
 //!   file. An in-memory store is private, and so alone; so is a store on a VFS of the caller's
 //!   own (`Options::vfs`), whose files need not be the operating system's.
@@ -529,6 +532,31 @@ mod tests {
         drop((first, second));
         assert!(third.hold_alone()?, "the others are gone");
         third.release_alone()?;
+        Ok(())
+    }
+
+    #[test]
+    fn work_that_must_run_alone_is_refused_while_a_store_is_there_and_holds_others_off()
+    -> Result<()> {
+        let (_dir, db) = store_file();
+        let meta = std::fs::metadata(&db)?;
+        let there = Presence::join(&db, Duration::from_millis(200))?;
+        match Presence::hold_exclusive(&db, &meta) {
+            Err(Error::StoreFile { path, kind: io::ErrorKind::ResourceBusy, message }) => {
+                assert_eq!(path, db);
+                assert!(message.contains("open to write") && message.contains("-presence"));
+            }
+            other => panic!("expected StoreFile (ResourceBusy), got {other:?}"),
+        }
+        drop(there);
+        let alone = Presence::hold_exclusive(&db, &meta)?;
+        // Meanwhile a store opening waits, then gives up; once it is let go, one opens.
+        match Presence::join(&db, Duration::from_millis(50)) {
+            Err(Error::StoreFile { kind: io::ErrorKind::WouldBlock, .. }) => {}
+            other => panic!("expected StoreFile (WouldBlock), got {other:?}"),
+        }
+        drop(alone);
+        drop(Presence::join(&db, Duration::from_millis(200))?);
         Ok(())
     }
 

@@ -158,7 +158,7 @@ fn child(spec: &str) {
     let (path, copy) = rest.split_once('|').expect("path|copy");
     let steps: u64 = steps.parse().expect("a number");
     let store = Store::open(path).expect("the child opens the store");
-    fill(&store, 3);
+    fill(&store, 4);
     let mut told = 0;
     let _ = store.backup_to_with(copy, |progress| {
         println!("\nstep {} of {}", progress.copied_pages, progress.total_pages);
@@ -202,7 +202,7 @@ fn a_copy_killed_midway_leaves_nothing_at_its_path() {
         let store = Store::open(&path).expect("reopen the store");
         store.backup_to(&copy).expect("a second copy");
         let copied = Store::open(&copy).expect("open the copy");
-        assert_eq!(common::read_stream(&copied, &Stream::custom("filler")).len(), 3000);
+        assert_eq!(common::read_stream(&copied, &Stream::custom("filler")).len(), 4000);
     }
 }
 

@@ -568,8 +568,15 @@ impl Drop for Partial {
 }
 
 /// Flushes the directory `path` is in, so that a name made or changed there lasts.
+#[cfg(unix)]
 fn sync_directory(path: &Path) -> Result<()> {
     Ok(File::open(store_file::directory_of(path))?.sync_all()?)
+}
+
+/// Elsewhere a directory is not opened as a file: the rename is left to the file system.
+#[cfg(not(unix))]
+fn sync_directory(_path: &Path) -> Result<()> {
+    Ok(())
 }
 
 /// What makes a new file of `mode` (less the umask), never one that is there.

@@ -425,16 +425,19 @@ fn a_bad_backup_or_a_file_that_is_not_a_store_is_refused_and_nothing_changes() {
 /// What a refused restore's error must be.
 type Expected = fn(&Error) -> bool;
 
-/// Overwrites the middle of the last pages of the file at `path` (the events' table and its
-/// indexes), which SQLite's integrity check finds.
+/// Overwrites the head of the events table's root page in the file at `path` (its page type
+/// and cell count), which SQLite's integrity check finds.
 fn damage(path: &Path) {
     use std::io::{Seek, SeekFrom, Write};
-    let length = std::fs::metadata(path).expect("metadata").len();
+    let conn = rusqlite::Connection::open(path).expect("open");
+    let sql = "SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = 'events'";
+    let root: i64 = conn.query_row(sql, [], |row| row.get(0)).expect("the events table");
+    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |row| row.get(0)).expect("size");
+    let offset = u64::try_from((root - 1) * page_size).expect("an offset");
+    conn.close().expect("close");
     let mut file = std::fs::OpenOptions::new().write(true).open(path).expect("open");
-    for page in 2..6 {
-        file.seek(SeekFrom::Start(length - page * 4096 + 100)).expect("seek");
-        file.write_all(&[0xA5; 1500]).expect("write");
-    }
+    file.seek(SeekFrom::Start(offset)).expect("seek");
+    file.write_all(&[0xA5; 8]).expect("write");
 }
 
 /// `path` with `suffix` added to its name.

@@ -99,7 +99,11 @@ pub struct Options {
     /// read never waits for the writer's batch and a write never waits behind a read. A read
     /// sees every write whose reply was sent before the read was sent; a read a thread sends
     /// while writes it submitted ([`Store::submit`]) are still unanswered runs on the writer,
-    /// after them. 0 runs every read on the writer's thread, as an in-memory or inline store,
+    /// after them. On a SQLite file each reader keeps a 16 MiB page cache and reads the file
+    /// through a memory map (`mmap_size`, up to 1 GiB of address space, the operating system's
+    /// page cache rather than the process's memory); an I/O error under the map ends the
+    /// process (SIGBUS) instead of failing the read. 0 runs every read on the writer's
+    /// thread, as an in-memory or inline store,
     /// and one on a VFS of the caller's own ([`Options::vfs`]), always do. Default: the
     /// machine's cores less one (a core for the writer), between 1 and 4. At most
     /// [`READERS_MAX`].

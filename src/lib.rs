@@ -103,6 +103,7 @@ mod error;
 mod hash;
 mod ids;
 mod limits;
+mod metrics;
 mod options;
 mod page;
 mod store;
@@ -136,6 +137,7 @@ pub use crate::graph::{
 };
 pub use crate::limits::Limits;
 pub use crate::log::{Appended, Event, Events, Stream, StreamKind};
+pub use crate::metrics::{Histogram, Metrics};
 pub use crate::options::{Durability, Options, READERS_MAX};
 pub use crate::page::Page;
 pub use crate::process::Appended as ProcessAppended;

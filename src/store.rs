@@ -224,6 +224,9 @@ impl Store {
     /// `Options::recover_on_open`), and every other store waits to open until it is done.
     fn run_at_open(&self, at_open: &[fn(&Store, bool) -> Result<()>], recover: bool) -> Result<()> {
         let alone = recover && self.exec(HoldAlone)?;
+        if recover && !alone {
+            tracing::info!("spindle: another writer has the store open; no recovery at open");
+        }
         let ran = at_open.iter().try_for_each(|at_open| at_open(self, alone));
         let released = if alone { self.exec(ReleaseAlone) } else { Ok(()) };
         ran.and(released)
@@ -587,6 +590,16 @@ impl Store {
             return Err(reentrant());
         }
         self.shared.close()
+    }
+
+    /// What the store's threads count of their work (`Store::metrics`).
+    pub(crate) fn meter(&self) -> &crate::core::meter::Meter {
+        &self.shared.state.meter
+    }
+
+    /// The size of the store's WAL file, if it has one of its own.
+    pub(crate) fn wal_bytes(&self) -> Option<u64> {
+        self.shared.source.wal_bytes()
     }
 }
 

@@ -747,3 +747,24 @@ fn a_second_ctrl_c_kills_the_running_node_and_gives_its_item_back() {
     assert!(began.elapsed() < Duration::from_secs(30), "the resume waited out a lease");
     assert_eq!(s.lines(), ["a", "b"]);
 }
+
+#[test]
+fn v_and_rust_log_tell_the_stores_work_on_stderr_only() {
+    let s = Scratch::new();
+    let pipeline = s.pipeline("told.json", json!({ "a": { "run": s.append("a") } }));
+    let quiet = s.run(&pipeline);
+    assert_eq!(quiet.status.code(), Some(0), "{quiet:?}");
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("spindle: op"), "off by default");
+    let told = s.command().args(["-vvv", "run", "--fresh"]).arg(&pipeline).output().expect("run");
+    assert_eq!(told.status.code(), Some(0), "{told:?}");
+    let stderr = String::from_utf8_lossy(&told.stderr);
+    assert!(stderr.contains("spindle: op") && stderr.contains("TRACE"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&told.stdout).contains("spindle: op"), "stdout stays clean");
+    let filtered = s.command().env("RUST_LOG", "spindle=warn").args(["-vvv", "runs"]).output();
+    let filtered = filtered.expect("runs");
+    assert_eq!(filtered.status.code(), Some(0), "{filtered:?}");
+    assert!(!String::from_utf8_lossy(&filtered.stderr).contains("TRACE"), "RUST_LOG wins over -v");
+    let bad = s.command().env("RUST_LOG", "spindle=loud").arg("runs").output().expect("runs");
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("RUST_LOG"), "{bad:?}");
+}

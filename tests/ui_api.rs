@@ -682,3 +682,97 @@ fn live_streams_send_what_commits_from_now_and_resume_after_the_last_event_id() 
     }
     store.close().expect("close");
 }
+
+/// The samples of a Prometheus text answer by name and labels, checking every line's form:
+/// `# HELP`/`# TYPE` comments, or `name{labels} value` with a number for the value.
+fn prometheus_samples(text: &str) -> Vec<(String, f64)> {
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let name_end = series.find('{').unwrap_or(series.len());
+        let name = &series[..name_end];
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "a metric name: {line:?}"
+        );
+        assert!(name_end == series.len() || series.ends_with('}'), "labels closed: {line:?}");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("a number: {line:?}"));
+        samples.push((series.to_owned(), value));
+    }
+    samples
+}
+
+#[test]
+fn metrics_are_served_in_the_prometheus_format_under_the_read_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let store = Store::open(&db).expect("open");
+    let (reader, _) = store.auth().create_token("scraper", spindle::Role::Reader, None).expect("t");
+    store.auth().create_tenant("other", "Other").expect("tenant");
+    let other = store.tenant("other").expect("tenant");
+    let (foreign, _) = other.auth().create_token("x", spindle::Role::Reader, None).expect("t");
+    let graphs = store.graphs().count_by_status(&Default::default()).expect("graph counts");
+    let workflows = store.workflows().count_by_status().expect("execution counts");
+    store.close().expect("close");
+
+    let ui = Ui::start(&db);
+    let (status, head, text) = ui.send("GET", "/metrics", &[], "");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    let samples = prometheus_samples(&text);
+    let value = |series: &str| {
+        let found = samples.iter().find(|(name, _)| name == series);
+        found.unwrap_or_else(|| panic!("no {series} in\n{text}")).1
+    };
+    let mail = "spindle_queue_items{tenant=\"default\",queue=\"mail\",state=\"dead\"}";
+    assert_eq!(value(mail), 2.0, "two dead letters");
+    let jobs = "spindle_queue_items{tenant=\"default\",queue=\"jobs\",state=\"scheduled\"}";
+    assert_eq!(value(jobs), 1.0);
+    assert_eq!(value("spindle_processes{tenant=\"default\",state=\"running\"}"), 1.0);
+    assert!(!graphs.is_empty() && !workflows.is_empty());
+    for (status, total) in graphs {
+        let series = format!("spindle_graphs{{tenant=\"default\",status=\"{}\"}}", status.as_str());
+        assert_eq!(value(&series), total as f64, "{series}");
+    }
+    for (status, total) in workflows {
+        let series = format!(
+            "spindle_workflow_executions{{tenant=\"default\",status=\"{}\"}}",
+            status.as_str()
+        );
+        assert_eq!(value(&series), total as f64, "{series}");
+    }
+    let count = value("spindle_op_latency_seconds_count");
+    assert!(count >= 1.0, "this very read is counted: {count}");
+    assert_eq!(value("spindle_op_latency_seconds_bucket{le=\"+Inf\"}"), count);
+    assert!(value("spindle_wal_bytes") >= 0.0);
+    // Refused as every other read is: another host, another method.
+    let (status, _, _) = ui.send("GET", "/metrics", &[("Host", "evil.example")], "");
+    assert_eq!(status, 421);
+    assert_eq!(ui.send("POST", "/metrics", &[], "").0, 405);
+    drop(ui);
+
+    let ui = Ui::start_with(&db, &["--require-token"]);
+    assert_eq!(ui.send("GET", "/metrics", &[], "").0, 401, "no token");
+    let bearer = |secret: &str| format!("Bearer {secret}");
+    let wrong = bearer("spt_not-a-token");
+    assert_eq!(ui.send("GET", "/metrics", &[("Authorization", &wrong)], "").0, 401);
+    let foreign = bearer(foreign.expose());
+    assert_eq!(ui.send("GET", "/metrics", &[("Authorization", &foreign)], "").0, 403);
+    let reader = bearer(reader.expose());
+    let (status, _, text) = ui.send("GET", "/metrics", &[("Authorization", &reader)], "");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("spindle_queue_items{tenant=\"default\",queue=\"mail\",state=\"dead\"} 2")
+    );
+    // A bearer token reads; it never acts.
+    let (status, _, _) =
+        ui.send("POST", "/api/queues/mail/purge", &[("Authorization", &reader)], "");
+    assert_ne!(status, 200);
+    assert_eq!(dead_count(&db), 2, "nothing purged");
+}

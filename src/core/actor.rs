@@ -41,6 +41,7 @@ use crate::core::clock::Stamp;
 use crate::core::conn::{Conn, RELEASE_OP, ROLLBACK_TO_OP, SAVEPOINT_OP};
 use crate::core::db::args;
 use crate::core::events::OwnedStreams;
+use crate::core::meter::{Meter, SLOW_BATCH};
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
@@ -82,6 +83,8 @@ pub(crate) struct ActorState {
     pub(crate) subscriptions: AtomicUsize,
     /// Rung after a commit that made work available, for callers blocked waiting for some.
     pub(crate) bell: Bell,
+    /// What the store counts about its work (`Store::metrics`).
+    pub(crate) meter: Meter,
 }
 
 thread_local! {
@@ -482,7 +485,31 @@ impl Actor {
         }
     }
 
+    /// Runs `jobs` in one transaction under a `tracing` span of the batch (its ops, whether it
+    /// writes, its outcome and how long it took), and counts it.
     fn run_one_batch(&mut self, jobs: Vec<Job>) {
+        let started = Instant::now();
+        let ops = jobs.len();
+        let span = tracing::debug_span!(
+            "spindle.batch",
+            ops,
+            outcome = tracing::field::Empty,
+            duration_us = tracing::field::Empty
+        );
+        let committed = span.in_scope(|| self.run_jobs(jobs));
+        let spent = started.elapsed();
+        let outcome = if committed { "committed" } else { "not committed" };
+        span.record("outcome", outcome);
+        span.record("duration_us", u64::try_from(spent.as_micros()).unwrap_or(u64::MAX));
+        if spent > SLOW_BATCH {
+            Meter::count(&self.state.meter.slow_batches);
+            let spent_ms = spent.as_millis();
+            tracing::warn!(ops, outcome, spent_ms, "spindle: a slow batch");
+        }
+    }
+
+    /// The work of `run_one_batch`; returns whether the batch committed.
+    fn run_jobs(&mut self, jobs: Vec<Job>) -> bool {
         let now_ms = self.stamp.next_ms();
         self.state.stamp_ms.fetch_max(now_ms, Ordering::SeqCst);
         // A due alarm joins a batch that writes anyway (or runs alone when idle): a batch of
@@ -511,7 +538,8 @@ impl Actor {
                     for job in std::iter::once(job).chain(jobs.drain(..)) {
                         job.refuse(error.replicate());
                     }
-                    return self.retry_alarm(carried, now_ms);
+                    self.retry_alarm(carried, now_ms);
+                    return false;
                 }
                 batch.open = true;
                 self.conn.notice_foreign_writes(&mut self.publisher);
@@ -544,6 +572,7 @@ impl Actor {
         if !(committed && alarm_kept) {
             self.retry_alarm(carried, now_ms);
         }
+        committed
     }
 
     /// Whether `tenant` may write: not suspended or archived. A tenant without a row (a view
@@ -611,6 +640,7 @@ impl Actor {
                 Err(error) => return job.refuse(error),
             }
         }
+        tracing::trace!(op = job.label, writes = job.writes, "spindle: op");
         let needs_savepoint = job.savepoint || self.conn.needs_savepoints();
         let savepoint = needs_savepoint && !alone;
         let undo_by_rollback = needs_savepoint && alone;
@@ -643,6 +673,11 @@ impl Actor {
         if self.conn.take_conflict()
             && let Some(again) = applied.take_retry()
         {
+            Meter::count(&self.state.meter.conflict_retries);
+            tracing::debug!(
+                op = again.label,
+                "spindle: an op lost to another transaction; it runs again"
+            );
             self.retries.push(again);
         }
         self.settle(applied, finished, (savepoint, undo_by_rollback), batch);
@@ -707,6 +742,7 @@ impl Actor {
     /// later call is refused until the store is opened again.
     fn poison(&mut self, batch: &mut Batch, reason: &str) {
         let reason = format!("the connection could not be restored {reason}");
+        tracing::error!(%reason, "spindle: the store poisoned itself; every later call is refused");
         self.abandon(batch, &Error::Poisoned(reason.clone()));
         self.poisoned = Some(reason);
         self.state.poisoned.store(true, Ordering::SeqCst);
@@ -721,6 +757,7 @@ impl Actor {
                 Some(Error::Corrupt(found)) => found.clone(),
                 _ => "SQLite reported the file corrupt".to_owned(),
             };
+            tracing::error!(%found, "spindle: SQLite found the file corrupt; writes are refused");
             self.corrupt.get_or_insert(found);
         }
     }
@@ -742,8 +779,10 @@ impl Actor {
         match committed {
             Ok(()) => {
                 self.conn.committed(writes);
+                // Counted before any reply: a caller answered sees its batch counted.
+                self.state.meter.transaction(batch.applied.len(), true);
                 for applied in batch.applied {
-                    applied.deliver(None);
+                    applied.deliver(None, &self.state.meter);
                 }
                 self.conn.notice_foreign_writes_at_commit(&mut self.publisher);
                 self.publisher.publish(&batch.events);
@@ -767,12 +806,15 @@ impl Actor {
         if self.conn.in_transaction()
             && let Err(error) = self.conn.rollback()
         {
-            self.poisoned = Some(format!("rollback after {cause} failed: {error}"));
+            let reason = format!("rollback after {cause} failed: {error}");
+            tracing::error!(%reason, "spindle: the store poisoned itself; every later call is refused");
+            self.poisoned = Some(reason);
             self.state.poisoned.store(true, Ordering::SeqCst);
         }
+        self.state.meter.transaction(batch.applied.len(), false);
         for applied in batch.applied.drain(..) {
             let commit_error = applied.keep.then(|| cause.replicate());
-            applied.deliver(commit_error);
+            applied.deliver(commit_error, &self.state.meter);
         }
         batch.events.clear();
         batch.rang = false;

@@ -112,6 +112,15 @@ impl Source {
         }
     }
 
+    /// The size of the store file's WAL (`None` without a file of SQLite's own VFS; 0 while
+    /// there is no WAL file).
+    pub(crate) fn wal_bytes(&self) -> Option<u64> {
+        let Source::File { path, .. } = self else { return None };
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        Some(std::fs::metadata(wal).map_or(0, |metadata| metadata.len()))
+    }
+
     /// The store file and its options, or why there is none to copy.
     fn file(&self) -> Result<(&Path, &Options)> {
         match self {

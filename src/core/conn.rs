@@ -424,6 +424,7 @@ impl SqliteConn {
 
     fn vet(&self, mut applied: Applied, caller_sql: bool) -> (Applied, Option<String>) {
         if let Some(reason) = self.guard.take_job_refusal() {
+            tracing::warn!(%reason, "spindle: a transaction closure's SQL was refused");
             let refused = format!("a transaction closure's SQL may not do this: {reason}");
             applied = applied.overrule(Error::Forbidden(refused));
         } else if self.guard.take_exhausted() {
@@ -434,6 +435,7 @@ impl SqliteConn {
         }
         let problem = self.connection_problem();
         if let Some(changed) = problem.clone().or_else(|| self.new_foreign_key()) {
+            tracing::warn!(%changed, "spindle: a transaction closure changed the connection; refused");
             let refused =
                 format!("a transaction closure's SQL changed the store's connection: {changed}");
             applied = applied.overrule(Error::Forbidden(refused));
@@ -495,6 +497,12 @@ impl SqliteConn {
             }
         }
         let complete = matches!(result, Ok((log_pages, done_pages)) if log_pages == done_pages);
+        match &result {
+            Ok((log_pages, done_pages)) => {
+                tracing::debug!(waits, log_pages, done_pages, "spindle: WAL checkpoint");
+            }
+            Err(error) => tracing::debug!(waits, %error, "spindle: WAL checkpoint failed"),
+        }
         self.wal.checkpointed(complete);
     }
 

@@ -19,6 +19,7 @@ pub(crate) mod fresh;
 pub(crate) mod guard;
 pub(crate) mod identity;
 pub(crate) mod left_behind;
+pub(crate) mod meter;
 pub(crate) mod msg;
 pub(crate) mod op;
 #[cfg(feature = "postgres")]

@@ -8,9 +8,11 @@ use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
+use crate::core::meter::Meter;
 use crate::core::op::{Access, Op, TxOutcome};
 use crate::core::publish::LiveRequest;
 use crate::core::tx::{Scope, Tx};
@@ -43,7 +45,17 @@ pub(crate) struct Job {
     /// Counts the job among its sender's unanswered writes until it is answered (see
     /// `store::InFlight`).
     pub(crate) in_flight: Option<InFlightMark>,
+    /// When the job was made (sent): its answer's latency counts from here.
+    sent_at: Instant,
     work: Box<dyn Work>,
+}
+
+/// What a job may do and how it runs (see the fields of the same names in [`Job`]).
+struct Shape {
+    writes: bool,
+    savepoint: bool,
+    internal: bool,
+    readable: bool,
 }
 
 /// One unanswered write of a thread, counted in its `counter` until dropped: when the job is
@@ -76,8 +88,8 @@ impl Job {
         let readable = !writes && !op.on_writer() && !bound_admin;
         let label = std::any::type_name::<O>();
         let work = Box::new(OpWork { op, reply, retried: 0 });
-        let internal = true;
-        Self { label, access, writes, savepoint, internal, readable, scope, in_flight: None, work }
+        let shape = Shape { writes, savepoint, internal: true, readable };
+        Self::new(label, access, shape, scope, work)
     }
 
     /// A job that runs a read closure (`Store::read`) and replies with its value.
@@ -88,9 +100,8 @@ impl Job {
     {
         let f = move |tx: &mut Tx<'_>| f(tx).map(TxOutcome::Commit);
         let work = Box::new(TxWork { f, reply });
-        let (label, access, internal) = ("read", Access::Read, false);
-        let (writes, savepoint, readable) = (false, false, true);
-        Self { label, access, writes, savepoint, internal, readable, scope, in_flight: None, work }
+        let shape = Shape { writes: false, savepoint: false, internal: false, readable: true };
+        Self::new("read", Access::Read, shape, scope, work)
     }
 
     /// A job that runs a transaction closure and replies with the value of its outcome.
@@ -100,17 +111,51 @@ impl Job {
         F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
     {
         let work = Box::new(TxWork { f, reply });
-        let label = "transaction";
-        let (access, writes, savepoint, internal) = (Access::Write, true, true, false);
-        let readable = false;
-        Self { label, access, writes, savepoint, internal, readable, scope, in_flight: None, work }
+        let shape = Shape { writes: true, savepoint: true, internal: false, readable: false };
+        Self::new("transaction", Access::Write, shape, scope, work)
+    }
+
+    /// A job sent now.
+    fn new(
+        label: &'static str,
+        access: Access,
+        shape: Shape,
+        scope: Scope,
+        work: Box<dyn Work>,
+    ) -> Self {
+        let Shape { writes, savepoint, internal, readable } = shape;
+        let sent_at = Instant::now();
+        let in_flight = None;
+        Self {
+            label,
+            access,
+            writes,
+            savepoint,
+            internal,
+            readable,
+            scope,
+            in_flight,
+            sent_at,
+            work,
+        }
     }
 
     /// Runs the work, catching a panic.
     pub(crate) fn run(self, tx: &mut Tx<'_>) -> Applied {
-        let Job { label, access, writes, savepoint, internal, readable, scope, in_flight, work } =
-            self;
+        let Job {
+            label,
+            access,
+            writes,
+            savepoint,
+            internal,
+            readable,
+            scope,
+            in_flight,
+            sent_at,
+            work,
+        } = self;
         let (mut applied, spare) = work.run(tx, label, writes);
+        applied.sent_at = Some(sent_at);
         // A job that runs again stays in flight until that run is answered.
         applied.again = spare.map(|work| Job {
             label,
@@ -121,6 +166,7 @@ impl Job {
             readable,
             scope,
             in_flight: None,
+            sent_at,
             work,
         });
         match &mut applied.again {
@@ -149,6 +195,8 @@ pub(crate) struct Applied {
     again: Option<Job>,
     /// The job's place among its sender's unanswered writes, let go once the reply is sent.
     in_flight: Option<InFlightMark>,
+    /// When the job was sent, for the latency counted at its answer.
+    sent_at: Option<Instant>,
 }
 
 impl Applied {
@@ -163,10 +211,15 @@ impl Applied {
         Some(again)
     }
 
-    /// Sends the reply. `commit_error` is the batch's failure, if its writes were lost (the
-    /// actor passes none for a job that kept nothing: it is answered with its own result).
-    pub(crate) fn deliver(self, commit_error: Option<Error>) {
-        let Applied { deliver, in_flight, .. } = self;
+    /// Sends the reply and counts its latency in `meter`. `commit_error` is the batch's
+    /// failure, if its writes were lost (the actor passes none for a job that kept nothing: it
+    /// is answered with its own result).
+    pub(crate) fn deliver(self, commit_error: Option<Error>, meter: &Meter) {
+        let Applied { deliver, in_flight, sent_at, .. } = self;
+        // Counted before the reply: a caller answered sees its op counted.
+        if let Some(sent_at) = sent_at {
+            meter.answered(sent_at.elapsed());
+        }
         deliver(commit_error);
         drop(in_flight);
     }
@@ -181,6 +234,7 @@ impl Applied {
             deliver: Box::new(move |_| deliver(Some(error))),
             again: None,
             in_flight: self.in_flight.or_else(|| self.again.and_then(|again| again.in_flight)),
+            sent_at: self.sent_at,
         }
     }
 
@@ -200,6 +254,7 @@ impl Applied {
                 }),
                 again: None,
                 in_flight: None,
+                sent_at: None,
             },
             Err(error) => Self {
                 keep: false,
@@ -210,6 +265,7 @@ impl Applied {
                 }),
                 again: None,
                 in_flight: None,
+                sent_at: None,
             },
         }
     }

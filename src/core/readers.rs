@@ -226,8 +226,8 @@ impl Reader {
         }
         // Nothing to keep: a read's transaction only ends.
         match self.conn.rollback() {
-            Ok(()) => applied.deliver(None),
-            Err(error) => applied.deliver(Some(error)),
+            Ok(()) => applied.deliver(None, &self.state.meter),
+            Err(error) => applied.deliver(Some(error), &self.state.meter),
         }
     }
 }

@@ -913,6 +913,13 @@ pub(crate) fn at_open(store: &Store, recover: bool) -> Result<()> {
     if recover {
         for tenant in store.exec(RunningTenants)? {
             match store.tenant(&tenant)?.graphs().recover() {
+                Ok(recovered) if recovered.graphs > 0 => tracing::info!(
+                    %tenant,
+                    graphs = recovered.graphs,
+                    reset = recovered.reset,
+                    expired = recovered.expired,
+                    "spindle: recovered the running graphs at open"
+                ),
                 Ok(_) | Err(Error::TenantSuspended(_)) => {}
                 Err(error) => return Err(error),
             }

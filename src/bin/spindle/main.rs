@@ -13,6 +13,7 @@ mod common;
 mod draw;
 mod inspect;
 mod livelog;
+mod logging;
 mod logs;
 mod outputs;
 mod pipeline;
@@ -61,6 +62,10 @@ struct Cli {
     /// The tenant to act for.
     #[arg(long, default_value = spindle::DEFAULT_TENANT, global = true)]
     tenant: String,
+    /// Tell what the store does on stderr: -v recovery, refusals and slow batches, -vv every
+    /// batch and checkpoint, -vvv every op. RUST_LOG (`spindle=debug`, `warn`) overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -284,6 +289,10 @@ enum QueueCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(message) = logging::install(cli.verbose, std::env::var("RUST_LOG").ok()) {
+        eprintln!("spindle: {message}");
+        return ExitCode::from(2);
+    }
     let out = Output::new(cli.json, cli.quiet, cli.color);
     match dispatch(cli, &out) {
         Ok(code) => ExitCode::from(code),

@@ -176,6 +176,10 @@ fn respond(ui: &Ui, head: &Head, allowed: usize) -> Answer {
     }
 }
 
+/// Where a Prometheus scraper reads the store's metrics (the view's tenant's counts and the
+/// store's work), in the text format: the same Host and token rules as every API read.
+const METRICS: &str = "/metrics";
+
 /// The API paths whose answers are bounded by the code, not by the store's records.
 const LIGHT: [&str; 6] = [
     "/api/overview",
@@ -190,7 +194,8 @@ const LIGHT: [&str; 6] = [
 /// page of them, a run, a node, a workflow, the queues) or acts on a queue; light otherwise.
 fn weight(head: &Head) -> Weight {
     let path = head.path.trim_end_matches('/');
-    if !path.starts_with("/api/") || LIGHT.contains(&path) { Weight::Light } else { Weight::Heavy }
+    let reads_store = (path.starts_with("/api/") && !LIGHT.contains(&path)) || path == METRICS;
+    if reads_store { Weight::Heavy } else { Weight::Light }
 }
 
 /// Whether a request's body is worth reading: only a POST's with a live session, and then
@@ -221,6 +226,9 @@ fn refused(ui: &Ui, head: &Head) -> Result<(), Reply> {
 
 /// The answer to one request (a page of at most `allowed` bytes), and a session cookie to set.
 fn answer(ui: &Ui, head: &Head, allowed: usize) -> (Reply, Option<String>) {
+    if head.path == METRICS {
+        return (metrics(ui, head), None);
+    }
     if !head.path.starts_with("/api/") {
         return (ui_assets::page_or_asset(&head.method, &head.path), None);
     }
@@ -236,6 +244,20 @@ fn answer(ui: &Ui, head: &Head, allowed: usize) -> (Reply, Option<String>) {
     let samples: Vec<Sample> = ui.samples.lock().iter().copied().collect();
     let request = ui_api::Request { method: &head.method, path: &head.path, query: &head.query };
     (ui_api::route(&ui.store, &request, &samples, allowed), None)
+}
+
+/// `GET /metrics`: the store's metrics in the Prometheus text format.
+fn metrics(ui: &Ui, head: &Head) -> Reply {
+    if head.method != "GET" {
+        return Reply::error(405, format!("{} is not allowed on {METRICS}", head.method));
+    }
+    if let Err(reply) = ui_session::may_read(ui, head) {
+        return reply;
+    }
+    match ui.store.metrics() {
+        Ok(metrics) => Reply::text(metrics.prometheus()),
+        Err(error) => ui_api::store_error(error),
+    }
 }
 
 #[cfg(test)]

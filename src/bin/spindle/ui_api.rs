@@ -62,6 +62,12 @@ impl Reply {
         Reply { status: 200, content_type: JSON, bytes: Cow::Owned(bytes) }
     }
 
+    /// 200 with a text body in the Prometheus exposition format.
+    pub fn text(body: String) -> Self {
+        let content_type = "text/plain; version=0.0.4; charset=utf-8";
+        Reply { status: 200, content_type, bytes: Cow::Owned(body.into_bytes()) }
+    }
+
     /// A file's bytes (borrowed when they are the binary's own).
     pub fn file(status: u16, content_type: &'static str, bytes: Cow<'static, [u8]>) -> Self {
         Reply { status, content_type, bytes }

@@ -597,11 +597,19 @@ impl Fields<'_, '_> {
             content_type: self.get("Content-Type"),
             csrf: self.get("X-Spindle-Csrf"),
             session: cookie.as_deref().and_then(crate::ui_session::session_cookie),
+            bearer: self.get("Authorization").as_deref().and_then(bearer_token),
             last_event_id: self.get("Last-Event-ID"),
             peer: None,
             body: String::new(),
         })
     }
+}
+
+/// The token of an `Authorization` header's value `Bearer TOKEN` (the scheme in any case).
+fn bearer_token(value: &str) -> Option<String> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
 }
 
 /// How reading a body ended.

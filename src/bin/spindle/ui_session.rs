@@ -40,12 +40,25 @@ pub fn session(ui: &Ui, head: &Head) -> (Reply, Option<String>) {
 }
 
 /// Whether the request may read: always, unless every read needs a signed-in session whose
-/// token still authenticates.
+/// token still authenticates, or an `Authorization: Bearer` token of the tenant.
 pub fn may_read(ui: &Ui, head: &Head) -> Result<(), Reply> {
-    if ui.settings.require_token {
-        token_store(ui, head)?;
+    if !ui.settings.require_token {
+        return Ok(());
     }
-    Ok(())
+    match &head.bearer {
+        Some(secret) => bearer_store(ui, secret).map(drop),
+        None => token_store(ui, head).map(drop),
+    }
+}
+
+/// The store view an `Authorization: Bearer` token of the tenant opens (a scraper's, which
+/// keeps no session): reads only, never an action.
+fn bearer_store(ui: &Ui, secret: &str) -> Result<Store, Reply> {
+    match ui.store.authenticate(secret) {
+        Ok(store) if store.tenant_id() == ui.store.tenant_id() => Ok(store),
+        Ok(_) => Err(Reply::error(403, "the token is another tenant's")),
+        Err(_) => Err(Reply::error(401, "the bearer token does not authenticate")),
+    }
 }
 
 /// A queue action (`POST /api/queues/Q/...`), once every check passes.

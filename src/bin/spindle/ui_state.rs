@@ -72,6 +72,8 @@ pub struct Head {
     pub csrf: Option<String>,
     /// The session id of the `Cookie` header.
     pub session: Option<String>,
+    /// The token of an `Authorization: Bearer` header: a scraper's (reads only).
+    pub bearer: Option<String>,
     /// The `Last-Event-ID` header of a reconnecting live stream.
     pub last_event_id: Option<String>,
     /// The client's address.

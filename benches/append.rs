@@ -10,6 +10,9 @@
 //! cargo bench --bench append -- --only-full 1     # likewise, under Durability::Full
 //! cargo bench --bench append -- --only-normal 16 --in-flight 8  # 8 appends kept in flight
 //!                                                  # per thread (Store::submit)
+//! cargo bench --bench append -- --count 20000   # 20,000 appends on an inline in-memory store,
+//!                                                  # one thread, no spinning: for callgrind's
+//!                                                  # instruction counts
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread (the same two statements per append, one append per
@@ -75,6 +78,9 @@ fn main() {
     if let Some(soak_secs) = value_of("--wal-soak") {
         return wal_soak(Duration::from_secs(soak_secs));
     }
+    if let Some(count) = value_of("--count") {
+        return counted(count);
+    }
     // --smoke: every configuration for a moment, to prove the bench still runs (CI does this).
     let smoke = args.iter().any(|a| a == "--smoke");
     let run = if smoke {
@@ -120,6 +126,19 @@ fn main() {
             pipelined.per_sec() / raw100.per_sec()
         );
     }
+}
+
+/// `count` appends on an inline in-memory store from this thread: no actor thread, no
+/// spinning, so an instruction count (valgrind --tool=callgrind) is the work itself.
+fn counted(count: u64) {
+    let options = Options { inline: true, ..Options::default() };
+    let store = Store::open_in_memory_with(options).expect("open");
+    let stream = Stream::custom("counted");
+    for n in 0..count {
+        store.events().append(&stream, "e", json!({ "n": n })).expect("append");
+    }
+    store.close().expect("close");
+    println!("{count} appends on an inline in-memory store");
 }
 
 fn cores() -> usize {

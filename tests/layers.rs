@@ -1,6 +1,7 @@
 //! The shape of the code, read from its own `use` lines and paths: the engine (`src/core/`)
 //! and the handle (`src/store.rs`, `src/subscription.rs`) name no domain; no domain names
-//! another; the one place that names the domains for them is `src/domains.rs`; the
+//! another; the one place that names the domains for them is `src/domains.rs`, and the one
+//! above them all is `src/metrics.rs` (every domain's counts for `Store::metrics`); the
 //! command-line tool's modules form no circle and share their helpers through `common.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,11 +11,12 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// The library's modules that are not domains: the engine, the handle, the registry and the
-/// leaf modules every layer may use.
+/// The library's modules that are not domains: the engine, the handle, the registry, the
+/// metrics above every domain, and the leaf modules every layer may use.
 const NOT_DOMAINS: &[&str] = &[
     "core",
     "domains",
+    "metrics",
     "store",
     "subscription",
     "error",
@@ -217,7 +219,7 @@ fn only_the_registry_and_the_crate_root_name_every_domain() {
     let mut naming_two = Vec::new();
     for file in rust_files(&src()) {
         let named = domains_named(&file);
-        let is_root = file == src().join("lib.rs") || file == src().join("domains.rs");
+        let is_root = ["lib.rs", "domains.rs", "metrics.rs"].iter().any(|f| file == src().join(f));
         let in_cli = file.starts_with(src().join("bin"));
         if named.len() > 1 && !is_root && !in_cli {
             naming_two.push(format!("{} names {named:?}", file.display()));

@@ -84,7 +84,8 @@ impl Metrics {
     /// ```
     /// # fn main() -> spindle::Result<()> {
     /// let store = spindle::Store::open_in_memory()?;
-    /// store.queue().enqueue("mail", serde_json::json!({"to": "a@example.com"}))?;
+    /// let item = spindle::NewItem::new("mail", serde_json::json!({"to": "a@example.com"}));
+    /// store.queue().enqueue(item)?;
     /// let text = store.metrics()?.prometheus();
     /// assert!(text.contains("spindle_queue_items{tenant=\"default\",queue=\"mail\",state=\"pending\"} 1"));
     /// # Ok(())

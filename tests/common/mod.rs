@@ -247,7 +247,7 @@ impl SharedStore {
     /// A raw client of the store's PostgreSQL schema (on its search path), as another
     /// process's: to hold its locks, or to end its sessions as an administrator would.
     #[cfg(feature = "postgres")]
-    pub fn raw_client(&self) -> postgres::Client {
+    pub fn raw_client(&self) -> spindle::postgres::Client {
         assert!(on_postgres(), "a raw PostgreSQL client of a SQLite store");
         raw_postgres(&self.location)
     }
@@ -302,8 +302,8 @@ fn raw_postgres_pairs(_: &str, _: &str) -> std::collections::BTreeSet<(String, S
 
 /// A raw client of the PostgreSQL location (its schema on the search path).
 #[cfg(feature = "postgres")]
-fn raw_postgres(location: &str) -> postgres::Client {
-    postgres::Client::connect(location, postgres::NoTls).expect("raw connection")
+fn raw_postgres(location: &str) -> spindle::postgres::Client {
+    spindle::postgres::Client::connect(location, spindle::postgres::NoTls).expect("raw connection")
 }
 
 #[cfg(feature = "postgres")]

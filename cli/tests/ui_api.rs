@@ -4,7 +4,6 @@
 //! followed to the end, bad input answered as JSON errors; the pages and assets; live events
 //! over Server-Sent Events; and the guards of queue actions (the flag, the session, its
 //! anti-forgery token, the origin, the token's tenant and role), each refusal writing nothing.
-#![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

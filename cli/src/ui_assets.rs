@@ -1,4 +1,4 @@
-//! The dashboard's pages, styles and scripts (`src/bin/spindle/ui/`), embedded in the binary:
+//! The dashboard's pages, styles and scripts (`cli/src/ui/`), embedded in the binary:
 //! one HTML shell for every page (the script draws the page its path names) and the files under
 //! `/assets/`. `dagre.min.js` is the graph layout library `@dagrejs/dagre` as npm ships it
 //! (MIT, `dagre.LICENSE.txt`).

@@ -6,7 +6,6 @@
 //! Each command writes its own start and end times, so "never twice at once" is read from
 //! what the commands saw, not from the store. `spindle prune` drops a finished run's dead
 //! items. (The dashboard's refusals are in `ui_api.rs`.)
-#![cfg(feature = "cli")]
 
 mod cli_common;
 

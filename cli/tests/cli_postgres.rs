@@ -80,7 +80,8 @@ mod on_postgres {
 
     /// Whether the server has a schema named `schema`.
     fn schema_exists(server: &str, schema: &str) -> bool {
-        let mut client = postgres::Client::connect(server, postgres::NoTls).expect("connect");
+        let mut client =
+            spindle::postgres::Client::connect(server, spindle::postgres::NoTls).expect("connect");
         let sql = "SELECT count(*) FROM pg_namespace WHERE nspname = $1";
         client.query_one(sql, &[&schema]).expect("count").get::<_, i64>(0) == 1
     }
@@ -104,9 +105,9 @@ mod on_postgres {
         assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
         let healthy = json(&spindle_in(&scratch, &["--db", &url, "--json", "check"]));
         assert_eq!(healthy["count_problems"], serde_json::json!([]), "{healthy}");
-        let mut raw = postgres::Client::connect(
+        let mut raw = spindle::postgres::Client::connect(
             &format!("{server} options='-csearch_path={schema}'"),
-            postgres::NoTls,
+            spindle::postgres::NoTls,
         )
         .expect("a raw connection");
         raw.batch_execute(

@@ -24,7 +24,6 @@
 //!
 //! The tests with two users run the binary as other uids (`setpriv`), so they need root; they
 //! print why and check nothing elsewhere.
-#![cfg(feature = "cli")]
 
 mod cli_common;
 

@@ -1,7 +1,6 @@
 //! The `spindle` command, run as a built binary: pipelines that complete, fail, handle errors,
 //! are refused, survive `kill -9` and stop on Ctrl-C; listings as JSON; the process listing;
 //! `events --follow` across processes.
-#![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

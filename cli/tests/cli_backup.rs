@@ -3,7 +3,6 @@
 //! into another path runs its pipeline on there, resumed, with nothing that finished run
 //! twice; a restore refuses a store that is open and writes nothing; a taken path, a bad
 //! backup and a PostgreSQL store are refused with exit 2, saying what to do.
-#![cfg(feature = "cli")]
 
 mod cli_common;
 

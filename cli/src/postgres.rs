@@ -24,7 +24,7 @@ pub fn meta(url: &str) -> Result<Value, CliError> {
         let key: String = row.try_get(0)?;
         Ok((key, Value::from(row.try_get::<_, i64>(1)?)))
     });
-    let pairs = pairs.collect::<Result<_, postgres::Error>>().map_err(postgres_error)?;
+    let pairs = pairs.collect::<Result<_, spindle::postgres::Error>>().map_err(postgres_error)?;
     Ok(Value::Object(pairs))
 }
 

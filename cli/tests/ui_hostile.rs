@@ -13,7 +13,6 @@
 //!
 //! The tests take turns (one lock): each measures how fast a normal request is answered, which
 //! another test's attack on the same two cores would blur.
-#![cfg(feature = "cli")]
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpStream};

@@ -2,7 +2,6 @@
 //! `cwd`, matrix nodes gathered before their successors, predecessors' outputs (also after a
 //! resume), `run --dry-run` and `graph show --format`, and bad input for each (exit 2,
 //! nothing written).
-#![cfg(feature = "cli")]
 
 mod cli_common;
 
@@ -210,7 +209,7 @@ fn dry_run_prints_the_plan_and_writes_nothing() {
     let json = s.spindle(&["--json", "run", "--dry-run", pipeline]);
     let plan: Value = serde_json::from_slice(&json.stdout).expect("the plan as JSON");
     assert_eq!(plan["graph"]["nodes"].as_array().map(Vec::len), Some(6), "{plan}");
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/matrix.toml");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/matrix.toml");
     let output = s.spindle(&["run", "--dry-run", example]);
     assert_eq!(output.status.code(), Some(0), "the example is good: {output:?}");
     assert!(!s.db().exists(), "a dry run does not create the store");

@@ -2,7 +2,6 @@
 //! they went), `RUN` arguments (an id prefix or a pipeline's name), `retry` (re-run what
 //! failed, keep what succeeded), and `logs` (what a node printed, also followed from a second
 //! process while the run is live). Bad input exits 2 and writes nothing.
-#![cfg(feature = "cli")]
 
 mod cli_common;
 

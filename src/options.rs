@@ -111,6 +111,12 @@ pub struct Options {
     /// [`Store::read`]: crate::Store::read
     /// [`Store::submit`]: crate::Store::submit
     pub readers: usize,
+    /// A writer batch that takes longer than this, from its first statement to its last reply,
+    /// is told to `tracing` as a warning and counted in [`Metrics::slow_batches`]. Default:
+    /// half a second.
+    ///
+    /// [`Metrics::slow_batches`]: crate::Metrics::slow_batches
+    pub slow_batch: Duration,
 }
 
 /// The most reader threads a store may have ([`Options::readers`]).
@@ -141,6 +147,7 @@ impl Default for Options {
             seed: None,
             vfs: None,
             readers: default_readers(),
+            slow_batch: Duration::from_millis(500),
         }
     }
 }

@@ -85,7 +85,14 @@ fn every_answered_op_and_every_transaction_is_counted_before_its_answer() -> spi
     assert!(refused.is_err());
     let last = store.metrics()?;
     assert_eq!(last.op_latency_seconds.count() - after.op_latency_seconds.count(), 2);
-    assert_eq!(last.slow_batches, 0);
+    // An op refused before it runs (a reader's write) is answered, and counted, too.
+    let (secret, _) = store.auth().create_token("eyes", spindle::Role::Reader, None)?;
+    let reader = store.authenticate(secret.expose())?;
+    let before_refusal = store.metrics()?.op_latency_seconds.count();
+    let refused = reader.events().append(Stream::custom("clicks"), "click", json!(0));
+    assert!(matches!(refused, Err(spindle::Error::Forbidden(_))), "{refused:?}");
+    let counted = store.metrics()?.op_latency_seconds.count() - before_refusal;
+    assert_eq!(counted, 2, "the refused append and this metrics read");
     store.close()
 }
 
@@ -110,6 +117,9 @@ fn histograms_keep_one_count_per_bucket_and_the_text_makes_them_cumulative() -> 
     let total = metrics.op_latency_seconds.count() as f64;
     assert_eq!(buckets.last().copied(), Some(total));
     assert!(text.contains(&format!("spindle_op_latency_seconds_count {total}")));
+    // Bounds in seconds as written by hand: 50 µs is 0.00005, not 0.000049999...
+    assert!(text.contains("spindle_op_latency_seconds_bucket{le=\"0.00005\"}"), "{text}");
+    assert!(text.contains("spindle_op_latency_seconds_bucket{le=\"0.025\"}"), "{text}");
     for line in text.lines().filter(|line| !line.starts_with('#')) {
         let (_, value) = line.rsplit_once(' ').expect("name and value");
         assert!(value.parse::<f64>().is_ok(), "a number: {line:?}");

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::json;
@@ -75,6 +76,16 @@ impl Subscriber for Recorder {
     fn exit(&self, _: &Id) {}
 }
 
+/// Runs `f` with `recorder` as this thread's subscriber. `tracing` caches per call site whether
+/// anyone listens, and another test's thread may have filled that cache while no recorder of
+/// this test was set: it is rebuilt first.
+fn recorded<T>(recorder: &Recorder, f: impl FnOnce() -> T) -> T {
+    tracing::subscriber::with_default(recorder.clone(), || {
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    })
+}
+
 fn inline_store() -> Store {
     Store::open_in_memory_with(Options { inline: true, ..Options::default() }).expect("open")
 }
@@ -83,9 +94,7 @@ fn inline_store() -> Store {
 fn each_batch_is_a_span_with_its_ops_outcome_and_duration() -> spindle::Result<()> {
     let recorder = Recorder::default();
     let store = inline_store();
-    tracing::subscriber::with_default(recorder.clone(), || {
-        store.events().append(Stream::custom("s"), "e", json!(1)).map(drop)
-    })?;
+    recorded(&recorder, || store.events().append(Stream::custom("s"), "e", json!(1)).map(drop))?;
     let lines = recorder.lines();
     let batch = lines.iter().position(|line| line == "span spindle.batch ops=1");
     let batch = batch.unwrap_or_else(|| panic!("no batch span in {lines:#?}"));
@@ -99,10 +108,29 @@ fn each_batch_is_a_span_with_its_ops_outcome_and_duration() -> spindle::Result<(
 }
 
 #[test]
+fn a_batch_slower_than_the_threshold_is_a_warning_and_counted() -> spindle::Result<()> {
+    let recorder = Recorder::default();
+    // Every batch takes longer than nothing.
+    let options = Options { inline: true, slow_batch: Duration::ZERO, ..Options::default() };
+    let store = Store::open_in_memory_with(options)?;
+    recorded(&recorder, || store.events().append(Stream::custom("s"), "e", json!(1)).map(drop))?;
+    let lines = recorder.lines();
+    let warned =
+        lines.iter().any(|line| line.starts_with("event WARN") && line.contains("slow batch"));
+    assert!(warned, "{lines:#?}");
+    assert!(store.metrics()?.slow_batches >= 1);
+    let normal = inline_store();
+    normal.events().append(Stream::custom("s"), "e", json!(1))?;
+    assert_eq!(normal.metrics()?.slow_batches, 0, "half a second is far from a batch's cost");
+    normal.close()?;
+    store.close()
+}
+
+#[test]
 fn a_refused_transaction_closure_is_a_warning() -> spindle::Result<()> {
     let recorder = Recorder::default();
     let store = inline_store();
-    let refused = tracing::subscriber::with_default(recorder.clone(), || {
+    let refused = recorded(&recorder, || {
         store.transaction(|tx| {
             tx.sqlite()?.execute_batch("PRAGMA query_only=ON")?;
             Ok(TxOutcome::Commit(()))
@@ -132,8 +160,7 @@ fn running_graphs_recovered_at_open_are_told() -> spindle::Result<()> {
     store.close()?;
     let recorder = Recorder::default();
     let options = Options { inline: true, ..Options::default() };
-    let reopened =
-        tracing::subscriber::with_default(recorder.clone(), || Store::open_with(&path, options))?;
+    let reopened = recorded(&recorder, || Store::open_with(&path, options))?;
     let lines = recorder.lines();
     let told = lines.iter().find(|line| line.contains("recovered the running graphs"));
     let told = told.unwrap_or_else(|| panic!("no recovery event in {lines:#?}"));

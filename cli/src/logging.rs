@@ -10,18 +10,29 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 /// Installs a subscriber printing to stderr: `RUST_LOG` (a list of `target=level` or a
 /// level, as `spindle=debug,warn`) if set and not empty, else the `-v` count (1 info, 2 debug,
-/// 3 or more trace, for the `spindle` targets). Returns why `RUST_LOG` cannot be read.
-pub(crate) fn install(verbose: u8, rust_log: Option<String>) -> Result<(), String> {
-    let targets = match rust_log.filter(|text| !text.trim().is_empty()) {
-        Some(text) => Targets::from_str(&text)
-            .map_err(|error| format!("RUST_LOG={text:?} is not a filter: {error}"))?,
-        None if verbose == 0 => return Ok(()),
+/// 3 or more trace, for the `spindle` targets). A `RUST_LOG` this syntax cannot read (one meant
+/// for another program's filter) is left aside for `-v`: the warning to print is returned.
+pub(crate) fn install(verbose: u8, rust_log: Option<String>) -> Option<String> {
+    let rust_log = rust_log.filter(|text| !text.trim().is_empty());
+    let (read, warning) = match rust_log.map(|text| (Targets::from_str(&text), text)) {
+        Some((Ok(targets), _)) => (Some(targets), None),
+        Some((Err(error), text)) => (
+            None,
+            Some(format!(
+                "RUST_LOG={text:?} is not a filter of targets and levels ({error}); ignored"
+            )),
+        ),
+        None => (None, None),
+    };
+    let targets = match read {
+        Some(targets) => targets,
+        None if verbose == 0 => return warning,
         None => Targets::new().with_target("spindle", level(verbose)),
     };
     let printer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false);
     // Only fails if a subscriber is installed already, which nothing else here does.
     let _ = tracing_subscriber::registry().with(printer).with(targets).try_init();
-    Ok(())
+    warning
 }
 
 /// The most detailed level `-v` repeated `verbose` times shows.
@@ -46,8 +57,9 @@ mod tests {
     }
 
     #[test]
-    fn a_rust_log_that_is_not_a_filter_is_refused_by_name() {
-        let refused = install(0, Some("spindle=loud".into())).expect_err("not a level");
-        assert!(refused.contains("RUST_LOG=\"spindle=loud\""), "{refused}");
+    fn a_rust_log_that_is_not_a_filter_is_named_in_a_warning() {
+        let warning = install(0, Some("spindle=loud".into())).expect("a warning");
+        assert!(warning.contains("RUST_LOG=\"spindle=loud\""), "{warning}");
+        assert_eq!(install(0, Some("  ".into())), None, "an empty RUST_LOG is no filter");
     }
 }

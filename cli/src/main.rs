@@ -289,9 +289,8 @@ enum QueueCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(message) = logging::install(cli.verbose, std::env::var("RUST_LOG").ok()) {
-        eprintln!("spindle: {message}");
-        return ExitCode::from(2);
+    if let Some(warning) = logging::install(cli.verbose, std::env::var("RUST_LOG").ok()) {
+        eprintln!("spindle: {warning}");
     }
     let out = Output::new(cli.json, cli.quiet, cli.color);
     match dispatch(cli, &out) {

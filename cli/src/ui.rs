@@ -218,7 +218,8 @@ fn refused(ui: &Ui, head: &Head) -> Result<(), Reply> {
     if !ui.host_allowed(head.host.as_deref()) {
         return Err(Reply::error(421, "this server answers to its own names only (see --host)"));
     }
-    if head.path.starts_with("/api/") && head.fetch_site.as_deref() == Some("cross-site") {
+    let reads_data = head.path.starts_with("/api/") || head.path == METRICS;
+    if reads_data && head.fetch_site.as_deref() == Some("cross-site") {
         return Err(Reply::error(403, "cross-site requests are refused"));
     }
     Ok(())

@@ -751,10 +751,12 @@ fn a_second_ctrl_c_kills_the_running_node_and_gives_its_item_back() {
 fn v_and_rust_log_tell_the_stores_work_on_stderr_only() {
     let s = Scratch::new();
     let pipeline = s.pipeline("told.json", json!({ "a": { "run": s.append("a") } }));
-    let quiet = s.run(&pipeline);
+    let quiet = s.command().env_remove("RUST_LOG").arg("run").arg(&pipeline).output().expect("run");
     assert_eq!(quiet.status.code(), Some(0), "{quiet:?}");
     assert!(!String::from_utf8_lossy(&quiet.stderr).contains("spindle: op"), "off by default");
-    let told = s.command().args(["-vvv", "run", "--fresh"]).arg(&pipeline).output().expect("run");
+    let mut told = s.command();
+    told.env_remove("RUST_LOG").args(["-vvv", "run", "--fresh"]).arg(&pipeline);
+    let told = told.output().expect("run");
     assert_eq!(told.status.code(), Some(0), "{told:?}");
     let stderr = String::from_utf8_lossy(&told.stderr);
     assert!(stderr.contains("spindle: op") && stderr.contains("TRACE"), "{stderr}");
@@ -763,7 +765,10 @@ fn v_and_rust_log_tell_the_stores_work_on_stderr_only() {
     let filtered = filtered.expect("runs");
     assert_eq!(filtered.status.code(), Some(0), "{filtered:?}");
     assert!(!String::from_utf8_lossy(&filtered.stderr).contains("TRACE"), "RUST_LOG wins over -v");
-    let bad = s.command().env("RUST_LOG", "spindle=loud").arg("runs").output().expect("runs");
-    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    // A RUST_LOG meant for another program's filter syntax is ignored with a warning: the
+    // command still does its work.
+    let bad = s.command().env("RUST_LOG", "spindle=loud").arg("runs").output();
+    let bad = bad.expect("runs");
+    assert_eq!(bad.status.code(), Some(0), "{bad:?}");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("RUST_LOG"), "{bad:?}");
 }

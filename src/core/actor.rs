@@ -41,7 +41,7 @@ use crate::core::clock::Stamp;
 use crate::core::conn::{Conn, RELEASE_OP, ROLLBACK_TO_OP, SAVEPOINT_OP};
 use crate::core::db::args;
 use crate::core::events::OwnedStreams;
-use crate::core::meter::{Meter, SLOW_BATCH};
+use crate::core::meter::Meter;
 use crate::core::msg::{Applied, Job, Msg};
 use crate::core::op::Access;
 use crate::core::publish::{LiveRequest, Published, Publisher};
@@ -251,6 +251,8 @@ struct Actor {
     state: Arc<ActorState>,
     /// Recent cost of a write commit, in microseconds (moving average).
     commit_us: u64,
+    /// A batch longer than this is told and counted (`Options::slow_batch`).
+    slow_batch: Duration,
     /// When the alarm job is next due (set by committed jobs through `Tx::set_alarm`).
     alarm_ms: Option<i64>,
     /// Builds the job that runs when the alarm is due.
@@ -327,6 +329,7 @@ impl Actor {
             poisoned: None,
             state,
             commit_us: 0,
+            slow_batch: options.slow_batch,
             alarm_ms: None,
             alarm_job: hooks.alarm_job,
             owned_streams: hooks.owned_streams,
@@ -485,8 +488,9 @@ impl Actor {
         }
     }
 
-    /// Runs `jobs` in one transaction under a `tracing` span of the batch (its ops, whether it
-    /// writes, its outcome and how long it took), and counts it.
+    /// Runs `jobs` in one transaction (or, after one is lost midway, the rest in another) under
+    /// a `tracing` span of the batch: its ops, whether its last transaction committed, and how
+    /// long it took; a slow one is told and counted.
     fn run_one_batch(&mut self, jobs: Vec<Job>) {
         let started = Instant::now();
         let ops = jobs.len();
@@ -501,7 +505,7 @@ impl Actor {
         let outcome = if committed { "committed" } else { "not committed" };
         span.record("outcome", outcome);
         span.record("duration_us", u64::try_from(spent.as_micros()).unwrap_or(u64::MAX));
-        if spent > SLOW_BATCH {
+        if spent > self.slow_batch {
             Meter::count(&self.state.meter.slow_batches);
             let spent_ms = spent.as_millis();
             tracing::warn!(ops, outcome, spent_ms, "spindle: a slow batch");
@@ -536,7 +540,7 @@ impl Actor {
                 if let Err(error) = self.conn.begin(writes, &tenants) {
                     // Another connection holds the lock: the rest would only wait again.
                     for job in std::iter::once(job).chain(jobs.drain(..)) {
-                        job.refuse(error.replicate());
+                        job.refuse(error.replicate(), &self.state.meter);
                     }
                     self.retry_alarm(carried, now_ms);
                     return false;
@@ -559,7 +563,7 @@ impl Actor {
             if let Some(reason) = &self.poisoned {
                 // Nothing more runs on a connection the store cannot trust.
                 for job in jobs.drain(..) {
-                    job.refuse(Error::Poisoned(reason.clone()));
+                    job.refuse(Error::Poisoned(reason.clone()), &self.state.meter);
                 }
             }
             if is_alarm {
@@ -601,16 +605,16 @@ impl Actor {
     /// Refuses a job that must not run (poisoned store, role, read-only) and passes the rest.
     fn admit(&self, job: Job) -> Option<Job> {
         if let Some(reason) = &self.poisoned {
-            job.refuse(Error::Poisoned(reason.clone()));
+            job.refuse(Error::Poisoned(reason.clone()), &self.state.meter);
             return None;
         }
         if !job.scope.role.allows(job.access) {
             let error = forbidden(job.label, job.scope.role);
-            job.refuse(error);
+            job.refuse(error, &self.state.meter);
             return None;
         }
         if self.read_only && job.writes {
-            job.refuse(Error::ReadOnly);
+            job.refuse(Error::ReadOnly, &self.state.meter);
             return None;
         }
         // A reader may have found it corrupt too.
@@ -619,7 +623,7 @@ impl Actor {
             && let Some(found) = corrupt()
         {
             let refused = format!("writes are refused since the file was found corrupt: {found}");
-            job.refuse(Error::Corrupt(refused));
+            job.refuse(Error::Corrupt(refused), &self.state.meter);
             return None;
         }
         Some(job)
@@ -635,9 +639,9 @@ impl Actor {
                 Ok(true) => {}
                 Ok(false) => {
                     let tenant = job.scope.tenant.to_string();
-                    return job.refuse(Error::TenantSuspended(tenant));
+                    return job.refuse(Error::TenantSuspended(tenant), &self.state.meter);
                 }
-                Err(error) => return job.refuse(error),
+                Err(error) => return job.refuse(error, &self.state.meter),
             }
         }
         tracing::trace!(op = job.label, writes = job.writes, "spindle: op");
@@ -645,7 +649,7 @@ impl Actor {
         let savepoint = needs_savepoint && !alone;
         let undo_by_rollback = needs_savepoint && alone;
         if savepoint && let Err(error) = self.conn.statement(SAVEPOINT_OP) {
-            job.refuse(error.replicate());
+            job.refuse(error.replicate(), &self.state.meter);
             return self.abandon(batch, &error);
         }
         let scope = job.scope.clone();
@@ -811,7 +815,10 @@ impl Actor {
             self.poisoned = Some(reason);
             self.state.poisoned.store(true, Ordering::SeqCst);
         }
-        self.state.meter.transaction(batch.applied.len(), false);
+        if batch.open {
+            // Once per transaction: a second call (poisoning after a lost one) has none left.
+            self.state.meter.transaction(batch.applied.len(), false);
+        }
         for applied in batch.applied.drain(..) {
             let commit_error = applied.keep.then(|| cause.replicate());
             applied.deliver(commit_error, &self.state.meter);

@@ -30,13 +30,9 @@ pub(crate) struct Meter {
     pub(crate) latency_us: Buckets<{ LATENCY_BOUNDS_US.len() + 1 }>,
     /// Ops run again after losing to another transaction (PostgreSQL).
     pub(crate) conflict_retries: AtomicU64,
-    /// Writer batches that took longer than `SLOW_BATCH`.
+    /// Writer batches that took longer than `Options::slow_batch`.
     pub(crate) slow_batches: AtomicU64,
 }
-
-/// A batch that takes longer than this (from its first statement to its last reply) is told to
-/// `tracing` as a warning and counted.
-pub(crate) const SLOW_BATCH: Duration = Duration::from_millis(500);
 
 impl Meter {
     /// One transaction of `jobs` jobs ended, committed or rolled back.

@@ -176,9 +176,10 @@ impl Job {
         applied
     }
 
-    /// Answers the job with `error` without running it.
-    pub(crate) fn refuse(self, error: Error) {
-        let Job { work, in_flight, .. } = self;
+    /// Answers the job with `error` without running it, counting its latency in `meter` first.
+    pub(crate) fn refuse(self, error: Error, meter: &Meter) {
+        let Job { work, in_flight, sent_at, .. } = self;
+        meter.answered(sent_at.elapsed());
         work.refuse(error);
         drop(in_flight);
     }
@@ -208,6 +209,8 @@ impl Applied {
         }
         let again = self.again.take()?;
         self.deliver = Box::new(|_| {});
+        // Answered (and counted) when its run in the later transaction is.
+        self.sent_at = None;
         Some(again)
     }
 

@@ -186,17 +186,20 @@ impl Reader {
     /// Runs one job in a read transaction of its own and answers it.
     fn answer(&mut self, job: Job) {
         if self.state.poisoned.load(Ordering::SeqCst) {
-            return job.refuse(Error::Poisoned("the store's writer stopped: reopen it".into()));
+            return job.refuse(
+                Error::Poisoned("the store's writer stopped: reopen it".into()),
+                &self.state.meter,
+            );
         }
         if self.state.exited.load(Ordering::SeqCst) {
-            return job.refuse(Error::Closed);
+            return job.refuse(Error::Closed, &self.state.meter);
         }
         if !job.scope.role.allows(job.access) {
             let error = forbidden(job.label, job.scope.role);
-            return job.refuse(error);
+            return job.refuse(error, &self.state.meter);
         }
         if let Err(error) = self.conn.begin(false, &[]) {
-            return job.refuse(error);
+            return job.refuse(error, &self.state.meter);
         }
         let scope = job.scope.clone();
         let engine = Engine {

@@ -27,6 +27,7 @@ use crate::store::Store;
 /// Where a tenant is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TenantStatus {
     /// Reads and writes.
     Active,

@@ -14,6 +14,7 @@ use crate::limits::Limits;
 
 /// What an acknowledged commit survives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Durability {
     /// `synchronous=FULL`: a commit survives a process crash and a power loss. The default.
     #[default]

@@ -435,7 +435,7 @@ fn leases_go_on(store: &Store, source: &Source) -> spindle::Result<()> {
     let other = LeaseOwner::new("worker-3", "boot-3");
     match processes.claim_lease("build-7", &other, 30_000)? {
         LeaseClaim::Busy { holder } => assert_eq!(holder, source.live_lease),
-        LeaseClaim::Acquired(lease) => panic!("the live lease was lost: {lease:?}"),
+        other => panic!("the live lease was lost: {other:?}"),
     }
     let renewed = processes.renew_lease(&source.live_lease, 30_000)?;
     processes.complete_lease(&renewed)?;

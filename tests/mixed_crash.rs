@@ -717,6 +717,7 @@ mod child {
                     match queue.fail(&id, fence, "crash test", true).expect("fail") {
                         FailOutcome::Retrying { .. } => "retry".to_owned(),
                         FailOutcome::DeadLettered => "dead".to_owned(),
+                        other => panic!("fail {id}: {other:?}"),
                     }
                 });
             } else {
@@ -741,6 +742,7 @@ mod child {
                         fence
                     }
                     Ok(LeaseClaim::Busy { .. }) => "busy".to_owned(),
+                    Ok(other) => panic!("claim {id}: {other:?}"),
                     Err(e) => panic!("claim {id}: {e}"),
                 });
                 self.lease = got;

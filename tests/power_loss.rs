@@ -278,6 +278,7 @@ fn check_present(present: &[bool], acks: &[Ack], case: &Case) {
                 );
             }
         }
+        other => panic!("{case:?}: no rule for {other:?}"),
     }
 }
 

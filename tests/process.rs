@@ -78,14 +78,14 @@ fn owner(id: &str, incarnation: &str) -> LeaseOwner {
 fn acquired(claim: LeaseClaim) -> ProcessLease {
     match claim {
         LeaseClaim::Acquired(lease) => lease,
-        LeaseClaim::Busy { holder } => panic!("expected the lease, busy with {holder:?}"),
+        other => panic!("expected the lease, got {other:?}"),
     }
 }
 
 fn busy_holder(claim: LeaseClaim) -> ProcessLease {
     match claim {
         LeaseClaim::Busy { holder } => holder,
-        LeaseClaim::Acquired(lease) => panic!("expected busy, acquired {lease:?}"),
+        other => panic!("expected busy, got {other:?}"),
     }
 }
 

@@ -202,6 +202,7 @@ impl Worker {
                 );
                 self.seen.busy_holders.push(holder);
             }
+            other => panic!("worker {}: a claim answered {other:?}", self.id),
         }
     }
 

@@ -214,6 +214,7 @@ impl Harness {
         match expected {
             Ok(FailOutcome::DeadLettered) => c.dead_lettered += 1,
             Ok(FailOutcome::Retrying { .. }) => c.retries += 1,
+            Ok(other) => panic!("{context}: the model answered {other:?}"),
             Err(_) => {}
         }
         compare(&context, self.store.queue().fail(&id, fence, "boom", retryable), expected)

@@ -52,6 +52,8 @@ pub fn condition_label(condition: Option<&TokenColor>) -> String {
         Some(TokenColor::Ok) => "ok".into(),
         Some(TokenColor::Error) => "error".into(),
         Some(TokenColor::Named { name }) => name.clone(),
+        // A colour a later library adds: its debug form.
+        Some(other) => format!("{other:?}"),
     }
 }
 

@@ -791,7 +791,8 @@ impl Run {
                     self.kill.store(true, Ordering::SeqCst);
                     return Ok(self.end(Ending::Failed));
                 }
-                GraphStatus::Pending | GraphStatus::Running => {}
+                // Pending, running, or a status a later library adds: drive it on.
+                _ => {}
             }
             if self.stop.load(Ordering::SeqCst) {
                 if claiming {

@@ -226,6 +226,10 @@ pub fn plan_retry(store: &Store, wanted: &str, node: Option<&str>) -> Result<Ret
             vec![node.to_owned()]
         }
         (GraphStatus::Complete | GraphStatus::Failed, None) => first_failures(store, &graph)?,
+        (other, _) => {
+            let status = other.as_str();
+            return Err(CliError::Bad(format!("run {id} is {status}: this build cannot retry it")));
+        }
     };
     if status.is_terminal() && reopen.is_empty() {
         return Err(CliError::Bad(format!(

@@ -39,6 +39,7 @@ pub struct Stream {
 /// What a stream belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StreamKind {
     /// A workflow execution's history.
     Execution,

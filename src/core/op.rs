@@ -66,6 +66,7 @@ pub trait Op: fmt::Debug + Clone + Send + 'static + sealed::Sealed {
 
 /// What an operation does to the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Access {
     /// Reads only.
     Read,
@@ -80,6 +81,7 @@ pub enum Access {
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Role {
     /// May only read.
     Reader,
@@ -110,6 +112,9 @@ impl Role {
 }
 
 /// The explicit end of a unit of work: commit it or roll it back, and hand `T` back either way.
+///
+/// Unlike the crate's other enums this one is exhaustive, and stays so: a transaction ends in
+/// one of these two ways, so a `match` on it needs no wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxOutcome<T> {
     /// Keep everything the unit of work wrote.

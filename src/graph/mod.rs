@@ -65,6 +65,7 @@ pub type NodeId = String;
 /// The colour of a token; edge conditions route on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TokenColor {
     /// Success: what a completed node sends by default.
     #[default]
@@ -121,6 +122,7 @@ impl Token {
 /// What a node produced: one token or many.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum NodeOutput {
     /// One token.
     Single(Token),
@@ -149,6 +151,7 @@ impl NodeOutput {
 /// Which of its inputs a Gather node puts in its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum GatherStrategy {
     /// Every token delivered to it.
     All,
@@ -162,6 +165,7 @@ pub enum GatherStrategy {
 /// What a node is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum NodeSpec {
     /// Work a caller does: it starts, then completes or fails the node.
     Task {
@@ -210,6 +214,7 @@ impl NodeSpec {
 /// self-loop always fires its node again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum JoinType {
     /// Every inbound edge holds a token.
     #[default]
@@ -239,6 +244,7 @@ impl JoinType {
 /// Where a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum NodeStatus {
     /// Waiting for its inputs.
     Pending,
@@ -283,6 +289,7 @@ impl NodeStatus {
 /// Where a graph is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum GraphStatus {
     /// Being built; not started.
     Pending,
@@ -487,6 +494,7 @@ pub struct Recovered {
 /// them with `node`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum GraphEvent {
     /// A node is enabled: run it.
     NodeReady {

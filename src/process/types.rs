@@ -46,6 +46,7 @@ impl SessionScope {
 /// Who started a process.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Originator {
     /// The host application.
     #[default]
@@ -251,6 +252,7 @@ pub struct WakeSpec {
 /// What makes two wakes the same one: their id is a hash of the target scope and this key.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DedupeKey {
     /// The event itself: `<process id>:<seq>`.
     #[default]
@@ -264,6 +266,7 @@ pub enum DedupeKey {
 /// Picks a value out of an event's payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Selector {
     /// The whole payload.
     Payload,
@@ -285,6 +288,7 @@ pub enum Selector {
 /// The state a terminal event ends its process in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TerminalState {
     /// It succeeded.
     Completed,
@@ -308,6 +312,7 @@ impl TerminalState {
 /// What a finished process leaves for those awaiting it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AwaitOutput {
     /// It succeeded with a value.
     Success {
@@ -359,6 +364,7 @@ impl AwaitOutput {
 /// Where a process is in its life.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ProcessStatus {
     /// Not finished (waiting processes are running too).
     #[default]
@@ -435,6 +441,7 @@ impl From<WaitState> for WaitKind {
 /// What a process can wait for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum WaitKind {
     /// A signal: an event of type `event_type` (by convention `signal.<name>`) keyed `key`.
     Signal {
@@ -588,6 +595,7 @@ pub struct ProcessCounts {
 /// Which statuses a listing shows. The default is running processes only, as in the seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StatusFilter {
     /// Running (waiting ones included).
     #[default]
@@ -783,6 +791,7 @@ impl LeaseOwner {
 /// How to tell whether a lease holder is alive.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Liveness {
     /// An operating-system process on a host: dead when, on the same host and boot, its pid
     /// is gone or belongs to a process started at another time.
@@ -820,6 +829,7 @@ pub struct ProcessLease {
 
 /// The outcome of claiming a lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum LeaseClaim {
     /// The caller holds it.
     Acquired(ProcessLease),

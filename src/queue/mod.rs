@@ -155,6 +155,7 @@ impl NewItem {
 /// Where an item is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ItemStatus {
     /// Waiting to be claimed (due, or scheduled for `run_at_ms`).
     Pending,
@@ -259,6 +260,7 @@ pub struct Claimed {
 
 /// What a failure did to the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum FailOutcome {
     /// It will be due again at `run_at_ms`.
     Retrying {

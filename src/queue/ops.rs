@@ -168,6 +168,7 @@ pub struct FailAndClaim {
 
 /// How a worker ends its hold on an item, in a [`Cycle`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Settlement {
     /// Completes it (as [`Complete`]).
     Complete(Completion),
@@ -190,6 +191,7 @@ impl Settlement {
 
 /// What a [`Settlement`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Settled {
     /// The item is completed.
     Completed,

@@ -82,6 +82,7 @@ pub struct Worker {
 
 /// What a handler made of its item.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The work is done: complete the item with this result.
     Complete(Value),

@@ -47,6 +47,7 @@ pub type ExecutionId = String;
 /// Where an execution is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum WorkflowStatus {
     /// Created, not started.
     Pending,

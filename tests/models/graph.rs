@@ -247,6 +247,7 @@ pub fn check_join(node: &Node, tokens: &[u64], status: GraphStatus, late: bool, 
     let met = match node.join {
         JoinType::All => filled == tokens.len(),
         JoinType::Any => tokens.is_empty() || filled > 0,
+        other => panic!("{context}: the model has no rule for the join {other:?}"),
     };
     let ran = matches!(node.status, NodeStatus::Complete | NodeStatus::Failed);
     assert!(!ran || met || late, "{context}: {node:?} ran with inputs {tokens:?}");

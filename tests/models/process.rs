@@ -168,7 +168,9 @@ impl Model {
 
     pub fn set_wait(&mut self, p: usize, wait: &WaitKind, now_ms: i64) -> Expect<ProcessRecord> {
         let process = self.processes.get_mut(&p).ok_or(Refusal::NotFound)?;
-        let WaitKind::Signal { name, .. } = wait;
+        let WaitKind::Signal { name, .. } = wait else {
+            panic!("the model has no rule for the wait {wait:?}");
+        };
         if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
             return Err(Refusal::InvalidInput);
         }

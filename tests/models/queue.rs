@@ -83,6 +83,7 @@ impl QueueModel {
                 match settle(item, now_ms, true) {
                     FailOutcome::DeadLettered => swept.dead_lettered += 1,
                     FailOutcome::Retrying { .. } => swept.retried += 1,
+                    other => panic!("the model's settle made {other:?}"),
                 }
             }
         }

@@ -59,6 +59,7 @@ pub fn lifecycle_event(from: WorkflowStatus, to: WorkflowStatus) -> &'static str
         (_, WorkflowStatus::Cancelled) => "workflow.cancelled",
         (_, WorkflowStatus::LimitExceeded) => "workflow.limit_exceeded",
         (_, WorkflowStatus::Pending) => "workflow.pending",
+        (_, other) => panic!("the model has no event for a move to {other:?}"),
     }
 }
 

@@ -113,9 +113,10 @@ pub enum Error {
     /// An operation panicked; its work was rolled back and the store is still usable.
     #[error("operation {0} panicked")]
     OpPanicked(String),
-    /// Any other SQLite error.
+    /// Any other SQLite error: its result codes and message, with SQLite's binding's own
+    /// error as its `source()` (the binding's type is not part of this crate's API).
     #[error("sqlite: {0}")]
-    Sqlite(#[source] rusqlite::Error),
+    Sqlite(#[source] SqliteError),
     /// The call asked for what only another engine has (`Tx::sqlite` on a PostgreSQL store,
     /// say); it did nothing.
     #[error("this store runs on another engine: {0} is not available")]
@@ -181,7 +182,7 @@ impl Error {
             Self::Closed => Self::Closed,
             Self::Poisoned(m) => Self::Poisoned(m.clone()),
             Self::OpPanicked(m) => Self::OpPanicked(m.clone()),
-            Self::Sqlite(e) => Self::from_sqlite_ref(e),
+            Self::Sqlite(e) => Self::from_sqlite_ref(&e.0),
             Self::Postgres(m) => Self::Postgres(m.clone()),
             Self::WrongEngine(m) => Self::WrongEngine(m.clone()),
             Self::Json(e) => Self::Json(<serde_json::Error as serde::de::Error>::custom(e)),
@@ -196,10 +197,10 @@ impl Error {
     pub(crate) fn from_sqlite_ref(error: &rusqlite::Error) -> Self {
         let rusqlite::Error::SqliteFailure(code, message) = error else {
             let text = error.to_string();
-            return Self::Sqlite(rusqlite::Error::SqliteFailure(
+            return Self::Sqlite(SqliteError(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
                 Some(text),
-            ));
+            )));
         };
         match code.code {
             ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Self::Busy,
@@ -215,7 +216,7 @@ impl Error {
                 SQLITE_FOUND_CORRUPTION.with(|found| found.set(true));
                 Self::Corrupt(message.clone().unwrap_or_else(|| code.to_string()))
             }
-            _ => Self::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone())),
+            _ => Self::Sqlite(SqliteError(rusqlite::Error::SqliteFailure(*code, message.clone()))),
         }
     }
 }
@@ -241,8 +242,43 @@ impl From<rusqlite::Error> for Error {
             {
                 Self::Forbidden(format!("a transaction closure's SQL may not do this: {msg}"))
             }
-            _ => Self::Sqlite(error),
+            _ => Self::Sqlite(SqliteError(error)),
         }
+    }
+}
+
+/// An error SQLite reported that no other variant of [`Error`] names: its result codes and
+/// its message. SQLite's binding's own error is its `source()`.
+#[derive(Debug)]
+pub struct SqliteError(pub(crate) rusqlite::Error);
+
+impl SqliteError {
+    /// SQLite's primary result code (`SQLITE_CANTOPEN` is 14, see
+    /// <https://sqlite.org/rescode.html>), when SQLite itself failed; `None` for an error of
+    /// the binding (a value of the wrong type, say).
+    pub fn code(&self) -> Option<i32> {
+        self.extended_code().map(|code| code & 0xff)
+    }
+
+    /// SQLite's extended result code (`SQLITE_IOERR_FSYNC` is 1034), when SQLite itself failed.
+    pub fn extended_code(&self) -> Option<i32> {
+        match &self.0 {
+            rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
+            rusqlite::Error::SqlInputError { error, .. } => Some(error.extended_code),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SqliteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SqliteError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
     }
 }
 
@@ -269,12 +305,15 @@ mod tests {
     #[test]
     fn mapping_by_reference_copies_the_message() {
         let original = failure(rusqlite::ffi::SQLITE_CONSTRAINT);
-        let Error::Sqlite(rusqlite::Error::SqliteFailure(code, message)) =
-            Error::from_sqlite_ref(&original)
-        else {
+        let Error::Sqlite(error) = Error::from_sqlite_ref(&original) else {
             panic!("expected a plain sqlite error");
+        };
+        let SqliteError(rusqlite::Error::SqliteFailure(code, message)) = &error else {
+            panic!("expected SQLite's failure");
         };
         assert_eq!(code.code, ErrorCode::ConstraintViolation);
         assert_eq!(message.as_deref(), Some("m"));
+        assert_eq!(error.code(), Some(rusqlite::ffi::SQLITE_CONSTRAINT));
+        assert!(std::error::Error::source(&error).is_some(), "the binding's error");
     }
 }

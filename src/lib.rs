@@ -129,7 +129,7 @@ pub use crate::core::op::{Access, Op, Role, TxOutcome};
 pub use crate::core::pg_sql::PgSql;
 pub use crate::core::sql::Sql;
 pub use crate::core::tx::Tx;
-pub use crate::error::{Error, Result};
+pub use crate::error::{Error, Result, SqliteError};
 pub use crate::graph::{
     Edge, GatherStrategy, Graph, GraphEvent, GraphFilter, GraphId, GraphStatus, Graphs, JoinType,
     Node, NodeCounts, NodeId, NodeOptions, NodeOutput, NodeSpec, NodeStatus, Recovered, Token,

@@ -292,8 +292,8 @@ fn a_read_only_file_system_cannot_open_and_the_store_is_whole_once_writable_agai
     // SQLite (short of `immutable=1`), read-only open or not: the open is refused, typed.
     for options in [Options::default(), Options { read_only: true, ..Options::default() }] {
         match Store::open_with(&path, options) {
-            Err(Error::Sqlite(rusqlite::Error::SqliteFailure(failure, _))) => {
-                assert_eq!(failure.code, rusqlite::ErrorCode::CannotOpen);
+            Err(Error::Sqlite(error)) => {
+                assert_eq!(error.code(), Some(rusqlite::ffi::SQLITE_CANTOPEN), "{error}");
             }
             other => panic!("expected CannotOpen, got {:?}", other.map(|_| "a store")),
         }

@@ -173,7 +173,8 @@ impl<'a> Db<'a> {
         args: &[Arg<'_>],
         map: impl FnOnce(&Row<'_>) -> Result<T>,
     ) -> Result<T> {
-        self.query_opt(sql, args, map)?.ok_or(Error::Sqlite(rusqlite::Error::QueryReturnedNoRows))
+        self.query_opt(sql, args, map)?
+            .ok_or(Error::Sqlite(crate::error::SqliteError(rusqlite::Error::QueryReturnedNoRows)))
     }
 
     /// Every row of a query, each mapped by `map`.

@@ -749,7 +749,7 @@ pub(crate) fn column<T: Column>(row: &postgres::Row, index: usize) -> Result<T> 
         Some((ty, bytes)) => value_ref(&ty, bytes)?,
     };
     T::column_result(value).map_err(|error| {
-        Error::Sqlite(rusqlite::Error::FromSqlConversionFailure(
+        Error::from(rusqlite::Error::FromSqlConversionFailure(
             index,
             value.data_type(),
             Box::new(error),

@@ -42,7 +42,7 @@ use std::borrow::Cow;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SqliteError};
 
 /// The files SQLite keeps beside a store's: the write-ahead log, its index, and the rollback
 /// journal (a store in WAL mode has one only while it is first made).
@@ -98,7 +98,7 @@ pub(crate) fn check_before_open(path: &Path, read_only: bool) -> Result<()> {
 pub(crate) fn explain(path: &Path, read_only: bool, error: Error) -> Error {
     let about_access = match &error {
         Error::ReadOnly => true,
-        Error::Sqlite(rusqlite::Error::SqliteFailure(failure, _)) => matches!(
+        Error::Sqlite(SqliteError(rusqlite::Error::SqliteFailure(failure, _))) => matches!(
             failure.code,
             rusqlite::ErrorCode::CannotOpen
                 | rusqlite::ErrorCode::PermissionDenied

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
-use crate::core::actor::{self, ActorState, EngineHooks, Inline, spin_recv};
+use crate::core::actor::{self, EngineHooks, Inline, spin_recv};
 use crate::core::backup::{self, BackupProgress, BackupReport};
 use crate::core::bell::Bell;
 use crate::core::clock::Clock;
@@ -27,6 +27,7 @@ use crate::core::presence::{HoldAlone, ReleaseAlone};
 use crate::core::publish::Filter;
 use crate::core::readers::Readers;
 use crate::core::schema::Location;
+use crate::core::state::ActorState;
 use crate::core::tx::{Scope, Tx};
 use crate::error::{Error, Result};
 use crate::limits::Limits;

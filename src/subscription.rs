@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError, bounded};
 
-use crate::core::actor::ActorState;
 use crate::core::events::{Event, Read, ReadAll};
 use crate::core::msg::Msg;
 use crate::core::publish::{Filter, LiveRequest};
+use crate::core::state::ActorState;
 use crate::core::tx::Scope;
 use crate::error::{Error, Result};
 use crate::store::{LIVENESS_CHECK, Shared};

@@ -262,3 +262,53 @@ fn the_command_line_tools_modules_form_no_circle() {
         }
     }
 }
+
+/// The engine's modules (`src/core/NAME.rs`, or a folder `src/core/NAME/`) each names: every
+/// `crate::core::NAME` path in its code (not only `use` lines), and `super::NAME` in a file
+/// directly under `src/core/`.
+fn core_edges() -> BTreeMap<String, BTreeSet<String>> {
+    let core = src().join("core");
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in rust_files(&core) {
+        let relative = file.strip_prefix(&core).expect("below core");
+        let first = relative.components().next().expect("a name");
+        let module = first.as_os_str().to_string_lossy().trim_end_matches(".rs").to_owned();
+        if module == "mod" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        let mut code = without_comments(&text);
+        if relative.components().count() == 1 {
+            code = code.replace("super::", "crate::core::");
+        }
+        let named = edges.entry(module.clone()).or_default();
+        for (at, _) in code.match_indices("crate::core::") {
+            let rest = code[at + "crate::core::".len()..].trim_start();
+            match rest.strip_prefix('{') {
+                Some(group) => named.extend(top_level_names(group)),
+                None => {
+                    named.insert(leading_name(rest));
+                }
+            }
+        }
+        named.remove(&module);
+        named.remove("");
+    }
+    edges
+}
+
+#[test]
+fn only_the_stores_threads_name_the_actor_and_the_connection() {
+    let edges = core_edges();
+    assert!(edges.len() > 15, "the engine's modules were read: {edges:?}");
+    let threads = ["actor", "readers"];
+    let mut found = Vec::new();
+    for (module, named) in &edges {
+        for above in ["actor", "conn"] {
+            if named.contains(above) && !threads.contains(&module.as_str()) {
+                found.push(format!("core/{module} names core/{above}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "what both need belongs below them (state.rs, db.rs): {found:#?}");
+}

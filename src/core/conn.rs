@@ -16,7 +16,6 @@ use rusqlite::Connection;
 use rusqlite::wal::CheckpointMode;
 use sha2::{Digest, Sha256};
 
-use crate::core::actor::ActorState;
 use crate::core::checkpoint::WalSchedule;
 use crate::core::db::Db;
 use crate::core::fresh;
@@ -28,15 +27,10 @@ use crate::core::pg::PgConn;
 use crate::core::presence::Presence;
 use crate::core::publish::{LiveRequest, Publisher};
 use crate::core::schema::{self, Kept, Location};
+use crate::core::state::ActorState;
 use crate::core::tx::SqliteParts;
 use crate::error::{Error, Result};
 use crate::options::Options;
-
-/// The savepoint every job of a batch runs under (unless it needs none), and the statements
-/// that keep or undo its work.
-pub(crate) const SAVEPOINT_OP: &str = "SAVEPOINT op";
-pub(crate) const RELEASE_OP: &str = "RELEASE op";
-pub(crate) const ROLLBACK_TO_OP: &str = "ROLLBACK TO op";
 
 /// The page cache of a read-only connection (a reader's), in KiB (SQLite reads a negative
 /// `cache_size` as KiB): 16 MiB, pages allocated as they are used.

@@ -14,6 +14,12 @@ use rusqlite::{Connection, params_from_iter};
 use crate::core::pg::PgConn;
 use crate::error::{Error, Result};
 
+/// The savepoint every job of a batch runs under (unless it needs none), and the statements
+/// that keep or undo its work: the same text on both engines.
+pub(crate) const SAVEPOINT_OP: &str = "SAVEPOINT op";
+pub(crate) const RELEASE_OP: &str = "RELEASE op";
+pub(crate) const ROLLBACK_TO_OP: &str = "ROLLBACK TO op";
+
 /// The connection of the open transaction, for the crate's own statements.
 #[derive(Clone, Copy)]
 pub(crate) enum Db<'a> {

@@ -33,5 +33,6 @@ pub(crate) mod publish;
 pub(crate) mod readers;
 pub(crate) mod schema;
 pub(crate) mod sql;
+pub(crate) mod state;
 pub(crate) mod store_file;
 pub(crate) mod tx;

@@ -19,11 +19,11 @@ use postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 use rusqlite::types::ValueRef;
 
-use crate::core::actor::ActorState;
-use crate::core::conn::{RELEASE_OP, SAVEPOINT_OP};
 use crate::core::db::{Arg, Column, Db};
+use crate::core::db::{RELEASE_OP, SAVEPOINT_OP};
 use crate::core::pg_listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION, quoted};
+use crate::core::state::ActorState;
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 

@@ -17,8 +17,8 @@ use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 use sha2::{Digest, Sha256};
 
-use crate::core::actor::ActorState;
 use crate::core::pg::connect_client;
+use crate::core::state::ActorState;
 use crate::error::{Error, Result};
 
 /// How often the listening thread looks whether its store has closed.

@@ -23,11 +23,12 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender, bounded};
 use parking_lot::Mutex;
 
-use crate::core::actor::{Acting, ActorState, EngineHooks};
+use crate::core::actor::EngineHooks;
 use crate::core::clock::Stamp;
 use crate::core::conn::Conn;
 use crate::core::msg::Job;
 use crate::core::schema::Location;
+use crate::core::state::{Acting, ActorState};
 use crate::core::tx::{Engine, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;

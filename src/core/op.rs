@@ -26,9 +26,9 @@ pub(crate) mod sealed {
 ///
 /// The trait is sealed: only this crate's operations implement it, so methods can be added to
 /// it. The operations themselves (`queue::Complete`, `log::Append`, ...) are plain data whose
-/// public fields are their API, kept stable: a field is never added to an existing op (a new
-/// option comes as a new op, or as a builder on the facade that makes it), so a struct literal
-/// of one keeps compiling.
+/// public fields are their API: a struct literal of one keeps compiling within a major version.
+/// A new option comes as a new op or as a builder on the facade that makes it; a field added
+/// to an existing op waits for the next major version.
 pub trait Op: fmt::Debug + Clone + Send + 'static + sealed::Sealed {
     /// What the caller receives once the transaction has committed.
     type Output: Send + 'static;

@@ -9,6 +9,7 @@
 //!   cargo bench --features postgres --bench postgres              # 2,000 jobs, 4,000 events
 //! ... -- --jobs 5000 --events 10000
 //! ... -- --smoke                                                    # a moment each (CI)
+//! ... -- --trips cycle 200        # round trips: see `count_trips` (run under strace)
 //! ```
 //!
 //! The 3-process rows run this binary again as each process: the parent creates a schema (and,
@@ -53,6 +54,10 @@ fn main() {
         return;
     };
     let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--trips") {
+        count_trips(&server, &args[at + 1..]);
+        return;
+    }
     let value_of = |flag: &str| {
         args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)?.parse::<u64>().ok())
     };
@@ -85,6 +90,70 @@ fn main() {
         let label = format!("spindle, {PROCESSES} processes x {callers} callers");
         bench.process_appends(events, callers).print(&label, Some(&raw));
     }
+}
+
+/// `--trips WHAT N [K]`: runs N operations of one caller on a fresh schema between two marks
+/// written to stderr (`trips: begin`, `trips: end`), for counting the round trips between them:
+/// `strace -f -e trace=sendto,write -o LOG BENCH --trips cycle 200`, then the `sendto` lines
+/// between the marks (every round trip is one `sendto`). WHAT is `cycle` (enqueue, claim,
+/// complete: the single-item job cycle), `enqueue` (one item), `enqueue-batch` (K items a call),
+/// `round` (one pool round, a `Cycle` that completes the K items the round before claimed and
+/// claims K more).
+fn count_trips(server: &str, args: &[String]) {
+    let number = |i: usize, default: usize| -> usize {
+        args.get(i).map_or(default, |word| word.parse().expect("--trips WHAT N [K]: a number"))
+    };
+    let (what, n, k) = (args.first().map_or("cycle", String::as_str), number(1, 200), number(2, 1));
+    let location = Bench { server: server.to_owned() }.fresh();
+    let store = Store::connect_with(&location, Options::default()).expect("connect");
+    let queue = store.queue();
+    let item = |n: usize| NewItem::new("q", json!({ "job": n }));
+    if what == "round" {
+        for chunk in (0..(n + 1) * k).collect::<Vec<_>>().chunks(500) {
+            queue.enqueue_batch(chunk.iter().map(|&n| item(n)).collect()).expect("enqueue");
+        }
+    }
+    let mut held: Vec<(String, u64)> = Vec::new();
+    eprintln!("trips: begin");
+    for round in 0..n {
+        match what {
+            "cycle" => {
+                queue.enqueue(item(round)).expect("enqueue");
+                let claimed = queue.claim("w", &["q"], 60_000).expect("claim").expect("an item");
+                queue.complete(&claimed.item.id, claimed.fence, json!(null)).expect("complete");
+            }
+            "enqueue" => drop(queue.enqueue(item(round)).expect("enqueue")),
+            "enqueue-batch" => {
+                drop(queue.enqueue_batch((0..k).map(item).collect()).expect("enqueue"));
+            }
+            "round" => held = pool_round(&store, &held, k),
+            other => panic!("--trips: cycle, enqueue, enqueue-batch or round, not {other}"),
+        }
+    }
+    eprintln!("trips: end");
+    store.close().expect("close");
+}
+
+/// One pool round: completes `held`, claims up to `k`; returns what it claimed.
+fn pool_round(store: &Store, held: &[(String, u64)], k: usize) -> Vec<(String, u64)> {
+    use spindle::queue::{Completion, Cycle, Settlement};
+    let settle = held
+        .iter()
+        .map(|(id, fence)| {
+            Settlement::Complete(Completion { id: id.clone(), fence: *fence, result: json!(null) })
+        })
+        .collect();
+    let op = Cycle {
+        worker_id: "w".into(),
+        queues: vec!["q".into()],
+        lease_ms: 60_000,
+        settle,
+        renew: Vec::new(),
+        claim_max: k,
+    };
+    let cycled = store.exec(op).expect("round");
+    assert!(cycled.settled.iter().all(Result::is_ok), "a completion was refused");
+    cycled.claimed.iter().map(|claimed| (claimed.item.id.clone(), claimed.fence)).collect()
 }
 
 /// How many were done, in how long (and, for the process rows, each process's share).

@@ -77,6 +77,11 @@ pub(crate) enum Arg<'a> {
     Text(&'a str),
     /// Bytes.
     Blob(&'a [u8]),
+    /// Texts (NULLs among them) as one PostgreSQL array, for a set-based statement's
+    /// `unnest`: only in PostgreSQL's own texts (SQLite refuses it).
+    Texts(&'a [Option<&'a str>]),
+    /// Integers as one PostgreSQL array (see `Texts`).
+    Ints(&'a [i64]),
 }
 
 /// An argument owned, for statements built at run time with a varying number of arguments.
@@ -326,6 +331,11 @@ impl rusqlite::ToSql for Arg<'_> {
             Arg::Real(value) => ValueRef::Real(value),
             Arg::Text(text) => ValueRef::Text(text.as_bytes()),
             Arg::Blob(bytes) => ValueRef::Blob(bytes),
+            Arg::Texts(_) | Arg::Ints(_) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    "an array is a PostgreSQL statement's argument only".into(),
+                ));
+            }
         }))
     }
 }

@@ -29,6 +29,9 @@ use crate::hash::content_hash;
 use crate::limits::Limits;
 use crate::page::{from_sql_int, to_sql_int};
 
+mod many;
+pub(crate) use many::{Encoded, append_encoded_all};
+
 /// The name of an event stream: a kind and an id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Stream {

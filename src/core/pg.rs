@@ -897,6 +897,8 @@ impl ToSql for Arg<'_> {
                 out.put_slice(text.as_bytes());
             }
             Arg::Blob(bytes) => out.put_slice(bytes),
+            Arg::Texts(texts) => return array_to_sql(&texts, ty, out),
+            Arg::Ints(ints) => return array_to_sql(&ints, ty, out),
         }
         Ok(IsNull::No)
     }
@@ -906,6 +908,19 @@ impl ToSql for Arg<'_> {
     }
 
     to_sql_checked!();
+}
+
+/// A list argument as the array parameter it was inferred as (the statement casts it:
+/// `?3::text[]`); anything else is refused, not sent.
+fn array_to_sql<T: ToSql>(
+    list: &&[T],
+    ty: &Type,
+    out: &mut BytesMut,
+) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+    if !matches!(ty.kind(), postgres::types::Kind::Array(_)) {
+        return Err(format!("a list cannot be sent as {ty}: cast the parameter to an array").into());
+    }
+    list.to_sql(ty, out)
 }
 
 /// An integer argument in the width the parameter was inferred as.

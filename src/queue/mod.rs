@@ -22,6 +22,7 @@
 //! `store.queue()`.
 
 mod ops;
+mod set_sql;
 mod sql;
 mod worker;
 

@@ -20,6 +20,8 @@ use crate::hash::content_hash;
 use crate::limits::Limits;
 use crate::page::Page;
 
+mod sets;
+
 /// Enqueues one item. With a dedupe key held by a live item of the queue, the same payload
 /// returns that item (`deduplicated: true`, nothing written) and another payload is
 /// `Conflict`.
@@ -382,6 +384,11 @@ impl Op for EnqueueBatch {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Enqueued>> {
         check_count(tx, "enqueue batch", self.items.len())?;
         let mut notes = Notes::default();
+        if tx.db().is_postgres() && sets::insertable_at_once(&self.items) {
+            let enqueued = sets::enqueue_all(tx, &self.items, &mut notes)?;
+            notes.append(tx)?;
+            return Ok(enqueued);
+        }
         let enqueued = self
             .items
             .into_iter()
@@ -493,6 +500,10 @@ impl Op for CompleteBatch {
             return Err(Error::InvalidInput("an item appears twice in the batch".into()));
         }
         let mut notes = Notes::default();
+        if tx.db().is_postgres() {
+            complete_all_or_none(tx, &self.items, &mut notes)?;
+            return notes.append(tx);
+        }
         for completion in self.items {
             complete(tx, completion, &mut notes)?;
         }
@@ -884,9 +895,23 @@ impl Notes {
     /// Writes the completions' counts, then appends the gathered events of the queues whose
     /// item events are on, by queue and then event type; the op's own savepoint makes them
     /// atomic with its changes.
-    fn append(mut self, tx: &mut Tx<'_>) -> Result<()> {
+    fn append(self, tx: &mut Tx<'_>) -> Result<()> {
+        self.append_after(tx, Vec::new())
+    }
+
+    /// As `append`, after `singles` (events of one item each, in their order).
+    fn append_after(mut self, tx: &mut Tx<'_>, singles: Vec<sets::Single>) -> Result<()> {
         for (queue, total) in &self.completed {
             sql::add_to_count(tx.db(), tx.tenant(), queue, ItemStatus::Completed, *total)?;
+        }
+        self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
+        if tx.db().is_postgres() {
+            return self.append_at_once(tx, singles);
+        }
+        for single in singles {
+            let mut notes = Notes::default();
+            notes.noted(&single.queue, single.event_type).entries = single.entry;
+            notes.append(tx)?;
         }
         self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
         let mut last: Option<(&str, bool)> = None;
@@ -907,6 +932,38 @@ impl Notes {
             }
         }
         Ok(())
+    }
+}
+
+impl Notes {
+    /// Appends `singles`, then the gathered events, of the queues whose item events are on,
+    /// in one statement (after one that reads which are off): PostgreSQL's form of `append`.
+    fn append_at_once(self, tx: &mut Tx<'_>, singles: Vec<sets::Single>) -> Result<()> {
+        let mut queues: Vec<&str> = singles.iter().map(|single| single.queue.as_str()).collect();
+        queues.extend(self.pending.iter().map(|noted| noted.queue.as_str()));
+        queues.sort_unstable();
+        queues.dedup();
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let off = crate::queue::set_sql::queues_without_item_events(tx.db(), tx.tenant(), &queues)?;
+        let on = |queue: &str| !off.iter().any(|quiet| quiet == queue);
+        let events: Vec<(String, &'static str, String)> = singles
+            .iter()
+            .map(|single| (&single.queue, single.event_type, &single.entry))
+            .chain(self.pending.iter().map(|n| (&n.queue, n.event_type, &n.entries)))
+            .filter(|(queue, _, _)| on(queue))
+            .map(|(queue, event_type, entries)| (queue.clone(), event_type, items_payload(entries)))
+            .collect();
+        let encoded: Vec<events::Encoded<'_>> = events
+            .iter()
+            .map(|(queue, event_type, payload)| events::Encoded {
+                stream: Stream::queue(queue),
+                event_type,
+                encoded: payload,
+            })
+            .collect();
+        events::append_encoded_all(tx, &encoded)
     }
 }
 
@@ -973,6 +1030,9 @@ fn deduplicated(live: sql::LiveDuplicate, hash: &str, key: &str) -> Result<Enque
 
 /// Settles each item on its own: a refused one is answered with its error and writes nothing.
 fn settle_all(tx: &mut Tx<'_>, settle: Vec<Settlement>) -> Result<Vec<Result<Settled>>> {
+    if tx.db().is_postgres() && !sets::repeats_an_item(&settle) {
+        return sets::settle_all(tx, &settle);
+    }
     let mut notes = Notes::default();
     let mut settled = Vec::with_capacity(settle.len());
     for settlement in settle {
@@ -991,6 +1051,9 @@ fn settle_all(tx: &mut Tx<'_>, settle: Vec<Settlement>) -> Result<Vec<Result<Set
 
 /// Renews each lease on its own: a lost one is answered with its error.
 fn renew_all(tx: &mut Tx<'_>, renew: &[Lease], lease_ms: i64) -> Result<Vec<Result<i64>>> {
+    if tx.db().is_postgres() {
+        return sets::renew_all(tx, renew, lease_ms);
+    }
     let expires_at_ms = tx.now_ms().saturating_add(lease_ms);
     let mut renewed = Vec::with_capacity(renew.len());
     for lease in renew {
@@ -1050,11 +1113,17 @@ fn claim(
     reclaim(tx, Some(queues))?;
     let now_ms = tx.now_ms();
     let expires_at_ms = now_ms.saturating_add(lease_ms);
-    let due = sql::select_due(tx.db(), tx.tenant(), queues, now_ms, max_items)?;
-    let mut claimed = Vec::with_capacity(due.len());
+    let rows = if tx.db().is_postgres() {
+        sets::claim_rows(tx, worker_id, queues, expires_at_ms, max_items)?
+    } else {
+        let due = sql::select_due(tx.db(), tx.tenant(), queues, now_ms, max_items)?;
+        due.into_iter()
+            .map(|row| sql::claim(tx.db(), tx.tenant(), row, worker_id, now_ms, expires_at_ms))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let mut claimed = Vec::with_capacity(rows.len());
     let mut notes = Notes::default();
-    for row in due {
-        let item = sql::claim(tx.db(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
+    for item in rows {
         let entry = ClaimedEntry {
             attempt: item.attempt,
             fence: item.fence,
@@ -1075,6 +1144,9 @@ fn claim(
 }
 
 fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Result<()> {
+    if tx.db().is_postgres() {
+        return complete_all_or_none(tx, std::slice::from_ref(&completion), notes);
+    }
     let result = serde_json::to_string(&completion.result)?;
     tx.limits().check_payload("result bytes", &result)?;
     let done = sql::complete(
@@ -1092,6 +1164,25 @@ fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Resul
         CompletedEntry { attempt: fields.attempt, fence: completion.fence, id: &completion.id };
     notes.note(&fields.queue, "completed", &entry)?;
     notes.completed(&fields.queue);
+    Ok(())
+}
+
+/// Completes every item in one statement (PostgreSQL), or fails with the error of the first
+/// that is refused (in their order): the op's savepoint then takes back the others.
+fn complete_all_or_none(
+    tx: &mut Tx<'_>,
+    completions: &[Completion],
+    notes: &mut Notes,
+) -> Result<()> {
+    let mut encoded = Vec::with_capacity(completions.len());
+    for (index, completion) in completions.iter().enumerate() {
+        let result = serde_json::to_string(&completion.result)?;
+        tx.limits().check_payload("result bytes", &result)?;
+        encoded.push((index, completion, result));
+    }
+    for (_, answer) in sets::complete_all(tx, &encoded, notes)? {
+        answer?;
+    }
     Ok(())
 }
 

@@ -26,6 +26,7 @@ macro_rules! item_columns {
          lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms, finished_at_ms"
     };
 }
+pub(super) use item_columns;
 
 /// A statement reading items to claim or to sweep, and on PostgreSQL the rows it returns
 /// locked, skipping those another connection holds: two processes never take the same item,
@@ -750,7 +751,7 @@ fn items<'q>(db: Db<'_>, sql: impl Into<Query<'q>>, args: &[Arg<'_>]) -> Result<
     db.query_all(sql, args, item_from_row)
 }
 
-fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
+pub(super) fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
     let status: String = row.get(12)?;
     let status = ItemStatus::parse(&status)?;
     Ok(ItemRow {

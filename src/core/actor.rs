@@ -479,13 +479,16 @@ impl Actor {
                 } else {
                     Vec::new()
                 };
-                if let Err(error) = self.conn.begin(writes, &tenants) {
-                    // Another connection holds the lock: the rest would only wait again.
-                    for job in std::iter::once(job).chain(jobs.drain(..)) {
-                        job.refuse(error.replicate(), &self.state.meter);
+                match self.conn.begin(writes, &tenants) {
+                    Ok(statuses) => self.note_statuses(&tenants, statuses),
+                    Err(error) => {
+                        // Another connection holds the lock: the rest would only wait again.
+                        for job in std::iter::once(job).chain(jobs.drain(..)) {
+                            job.refuse(error.replicate(), &self.state.meter);
+                        }
+                        self.retry_alarm(carried, now_ms);
+                        return false;
                     }
-                    self.retry_alarm(carried, now_ms);
-                    return false;
                 }
                 batch.open = true;
                 self.conn.notice_foreign_writes(&mut self.publisher);
@@ -519,6 +522,15 @@ impl Actor {
             self.retry_alarm(carried, now_ms);
         }
         committed
+    }
+
+    /// Keeps the statuses the batch's start read of `tenants` (in their order), for
+    /// `tenant_writable`.
+    fn note_statuses(&mut self, tenants: &[Arc<str>], statuses: Vec<Option<String>>) {
+        for (tenant, status) in tenants.iter().zip(statuses) {
+            let writable = status.is_none_or(|status| status == "active");
+            self.writable.insert(Arc::clone(tenant), writable);
+        }
     }
 
     /// Whether `tenant` may write: not suspended or archived. A tenant without a row (a view

@@ -173,12 +173,15 @@ impl Conn {
     /// writes, a deferred (read-only) one when it only reads. `tenants` are those the batch's
     /// writing jobs run for: on PostgreSQL each one's writers are serialised across processes
     /// from here to the commit (SQLite's one writer lock does that for the whole file).
+    ///
+    /// Returns what it read of `tenants`' statuses on the way (PostgreSQL reads each one's
+    /// `tenants.status` with its head, `None` without a row), in their order; nothing on SQLite.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<()> {
+    pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<Vec<Option<String>>> {
         match self {
-            Conn::Sqlite(_) => {
-                self.statement(if writes { "BEGIN IMMEDIATE" } else { "BEGIN DEFERRED" })
-            }
+            Conn::Sqlite(_) => self
+                .statement(if writes { "BEGIN IMMEDIATE" } else { "BEGIN DEFERRED" })
+                .map(|()| Vec::new()),
             #[cfg(feature = "postgres")]
             Conn::Postgres(pg) => pg.begin(writes, tenants),
         }

@@ -79,8 +79,10 @@ pub(crate) enum Arg<'a> {
     Blob(&'a [u8]),
     /// Texts (NULLs among them) as one PostgreSQL array, for a set-based statement's
     /// `unnest`: only in PostgreSQL's own texts (SQLite refuses it).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Texts(&'a [Option<&'a str>]),
     /// Integers as one PostgreSQL array (see `Texts`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Ints(&'a [i64]),
 }
 

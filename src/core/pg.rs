@@ -209,7 +209,10 @@ impl PgConn {
     /// A tenant's writers take turns so that its event positions commit in the order they are
     /// taken (a subscriber to its whole log never pages past one still to commit) and no two
     /// transactions wait for each other's rows: SQLite's single-writer discipline, per tenant.
-    pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<()> {
+    ///
+    /// Returns each tenant's status as its row says (`None` without a row), read with its
+    /// head: the batch's check that its tenants may write costs no round trip of its own.
+    pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<Vec<Option<String>>> {
         if self.client.borrow().is_closed() {
             self.reconnect()?;
         }
@@ -226,11 +229,15 @@ impl PgConn {
             }
             began => began,
         };
-        let newest = began.map_err(Error::from_postgres).and_then(|messages| newest_of(&messages));
-        match newest {
-            Ok(newest) if newest.len() == tenants.len() => {
-                tenants.iter().zip(newest).for_each(|(tenant, newest)| self.held(tenant, newest));
-                Ok(())
+        let heads = began.map_err(Error::from_postgres).and_then(|messages| heads_of(&messages));
+        match heads {
+            Ok(heads) if heads.len() == tenants.len() => {
+                let mut statuses = Vec::with_capacity(heads.len());
+                for (tenant, (newest, status)) in tenants.iter().zip(heads) {
+                    self.held(tenant, newest);
+                    statuses.push(status);
+                }
+                Ok(statuses)
             }
             failed => {
                 let _ = self.rollback();
@@ -672,23 +679,34 @@ fn begin_sql(writes: bool, tenants: &[Arc<str>]) -> String {
     for tenant in tenants {
         let tenant = quote_literal(tenant);
         let lock = lock_key(LOCK_TENANT, &tenant);
-        // The schema first: the tenant's name may hold `main.` itself.
-        let newest = NEWEST_POSITION.replace("main.", "").replace("?1", &tenant);
-        sql.push_str(&format!("; SELECT pg_advisory_xact_lock({lock}); {newest}"));
+        // The schema first: the tenant's name may hold `main.` itself. Read once the lock is
+        // granted (a statement of its own: its snapshot is taken after the lock's).
+        let head = BEGIN_HEAD.replace("main.", "").replace("?1", &tenant);
+        sql.push_str(&format!("; SELECT pg_advisory_xact_lock({lock}); {head}"));
     }
     sql
 }
 
-/// The newest positions `begin_sql` read, in its tenants' order: the one-column rows of its
-/// answer that are numbers (the locks answer an empty text).
-fn newest_of(messages: &[SimpleQueryMessage]) -> Result<Vec<i64>> {
-    let numbers = messages.iter().filter_map(|message| match message {
-        SimpleQueryMessage::Row(row) => row.get(0).filter(|text| !text.is_empty()),
+/// What a writing batch's start reads of tenant `?1` once it holds its writers: its newest
+/// event position (0 for none), and its status (NULL without a row).
+const BEGIN_HEAD: &str = "SELECT COALESCE(max(position), 0),
+        (SELECT status FROM main.tenants WHERE tenant_id = ?1)
+    FROM main.events WHERE tenant_id = ?1";
+
+/// What `begin_sql` read of each tenant, in its tenants' order: the two-column rows of its
+/// answer (the locks answer one empty column).
+fn heads_of(messages: &[SimpleQueryMessage]) -> Result<Vec<(i64, Option<String>)>> {
+    let heads = messages.iter().filter_map(|message| match message {
+        SimpleQueryMessage::Row(row) if row.len() == 2 => Some(row),
         _ => None,
     });
-    numbers
-        .map(|text| {
-            text.parse().map_err(|_| Error::Postgres(format!("a position read as {text:?}")))
+    heads
+        .map(|row| {
+            let text = row.get(0).unwrap_or_default();
+            let newest = text
+                .parse()
+                .map_err(|_| Error::Postgres(format!("a position read as {text:?}")))?;
+            Ok((newest, row.get(1).map(str::to_owned)))
         })
         .collect()
 }
@@ -1018,6 +1036,7 @@ mod tests {
         let sql = begin_sql(true, &[Arc::from("main.domain.com")]);
         assert!(sql.contains("tenant_id = E'main.domain.com'"), "{sql}");
         assert!(!sql.contains("FROM main.events"), "{sql}");
+        assert!(!sql.contains("FROM main.tenants"), "{sql}");
     }
 
     #[test]

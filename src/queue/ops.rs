@@ -20,7 +20,10 @@ use crate::hash::content_hash;
 use crate::limits::Limits;
 use crate::page::Page;
 
+mod notes;
 mod sets;
+
+use notes::{Notes, QueueEvent};
 
 /// Enqueues one item. With a dedupe key held by a live item of the queue, the same payload
 /// returns that item (`deduplicated: true`, nothing written) and another payload is
@@ -585,11 +588,15 @@ impl Op for Cycle {
         check_count(tx, "settlements", self.settle.len())?;
         check_count(tx, "renewals", self.renew.len())?;
         check_count(tx, "claims", self.claim_max)?;
-        let settled = settle_all(tx, self.settle)?;
+        // On PostgreSQL the round's events are appended together, after its claims.
+        let (settled, owed) = settle_all(tx, self.settle)?;
         let renewed = renew_all(tx, &self.renew, self.lease_ms)?;
         let claimed = match self.claim_max {
-            0 => Vec::new(),
-            max => claim(tx, &self.worker_id, &self.queues, self.lease_ms, max)?,
+            0 => {
+                notes::append_events(tx, owed)?;
+                Vec::new()
+            }
+            max => claim_after(tx, &self.worker_id, &self.queues, self.lease_ms, max, owed)?,
         };
         Ok(Cycled { settled, renewed, claimed })
     }
@@ -832,146 +839,6 @@ impl Op for NextDue {
     }
 }
 
-/// The events an op owes its queues' streams, gathered so that a batch appends one event per
-/// queue and kind (`{"items": [..]}`) instead of one per item. Each entry is encoded as it is
-/// noted; the job cycle's (claimed, completed, enqueued: two per job) are small structs, so no
-/// JSON value is built for them. Also the op's completions per queue: their count in
-/// `queue_counts` is written once per queue for the whole op (a batch completing a hundred
-/// items of a queue writes it once), with the events.
-#[derive(Default)]
-struct Notes {
-    /// Per queue and event type, the entries so far, encoded and comma-separated.
-    pending: Vec<Noted>,
-    /// Per queue, the items completed so far.
-    completed: Vec<(String, i64)>,
-}
-
-/// One queue's entries of one event type.
-struct Noted {
-    /// The queue whose stream the event goes to.
-    queue: String,
-    /// The event's type (`claimed`, `completed`, ...).
-    event_type: &'static str,
-    /// The entries so far, each a JSON object, separated by commas.
-    entries: String,
-}
-
-impl Notes {
-    /// Adds `entry` to the event of `queue` and `event_type`.
-    fn note(
-        &mut self,
-        queue: &str,
-        event_type: &'static str,
-        entry: &impl Serialize,
-    ) -> Result<()> {
-        let noted = self.noted(queue, event_type);
-        if !noted.entries.is_empty() {
-            noted.entries.push(',');
-        }
-        noted.entries.push_str(&serde_json::to_string(entry)?);
-        Ok(())
-    }
-
-    /// The entries of `queue` and `event_type`, started if there are none yet.
-    fn noted(&mut self, queue: &str, event_type: &'static str) -> &mut Noted {
-        let found =
-            self.pending.iter().position(|n| n.queue == queue && n.event_type == event_type);
-        let index = found.unwrap_or_else(|| {
-            let queue = queue.to_owned();
-            self.pending.push(Noted { queue, event_type, entries: String::new() });
-            self.pending.len() - 1
-        });
-        &mut self.pending[index]
-    }
-
-    /// Counts one more completed item of `queue`.
-    fn completed(&mut self, queue: &str) {
-        match self.completed.iter_mut().find(|(noted, _)| noted == queue) {
-            Some((_, total)) => *total += 1,
-            None => self.completed.push((queue.to_owned(), 1)),
-        }
-    }
-
-    /// Writes the completions' counts, then appends the gathered events of the queues whose
-    /// item events are on, by queue and then event type; the op's own savepoint makes them
-    /// atomic with its changes.
-    fn append(self, tx: &mut Tx<'_>) -> Result<()> {
-        self.append_after(tx, Vec::new())
-    }
-
-    /// As `append`, after `singles` (events of one item each, in their order).
-    fn append_after(mut self, tx: &mut Tx<'_>, singles: Vec<sets::Single>) -> Result<()> {
-        for (queue, total) in &self.completed {
-            sql::add_to_count(tx.db(), tx.tenant(), queue, ItemStatus::Completed, *total)?;
-        }
-        self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
-        if tx.db().is_postgres() {
-            return self.append_at_once(tx, singles);
-        }
-        for single in singles {
-            let mut notes = Notes::default();
-            notes.noted(&single.queue, single.event_type).entries = single.entry;
-            notes.append(tx)?;
-        }
-        self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
-        let mut last: Option<(&str, bool)> = None;
-        for noted in &self.pending {
-            let enabled = match last {
-                Some((queue, enabled)) if queue == noted.queue => enabled,
-                _ => sql::item_events(tx.db(), tx.tenant(), &noted.queue)?,
-            };
-            last = Some((&noted.queue, enabled));
-            if enabled {
-                let payload = items_payload(&noted.entries);
-                events::append_encoded(
-                    tx,
-                    &Stream::queue(&noted.queue),
-                    noted.event_type,
-                    &payload,
-                )?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Notes {
-    /// Appends `singles`, then the gathered events, of the queues whose item events are on,
-    /// in one statement (after one that reads which are off): PostgreSQL's form of `append`.
-    fn append_at_once(self, tx: &mut Tx<'_>, singles: Vec<sets::Single>) -> Result<()> {
-        let mut queues: Vec<&str> = singles.iter().map(|single| single.queue.as_str()).collect();
-        queues.extend(self.pending.iter().map(|noted| noted.queue.as_str()));
-        queues.sort_unstable();
-        queues.dedup();
-        if queues.is_empty() {
-            return Ok(());
-        }
-        let off = crate::queue::set_sql::queues_without_item_events(tx.db(), tx.tenant(), &queues)?;
-        let on = |queue: &str| !off.iter().any(|quiet| quiet == queue);
-        let events: Vec<(String, &'static str, String)> = singles
-            .iter()
-            .map(|single| (&single.queue, single.event_type, &single.entry))
-            .chain(self.pending.iter().map(|n| (&n.queue, n.event_type, &n.entries)))
-            .filter(|(queue, _, _)| on(queue))
-            .map(|(queue, event_type, entries)| (queue.clone(), event_type, items_payload(entries)))
-            .collect();
-        let encoded: Vec<events::Encoded<'_>> = events
-            .iter()
-            .map(|(queue, event_type, payload)| events::Encoded {
-                stream: Stream::queue(queue),
-                event_type,
-                encoded: payload,
-            })
-            .collect();
-        events::append_encoded_all(tx, &encoded)
-    }
-}
-
-/// `{"items": [entries]}` as text.
-fn items_payload(entries: &str) -> String {
-    format!("{{\"items\":[{entries}]}}")
-}
-
 /// A `claimed` event's entry (fields in the order a JSON object's keys sort, as every entry).
 #[derive(Serialize)]
 struct ClaimedEntry<'a> {
@@ -1029,7 +896,12 @@ fn deduplicated(live: sql::LiveDuplicate, hash: &str, key: &str) -> Result<Enque
 }
 
 /// Settles each item on its own: a refused one is answered with its error and writes nothing.
-fn settle_all(tx: &mut Tx<'_>, settle: Vec<Settlement>) -> Result<Vec<Result<Settled>>> {
+/// Returns the answers, and the events the round still owes (PostgreSQL's set-based form
+/// leaves them for the round to append with its claims').
+fn settle_all(
+    tx: &mut Tx<'_>,
+    settle: Vec<Settlement>,
+) -> Result<(Vec<Result<Settled>>, Vec<QueueEvent>)> {
     if tx.db().is_postgres() && !sets::repeats_an_item(&settle) {
         return sets::settle_all(tx, &settle);
     }
@@ -1046,7 +918,7 @@ fn settle_all(tx: &mut Tx<'_>, settle: Vec<Settlement>) -> Result<Vec<Result<Set
         settled.push(item_level(result)?);
     }
     notes.append(tx)?;
-    Ok(settled)
+    Ok((settled, Vec::new()))
 }
 
 /// Renews each lease on its own: a lost one is answered with its error.
@@ -1107,10 +979,24 @@ fn claim(
     lease_ms: i64,
     max_items: usize,
 ) -> Result<Vec<Claimed>> {
+    claim_after(tx, worker_id, queues, lease_ms, max_items, Vec::new())
+}
+
+/// As `claim`, appending `owed` (events of the op's earlier work) before the claims' events:
+/// one statement for all on PostgreSQL, unless expired leases are swept in between (their
+/// events then go first, in their own).
+fn claim_after(
+    tx: &mut Tx<'_>,
+    worker_id: &str,
+    queues: &[String],
+    lease_ms: i64,
+    max_items: usize,
+    mut owed: Vec<QueueEvent>,
+) -> Result<Vec<Claimed>> {
     tx.limits().check_id("worker id", worker_id)?;
     check_queues(tx, queues)?;
     tx.limits().check_lease(lease_ms)?;
-    reclaim(tx, Some(queues))?;
+    reclaim_after(tx, Some(queues), &mut owed)?;
     let now_ms = tx.now_ms();
     let expires_at_ms = now_ms.saturating_add(lease_ms);
     let rows = if tx.db().is_postgres() {
@@ -1139,7 +1025,8 @@ fn claim(
             lease_expires_at_ms: expires_at_ms,
         });
     }
-    notes.append(tx)?;
+    owed.extend(notes.into_events(tx)?);
+    notes::append_events(tx, owed)?;
     Ok(claimed)
 }
 
@@ -1188,6 +1075,16 @@ fn complete_all_or_none(
 
 /// Sweeps expired leases (of `queues`, or of every queue), at most a page of them per queue.
 fn reclaim(tx: &mut Tx<'_>, queues: Option<&[String]>) -> Result<Reclaimed> {
+    reclaim_after(tx, queues, &mut Vec::new())
+}
+
+/// As `reclaim`, first appending `owed` (and emptying it) if there is a lease to sweep: its
+/// events follow those of the op's earlier work.
+fn reclaim_after(
+    tx: &mut Tx<'_>,
+    queues: Option<&[String]>,
+    owed: &mut Vec<QueueEvent>,
+) -> Result<Reclaimed> {
     let limit = tx.limits().page_size_max;
     let expired = match queues {
         Some(queues) => {
@@ -1206,6 +1103,9 @@ fn reclaim(tx: &mut Tx<'_>, queues: Option<&[String]>) -> Result<Reclaimed> {
         None => sql::select_expired(tx.db(), tx.tenant(), tx.now_ms(), limit)?,
     };
     let mut reclaimed = Reclaimed::default();
+    if !expired.is_empty() {
+        notes::append_events(tx, std::mem::take(owed))?;
+    }
     for item in &expired {
         match settle_failure(tx, item, "lease expired", true)? {
             FailOutcome::Retrying { .. } => reclaimed.retried += 1,
@@ -1405,6 +1305,7 @@ fn check_text(tx: &Tx<'_>, what: &'static str, text: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::notes::items_payload;
     use super::*;
 
     /// An entry struct encodes to the text its JSON value did before (serde_json sorts an

@@ -258,18 +258,3 @@ pub(super) fn insert(db: Db<'_>, tenant: &str, now_ms: i64, rows: &NewRows<'_>) 
     )?;
     Ok(())
 }
-
-/// The queues among `queues` whose per-item events a setting turned off.
-pub(super) fn queues_without_item_events(
-    db: Db<'_>,
-    tenant: &str,
-    queues: &[&str],
-) -> Result<Vec<String>> {
-    let queues = texts(queues.iter().copied());
-    db.query_all(
-        "SELECT queue FROM main.queue_settings
-         WHERE tenant_id = ?1 AND queue = ANY(?2::text[]) AND item_events = 0",
-        args![tenant, Arg::Texts(&queues)],
-        |row| row.get(0),
-    )
-}

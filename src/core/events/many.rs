@@ -27,9 +27,41 @@ pub(crate) struct Encoded<'a> {
     pub(crate) encoded: &'a str,
 }
 
+/// The statement that inserts events in one go on PostgreSQL, with `$filter` (SQL starting
+/// `AND`, over `e.kind`, `e.id` and the tenant `?1`) leaving out the events of whole streams.
+/// Each stream's events take its next seqs in their order, positions grow in it, and it
+/// returns each inserted row's stream, seq and position.
+macro_rules! insert_all_sql {
+    ($filter:literal) => {
+        concat!(
+            "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
+                                      idem_key, created_at_ms)
+             SELECT ?1, e.kind, e.id,
+                    COALESCE((SELECT max(h.seq) FROM main.events h
+                              WHERE h.tenant_id = ?1 AND h.stream_kind = e.kind
+                                AND h.stream_id = e.id),
+                             (SELECT s.head_seq FROM main.stream_heads s
+                              WHERE s.tenant_id = ?1 AND s.stream_kind = e.kind
+                                AND s.stream_id = e.id),
+                             0)
+                      + row_number() OVER (PARTITION BY e.kind, e.id ORDER BY e.n),
+                    e.type, e.payload, NULL, ?2
+             FROM unnest(?3::text[], ?4::text[], ?5::text[], ?6::text[])
+                  WITH ORDINALITY AS e(kind, id, type, payload, n)
+             WHERE TRUE ",
+            $filter,
+            " ORDER BY e.n
+             RETURNING stream_kind, stream_id, seq, position"
+        )
+    };
+}
+pub(crate) use insert_all_sql;
+
 /// Appends `events` in their order, as `append_encoded` appends each (a stream's events take
-/// its next seqs in that order, and positions grow in it): one statement on PostgreSQL.
-pub(crate) fn append_encoded_all(tx: &mut Tx<'_>, events: &[Encoded<'_>]) -> Result<()> {
+/// its next seqs in that order, and positions grow in it): on PostgreSQL one statement, `sql`
+/// (made by `insert_all_sql!`, whose filter may leave out whole streams: those are not
+/// appended); on SQLite every event is appended (a caller filters first).
+pub(crate) fn append_encoded_all(tx: &mut Tx<'_>, events: &[Encoded<'_>], sql: &str) -> Result<()> {
     if !tx.db().is_postgres() {
         for event in events {
             append_encoded(tx, &event.stream, event.event_type, event.encoded)?;
@@ -45,8 +77,8 @@ pub(crate) fn append_encoded_all(tx: &mut Tx<'_>, events: &[Encoded<'_>]) -> Res
         debug_assert!(serde_json::from_str::<Value>(event.encoded).is_ok(), "not JSON");
     }
     tx.db().lock_tenant_writes(tx.tenant())?;
-    let placed = insert_all(tx.db(), tx.tenant(), tx.now_ms(), events)?;
-    if let Some(newest) = placed.iter().map(|(_, position)| *position).max() {
+    let placed = insert_all(tx.db(), tx.tenant(), tx.now_ms(), events, sql)?;
+    if let Some(newest) = placed.iter().flatten().map(|(_, position)| *position).max() {
         tx.db().event_appended(tx.tenant(), newest);
     }
     if tx.publishing() {
@@ -55,32 +87,21 @@ pub(crate) fn append_encoded_all(tx: &mut Tx<'_>, events: &[Encoded<'_>]) -> Res
     Ok(())
 }
 
-/// Inserts the rows in one statement; returns each event's `(seq, position)`, in order.
+/// Inserts the rows in one statement; returns each event's `(seq, position)`, in order
+/// (`None` for one the statement's filter left out).
 fn insert_all(
     db: Db<'_>,
     tenant: &str,
     now_ms: i64,
     events: &[Encoded<'_>],
-) -> Result<Vec<(i64, i64)>> {
+    sql: &str,
+) -> Result<Vec<Option<(i64, i64)>>> {
     let kinds: Vec<Option<&str>> = events.iter().map(|e| Some(e.stream.kind.as_str())).collect();
     let ids: Vec<Option<&str>> = events.iter().map(|e| Some(e.stream.id.as_str())).collect();
     let types: Vec<Option<&str>> = events.iter().map(|e| Some(e.event_type)).collect();
     let payloads: Vec<Option<&str>> = events.iter().map(|e| Some(e.encoded)).collect();
     let rows: Vec<(String, String, i64, i64)> = db.query_all(
-        "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
-                                  idem_key, created_at_ms)
-         SELECT ?1, e.kind, e.id,
-                COALESCE((SELECT max(h.seq) FROM main.events h
-                          WHERE h.tenant_id = ?1 AND h.stream_kind = e.kind AND h.stream_id = e.id),
-                         (SELECT s.head_seq FROM main.stream_heads s
-                          WHERE s.tenant_id = ?1 AND s.stream_kind = e.kind AND s.stream_id = e.id),
-                         0)
-                  + row_number() OVER (PARTITION BY e.kind, e.id ORDER BY e.n),
-                e.type, e.payload, NULL, ?2
-         FROM unnest(?3::text[], ?4::text[], ?5::text[], ?6::text[])
-              WITH ORDINALITY AS e(kind, id, type, payload, n)
-         ORDER BY e.n
-         RETURNING stream_kind, stream_id, seq, position",
+        sql,
         args![
             tenant,
             now_ms,
@@ -94,12 +115,13 @@ fn insert_all(
     in_order(events, rows)
 }
 
-/// Each event's `(seq, position)` from the inserted rows: a stream's rows in seq order are its
-/// events in their order. Positions must grow in that order too (subscribers read by them).
+/// Each event's `(seq, position)` from the inserted rows (`None` for a stream left out): a
+/// stream's rows in seq order are its events in their order. Positions must grow in that order
+/// too (subscribers read by them).
 fn in_order(
     events: &[Encoded<'_>],
     rows: Vec<(String, String, i64, i64)>,
-) -> Result<Vec<(i64, i64)>> {
+) -> Result<Vec<Option<(i64, i64)>>> {
     let mut by_stream: HashMap<(String, String), Vec<(i64, i64)>> = HashMap::new();
     for (kind, id, seq, position) in rows {
         by_stream.entry((kind, id)).or_default().push((seq, position));
@@ -108,22 +130,28 @@ fn in_order(
     let mut placed = Vec::with_capacity(events.len());
     for event in events {
         let key = (event.stream.kind.as_str().to_owned(), event.stream.id.clone());
-        let next = by_stream.get_mut(&key).and_then(Vec::pop);
-        let Some(next) = next else {
-            return Err(Error::Postgres("an event insert returned fewer rows than events".into()));
-        };
-        placed.push(next);
+        placed.push(match by_stream.get_mut(&key) {
+            Some(rows) => Some(rows.pop().ok_or_else(|| {
+                Error::Postgres("an event insert returned fewer rows than events".into())
+            })?),
+            None => None,
+        });
     }
-    let grows = placed.windows(2).all(|pair| pair[0].1 < pair[1].1);
-    if !grows {
+    let positions: Vec<i64> = placed.iter().flatten().map(|(_, position)| *position).collect();
+    if !positions.windows(2).all(|pair| pair[0] < pair[1]) {
         return Err(Error::Postgres("an event insert took positions out of order".into()));
     }
     Ok(placed)
 }
 
 /// Records every event for publishing after the commit.
-fn record_all(tx: &mut Tx<'_>, events: &[Encoded<'_>], placed: &[(i64, i64)]) -> Result<()> {
-    for (event, (seq, position)) in events.iter().zip(placed) {
+fn record_all(
+    tx: &mut Tx<'_>,
+    events: &[Encoded<'_>],
+    placed: &[Option<(i64, i64)>],
+) -> Result<()> {
+    for (event, placed) in events.iter().zip(placed) {
+        let Some((seq, position)) = placed else { continue };
         let published = Event {
             position: from_sql_int(*position),
             stream: event.stream.clone(),

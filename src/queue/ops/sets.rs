@@ -12,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use serde_json::json;
 
 use super::{
-    CompletedEntry, EVENT_ERROR_BYTES_MAX, EnqueuedEntry, Notes, check_new_item, check_text, entry,
-    item_level, lease_lost, lease_lost_reason, shortened,
+    CompletedEntry, EVENT_ERROR_BYTES_MAX, EnqueuedEntry, Notes, QueueEvent, check_new_item,
+    check_text, entry, item_level, lease_lost, lease_lost_reason, shortened,
 };
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
@@ -31,8 +31,12 @@ pub(super) fn repeats_an_item(settle: &[Settlement]) -> bool {
 }
 
 /// Settles a round's items, each kind in one statement; a refused item is answered with its
-/// error in its place and writes nothing.
-pub(super) fn settle_all(tx: &mut Tx<'_>, settle: &[Settlement]) -> Result<Vec<Result<Settled>>> {
+/// error in its place and writes nothing. Returns the answers and the events the round owes
+/// (not appended yet: the round's claims add theirs), in the item-by-item form's order.
+pub(super) fn settle_all(
+    tx: &mut Tx<'_>,
+    settle: &[Settlement],
+) -> Result<(Vec<Result<Settled>>, Vec<QueueEvent>)> {
     let mut settled: Vec<Option<Result<Settled>>> = settle.iter().map(|_| None).collect();
     let (mut completions, mut failures, mut releases) = (Vec::new(), Vec::new(), Vec::new());
     for (index, settlement) in settle.iter().enumerate() {
@@ -57,11 +61,13 @@ pub(super) fn settle_all(tx: &mut Tx<'_>, settle: &[Settlement]) -> Result<Vec<R
         settled[index] = Some(result);
     }
     singles.sort_by_key(|(index, _)| *index);
-    notes.append_after(tx, singles.into_iter().map(|(_, single)| single).collect())?;
-    settled
+    let mut events: Vec<QueueEvent> = singles.into_iter().map(|(_, single)| single).collect();
+    events.extend(notes.into_events(tx)?);
+    let settled = settled
         .into_iter()
         .map(|answer| answer.ok_or_else(|| Error::Postgres("a settlement was not answered".into())))
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((settled, events))
 }
 
 /// A completion's result, encoded and checked against the payload limit.
@@ -69,13 +75,6 @@ fn encoded_result(tx: &Tx<'_>, result: &serde_json::Value) -> Result<String> {
     let encoded = serde_json::to_string(result)?;
     tx.limits().check_payload("result bytes", &encoded)?;
     Ok(encoded)
-}
-
-/// An event about one item: its queue, type, and payload (`{"items": [entry]}`).
-pub(super) struct Single {
-    pub(super) queue: String,
-    pub(super) event_type: &'static str,
-    pub(super) entry: String,
 }
 
 /// Completes the held items in one statement (their counts in it too) and notes their
@@ -117,7 +116,7 @@ pub(super) fn complete_all(
 fn fail_all(
     tx: &mut Tx<'_>,
     failures: &[(usize, &Fail)],
-    singles: &mut Vec<(usize, Single)>,
+    singles: &mut Vec<(usize, QueueEvent)>,
 ) -> Result<Vec<(usize, Result<Settled>)>> {
     if failures.is_empty() {
         return Ok(Vec::new());
@@ -172,7 +171,7 @@ fn outcome(tx: &Tx<'_>, item: &ItemRow, retryable: bool) -> FailOutcome {
 }
 
 /// The event a failed attempt appends (the start of the error; the item keeps all of it).
-fn failure_event(item: &ItemRow, error: &str, outcome: FailOutcome) -> Result<Single> {
+fn failure_event(item: &ItemRow, error: &str, outcome: FailOutcome) -> Result<QueueEvent> {
     let error = shortened(error, EVENT_ERROR_BYTES_MAX);
     let (event_type, detail) = match outcome {
         FailOutcome::Retrying { run_at_ms } => {
@@ -181,7 +180,7 @@ fn failure_event(item: &ItemRow, error: &str, outcome: FailOutcome) -> Result<Si
         FailOutcome::DeadLettered => ("dead_lettered", json!({ "error": error })),
     };
     let entry = serde_json::to_string(&entry(item, detail))?;
-    Ok(Single { queue: item.queue.clone(), event_type, entry })
+    Ok(QueueEvent::single(&item.queue, event_type, &entry))
 }
 
 /// Gives the held items back in one statement, their attempts refunded; each answered in its
@@ -189,7 +188,7 @@ fn failure_event(item: &ItemRow, error: &str, outcome: FailOutcome) -> Result<Si
 fn release_all(
     tx: &mut Tx<'_>,
     releases: &[(usize, &Release)],
-    singles: &mut Vec<(usize, Single)>,
+    singles: &mut Vec<(usize, QueueEvent)>,
 ) -> Result<Vec<(usize, Result<Settled>)>> {
     if releases.is_empty() {
         return Ok(Vec::new());
@@ -206,7 +205,7 @@ fn release_all(
                                     "fence": release.fence });
                 let entry = serde_json::to_string(&entry)?;
                 let queue = changed.queue.clone();
-                singles.push((*index, Single { queue, event_type: "released", entry }));
+                singles.push((*index, QueueEvent::single(&queue, "released", &entry)));
                 tx.ring_bell();
                 Ok(Settled::Released)
             }

@@ -10,6 +10,7 @@
 //! ... -- --jobs 5000 --events 10000
 //! ... -- --smoke                                                    # a moment each (CI)
 //! ... -- --trips cycle 200        # round trips: see `count_trips` (run under strace)
+//! ... -- --peer pool 16 3 20000    # one row of the peer comparison (benches/peers/postgres)
 //! ```
 //!
 //! The 3-process rows run this binary again as each process: the parent creates a schema (and,
@@ -20,6 +21,15 @@
 //! on its stdin; once all are ready the parent sends `go` to each; each prints
 //! `done COUNT MICROSECONDS`. The row's throughput is the sum of the counts over the longest
 //! time (for the cycle, plus the enqueue's); it shows each process's count and time.
+//!
+//! `--peer MODE HANDLERS PROCESSES JOBS` is one row of `benches/peers/postgres/run.sh`: the
+//! parent enqueues JOBS jobs of about 100 bytes (1,000 to an `enqueue_batch`, timed), then
+//! PROCESSES children (also for one) each run MODE with HANDLERS handlers until the queue is
+//! empty: `pool` (the worker pool, a no-op handler; a child ends when the queue's kept counts
+//! show nothing pending or claimed), `single` (each handler a thread: `claim`, then
+//! `complete_and_claim` per job) or `batch` (each handler a thread: one `Cycle` op a round,
+//! completing the 100 items it claimed the round before and claiming 100 more). It checks that
+//! each job was completed exactly once and prints one line of `key=value` fields.
 //!
 //! Every cycle row times the enqueue too (500 jobs to a call, before the callers start) and
 //! fails unless each job was completed exactly once (the callers' count and the schema's rows
@@ -56,6 +66,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--trips") {
         count_trips(&server, &args[at + 1..]);
+        return;
+    }
+    if let Some(at) = args.iter().position(|a| a == "--peer") {
+        peer_row(&Bench { server }, &args[at + 1..]);
         return;
     }
     let value_of = |flag: &str| {
@@ -187,6 +201,12 @@ enum Task {
     Cycle { callers: usize },
     /// Append `per_caller` events each, caller `c` to stream `s{c % 4}`.
     Appends { callers: usize, per_caller: u64 },
+    /// A worker pool of `handlers` until the queue has nothing pending or claimed.
+    Pool { handlers: usize },
+    /// `callers` threads: `claim`, then `complete_and_claim` until the queue is empty.
+    Single { callers: usize },
+    /// `callers` threads: a `Cycle` op of 100 a round until the queue is empty.
+    Batch { callers: usize },
 }
 
 impl Task {
@@ -194,6 +214,9 @@ impl Task {
         match self {
             Task::Cycle { callers } => format!("cycle {callers}"),
             Task::Appends { callers, per_caller } => format!("appends {callers} {per_caller}"),
+            Task::Pool { handlers } => format!("pool {handlers}"),
+            Task::Single { callers } => format!("single {callers}"),
+            Task::Batch { callers } => format!("batch {callers}"),
         }
     }
 
@@ -208,7 +231,10 @@ impl Task {
             Some(&"appends") => {
                 Task::Appends { callers: number(1) as usize, per_caller: number(2) }
             }
-            _ => panic!("{CHILD_TASK}={text:?}: neither `cycle` nor `appends`"),
+            Some(&"pool") => Task::Pool { handlers: number(1) as usize },
+            Some(&"single") => Task::Single { callers: number(1) as usize },
+            Some(&"batch") => Task::Batch { callers: number(1) as usize },
+            _ => panic!("{CHILD_TASK}={text:?}: not cycle, appends, pool, single or batch"),
         }
     }
 
@@ -216,6 +242,9 @@ impl Task {
         match *self {
             Task::Cycle { callers } => cycle_callers(stores, callers),
             Task::Appends { callers, per_caller } => append_callers(stores, callers, per_caller),
+            Task::Pool { handlers } => pool_until_empty(&stores[0], handlers),
+            Task::Single { callers } => single_callers(stores, callers),
+            Task::Batch { callers } => batch_callers(stores, callers),
         }
     }
 }
@@ -243,6 +272,121 @@ fn append_callers(stores: &[Store], callers: usize, per_caller: u64) -> Measured
         }
     });
     Measured::new(per_caller * (stores.len() * callers) as u64, elapsed)
+}
+
+/// A worker pool of `handlers` no-op handlers on queue `q` until the queue's kept counts show
+/// nothing pending, scheduled or claimed (polled every 2 ms: every completion is committed
+/// then); how many this pool completed, in how long.
+fn pool_until_empty(store: &Store, handlers: usize) -> Measured {
+    let started = Instant::now();
+    let pool = store
+        .queue()
+        .worker(&["q"])
+        .threads(handlers)
+        .lease_ms(60_000)
+        .run(|_job| spindle::queue::Outcome::Complete(json!(null)))
+        .expect("start the pool");
+    loop {
+        let stats = store.queue().stats().expect("stats");
+        let left = stats.iter().filter(|s| s.queue == "q");
+        if left.map(|s| s.pending + s.scheduled + s.claimed).sum::<u64>() == 0 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    let elapsed = started.elapsed();
+    pool.stop();
+    let report = pool.join().expect("join the pool");
+    Measured::new(report.completed, elapsed)
+}
+
+/// Each store's `callers` claim one item, then `complete_and_claim` until the queue is empty.
+fn single_callers(stores: &[Store], callers: usize) -> Measured {
+    let done = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&done);
+    let elapsed = run_callers(stores, callers, move |store, _| {
+        let queue = store.queue();
+        let next = spindle::queue::Claim::new("bench", &["q"], 60_000);
+        let mut held = queue.claim("bench", &["q"], 60_000).expect("claim");
+        while let Some(claimed) = held {
+            let (id, fence) = (&claimed.item.id, claimed.fence);
+            held = queue.complete_and_claim(id, fence, json!(null), &next).expect("complete");
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    Measured::new(done.load(Ordering::Relaxed), elapsed)
+}
+
+/// Each store's `callers` run one `Cycle` op a round (complete the 100 items claimed the round
+/// before, claim 100 more) until a round claims nothing.
+fn batch_callers(stores: &[Store], callers: usize) -> Measured {
+    use spindle::queue::{Completion, Cycle, Settlement};
+    let done = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&done);
+    let elapsed = run_callers(stores, callers, move |store, caller| {
+        let mut settle: Vec<Settlement> = Vec::new();
+        loop {
+            let finishing = settle.len() as u64;
+            let cycle = Cycle {
+                worker_id: format!("w{caller}"),
+                queues: vec!["q".to_owned()],
+                lease_ms: 60_000,
+                settle: std::mem::take(&mut settle),
+                renew: Vec::new(),
+                claim_max: 100,
+            };
+            let cycled = store.exec(cycle).expect("cycle");
+            assert!(cycled.settled.iter().all(Result::is_ok), "every item completed");
+            counter.fetch_add(finishing, Ordering::Relaxed);
+            if cycled.claimed.is_empty() {
+                return;
+            }
+            settle = cycled
+                .claimed
+                .into_iter()
+                .map(|c| {
+                    let (id, fence) = (c.item.id, c.fence);
+                    Settlement::Complete(Completion { id, fence, result: json!(null) })
+                })
+                .collect();
+        }
+    });
+    Measured::new(done.load(Ordering::Relaxed), elapsed)
+}
+
+/// `--peer MODE HANDLERS PROCESSES JOBS`: one row of the peer comparison (see the header).
+fn peer_row(bench: &Bench, args: &[String]) {
+    let usage = "--peer MODE HANDLERS PROCESSES JOBS";
+    let number = |i: usize| -> usize {
+        let word = args.get(i).unwrap_or_else(|| panic!("{usage}: too few words"));
+        word.parse().unwrap_or_else(|_| panic!("{usage}: {word:?} is no number"))
+    };
+    let mode = args.first().map_or("pool", String::as_str);
+    let (handlers, processes, jobs) = (number(1), number(2), number(3) as u64);
+    let task = match mode {
+        "pool" => Task::Pool { handlers },
+        "single" => Task::Single { callers: handlers },
+        "batch" => Task::Batch { callers: handlers },
+        other => panic!("{usage}: MODE is pool, single or batch, not {other}"),
+    };
+    let location = bench.fresh();
+    let store = Store::connect_with(&location, Options::default()).expect("connect");
+    let items: Vec<NewItem> =
+        (0..jobs).map(|n| NewItem::new("q", json!({ "n": n, "pad": "x".repeat(80) }))).collect();
+    let started = Instant::now();
+    for chunk in items.chunks(1_000) {
+        store.queue().enqueue_batch(chunk.to_vec()).expect("enqueue");
+    }
+    let enqueued = Measured::new(jobs, started.elapsed());
+    store.close().expect("close");
+    let run = run_processes(&task, &location, processes);
+    check_cycle(&location, jobs, run.count);
+    println!(
+        "system=spindle mode={mode} handlers={handlers} processes={processes} jobs={jobs} \
+         enqueue_per_s={:.0} jobs_per_s={:.0}",
+        enqueued.per_second(),
+        Measured::new(jobs, run.elapsed).per_second()
+    );
 }
 
 /// Runs `work` on `callers` threads for each store, started together; how long until all end.
@@ -347,10 +491,10 @@ impl Worker {
     }
 }
 
-/// Runs `task` in [`PROCESSES`] children on `location`'s schema, told to go together once all
+/// Runs `task` in `processes` children on `location`'s schema, told to go together once all
 /// have opened their stores: the sum of their counts, and the longest of their times.
-fn run_processes(task: &Task, location: &str) -> Measured {
-    let mut workers: Vec<Worker> = (0..PROCESSES).map(|_| Worker::spawn(task, location)).collect();
+fn run_processes(task: &Task, location: &str, processes: usize) -> Measured {
+    let mut workers: Vec<Worker> = (0..processes).map(|_| Worker::spawn(task, location)).collect();
     for worker in &mut workers {
         worker.expect_ready();
     }
@@ -451,7 +595,7 @@ impl Bench {
         let store = Store::connect_with(&location, Options::default()).expect("connect");
         let enqueued = enqueue(&store, jobs);
         store.close().expect("close");
-        let run = run_processes(&Task::Cycle { callers }, &location);
+        let run = run_processes(&Task::Cycle { callers }, &location, PROCESSES);
         check_cycle(&location, jobs, run.count);
         Measured { elapsed: enqueued + run.elapsed, ..run }
     }
@@ -491,7 +635,7 @@ impl Bench {
     fn process_appends(&self, events: u64, callers: usize) -> Measured {
         let location = self.fresh();
         let per_caller = events / (PROCESSES * callers) as u64;
-        let run = run_processes(&Task::Appends { callers, per_caller }, &location);
+        let run = run_processes(&Task::Appends { callers, per_caller }, &location, PROCESSES);
         let expected = per_caller * (PROCESSES * callers) as u64;
         assert_eq!(run.count, expected, "the children report {} appends", run.count);
         check_appends(&location, run.count);

@@ -25,8 +25,8 @@
 //! `--peer MODE HANDLERS PROCESSES JOBS` is one row of `benches/peers/postgres/run.sh`: the
 //! parent enqueues JOBS jobs of about 100 bytes (1,000 to an `enqueue_batch`, timed), then
 //! PROCESSES children (also for one) each run MODE with HANDLERS handlers until the queue is
-//! empty: `pool` (the worker pool, a no-op handler; a child ends when the queue's kept counts
-//! show nothing pending or claimed), `single` (each handler a thread: `claim`, then
+//! empty: `pool` (the worker pool, a no-op handler; the parent reads the queue's kept count of
+//! completed items every 2 ms and stops the children once it reaches JOBS), `single` (each handler a thread: `claim`, then
 //! `complete_and_claim` per job) or `batch` (each handler a thread: one `Cycle` op a round,
 //! completing the 100 items it claimed the round before and claiming 100 more). It checks that
 //! each job was completed exactly once and prints one line of `key=value` fields.
@@ -112,7 +112,7 @@ fn main() {
 /// between the marks (every round trip is one `sendto`). WHAT is `cycle` (enqueue, claim,
 /// complete: the single-item job cycle), `enqueue` (one item), `enqueue-batch` (K items a call),
 /// `round` (one pool round, a `Cycle` that completes the K items the round before claimed and
-/// claims K more).
+/// claims K more), `single` (a `complete_and_claim` of the item the one before claimed).
 fn count_trips(server: &str, args: &[String]) {
     let number = |i: usize, default: usize| -> usize {
         args.get(i).map_or(default, |word| word.parse().expect("--trips WHAT N [K]: a number"))
@@ -122,7 +122,7 @@ fn count_trips(server: &str, args: &[String]) {
     let store = Store::connect_with(&location, Options::default()).expect("connect");
     let queue = store.queue();
     let item = |n: usize| NewItem::new("q", json!({ "job": n }));
-    if what == "round" {
+    if what == "round" || what == "single" {
         for chunk in (0..(n + 1) * k).collect::<Vec<_>>().chunks(500) {
             queue.enqueue_batch(chunk.iter().map(|&n| item(n)).collect()).expect("enqueue");
         }
@@ -141,7 +141,16 @@ fn count_trips(server: &str, args: &[String]) {
                 drop(queue.enqueue_batch((0..k).map(item).collect()).expect("enqueue"));
             }
             "round" => held = pool_round(&store, &held, k),
-            other => panic!("--trips: cycle, enqueue, enqueue-batch or round, not {other}"),
+            "single" => {
+                let next = spindle::queue::Claim::new("w", &["q"], 60_000);
+                let claimed = match held.pop() {
+                    Some((id, fence)) => queue.complete_and_claim(&id, fence, json!(null), &next),
+                    None => queue.claim("w", &["q"], 60_000),
+                };
+                let claimed = claimed.expect("complete and claim").expect("an item");
+                held = vec![(claimed.item.id, claimed.fence)];
+            }
+            other => panic!("--trips: cycle, enqueue, enqueue-batch, round or single, not {other}"),
         }
     }
     eprintln!("trips: end");
@@ -201,7 +210,7 @@ enum Task {
     Cycle { callers: usize },
     /// Append `per_caller` events each, caller `c` to stream `s{c % 4}`.
     Appends { callers: usize, per_caller: u64 },
-    /// A worker pool of `handlers` until the queue has nothing pending or claimed.
+    /// A worker pool of `handlers` until told to stop on stdin (only in a child).
     Pool { handlers: usize },
     /// `callers` threads: `claim`, then `complete_and_claim` until the queue is empty.
     Single { callers: usize },
@@ -242,7 +251,7 @@ impl Task {
         match *self {
             Task::Cycle { callers } => cycle_callers(stores, callers),
             Task::Appends { callers, per_caller } => append_callers(stores, callers, per_caller),
-            Task::Pool { handlers } => pool_until_empty(&stores[0], handlers),
+            Task::Pool { handlers } => pool_until_stopped(&stores[0], handlers),
             Task::Single { callers } => single_callers(stores, callers),
             Task::Batch { callers } => batch_callers(stores, callers),
         }
@@ -274,10 +283,10 @@ fn append_callers(stores: &[Store], callers: usize, per_caller: u64) -> Measured
     Measured::new(per_caller * (stores.len() * callers) as u64, elapsed)
 }
 
-/// A worker pool of `handlers` no-op handlers on queue `q` until the queue's kept counts show
-/// nothing pending, scheduled or claimed (polled every 2 ms: every completion is committed
-/// then); how many this pool completed, in how long.
-fn pool_until_empty(store: &Store, handlers: usize) -> Measured {
+/// A worker pool of `handlers` no-op handlers on queue `q` until a line (`stop`) arrives on
+/// stdin: the parent sends it once every job is completed (see [`until_completed`]); how many
+/// this pool completed, and how long it ran until told to stop.
+fn pool_until_stopped(store: &Store, handlers: usize) -> Measured {
     let started = Instant::now();
     let pool = store
         .queue()
@@ -286,18 +295,32 @@ fn pool_until_empty(store: &Store, handlers: usize) -> Measured {
         .lease_ms(60_000)
         .run(|_job| spindle::queue::Outcome::Complete(json!(null)))
         .expect("start the pool");
-    loop {
-        let stats = store.queue().stats().expect("stats");
-        let left = stats.iter().filter(|s| s.queue == "q");
-        if left.map(|s| s.pending + s.scheduled + s.claimed).sum::<u64>() == 0 {
-            break;
-        }
-        thread::sleep(Duration::from_millis(2));
-    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("child: read stdin");
+    assert_eq!(line.trim(), "stop", "child: expected `stop` on stdin");
     let elapsed = started.elapsed();
     pool.stop();
     let report = pool.join().expect("join the pool");
     Measured::new(report.completed, elapsed)
+}
+
+/// Waits until queue `q` of `location`'s schema has `jobs` completed items, by its kept count
+/// (one connection, read every 2 ms, as graphile.mjs reads graphile-worker's jobs table).
+fn until_completed(location: &str, jobs: u64) {
+    let mut client = Client::connect(location, NoTls).expect("connect");
+    loop {
+        let row = client
+            .query_one(
+                "SELECT COALESCE(sum(total), 0)::bigint FROM queue_counts
+                 WHERE queue = 'q' AND status = 'completed'",
+                &[],
+            )
+            .expect("read the completed count");
+        if row.get::<_, i64>(0) == jobs as i64 {
+            return;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// Each store's `callers` claim one item, then `complete_and_claim` until the queue is empty.
@@ -379,7 +402,10 @@ fn peer_row(bench: &Bench, args: &[String]) {
     }
     let enqueued = Measured::new(jobs, started.elapsed());
     store.close().expect("close");
-    let run = run_processes(&task, &location, processes);
+    let run = match task {
+        Task::Pool { .. } => run_pools(&task, &location, processes, jobs),
+        _ => run_processes(&task, &location, processes),
+    };
     check_cycle(&location, jobs, run.count);
     println!(
         "system=spindle mode={mode} handlers={handlers} processes={processes} jobs={jobs} \
@@ -502,6 +528,31 @@ fn run_processes(task: &Task, location: &str, processes: usize) -> Measured {
         worker.go();
     }
     let results: Vec<Measured> = workers.into_iter().map(Worker::finish).collect();
+    sum_of(&results)
+}
+
+/// As [`run_processes`] for pools, which do not end by themselves: the parent waits until
+/// every one of `jobs` is completed (timed from the `go`), then tells each child to stop.
+fn run_pools(task: &Task, location: &str, processes: usize, jobs: u64) -> Measured {
+    let mut workers: Vec<Worker> = (0..processes).map(|_| Worker::spawn(task, location)).collect();
+    for worker in &mut workers {
+        worker.expect_ready();
+    }
+    let started = Instant::now();
+    for worker in &mut workers {
+        worker.go();
+    }
+    until_completed(location, jobs);
+    let elapsed = started.elapsed();
+    for worker in &mut workers {
+        writeln!(worker.stdin, "stop").expect("tell a child to stop");
+    }
+    let results: Vec<Measured> = workers.into_iter().map(Worker::finish).collect();
+    Measured { elapsed, ..sum_of(&results) }
+}
+
+/// The processes' counts summed, over the longest of their times, each one's in the note.
+fn sum_of(results: &[Measured]) -> Measured {
     let each: Vec<String> = results
         .iter()
         .map(|m| format!("{} in {:.2} s", m.count, m.elapsed.as_secs_f64()))

@@ -548,9 +548,10 @@ impl Op for CompleteAndClaim {
     fn apply(self, tx: &mut Tx<'_>) -> Result<Option<Claimed>> {
         let mut notes = Notes::default();
         complete(tx, self.completion, &mut notes)?;
-        notes.append(tx)?;
+        // The completion's events go with the claim's (one statement on PostgreSQL).
+        let owed = notes.into_events(tx)?;
         let next = self.next;
-        let claimed = claim(tx, &next.worker_id, &next.queues, next.lease_ms, 1)?;
+        let claimed = claim_after(tx, &next.worker_id, &next.queues, next.lease_ms, 1, owed)?;
         Ok(claimed.into_iter().next())
     }
 }

@@ -41,20 +41,40 @@ graphile_url="postgres:///postgres?host=$scratch&user=spindle"
 echo "server: $("$PGBIN/postgres" --version), socket in $scratch, fsync off"
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 
+# CPU time the server has used so far, in clock ticks: the postmaster's own and that of the
+# children it reaped (each connection's backend exits with its connection), and its children
+# still running (the background processes).
+server_ticks() {
+  local pm children
+  pm=$(head -1 "$scratch/data/postmaster.pid")
+  children=$(pgrep -P "$pm" | sed 's|.*|/proc/&/stat|')
+  # shellcheck disable=SC2086
+  cat "/proc/$pm/stat" $children 2>/dev/null |
+    awk '{ sub(/^.*\) /, ""); t += $12 + $13; if (NR == 1) t += $14 + $15 } END { print t }'
+}
+ticks_per_s=$(getconf CLK_TCK)
+
 results="$(mktemp)"
-trap 'stop_server; rm -f "$results"' EXIT
+timing="$(mktemp)"
+trap 'stop_server; rm -f "$results" "$timing"' EXIT
 run=0
 for round in $(seq 1 "$ROUNDS"); do
   for processes in $PROCESSES; do
     for handlers in $HANDLERS; do
       for mode in $MODES; do
         run=$((run + 1))
+        before=$(server_ticks)
         if [ "$mode" = graphile ]; then
-          line="$(node graphile.mjs "$graphile_url" "gw_$run" "$handlers" "$processes" "$JOBS")"
+          line="$(/usr/bin/time -o "$timing" -f "%U %S" \
+            node graphile.mjs "$graphile_url" "gw_$run" "$handlers" "$processes" "$JOBS")"
         else
-          line="$(SPINDLE_BENCH_PG="$server" "$spindle_bench" \
-            --peer "$mode" "$handlers" "$processes" "$JOBS")"
+          line="$(SPINDLE_BENCH_PG="$server" /usr/bin/time -o "$timing" -f "%U %S" \
+            "$spindle_bench" --peer "$mode" "$handlers" "$processes" "$JOBS")"
         fi
+        sleep 0.2 # the server reaps the row's backends
+        server_us=$(( ($(server_ticks) - before) * 1000000 / ticks_per_s / JOBS ))
+        client_us=$(awk -v jobs="$JOBS" '{ printf "%d", ($1 + $2) * 1e6 / jobs }' "$timing")
+        line="$line server_cpu_us_per_job=$server_us client_cpu_us_per_job=$client_us"
         echo "round $round: $line"
         echo "$line" >> "$results"
       done
@@ -71,9 +91,14 @@ for line in open(sys.argv[1]):
     fields = dict(re.findall(r"(\w+)=(\S+)", line))
     name = "graphile-worker" if fields["system"] == "graphile" else "spindle " + fields["mode"]
     key = (name, int(fields["processes"]), int(fields["handlers"]))
-    runs.setdefault(key, []).append((float(fields["jobs_per_s"]), float(fields["enqueue_per_s"])))
+    runs.setdefault(key, []).append((
+        float(fields["jobs_per_s"]),
+        float(fields["enqueue_per_s"]),
+        float(fields.get("server_cpu_us_per_job", "nan")),
+        float(fields.get("client_cpu_us_per_job", "nan")),
+    ))
 median = {
-    key: tuple(statistics.median(v[i] for v in values) for i in (0, 1))
+    key: tuple(statistics.median(v[i] for v in values) for i in range(4))
     for key, values in runs.items()
 }
 names = sorted({k[0] for k in median}, key=lambda n: (n != "graphile-worker", n))
@@ -92,6 +117,15 @@ for name in names:
             cells.append(f"{got[0]:>20,.0f}")
         else:
             cells.append(f"{got[0]:>11,.0f} ({got[0] / base[0]:>4.2f}x)")
+    print(f"{name:<22}" + "".join(cells))
+print()
+print("CPU per job, us (the whole row: enqueue, start, job cycle), server / client processes")
+print(f"{'':<22}" + "".join(f"{f'{p} proc x {h}':>20}" for p, h in shapes))
+for name in names:
+    cells = []
+    for p, h in shapes:
+        got = median.get((name, p, h))
+        cells.append(f"{'-':>20}" if got is None else f"{f'{got[2]:.0f} / {got[3]:.0f}':>20}")
     print(f"{name:<22}" + "".join(cells))
 print()
 print("enqueue, jobs/s (1,000 to a call: addJobs, enqueue_batch), all runs of a system")

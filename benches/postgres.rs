@@ -110,10 +110,12 @@ fn main() {
 /// written to stderr (`trips: begin`, `trips: end`), for counting the round trips between them:
 /// `strace -f -e trace=sendto,write -o LOG BENCH --trips cycle 200`, then the `sendto` lines
 /// between the marks (every round trip is one `sendto`). WHAT is `cycle` (enqueue, claim,
-/// complete: the single-item job cycle), `enqueue` (one item), `enqueue-batch` (K items a call),
+/// complete: the single-item job cycle), `enqueue` (one item), `append` (one event to a custom
+/// stream), `enqueue-batch` (K items a call),
 /// `round` (one pool round, a `Cycle` that completes the K items the round before claimed and
 /// claims K more), `single` (a `complete_and_claim` of the item the one before claimed).
 fn count_trips(server: &str, args: &[String]) {
+    const TRIPS_WHAT: &str = "cycle, enqueue, append, enqueue-batch, round or single";
     let number = |i: usize, default: usize| -> usize {
         args.get(i).map_or(default, |word| word.parse().expect("--trips WHAT N [K]: a number"))
     };
@@ -137,6 +139,10 @@ fn count_trips(server: &str, args: &[String]) {
                 queue.complete(&claimed.item.id, claimed.fence, json!(null)).expect("complete");
             }
             "enqueue" => drop(queue.enqueue(item(round)).expect("enqueue")),
+            "append" => {
+                let stream = Stream::custom("s");
+                store.events().append(&stream, "n", json!({ "n": round })).expect("append");
+            }
             "enqueue-batch" => {
                 drop(queue.enqueue_batch((0..k).map(item).collect()).expect("enqueue"));
             }
@@ -150,7 +156,7 @@ fn count_trips(server: &str, args: &[String]) {
                 let claimed = claimed.expect("complete and claim").expect("an item");
                 held = vec![(claimed.item.id, claimed.fence)];
             }
-            other => panic!("--trips: cycle, enqueue, enqueue-batch, round or single, not {other}"),
+            other => panic!("--trips: {TRIPS_WHAT}, not {other}"),
         }
     }
     eprintln!("trips: end");

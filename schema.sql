@@ -142,12 +142,17 @@ CREATE INDEX queue_items_execution
     WHERE execution_id IS NOT NULL AND status IN ('pending', 'claimed');
 
 -- Per-queue settings; a queue without a row has the defaults. item_events = 0: the queue's
--- item changes append no events to its stream (for queues nobody follows).
+-- item changes append no events to its stream (for queues nobody follows). paused = 1: no one
+-- claims the queue's items (its claimed ones run to their end). concurrency_max: at most this
+-- many of its items claimed at once, by every worker and process together (NULL: no limit).
+-- The claiming statement reads the row (version 6).
 CREATE TABLE queue_settings (
-    tenant_id     TEXT    NOT NULL,
-    queue         TEXT    NOT NULL,
-    item_events   INTEGER NOT NULL CHECK (item_events IN (0, 1)),
-    updated_at_ms INTEGER NOT NULL,
+    tenant_id       TEXT    NOT NULL,
+    queue           TEXT    NOT NULL,
+    item_events     INTEGER NOT NULL CHECK (item_events IN (0, 1)),
+    updated_at_ms   INTEGER NOT NULL,
+    paused          INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    concurrency_max INTEGER CHECK (concurrency_max >= 1),
     PRIMARY KEY (tenant_id, queue)
 ) WITHOUT ROWID;
 
@@ -514,4 +519,4 @@ CREATE TABLE workflow_counts (
 ) WITHOUT ROWID;
 
 PRAGMA application_id = 1397771844; -- 'SPND'
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;

@@ -141,12 +141,17 @@ CREATE INDEX queue_items_execution
     WHERE execution_id IS NOT NULL AND status IN ('pending', 'claimed');
 
 -- Per-queue settings; a queue without a row has the defaults. item_events = 0: the queue's
--- item changes append no events to its stream (for queues nobody follows).
+-- item changes append no events to its stream (for queues nobody follows). paused = 1: no one
+-- claims the queue's items (its claimed ones run to their end). concurrency_max: at most this
+-- many of its items claimed at once, by every worker and process together (NULL: no limit).
+-- The claiming statement reads the row (version 6).
 CREATE TABLE queue_settings (
-    tenant_id     TEXT COLLATE "C" NOT NULL,
-    queue         TEXT COLLATE "C" NOT NULL,
-    item_events   BIGINT  NOT NULL CHECK (item_events IN (0, 1)),
-    updated_at_ms BIGINT  NOT NULL,
+    tenant_id       TEXT COLLATE "C" NOT NULL,
+    queue           TEXT COLLATE "C" NOT NULL,
+    item_events     BIGINT  NOT NULL CHECK (item_events IN (0, 1)),
+    updated_at_ms   BIGINT  NOT NULL,
+    paused          BIGINT  NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    concurrency_max BIGINT  CHECK (concurrency_max >= 1),
     PRIMARY KEY (tenant_id, queue)
 );
 
@@ -510,7 +515,7 @@ CREATE TABLE spindle_meta (
 );
 
 INSERT INTO spindle_meta (key, value) VALUES ('application_id', 1397771844); -- 'SPND'
-INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 5);
+INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 6);
 -- How many times a writable store was opened here: each opening's ids come from a seed of
 -- its own (`Options::seed` with this number), however many processes open it at once.
 INSERT INTO spindle_meta (key, value) VALUES ('openings', 0);

@@ -822,3 +822,183 @@ fn items_lists_a_queues_items_of_one_status_in_enqueue_order_by_pages() -> spind
     assert!(matches!(bad_queue, Err(Error::InvalidInput(_))), "{bad_queue:?}");
     Ok(())
 }
+
+// ---- Pause and resume (issue 31 item 2) ----
+
+/// The types of the events on `queue`'s stream, in order.
+fn event_types(store: &Store, queue: &str) -> Vec<String> {
+    common::read_stream(store, &Stream::queue(queue)).into_iter().map(|e| e.event_type).collect()
+}
+
+/// `queue`'s line of `stats()`, if it has one.
+fn stats_of(store: &Store, queue: &str) -> spindle::Result<Option<spindle::QueueStats>> {
+    Ok(store.queue().stats()?.into_iter().find(|stats| stats.queue == queue))
+}
+
+#[test]
+fn a_paused_queue_is_claimed_by_nobody_while_its_claimed_items_run_to_their_end()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let ids: Vec<String> = (0..4)
+        .map(|n| queue.enqueue(NewItem::new("q", json!(n))).map(|e| e.id))
+        .collect::<spindle::Result<_>>()?;
+    let other = queue.enqueue(NewItem::new("other", json!("o")).priority(-5))?.id;
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed before the pause");
+    queue.pause("q")?;
+
+    // Nobody claims its items: one claim, a batch, a claim-and-complete, a wait.
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none());
+    assert!(queue.claim_batch("w", &["q"], 10_000, 10)?.is_empty());
+    let waited = queue.claim_wait("w", &["q"], 10_000, Duration::from_millis(20))?;
+    assert!(waited.is_none());
+    // A claim of several queues passes over the paused one's better items.
+    let next = queue.claim("w", &["q", "other"], 10_000)?.expect("the other queue's item");
+    assert_eq!(next.item.id, other);
+    queue.complete(&other, next.fence, json!("done"))?;
+
+    // The held item runs to its end: a heartbeat, then a completion that claims nothing.
+    clock.advance_ms(5_000);
+    queue.heartbeat(&held.item.id, held.fence, 10_000)?;
+    let after = spindle::queue::Claim::new("w", &["q"], 10_000);
+    assert!(queue.complete_and_claim(&held.item.id, held.fence, json!(1), &after)?.is_none());
+    let stats = stats_of(&store, "q")?.expect("q's stats");
+    assert!(stats.paused, "{stats:?}");
+    assert_eq!((stats.pending, stats.claimed, stats.completed), (3, 0, 1));
+
+    queue.resume("q")?;
+    let stats = stats_of(&store, "q")?.expect("q's stats");
+    assert!(!stats.paused, "{stats:?}");
+    let claimed = queue.claim_batch("w", &["q"], 10_000, 10)?;
+    let claimed: Vec<&str> = claimed.iter().map(|c| c.item.id.as_str()).collect();
+    assert_eq!(claimed, ids[1..].iter().map(String::as_str).collect::<Vec<_>>());
+    let types = event_types(&store, "q");
+    let settings: Vec<&String> =
+        types.iter().filter(|t| *t == "paused" || *t == "resumed").collect();
+    assert_eq!(settings, ["paused", "resumed"]);
+    common::assert_queue_counts(&store, "paused and resumed");
+    Ok(())
+}
+
+#[test]
+fn an_expired_lease_of_a_paused_queue_is_retried_but_not_claimed() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)))?.id;
+    let held = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    queue.pause("q")?;
+    clock.advance_ms(5_000);
+    assert!(queue.claim("w", &["q"], 1_000)?.is_none(), "swept, not claimed");
+    let item = queue.get(&id)?;
+    assert_eq!((item.status, item.attempt), (ItemStatus::Pending, 1));
+    assert!(matches!(queue.complete(&id, held.fence, json!(1)), Err(Error::LeaseLost(_))));
+    queue.resume("q")?;
+    clock.advance_ms(1_000); // the retry's backoff
+    assert_eq!(queue.claim("w", &["q"], 1_000)?.expect("claimed").item.attempt, 2);
+    Ok(())
+}
+
+#[test]
+fn a_pause_holds_across_a_reopen_and_for_every_store_on_the_database() -> spindle::Result<()> {
+    let shared = common::SharedStore::new();
+    let (first, second) = (shared.open(), shared.open());
+    first.queue().enqueue(NewItem::new("q", json!(1)))?;
+    first.queue().pause("q")?;
+    // Another store (another process, on another host) claims through the same statement.
+    assert!(second.queue().claim("w2", &["q"], 10_000)?.is_none());
+    first.close()?;
+    second.close()?;
+    let reopened = shared.open();
+    assert!(stats_of(&reopened, "q")?.expect("q").paused, "the pause is durable");
+    assert!(reopened.queue().claim("w", &["q"], 10_000)?.is_none());
+    let other = shared.open();
+    other.queue().resume("q")?;
+    assert!(reopened.queue().claim("w", &["q"], 10_000)?.is_some(), "resumed by another store");
+    reopened.close()?;
+    other.close()
+}
+
+#[test]
+fn a_waiting_claim_is_woken_by_the_resume_and_a_pool_claims_nothing_until_then()
+-> spindle::Result<()> {
+    let store = common::new_store();
+    let queue = store.queue();
+    queue.pause("q")?;
+    for n in 0..5 {
+        queue.enqueue(NewItem::new("q", json!(n)))?;
+    }
+    let pool =
+        queue.worker(&["q"]).threads(2).run(|_| spindle::queue::Outcome::Complete(json!(1)))?;
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.queue().claim_wait("w", &["q"], 60_000, Duration::from_secs(60))
+        })
+    };
+    // Every round of the pool and the waiter meanwhile finds the queue paused.
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = stats_of(&store, "q")?.expect("q");
+    assert_eq!((stats.pending, stats.claimed, stats.completed), (5, 0, 0));
+    let started = Instant::now();
+    queue.resume("q")?;
+    let woken = waiter.join().expect("the waiter")?;
+    assert!(woken.is_some(), "the resume woke the waiter");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let held = woken.expect("claimed");
+    queue.complete(&held.item.id, held.fence, json!(1))?;
+    while stats_of(&store, "q")?.expect("q").completed < 5 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the pool went on after the resume");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!(report.completed, 4);
+    Ok(())
+}
+
+#[test]
+fn pausing_a_bad_queue_name_writes_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let long = "q".repeat(spindle::Limits::default().id_len_max + 1);
+    for bad in ["", long.as_str()] {
+        assert!(matches!(queue.pause(bad), Err(Error::InvalidInput(_) | Error::TooLarge { .. })));
+        assert!(matches!(queue.resume(bad), Err(Error::InvalidInput(_) | Error::TooLarge { .. })));
+    }
+    assert!(queue.stats()?.is_empty(), "no settings row");
+    assert_eq!(store.events().read_all(0, 10)?.len(), 0, "no event");
+    queue.pause("q")?;
+    assert_eq!(queue.stats()?.len(), 1, "an empty paused queue is listed");
+    Ok(())
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_version_five_postgres_store_is_upgraded_with_its_queue_settings_kept() -> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(());
+    }
+    let old = common::SharedStore::new();
+    let schema = old.location().rsplit("search_path=").next().expect("a schema").trim_matches('\'');
+    let server = std::env::var("SPINDLE_TEST_PG").expect("SPINDLE_TEST_PG");
+    let mut raw = postgres::Client::connect(&server, postgres::NoTls).expect("connect");
+    raw.batch_execute(&format!("CREATE SCHEMA {schema}; SET search_path = {schema};"))
+        .expect("a schema");
+    raw.batch_execute(include_str!("fixtures/schema_postgres_v5.sql")).expect("version 5");
+    raw.batch_execute(
+        "INSERT INTO queue_settings (tenant_id, queue, item_events, updated_at_ms)
+         VALUES ('default', 'quiet', 0, 1)",
+    )
+    .expect("a setting");
+    drop(raw);
+    let store = old.open();
+    assert!(!store.queue().item_events("quiet")?, "the setting is kept");
+    assert!(store.queue().stats()?.is_empty(), "not paused, not limited");
+    store.queue().pause("quiet")?;
+    assert!(stats_of(&store, "quiet")?.expect("quiet").paused);
+    store.close()?;
+    let fresh = common::SharedStore::new();
+    fresh.open().close()?;
+    assert_eq!(common::store_columns(&old), common::store_columns(&fresh));
+    Ok(())
+}

@@ -1,7 +1,8 @@
 //! Model-based test of the work queue (reliability plan T1, queue part): seeded random
 //! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release with
 //! the current or a stale fence, reclaim of expired leases, dead letters, requeue, cancel,
-//! purge of dead letters, prune of finished items, get), clock moves forwards and backwards,
+//! purge of dead letters, prune of finished items, get, pause and resume of a queue), clock
+//! moves forwards and backwards,
 //! and reopens of the store, run against the store and against the plain model in
 //! `tests/models/queue.rs` (shared with the `ops` fuzz harness).
 //! Every answer must agree, down to the error variant; after every step `stats()` agrees with a
@@ -47,6 +48,9 @@ struct Coverage {
     clock_back: u64,
     purged: u64,
     pruned: u64,
+    /// Claims made while a queue they named was paused.
+    claims_past_a_pause: u64,
+    pauses: u64,
 }
 
 struct Harness {
@@ -147,6 +151,8 @@ impl Harness {
         });
         let expected = expected.map(|(claimed, _)| claimed);
         c.claims += u64::from(matches!(expected, Ok(Some(_))));
+        let paused = queues.iter().any(|queue| !self.model.claimable(queue));
+        c.claims_past_a_pause += u64::from(paused && expected.is_ok());
         c.refusals += u64::from(compare(&context, got, expected).is_some());
     }
 
@@ -287,6 +293,26 @@ impl Harness {
         assert_eq!(got, self.model.dead(queue), "{}", self.context("dead_letters"));
     }
 
+    /// Pauses or resumes a queue; `stats` shows it.
+    fn pause_or_resume(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let queue = QUEUES[dice.below(2) as usize];
+        // Resumes outnumber pauses: a queue is paused a third of the time or so.
+        let paused = dice.below(3) == 0;
+        self.now();
+        let context = self.context(&format!("paused {queue}: {paused}"));
+        let result =
+            if paused { self.store.queue().pause(queue) } else { self.store.queue().resume(queue) };
+        result.unwrap_or_else(|e| panic!("{context}: {e}"));
+        self.model.set_paused(queue, paused);
+        c.pauses += u64::from(paused);
+        self.now();
+        let stats = self.store.queue().stats().expect("stats");
+        for queue in QUEUES {
+            let shown = stats.iter().find(|s| s.queue == queue).is_some_and(|s| s.paused);
+            assert_eq!(shown, !self.model.claimable(queue), "{context}: stats of {queue}");
+        }
+    }
+
     fn move_clock(&mut self, dice: &mut Dice, c: &mut Coverage) {
         let delta_ms = ADVANCES[dice.below(ADVANCES.len() as u64) as usize];
         if dice.below(5) == 0 {
@@ -310,7 +336,7 @@ fn run(seed: u64, c: &mut Coverage) {
     let mut h = Harness::new(seed, &mut dice);
     for step in 0..steps {
         h.step = step;
-        match dice.below(21) {
+        match dice.below(23) {
             0..=3 => h.enqueue(&mut dice, c),
             4..=7 => h.claim(&mut dice, c),
             8..=12 => h.fenced(&mut dice, c),
@@ -324,6 +350,7 @@ fn run(seed: u64, c: &mut Coverage) {
                 }
             }
             17 => h.purge_or_prune(&mut dice, c),
+            18 => h.pause_or_resume(&mut dice, c),
             _ => h.move_clock(&mut dice, c),
         }
         // The counts (stats, audit) against a recount of the items, after every step: the
@@ -364,6 +391,8 @@ fn random_call_sequences_agree_with_the_model() {
             ("clock moves backwards", c.clock_back, 50),
             ("dead items purged", c.purged, 50),
             ("finished items pruned", c.pruned, 200),
+            ("pauses", c.pauses, 200),
+            ("claims while a named queue was paused", c.claims_past_a_pause, 200),
         ],
     );
 }

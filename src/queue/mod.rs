@@ -38,7 +38,8 @@ pub use ops::{
     AuditCounts, Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete,
     CompleteAndClaim, CompleteBatch, Completion, Cycle, Cycled, DeadLetters, Enqueue, EnqueueBatch,
     Fail, FailAndClaim, Get, Heartbeat, ItemEvents, Items, Lease, NextDue, PruneCompleted,
-    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SetItemEvents, Settled, Settlement, Stats,
+    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SetItemEvents, SetPaused, Settled,
+    Settlement, Stats,
 };
 pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
@@ -297,6 +298,10 @@ pub struct QueueStats {
     pub completed: u64,
     /// How long the oldest due item has waited, in ms (`None` when none is due).
     pub oldest_pending_age_ms: Option<i64>,
+    /// True while the queue is paused ([`Queue::pause`]): nobody claims its items.
+    pub paused: bool,
+    /// Its concurrency limit, if it has one (at most this many of its items claimed at once).
+    pub concurrency_max: Option<u32>,
 }
 
 /// Which of a queue's items [`Queue::items`] reads: those with a status and, for pending
@@ -643,6 +648,31 @@ impl<'a> Queue<'a> {
     /// `InvalidInput` for an empty or oversized queue name (nothing is written).
     pub fn set_item_events(&self, queue: &str, enabled: bool) -> Result<()> {
         self.store.exec(SetItemEvents { queue: queue.into(), enabled })
+    }
+
+    /// Pauses `queue`: from the commit on, nobody claims its items (`claim`, `claim_wait`,
+    /// the worker pool, in this process or any other on the store), while its claimed items
+    /// run to their end (they complete, fail, retry and renew their leases as before; an
+    /// expired lease is still retried, as pending). Enqueues go on. The setting is durable
+    /// (it survives a restart) and per tenant; `stats` shows it. It appends a `paused` event
+    /// to the queue's stream. The check is part of the claiming statement itself, so a claim
+    /// racing with the pause sees either the queue running or paused, never an item claimed
+    /// after the pause committed.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized queue name (nothing is written).
+    pub fn pause(&self, queue: &str) -> Result<()> {
+        self.store.exec(SetPaused { queue: queue.into(), paused: true })
+    }
+
+    /// Resumes a paused `queue`: its due items are claimed again, and waiting claimers of
+    /// this process are woken. Appends a `resumed` event to the queue's stream (also for a
+    /// queue that was not paused).
+    ///
+    /// # Errors
+    /// As `pause`.
+    pub fn resume(&self, queue: &str) -> Result<()> {
+        self.store.exec(SetPaused { queue: queue.into(), paused: false })
     }
 
     /// Whether `queue` appends per-item events: true unless [`Queue::set_item_events`] turned

@@ -339,6 +339,15 @@ pub struct SetItemEvents {
     pub enabled: bool,
 }
 
+/// Pauses or resumes a queue; see [`Queue::pause`](super::Queue::pause).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetPaused {
+    /// The queue.
+    pub queue: String,
+    /// True pauses it; false resumes it.
+    pub paused: bool,
+}
+
 /// Whether a queue appends per-item events; output true unless they were turned off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemEvents {
@@ -742,7 +751,23 @@ impl Op for Stats {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueStats>> {
-        sql::select_stats(tx.db(), tx.tenant(), tx.now_ms())
+        let mut stats = sql::select_stats(tx.db(), tx.tenant(), tx.now_ms())?;
+        let controlled = sql::select_controlled(tx.db(), tx.tenant())?;
+        if controlled.is_empty() {
+            return Ok(stats);
+        }
+        for settings in controlled {
+            let index = match stats.binary_search_by(|s| s.queue.cmp(&settings.queue)) {
+                Ok(index) => index,
+                Err(index) => {
+                    stats.insert(index, sql::empty_stats(settings.queue.clone()));
+                    index
+                }
+            };
+            stats[index].paused = settings.paused;
+            stats[index].concurrency_max = settings.concurrency_max;
+        }
+        Ok(stats)
     }
 }
 
@@ -789,6 +814,24 @@ impl Op for SetItemEvents {
     }
 }
 
+impl Sealed for SetPaused {}
+impl Op for SetPaused {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_id("queue", &self.queue)?;
+        sql::set_paused(tx.db(), tx.tenant(), &self.queue, self.paused, tx.now_ms())?;
+        let event_type = if self.paused { "paused" } else { "resumed" };
+        events::append(tx, &Stream::queue(&self.queue), event_type, json!({}), None)?;
+        if !self.paused {
+            tx.ring_bell();
+        }
+        Ok(())
+    }
+}
+
 impl Sealed for ItemEvents {}
 impl Op for ItemEvents {
     type Output = bool;
@@ -811,7 +854,7 @@ impl Op for NextDue {
         check_queues(tx, &self.queues)?;
         let mut earliest: Option<i64> = None;
         for queue in &self.queues {
-            let due = sql::select_next_due(tx.db(), tx.tenant(), queue)?;
+            let due = next_due_in(tx, queue)?;
             earliest = match (earliest, due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -893,7 +936,7 @@ impl Notes {
         for noted in &self.pending {
             let enabled = match last {
                 Some((queue, enabled)) if queue == noted.queue => enabled,
-                _ => sql::item_events(tx.db(), tx.tenant(), &noted.queue)?,
+                _ => self.settings_of(tx, &noted.queue)?,
             };
             last = Some((&noted.queue, enabled));
             if enabled {
@@ -907,6 +950,25 @@ impl Notes {
             }
         }
         Ok(())
+    }
+}
+
+impl Notes {
+    /// Whether `queue` appends item events. A limited queue whose items this op took out of
+    /// the claimed ones (completed, dead-lettered, cancelled) has room again: the bell rings
+    /// for whoever waits to claim (releases, retries and snoozes ring it anyway).
+    fn settings_of(&self, tx: &mut Tx<'_>, queue: &str) -> Result<bool> {
+        let Some(settings) = sql::select_settings(tx.db(), tx.tenant(), queue)? else {
+            return Ok(true);
+        };
+        let freed = |noted: &Noted| {
+            noted.queue == queue
+                && matches!(noted.event_type, "completed" | "dead_lettered" | "cancelled")
+        };
+        if settings.concurrency_max.is_some() && self.pending.iter().any(freed) {
+            tx.ring_bell();
+        }
+        Ok(settings.item_events)
     }
 }
 
@@ -1036,6 +1098,22 @@ fn release(tx: &mut Tx<'_>, release: &Release) -> Result<()> {
     Ok(())
 }
 
+/// When something of `queue` may next be claimed: never while it is paused; while it is full,
+/// when its first lease expires (a settlement before that rings the bell); otherwise its
+/// earliest due item or lease expiry.
+fn next_due_in(tx: &Tx<'_>, queue: &str) -> Result<Option<i64>> {
+    let (db, tenant) = (tx.db(), tx.tenant());
+    match sql::select_settings(db, tenant, queue)? {
+        Some(settings) if settings.paused => Ok(None),
+        Some(sql::Settings { concurrency_max: Some(max), .. })
+            if sql::count_claimed(db, tenant, queue)? >= u64::from(max) =>
+        {
+            sql::select_next_expiry(db, tenant, queue)
+        }
+        _ => sql::select_next_due(db, tenant, queue),
+    }
+}
+
 /// Sweeps expired leases, then claims up to `max_items` due items of `queues`.
 fn claim(
     tx: &mut Tx<'_>,
@@ -1050,11 +1128,45 @@ fn claim(
     reclaim(tx, Some(queues))?;
     let now_ms = tx.now_ms();
     let expires_at_ms = now_ms.saturating_add(lease_ms);
-    let due = sql::select_due(tx.db(), tx.tenant(), queues, now_ms, max_items)?;
-    let mut claimed = Vec::with_capacity(due.len());
+    let mut claimed = Vec::new();
     let mut notes = Notes::default();
+    // The queues still open to this claim: one whose settings refused a claim (paused, or
+    // full) is left out of the next look, which takes the places its items took in this one.
+    let mut open: Vec<String> = queues.to_vec();
+    loop {
+        let wanted = max_items - claimed.len();
+        let due = sql::select_due(tx.db(), tx.tenant(), &open, now_ms, wanted)?;
+        let before = open.len();
+        claim_rows(tx, due, (worker_id, expires_at_ms), &mut open, &mut notes, &mut claimed)?;
+        if open.len() == before || open.is_empty() || claimed.len() == max_items {
+            break;
+        }
+    }
+    notes.append(tx)?;
+    Ok(claimed)
+}
+
+/// Claims each of `due` (as `worker_id`, until `expires_at_ms`) unless its queue's settings
+/// refuse it; a refused queue leaves `open`, and its other items are skipped.
+fn claim_rows(
+    tx: &mut Tx<'_>,
+    due: Vec<ItemRow>,
+    (worker_id, expires_at_ms): (&str, i64),
+    open: &mut Vec<String>,
+    notes: &mut Notes,
+    claimed: &mut Vec<Claimed>,
+) -> Result<()> {
+    let now_ms = tx.now_ms();
     for row in due {
-        let item = sql::claim(tx.db(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
+        if !open.contains(&row.queue) {
+            continue;
+        }
+        let queue = row.queue.clone();
+        let claim = sql::claim(tx.db(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
+        let Some(item) = claim else {
+            open.retain(|open| *open != queue);
+            continue;
+        };
         let entry = ClaimedEntry {
             attempt: item.attempt,
             fence: item.fence,
@@ -1070,8 +1182,7 @@ fn claim(
             lease_expires_at_ms: expires_at_ms,
         });
     }
-    notes.append(tx)?;
-    Ok(claimed)
+    Ok(())
 }
 
 fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Result<()> {

@@ -36,6 +36,23 @@ macro_rules! to_take {
     };
 }
 
+/// The condition a claim of an item of queue `?6` (tenant `?1`) adds to its own `WHERE`: the
+/// queue is not paused, and fewer of its items are claimed than its limit allows. A queue
+/// without a settings row (most) costs one primary-key probe; the count reads the partial
+/// index of claimed items of that queue (at most its limit of them), only for a limited
+/// queue. In the claiming statement, so that it holds for every process: on SQLite one writer
+/// at a time; on PostgreSQL a writing batch holds its tenant's lock from its start to its
+/// commit, so two processes' claims of a queue never both see room for the same slot.
+macro_rules! gate_sql {
+    () => {
+        "NOT EXISTS (SELECT 1 FROM main.queue_settings
+             WHERE tenant_id = ?1 AND queue = ?6
+               AND (paused = 1 OR (concurrency_max IS NOT NULL AND concurrency_max <= (
+                   SELECT count(*) FROM main.queue_items INDEXED BY queue_items_leases
+                   WHERE tenant_id = ?1 AND queue = ?6 AND status = 'claimed'))))"
+    };
+}
+
 /// An item as read, with its JSON still encoded.
 #[derive(Debug, Clone)]
 pub(super) struct ItemRow {
@@ -247,7 +264,8 @@ fn select_due_scanning(
     )
 }
 
-/// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed.
+/// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed, or
+/// `None` when its queue's settings refuse the claim (`gate_sql!`).
 pub(super) fn claim(
     db: Db<'_>,
     tenant: &str,
@@ -255,22 +273,27 @@ pub(super) fn claim(
     worker_id: &str,
     now_ms: i64,
     expires_at_ms: i64,
-) -> Result<ItemRow> {
-    db.execute(
-        "UPDATE main.queue_items
+) -> Result<Option<ItemRow>> {
+    let changed = db.execute(
+        concat!(
+            "UPDATE main.queue_items
          SET status = 'claimed', attempt = attempt + 1, fence = fence + 1, worker_id = ?3,
              lease_expires_at_ms = ?5, updated_at_ms = ?4
-         WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
-        args![tenant, row.id, worker_id, now_ms, expires_at_ms],
-    )
-    .map(|changed| Error::expect_one(changed, "item", &row.id))??;
+         WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending' AND ",
+            gate_sql!()
+        ),
+        args![tenant, row.id, worker_id, now_ms, expires_at_ms, row.queue],
+    )?;
+    if changed == 0 {
+        return Ok(None);
+    }
     row.status = ItemStatus::Claimed;
     row.attempt += 1;
     row.fence += 1;
     row.worker_id = Some(worker_id.to_owned());
     row.lease_expires_at_ms = Some(expires_at_ms);
     row.updated_at_ms = now_ms;
-    Ok(row)
+    Ok(Some(row))
 }
 
 /// A held item: its tenant, id and the fence of the holder's claim.
@@ -623,7 +646,7 @@ pub(super) fn select_stats(db: Db<'_>, tenant: &str, now_ms: i64) -> Result<Vec<
     Ok(queues.into_values().collect())
 }
 
-fn empty_stats(queue: String) -> QueueStats {
+pub(super) fn empty_stats(queue: String) -> QueueStats {
     QueueStats {
         queue,
         pending: 0,
@@ -632,6 +655,8 @@ fn empty_stats(queue: String) -> QueueStats {
         dead: 0,
         completed: 0,
         oldest_pending_age_ms: None,
+        paused: false,
+        concurrency_max: None,
     }
 }
 
@@ -775,4 +800,82 @@ fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
         updated_at_ms: row.get(19)?,
         finished_at_ms: row.get(20)?,
     })
+}
+
+/// A queue's settings as stored (`queue_settings`); a queue without a row has the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Settings {
+    pub(super) queue: String,
+    pub(super) item_events: bool,
+    pub(super) paused: bool,
+    pub(super) concurrency_max: Option<u32>,
+}
+
+/// The settings of `queue`, if it has a row.
+pub(super) fn select_settings(db: Db<'_>, tenant: &str, queue: &str) -> Result<Option<Settings>> {
+    db.query_opt(
+        "SELECT queue, item_events, paused, concurrency_max FROM main.queue_settings
+         WHERE tenant_id = ?1 AND queue = ?2",
+        args![tenant, queue],
+        settings_from_row,
+    )
+}
+
+/// The settings of the tenant's queues that are paused or limited, by name.
+pub(super) fn select_controlled(db: Db<'_>, tenant: &str) -> Result<Vec<Settings>> {
+    db.query_all(
+        "SELECT queue, item_events, paused, concurrency_max FROM main.queue_settings
+         WHERE tenant_id = ?1 AND (paused = 1 OR concurrency_max IS NOT NULL) ORDER BY queue",
+        args![tenant],
+        settings_from_row,
+    )
+}
+
+fn settings_from_row(r: &Row<'_>) -> Result<Settings> {
+    let concurrency_max: Option<i64> = r.get(3)?;
+    Ok(Settings {
+        queue: r.get(0)?,
+        item_events: r.get(1)?,
+        paused: r.get(2)?,
+        concurrency_max: concurrency_max.map(|max| u32::try_from(max).unwrap_or(u32::MAX)),
+    })
+}
+
+/// Records whether `queue` is paused (a new row keeps the other defaults).
+pub(super) fn set_paused(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    paused: bool,
+    now_ms: i64,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO main.queue_settings (tenant_id, queue, item_events, updated_at_ms, paused)
+         VALUES (?1, ?2, 1, ?4, ?3)
+         ON CONFLICT (tenant_id, queue)
+         DO UPDATE SET paused = excluded.paused, updated_at_ms = excluded.updated_at_ms",
+        args![tenant, queue, paused, now_ms],
+    )?;
+    Ok(())
+}
+
+/// How many items of `queue` are claimed (from the partial index of claimed items).
+pub(super) fn count_claimed(db: Db<'_>, tenant: &str, queue: &str) -> Result<u64> {
+    let claimed: Option<i64> = db.query_value(
+        "SELECT count(*) FROM main.queue_items INDEXED BY queue_items_leases
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed'",
+        args![tenant, queue],
+    )?;
+    Ok(claimed.unwrap_or(0).max(0) as u64)
+}
+
+/// The earliest expiry of `queue`'s leases: when a full queue may have room again at the
+/// latest (a settlement before it rings the bell).
+pub(super) fn select_next_expiry(db: Db<'_>, tenant: &str, queue: &str) -> Result<Option<i64>> {
+    db.query_value(
+        "SELECT lease_expires_at_ms FROM main.queue_items INDEXED BY queue_items_leases
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed'
+         ORDER BY lease_expires_at_ms LIMIT 1",
+        args![tenant, queue],
+    )
 }

@@ -435,7 +435,7 @@ pub fn assert_queue_counts(store: &Store, context: &str) {
                 tx.tenant()
             );
             let rows = raw_rows(tx, &sql, &sql)?;
-            let recount: Vec<spindle::QueueStats> = rows
+            let mut recount: Vec<spindle::QueueStats> = rows
                 .iter()
                 .map(|row| spindle::QueueStats {
                     queue: row[0].text(),
@@ -445,8 +445,39 @@ pub fn assert_queue_counts(store: &Store, context: &str) {
                     dead: row[4].int() as u64,
                     completed: row[5].int() as u64,
                     oldest_pending_age_ms: row[6].opt_int().map(|at| now_ms - at),
+                    paused: false,
+                    concurrency_max: None,
                 })
                 .collect();
+            // Paused and limited queues are reported with their settings, items or not.
+            let sql = format!(
+                "SELECT queue, paused, concurrency_max FROM queue_settings
+                 WHERE tenant_id = '{}' AND (paused = 1 OR concurrency_max IS NOT NULL)",
+                tx.tenant()
+            );
+            for row in raw_rows(tx, &sql, &sql)? {
+                let queue = row[0].text();
+                let index = match recount.binary_search_by(|s| s.queue.cmp(&queue)) {
+                    Ok(index) => index,
+                    Err(index) => {
+                        let empty = spindle::QueueStats {
+                            queue: queue.clone(),
+                            pending: 0,
+                            scheduled: 0,
+                            claimed: 0,
+                            dead: 0,
+                            completed: 0,
+                            oldest_pending_age_ms: None,
+                            paused: false,
+                            concurrency_max: None,
+                        };
+                        recount.insert(index, empty);
+                        index
+                    }
+                };
+                recount[index].paused = row[1].int() == 1;
+                recount[index].concurrency_max = row[2].opt_int().map(|max| max as u32);
+            }
             let audit = tx.exec(spindle::queue::AuditCounts)?;
             Ok(spindle::TxOutcome::Commit((stats, recount, audit)))
         })

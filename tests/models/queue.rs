@@ -1,5 +1,6 @@
 //! The model of the work queue (DESIGN.md §5.3) for one tenant: items with priorities, delays,
-//! attempts, fenced leases, retries with the default backoff, dead letters, requeue and cancel.
+//! attempts, fenced leases, retries with the default backoff, dead letters, requeue and cancel,
+//! paused queues.
 //! The caller passes the store's time (`Stamp`) to every call.
 
 use spindle::{FailOutcome, ItemStatus};
@@ -39,6 +40,8 @@ pub type Granted = (String, u64, i64);
 #[derive(Debug, Clone, Default)]
 pub struct QueueModel {
     pub items: Vec<Item>,
+    /// The queues paused: nobody claims their items.
+    pub paused: Vec<String>,
 }
 
 /// The default backoff: 1 s doubling per attempt, at most 64 s.
@@ -102,11 +105,13 @@ impl QueueModel {
             return Err(Refusal::InvalidInput);
         }
         let swept = self.reclaim(Some(queues), now_ms);
+        let open: Vec<&str> =
+            queues.iter().copied().filter(|queue| self.claimable(queue)).collect();
         let next = self
             .items
             .iter_mut()
             .filter(|i| i.status == ItemStatus::Pending && i.run_at_ms <= now_ms)
-            .filter(|i| queues.contains(&i.queue.as_str()))
+            .filter(|i| open.contains(&i.queue.as_str()))
             .min_by(|a, b| {
                 let key = |i: &Item| (-i.priority, i.run_at_ms);
                 key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
@@ -117,6 +122,19 @@ impl QueueModel {
         next.fence += 1;
         next.lease_expires_at_ms = now_ms + lease_ms;
         Ok((Some((next.id.clone(), next.fence, next.lease_expires_at_ms)), swept))
+    }
+
+    /// Whether a claim may take an item of `queue` now: it is not paused.
+    pub fn claimable(&self, queue: &str) -> bool {
+        !self.paused.iter().any(|paused| paused == queue)
+    }
+
+    /// Pauses (`true`) or resumes `queue`.
+    pub fn set_paused(&mut self, queue: &str, paused: bool) {
+        self.paused.retain(|q| q != queue);
+        if paused {
+            self.paused.push(queue.to_owned());
+        }
     }
 
     /// The item at `index` if `fence` holds its live lease; `LeaseLost` otherwise.

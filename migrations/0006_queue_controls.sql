@@ -1,0 +1,22 @@
+-- Schema version 6 (issue 31): a queue may be paused (no one claims its items; its claimed
+-- ones run to their end) and may have a concurrency limit (at most this many of its items
+-- claimed at once, by every worker and process together). Both are columns of the per-queue
+-- settings, which the claiming statement reads. The table is rebuilt (it holds a row per queue
+-- whose settings were changed: a few), so that its SQL is the fresh schema's; every row keeps
+-- its item_events setting, not paused and without a limit.
+
+ALTER TABLE queue_settings RENAME TO queue_settings_v5;
+
+CREATE TABLE queue_settings (
+    tenant_id       TEXT    NOT NULL,
+    queue           TEXT    NOT NULL,
+    item_events     INTEGER NOT NULL CHECK (item_events IN (0, 1)),
+    updated_at_ms   INTEGER NOT NULL,
+    paused          INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    concurrency_max INTEGER CHECK (concurrency_max >= 1),
+    PRIMARY KEY (tenant_id, queue)
+) WITHOUT ROWID;
+
+INSERT INTO queue_settings (tenant_id, queue, item_events, updated_at_ms)
+SELECT tenant_id, queue, item_events, updated_at_ms FROM queue_settings_v5;
+DROP TABLE queue_settings_v5;

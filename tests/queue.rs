@@ -1002,3 +1002,88 @@ fn a_version_five_postgres_store_is_upgraded_with_its_queue_settings_kept() -> s
     assert_eq!(common::store_columns(&old), common::store_columns(&fresh));
     Ok(())
 }
+
+// ---- Snooze (issue 31 item 4) ----
+
+#[test]
+fn a_snoozed_item_runs_again_later_without_spending_an_attempt() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(1))?.id;
+    let mut fences = Vec::new();
+    // One attempt only, snoozed five times: it never runs out of attempts by snoozing.
+    for round in 0..5 {
+        let held = queue.claim("w", &["q"], 10_000)?.expect("due again");
+        assert_eq!((held.item.attempt, held.item.id.as_str()), (1, id.as_str()), "round {round}");
+        fences.push(held.fence);
+        let due_at = queue.snooze(&id, held.fence, 5_000)?;
+        assert_eq!(due_at, clock.now_ms() + 5_000);
+        let item = queue.get(&id)?;
+        assert_eq!((item.status, item.attempt, item.run_at_ms), (ItemStatus::Pending, 0, due_at));
+        assert!(item.worker_id.is_none() && item.lease_expires_at_ms.is_none());
+        let stats = stats_of(&store, "q")?.expect("q");
+        assert_eq!((stats.pending, stats.scheduled, stats.claimed), (0, 1, 0), "live, not due");
+        assert!(queue.claim("w", &["q"], 10_000)?.is_none(), "not before its time");
+        common::assert_queue_counts(&store, "snoozed");
+        clock.advance_ms(5_000);
+    }
+    assert!(fences.windows(2).all(|pair| pair[0] < pair[1]), "every claim a new fence");
+    let last = queue.claim("w", &["q"], 10_000)?.expect("due");
+    queue.complete(&id, last.fence, json!("done"))?;
+    let snoozed = event_types(&store, "q").iter().filter(|t| *t == "snoozed").count();
+    assert_eq!(snoozed, 5);
+    Ok(())
+}
+
+#[test]
+fn a_snooze_is_fenced_and_a_bad_delay_writes_nothing() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)))?.id;
+    let first = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    let before = queue.get(&id)?;
+    for delay_ms in [-1, spindle::queue::SNOOZE_MS_MAX + 1] {
+        let refused = queue.snooze(&id, first.fence, delay_ms);
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
+        assert_eq!(queue.get(&id)?, before, "nothing written");
+    }
+    assert!(matches!(queue.snooze(&id, first.fence + 1, 10), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.snooze("no-such-item", 1, 10), Err(Error::NotFound { .. })));
+    assert_eq!(queue.get(&id)?, before, "nothing written");
+    clock.advance_ms(1_000); // the lease lapsed
+    assert!(matches!(queue.snooze(&id, first.fence, 10), Err(Error::LeaseLost(_))));
+    assert_eq!(queue.get(&id)?, before, "nothing written");
+    Ok(())
+}
+
+#[test]
+fn a_pool_handler_snoozes_its_item_and_runs_it_again_once_due() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(1))?.id;
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen = Arc::clone(&calls);
+    let pool = queue.worker(&["q"]).poll_interval(Duration::from_millis(5)).run(move |job| {
+        assert_eq!(job.attempt(), 1, "the snooze refunded its attempt");
+        if seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            spindle::queue::Outcome::Snooze(60_000)
+        } else {
+            spindle::queue::Outcome::Complete(json!("done"))
+        }
+    })?;
+    let started = Instant::now();
+    while queue.get(&id)?.run_at_ms != T0 + 60_000 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the handler snoozed it");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    clock.advance_ms(60_000);
+    while queue.get(&id)?.status != ItemStatus::Completed {
+        assert!(started.elapsed() < Duration::from_secs(60), "it ran again once due");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.snoozed, report.completed, report.dead_lettered), (1, 1, 0));
+    assert_eq!(queue.get(&id)?.attempt, 1);
+    Ok(())
+}

@@ -1,5 +1,5 @@
 //! Model-based test of the work queue (reliability plan T1, queue part): seeded random
-//! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release with
+//! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release, snooze with
 //! the current or a stale fence, reclaim of expired leases, dead letters, requeue, cancel,
 //! purge of dead letters, prune of finished items, get, pause and resume of a queue), clock
 //! moves forwards and backwards,
@@ -51,6 +51,7 @@ struct Coverage {
     /// Claims made while a queue they named was paused.
     claims_past_a_pause: u64,
     pauses: u64,
+    snoozes: u64,
 }
 
 struct Harness {
@@ -179,7 +180,7 @@ impl Harness {
             _ => fence,
         };
         let now_ms = self.now();
-        let action = dice.below(4);
+        let action = [0, 1, 1, 2, 3, 2, 4][dice.below(7) as usize];
         let context = self.context(&format!("fenced {action} on {id} fence {fence} at {now_ms}"));
         let refused = match action {
             0 => {
@@ -195,6 +196,12 @@ impl Harness {
                 compare(&context, self.store.queue().complete(&id, fence, json!(1)), expected)
             }
             2 => self.fail(dice, index, fence, c),
+            3 => {
+                let delay_ms = [-1, 0, 500, 3_000, 3_000][dice.below(5) as usize];
+                let expected = self.model.snooze(index, fence, delay_ms, now_ms);
+                c.snoozes += u64::from(expected.is_ok());
+                compare(&context, self.store.queue().snooze(&id, fence, delay_ms), expected)
+            }
             _ => {
                 let expected = self.model.release(index, fence, now_ms);
                 compare(&context, self.store.queue().release(&id, fence), expected)
@@ -392,6 +399,7 @@ fn random_call_sequences_agree_with_the_model() {
             ("dead items purged", c.purged, 50),
             ("finished items pruned", c.pruned, 200),
             ("pauses", c.pauses, 200),
+            ("snoozes", c.snoozes, 200),
             ("claims while a named queue was paused", c.claims_past_a_pause, 200),
         ],
     );

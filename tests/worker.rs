@@ -130,6 +130,7 @@ fn outcomes_complete_retry_fail_release_and_panic_each_do_what_they_say() -> spi
         retried: 3,
         dead_lettered: 2,
         released: 1,
+        snoozed: 0,
         settled_by_handler: 0,
         lease_lost: 0,
         panicked: 1,

@@ -38,8 +38,8 @@ pub use ops::{
     AuditCounts, Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete,
     CompleteAndClaim, CompleteBatch, Completion, Cycle, Cycled, DeadLetters, Enqueue, EnqueueBatch,
     Fail, FailAndClaim, Get, Heartbeat, ItemEvents, Items, Lease, NextDue, PruneCompleted,
-    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SetItemEvents, SetPaused, Settled,
-    Settlement, Stats,
+    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SNOOZE_MS_MAX, SetItemEvents, SetPaused,
+    Settled, Settlement, Snooze, Stats,
 };
 pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
@@ -533,6 +533,19 @@ impl<'a> Queue<'a> {
     /// As `heartbeat`.
     pub fn release(&self, id: &str, fence: u64) -> Result<()> {
         self.store.exec(Release { id: id.into(), fence })
+    }
+
+    /// Puts a held item back to run again `delay_ms` from now without spending an attempt
+    /// (River's `JobSnooze`, Oban's `{:snooze, s}`): pending and due then, its attempt
+    /// refunded, so its next claim is the same attempt again and a snoozing item never runs out
+    /// of attempts by snoozing. Fenced like `complete`. Returns when it is due. A pool's
+    /// handler returns [`Outcome::Snooze`] instead.
+    ///
+    /// # Errors
+    /// As `heartbeat`; `InvalidInput` for a delay outside `0..=SNOOZE_MS_MAX` (a year).
+    /// Nothing is written on error.
+    pub fn snooze(&self, id: &str, fence: u64, delay_ms: i64) -> Result<i64> {
+        self.store.exec(Snooze { id: id.into(), fence, delay_ms })
     }
 
     /// Treats every expired lease as a failed attempt ("lease expired").

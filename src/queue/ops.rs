@@ -144,6 +144,19 @@ pub struct Release {
     pub fence: u64,
 }
 
+/// Puts a held item back to run again `delay_ms` from now without spending an attempt: pending,
+/// due then, its attempt refunded (the next claim is the same attempt number again), a
+/// lease-holder write fenced like [`Complete`]. Output when it is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snooze {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+    /// How long from now until it is due again, within `0..=SNOOZE_MS_MAX`.
+    pub delay_ms: i64,
+}
+
 /// Completes a held item and claims the next due one, in one op (one round trip, one commit
 /// for both): what a worker does between two items. If the completion is refused (a lost
 /// lease, say), nothing is claimed and the error is returned.
@@ -176,6 +189,8 @@ pub enum Settlement {
     Fail(Fail),
     /// Gives it back, its attempt refunded (as [`Release`]).
     Release(Release),
+    /// Puts it back to run later, its attempt refunded (as [`Snooze`]).
+    Snooze(Snooze),
 }
 
 impl Settlement {
@@ -185,6 +200,7 @@ impl Settlement {
             Settlement::Complete(done) => &done.id,
             Settlement::Fail(fail) => &fail.id,
             Settlement::Release(release) => &release.id,
+            Settlement::Snooze(snooze) => &snooze.id,
         }
     }
 }
@@ -199,6 +215,11 @@ pub enum Settled {
     Failed(FailOutcome),
     /// The item is pending again.
     Released,
+    /// The item is pending again, due at `run_at_ms`.
+    Snoozed {
+        /// When it is due again.
+        run_at_ms: i64,
+    },
 }
 
 /// A lease to renew in a [`Cycle`]: the item and the fence of its holder's claim.
@@ -832,6 +853,17 @@ impl Op for SetPaused {
     }
 }
 
+impl Sealed for Snooze {}
+impl Op for Snooze {
+    type Output = i64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<i64> {
+        snooze(tx, &self)
+    }
+}
+
 impl Sealed for ItemEvents {}
 impl Op for ItemEvents {
     type Output = bool;
@@ -1044,6 +1076,9 @@ fn settle_all(tx: &mut Tx<'_>, settle: Vec<Settlement>) -> Result<Vec<Result<Set
             }
             Settlement::Fail(failure) => fail(tx, &failure).map(Settled::Failed),
             Settlement::Release(release_) => release(tx, &release_).map(|()| Settled::Released),
+            Settlement::Snooze(snooze_) => {
+                snooze(tx, &snooze_).map(|run_at_ms| Settled::Snoozed { run_at_ms })
+            }
         };
         settled.push(item_level(result)?);
     }
@@ -1096,6 +1131,28 @@ fn release(tx: &mut Tx<'_>, release: &Release) -> Result<()> {
     item_event(tx, &item, "released", json!({}))?;
     tx.ring_bell();
     Ok(())
+}
+
+/// The longest a snooze may put an item off: a year, in milliseconds.
+pub const SNOOZE_MS_MAX: i64 = 366 * 24 * 3_600_000;
+
+/// Puts a held item back to run after `delay_ms`, its attempt refunded; returns when it is due.
+fn snooze(tx: &mut Tx<'_>, snooze: &Snooze) -> Result<i64> {
+    if !(0..=SNOOZE_MS_MAX).contains(&snooze.delay_ms) {
+        return Err(Error::InvalidInput(format!(
+            "a snooze is 0..={SNOOZE_MS_MAX} ms, not {}",
+            snooze.delay_ms
+        )));
+    }
+    let item = held(tx, &snooze.id, snooze.fence)?;
+    let run_at_ms = tx.now_ms().saturating_add(snooze.delay_ms);
+    let held = sql::Held { tenant: tx.tenant(), id: &snooze.id, fence: snooze.fence };
+    if !sql::snooze(tx.db(), &held, tx.now_ms(), run_at_ms)? {
+        return Err(lease_lost(tx, &snooze.id, snooze.fence)?);
+    }
+    item_event(tx, &item, "snoozed", json!({ "run_at_ms": run_at_ms }))?;
+    tx.ring_bell();
+    Ok(run_at_ms)
 }
 
 /// When something of `queue` may next be claimed: never while it is paused; while it is full,

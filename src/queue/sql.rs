@@ -879,3 +879,17 @@ pub(super) fn select_next_expiry(db: Db<'_>, tenant: &str, queue: &str) -> Resul
         args![tenant, queue],
     )
 }
+
+/// Puts a held item back to pending, due at `run_at_ms`, with its attempt refunded (a
+/// snooze); false when `fence` no longer holds a live lease.
+pub(super) fn snooze(db: Db<'_>, held: &Held<'_>, now_ms: i64, run_at_ms: i64) -> Result<bool> {
+    let changed = db.execute(
+        "UPDATE main.queue_items
+         SET status = 'pending', attempt = attempt - 1, run_at_ms = ?5, worker_id = NULL,
+             lease_expires_at_ms = NULL, updated_at_ms = ?4
+         WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
+           AND lease_expires_at_ms > ?4",
+        args![held.tenant, held.id, held.fence as i64, now_ms, run_at_ms],
+    )?;
+    Ok(changed == 1)
+}

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use serde_json::Value;
 
-use super::ops::{Cycle, Cycled, Fail, Lease, NextDue, Release, Settled, Settlement};
+use super::ops::{Cycle, Cycled, Fail, Lease, NextDue, Release, Settled, Settlement, Snooze};
 use super::{Claimed, Completion, FailOutcome, QueueItem};
 use crate::error::{Error, Result};
 use crate::store::Store;
@@ -93,6 +93,11 @@ pub enum Outcome {
     Fail(String),
     /// Give the item back untouched, its attempt refunded.
     Release,
+    /// Run the item again this many milliseconds from now, its attempt refunded (it does not
+    /// count against `max_attempts`); see [`Queue::snooze`](super::Queue::snooze). A delay
+    /// outside `0..=SNOOZE_MS_MAX` is refused by the store, and the item dead-lettered with
+    /// the reason, as any outcome the store refuses for its content.
+    Snooze(i64),
     /// The handler settled the item itself, with its fence (completed it in a transaction of
     /// its own with other writes, say): the pool has nothing left to do for it.
     Settled,
@@ -170,6 +175,8 @@ pub struct WorkerReport {
     pub dead_lettered: u64,
     /// Items given back (by their handler, or unstarted when the pool stopped).
     pub released: u64,
+    /// Items put back to run later ([`Outcome::Snooze`]), their attempt refunded.
+    pub snoozed: u64,
     /// Items their handler settled itself ([`Outcome::Settled`]).
     pub settled_by_handler: u64,
     /// Items whose lease was lost before their outcome could be recorded.
@@ -457,6 +464,7 @@ struct Counts {
     retried: AtomicU64,
     dead_lettered: AtomicU64,
     released: AtomicU64,
+    snoozed: AtomicU64,
     settled_by_handler: AtomicU64,
     lease_lost: AtomicU64,
     panicked: AtomicU64,
@@ -471,6 +479,7 @@ impl Counts {
             retried: read(&self.retried),
             dead_lettered: read(&self.dead_lettered),
             released: read(&self.released),
+            snoozed: read(&self.snoozed),
             settled_by_handler: read(&self.settled_by_handler),
             lease_lost: read(&self.lease_lost),
             panicked: read(&self.panicked),
@@ -633,6 +642,7 @@ impl Coordinator {
             Outcome::Retry(error) => Settlement::Fail(Fail { id, fence, error, retryable: true }),
             Outcome::Fail(error) => Settlement::Fail(Fail { id, fence, error, retryable: false }),
             Outcome::Release => Settlement::Release(Release { id, fence }),
+            Outcome::Snooze(delay_ms) => Settlement::Snooze(Snooze { id, fence, delay_ms }),
             Outcome::Settled => {
                 self.held.remove(&id);
                 Counts::add(&self.counts.settled_by_handler, 1);
@@ -721,6 +731,7 @@ impl Coordinator {
                 Counts::add(&counts.dead_lettered, 1);
             }
             Ok(Settled::Released) => Counts::add(&counts.released, 1),
+            Ok(Settled::Snoozed { .. }) => Counts::add(&counts.snoozed, 1),
             Err(Error::LeaseLost(_) | Error::NotFound { .. }) => {
                 Counts::add(&counts.lease_lost, 1);
             }
@@ -736,6 +747,7 @@ impl Coordinator {
             Settlement::Complete(done) => (done.id, done.fence),
             Settlement::Fail(failure) => (failure.id, failure.fence),
             Settlement::Release(release) => (release.id, release.fence),
+            Settlement::Snooze(snooze) => (snooze.id, snooze.fence),
         };
         let mut error = format!("the pool could not record the handler's outcome: {error}");
         let mut end = error.len().min(REFUSED_ERROR_BYTES_MAX);

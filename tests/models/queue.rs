@@ -190,6 +190,18 @@ impl QueueModel {
         Ok(())
     }
 
+    /// Snoozes a held item: pending again, due `delay_ms` from now, its attempt refunded.
+    pub fn snooze(&mut self, index: usize, fence: u64, delay_ms: i64, now_ms: i64) -> Expect<i64> {
+        if !(0..=spindle::queue::SNOOZE_MS_MAX).contains(&delay_ms) {
+            return Err(Refusal::InvalidInput);
+        }
+        let item = self.held(index, fence, now_ms)?;
+        item.status = ItemStatus::Pending;
+        item.attempt -= 1;
+        item.run_at_ms = now_ms + delay_ms;
+        Ok(item.run_at_ms)
+    }
+
     /// Puts a dead item back, with fresh attempts, due now.
     pub fn requeue(&mut self, index: usize, now_ms: i64) -> Expect<()> {
         let item = self.items.get_mut(index).ok_or(Refusal::NotFound)?;

@@ -1087,3 +1087,176 @@ fn a_pool_handler_snoozes_its_item_and_runs_it_again_once_due() -> spindle::Resu
     assert_eq!(queue.get(&id)?.attempt, 1);
     Ok(())
 }
+
+// ---- Global concurrency per queue (issue 31 item 3) ----
+
+#[test]
+fn a_limited_queue_has_at_most_its_limit_claimed_and_a_lower_limit_waits_for_room()
+-> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    for n in 0..6 {
+        queue.enqueue(NewItem::new("q", json!(n)))?;
+    }
+    queue.enqueue(NewItem::new("other", json!("o")).priority(-1))?;
+    queue.set_concurrency("q", Some(2))?;
+    let held = queue.claim_batch("w", &["q"], 10_000, 10)?;
+    assert_eq!(held.len(), 2);
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none(), "full");
+    // A claim of several queues takes another queue's item past the full one.
+    assert_eq!(queue.claim("w", &["q", "other"], 10_000)?.expect("other").item.queue, "other");
+    let stats = stats_of(&store, "q")?.expect("q");
+    assert_eq!((stats.claimed, stats.pending, stats.concurrency_max), (2, 4, Some(2)));
+
+    // A settlement makes room for exactly one more, also in the same op.
+    let next = spindle::queue::Claim::new("w", &["q"], 10_000);
+    let third = queue.complete_and_claim(&held[0].item.id, held[0].fence, json!(1), &next)?;
+    let third = third.expect("the freed place");
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none(), "full again");
+
+    // A lower limit lets the claimed items run to their end, then waits for room.
+    queue.set_concurrency("q", Some(1))?;
+    queue.complete(&held[1].item.id, held[1].fence, json!(1))?;
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none(), "one claimed, the limit is one");
+    queue.snooze(&third.item.id, third.fence, 0)?;
+    let serial = queue.claim_batch("w", &["q"], 10_000, 10)?;
+    assert_eq!(serial.len(), 1, "a serial queue");
+
+    queue.set_concurrency("q", None)?;
+    assert_eq!(queue.claim_batch("w", &["q"], 10_000, 10)?.len(), 3, "no limit");
+    assert_eq!(stats_of(&store, "q")?.expect("q").concurrency_max, None);
+    let types = event_types(&store, "q");
+    assert_eq!(types.iter().filter(|t| *t == "concurrency").count(), 3);
+    common::assert_queue_counts(&store, "limited");
+    Ok(())
+}
+
+#[test]
+fn a_limit_of_zero_or_a_bad_name_writes_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let refused = queue.set_concurrency("q", Some(0));
+    assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
+    let refused = queue.set_concurrency("", Some(1));
+    assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
+    assert!(queue.stats()?.is_empty(), "no settings row");
+    assert_eq!(store.events().read_all(0, 10)?.len(), 0, "no event");
+    queue.set_concurrency("q", Some(u32::MAX))?;
+    assert_eq!(stats_of(&store, "q")?.expect("q").concurrency_max, Some(u32::MAX));
+    Ok(())
+}
+
+/// Claims and completes every item of `queue` on `threads` threads of each store, counting
+/// how many items the callers hold at once (from the claim's reply to just before the
+/// completion is sent, so never more than the store has claimed): the highest count seen.
+fn hold_at_most(stores: &[Store], threads: usize, queue: &'static str, items: usize) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let held = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for t in 0..threads {
+            let (store, held, most, done) =
+                (store.clone(), held.clone(), most.clone(), done.clone());
+            workers.push(std::thread::spawn(move || -> spindle::Result<()> {
+                let worker = format!("w{s}-{t}");
+                let started = Instant::now();
+                while done.load(Ordering::SeqCst) < items {
+                    assert!(started.elapsed() < Duration::from_secs(120), "stalled");
+                    let wait = Duration::from_millis(20);
+                    let Some(job) = store.queue().claim_wait(&worker, &[queue], 60_000, wait)?
+                    else {
+                        continue;
+                    };
+                    let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::yield_now();
+                    held.fetch_sub(1, Ordering::SeqCst);
+                    store.queue().complete(&job.item.id, job.fence, json!(worker))?;
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            }));
+        }
+    }
+    // The store's own count, sampled meanwhile, never passes the limit either.
+    let sampler = {
+        let (store, done) = (stores[0].clone(), done.clone());
+        std::thread::spawn(move || -> spindle::Result<u64> {
+            let mut most = 0;
+            while done.load(Ordering::SeqCst) < items {
+                let stats = stats_of(&store, queue)?;
+                most = most.max(stats.map_or(0, |s| s.claimed));
+            }
+            Ok(most)
+        })
+    };
+    for worker in workers {
+        worker.join().expect("a worker").expect("its calls");
+    }
+    let sampled = sampler.join().expect("the sampler").expect("stats") as usize;
+    most.load(Ordering::SeqCst).max(sampled)
+}
+
+#[test]
+fn a_serial_queue_runs_one_item_at_a_time_on_many_threads() -> spindle::Result<()> {
+    let store = common::new_store();
+    let items = 60;
+    store.queue().set_concurrency("serial", Some(1))?;
+    store.queue().enqueue_batch((0..items).map(|n| NewItem::new("serial", json!(n))).collect())?;
+    assert_eq!(hold_at_most(std::slice::from_ref(&store), 6, "serial", items), 1);
+    store.queue().set_concurrency("three", Some(3))?;
+    store.queue().enqueue_batch((0..items).map(|n| NewItem::new("three", json!(n))).collect())?;
+    assert!(hold_at_most(std::slice::from_ref(&store), 6, "three", items) <= 3);
+    let stats = stats_of(&store, "three")?.expect("three");
+    assert_eq!((stats.completed, stats.claimed), (items as u64, 0));
+    Ok(())
+}
+
+#[test]
+fn a_limit_holds_across_stores_on_one_database() -> spindle::Result<()> {
+    let shared = common::SharedStore::new();
+    let stores = [shared.open(), shared.open(), shared.open()];
+    let items = 45;
+    stores[0].queue().set_concurrency("q", Some(2))?;
+    stores[1].queue().enqueue_batch((0..items).map(|n| NewItem::new("q", json!(n))).collect())?;
+    assert!(hold_at_most(&stores, 3, "q", items) <= 2);
+    let stats = stats_of(&stores[2], "q")?.expect("q");
+    assert_eq!((stats.completed, stats.claimed), (items as u64, 0));
+    for store in stores {
+        store.close()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_pool_on_a_serial_queue_runs_its_items_one_at_a_time_and_wakes_on_each_settlement()
+-> spindle::Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let store = common::new_store();
+    let queue = store.queue();
+    queue.set_concurrency("serial", Some(1))?;
+    let items = 30;
+    queue.enqueue_batch((0..items).map(|n| NewItem::new("serial", json!(n))).collect())?;
+    let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (r, m) = (running.clone(), most.clone());
+    // A long poll interval: only the bells of the settlements keep it going.
+    let pool = queue.worker(&["serial"]).threads(4).poll_interval(Duration::from_secs(30)).run(
+        move |_| {
+            m.fetch_max(r.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            std::thread::yield_now();
+            r.fetch_sub(1, Ordering::SeqCst);
+            spindle::queue::Outcome::Complete(json!(1))
+        },
+    )?;
+    let started = Instant::now();
+    while stats_of(&store, "serial")?.expect("serial").completed < items as u64 {
+        assert!(started.elapsed() < Duration::from_secs(25), "a settlement woke the next claim");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    pool.stop();
+    assert_eq!(pool.join()?.completed, items as u64);
+    assert_eq!(most.load(Ordering::SeqCst), 1);
+    Ok(())
+}

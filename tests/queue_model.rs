@@ -1,7 +1,8 @@
 //! Model-based test of the work queue (reliability plan T1, queue part): seeded random
 //! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release, snooze with
 //! the current or a stale fence, reclaim of expired leases, dead letters, requeue, cancel,
-//! purge of dead letters, prune of finished items, get, pause and resume of a queue), clock
+//! purge of dead letters, prune of finished items, get, pause and resume of a queue, its
+//! concurrency limit), clock
 //! moves forwards and backwards,
 //! and reopens of the store, run against the store and against the plain model in
 //! `tests/models/queue.rs` (shared with the `ops` fuzz harness).
@@ -52,6 +53,9 @@ struct Coverage {
     claims_past_a_pause: u64,
     pauses: u64,
     snoozes: u64,
+    limits_set: u64,
+    /// Claims made while a queue they named was at its limit.
+    claims_at_a_limit: u64,
 }
 
 struct Harness {
@@ -152,8 +156,13 @@ impl Harness {
         });
         let expected = expected.map(|(claimed, _)| claimed);
         c.claims += u64::from(matches!(expected, Ok(Some(_))));
-        let paused = queues.iter().any(|queue| !self.model.claimable(queue));
+        let paused = queues.iter().any(|queue| self.model.paused.iter().any(|p| p == queue));
         c.claims_past_a_pause += u64::from(paused && expected.is_ok());
+        let model = &self.model;
+        let full = queues
+            .iter()
+            .any(|queue| !model.paused.iter().any(|p| p == queue) && !model.claimable(queue));
+        c.claims_at_a_limit += u64::from(full && expected.is_ok());
         c.refusals += u64::from(compare(&context, got, expected).is_some());
     }
 
@@ -300,6 +309,24 @@ impl Harness {
         assert_eq!(got, self.model.dead(queue), "{}", self.context("dead_letters"));
     }
 
+    /// Sets or lifts a queue's concurrency limit (or tries 0); `stats` shows it.
+    fn limit(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let queue = QUEUES[dice.below(2) as usize];
+        let max = [None, None, Some(1), Some(2), Some(0)][dice.below(5) as usize];
+        self.now();
+        let context = self.context(&format!("concurrency of {queue}: {max:?}"));
+        let expected = self.model.set_concurrency(queue, max);
+        c.limits_set += u64::from(expected.is_ok() && max.is_some());
+        compare(&context, self.store.queue().set_concurrency(queue, max), expected);
+        self.now();
+        let stats = self.store.queue().stats().expect("stats");
+        for queue in QUEUES {
+            let shown = stats.iter().find(|s| s.queue == queue).and_then(|s| s.concurrency_max);
+            let limit = self.model.limits.iter().find(|(q, _)| q == queue).map(|(_, max)| *max);
+            assert_eq!(shown, limit, "{context}: stats of {queue}");
+        }
+    }
+
     /// Pauses or resumes a queue; `stats` shows it.
     fn pause_or_resume(&mut self, dice: &mut Dice, c: &mut Coverage) {
         let queue = QUEUES[dice.below(2) as usize];
@@ -316,7 +343,8 @@ impl Harness {
         let stats = self.store.queue().stats().expect("stats");
         for queue in QUEUES {
             let shown = stats.iter().find(|s| s.queue == queue).is_some_and(|s| s.paused);
-            assert_eq!(shown, !self.model.claimable(queue), "{context}: stats of {queue}");
+            let paused = self.model.paused.iter().any(|p| p == queue);
+            assert_eq!(shown, paused, "{context}: stats of {queue}");
         }
     }
 
@@ -343,7 +371,7 @@ fn run(seed: u64, c: &mut Coverage) {
     let mut h = Harness::new(seed, &mut dice);
     for step in 0..steps {
         h.step = step;
-        match dice.below(23) {
+        match dice.below(24) {
             0..=3 => h.enqueue(&mut dice, c),
             4..=7 => h.claim(&mut dice, c),
             8..=12 => h.fenced(&mut dice, c),
@@ -358,6 +386,7 @@ fn run(seed: u64, c: &mut Coverage) {
             }
             17 => h.purge_or_prune(&mut dice, c),
             18 => h.pause_or_resume(&mut dice, c),
+            19 => h.limit(&mut dice, c),
             _ => h.move_clock(&mut dice, c),
         }
         // The counts (stats, audit) against a recount of the items, after every step: the
@@ -400,6 +429,8 @@ fn random_call_sequences_agree_with_the_model() {
             ("finished items pruned", c.pruned, 200),
             ("pauses", c.pauses, 200),
             ("snoozes", c.snoozes, 200),
+            ("limits set", c.limits_set, 200),
+            ("claims while a named queue was at its limit", c.claims_at_a_limit, 200),
             ("claims while a named queue was paused", c.claims_past_a_pause, 200),
         ],
     );

@@ -38,8 +38,8 @@ pub use ops::{
     AuditCounts, Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete,
     CompleteAndClaim, CompleteBatch, Completion, Cycle, Cycled, DeadLetters, Enqueue, EnqueueBatch,
     Fail, FailAndClaim, Get, Heartbeat, ItemEvents, Items, Lease, NextDue, PruneCompleted,
-    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SNOOZE_MS_MAX, SetItemEvents, SetPaused,
-    Settled, Settlement, Snooze, Stats,
+    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SNOOZE_MS_MAX, SetConcurrency, SetItemEvents,
+    SetPaused, Settled, Settlement, Snooze, Stats,
 };
 pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
@@ -300,7 +300,7 @@ pub struct QueueStats {
     pub oldest_pending_age_ms: Option<i64>,
     /// True while the queue is paused ([`Queue::pause`]): nobody claims its items.
     pub paused: bool,
-    /// Its concurrency limit, if it has one (at most this many of its items claimed at once).
+    /// Its concurrency limit ([`Queue::set_concurrency`]), if it has one.
     pub concurrency_max: Option<u32>,
 }
 
@@ -686,6 +686,21 @@ impl<'a> Queue<'a> {
     /// As `pause`.
     pub fn resume(&self, queue: &str) -> Result<()> {
         self.store.exec(SetPaused { queue: queue.into(), paused: false })
+    }
+
+    /// Limits `queue` to at most `concurrency_max` items claimed at once, by every worker and
+    /// process on the store together (`Some(1)`: a serial queue, one item at a time); `None`
+    /// lifts the limit. The claiming statement counts the queue's claimed items and claims
+    /// only below the limit, so no client can go past it. Items claimed before a lower limit
+    /// run to their end; the queue then waits until it is below the new limit. A settlement
+    /// that frees a place (complete, fail, release, snooze, cancel) wakes this process's
+    /// waiting claimers. Durable, per tenant, shown by `stats`; appends a `concurrency` event
+    /// (`{"concurrency_max": n}` or `null`) to the queue's stream.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a limit of 0 or a bad queue name (nothing is written).
+    pub fn set_concurrency(&self, queue: &str, concurrency_max: Option<u32>) -> Result<()> {
+        self.store.exec(SetConcurrency { queue: queue.into(), concurrency_max })
     }
 
     /// Whether `queue` appends per-item events: true unless [`Queue::set_item_events`] turned

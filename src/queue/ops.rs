@@ -369,6 +369,16 @@ pub struct SetPaused {
     pub paused: bool,
 }
 
+/// Sets or lifts a queue's concurrency limit; see
+/// [`Queue::set_concurrency`](super::Queue::set_concurrency).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetConcurrency {
+    /// The queue.
+    pub queue: String,
+    /// Most items of the queue claimed at once, at least 1; `None` lifts the limit.
+    pub concurrency_max: Option<u32>,
+}
+
 /// Whether a queue appends per-item events; output true unless they were turned off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemEvents {
@@ -849,6 +859,26 @@ impl Op for SetPaused {
         if !self.paused {
             tx.ring_bell();
         }
+        Ok(())
+    }
+}
+
+impl Sealed for SetConcurrency {}
+impl Op for SetConcurrency {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_id("queue", &self.queue)?;
+        if self.concurrency_max == Some(0) {
+            return Err(Error::InvalidInput("a concurrency limit is at least 1".into()));
+        }
+        let (queue, max) = (&self.queue, self.concurrency_max);
+        sql::set_concurrency(tx.db(), tx.tenant(), queue, max, tx.now_ms())?;
+        let payload = json!({ "concurrency_max": max });
+        events::append(tx, &Stream::queue(queue), "concurrency", payload, None)?;
+        tx.ring_bell();
         Ok(())
     }
 }

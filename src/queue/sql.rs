@@ -859,6 +859,26 @@ pub(super) fn set_paused(
     Ok(())
 }
 
+/// Records `queue`'s concurrency limit (`None`: no limit; a new row keeps the other defaults).
+pub(super) fn set_concurrency(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    concurrency_max: Option<u32>,
+    now_ms: i64,
+) -> Result<()> {
+    let max = concurrency_max.map(i64::from);
+    db.execute(
+        "INSERT INTO main.queue_settings
+             (tenant_id, queue, item_events, updated_at_ms, concurrency_max)
+         VALUES (?1, ?2, 1, ?4, ?3)
+         ON CONFLICT (tenant_id, queue) DO UPDATE
+         SET concurrency_max = excluded.concurrency_max, updated_at_ms = excluded.updated_at_ms",
+        args![tenant, queue, max, now_ms],
+    )?;
+    Ok(())
+}
+
 /// How many items of `queue` are claimed (from the partial index of claimed items).
 pub(super) fn count_claimed(db: Db<'_>, tenant: &str, queue: &str) -> Result<u64> {
     let claimed: Option<i64> = db.query_value(

@@ -1,6 +1,6 @@
 //! The model of the work queue (DESIGN.md §5.3) for one tenant: items with priorities, delays,
 //! attempts, fenced leases, retries with the default backoff, dead letters, requeue and cancel,
-//! paused queues.
+//! paused queues, per-queue concurrency limits, snooze.
 //! The caller passes the store's time (`Stamp`) to every call.
 
 use spindle::{FailOutcome, ItemStatus};
@@ -42,6 +42,8 @@ pub struct QueueModel {
     pub items: Vec<Item>,
     /// The queues paused: nobody claims their items.
     pub paused: Vec<String>,
+    /// The queues' concurrency limits: at most this many of their items claimed at once.
+    pub limits: Vec<(String, u32)>,
 }
 
 /// The default backoff: 1 s doubling per attempt, at most 64 s.
@@ -124,9 +126,29 @@ impl QueueModel {
         Ok((Some((next.id.clone(), next.fence, next.lease_expires_at_ms)), swept))
     }
 
-    /// Whether a claim may take an item of `queue` now: it is not paused.
+    /// Whether a claim may take an item of `queue` now: it is not paused, and fewer of its
+    /// items are claimed than its limit.
     pub fn claimable(&self, queue: &str) -> bool {
-        !self.paused.iter().any(|paused| paused == queue)
+        let paused = self.paused.iter().any(|paused| paused == queue);
+        let limit = self.limits.iter().find(|(q, _)| q == queue).map(|(_, max)| *max);
+        let claimed = self
+            .items
+            .iter()
+            .filter(|i| i.queue == queue && i.status == ItemStatus::Claimed)
+            .count() as u64;
+        !paused && limit.is_none_or(|max| claimed < u64::from(max))
+    }
+
+    /// Sets or lifts `queue`'s concurrency limit.
+    pub fn set_concurrency(&mut self, queue: &str, max: Option<u32>) -> Expect<()> {
+        if max == Some(0) {
+            return Err(Refusal::InvalidInput);
+        }
+        self.limits.retain(|(q, _)| q != queue);
+        if let Some(max) = max {
+            self.limits.push((queue.to_owned(), max));
+        }
+        Ok(())
     }
 
     /// Pauses (`true`) or resumes `queue`.

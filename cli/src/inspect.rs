@@ -144,16 +144,99 @@ pub fn queue_stats(store: &Store, out: &Output) -> Result<(), CliError> {
         return Ok(());
     }
     println!(
-        "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}",
+        "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}  STATE",
         "QUEUE", "PENDING", "SCHEDULED", "CLAIMED", "DEAD", "COMPLETED"
     );
     for s in &stats {
         println!(
-            "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}",
-            s.queue, s.pending, s.scheduled, s.claimed, s.dead, s.completed
+            "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}  {}",
+            s.queue,
+            s.pending,
+            s.scheduled,
+            s.claimed,
+            s.dead,
+            s.completed,
+            queue_state(s)
         );
     }
     Ok(())
+}
+
+/// `paused`, `running`, with `limit N` when the queue has one.
+fn queue_state(stats: &spindle::QueueStats) -> String {
+    let state = if stats.paused { "paused" } else { "running" };
+    match stats.concurrency_max {
+        Some(max) => format!("{state}, limit {max}"),
+        None => state.to_owned(),
+    }
+}
+
+/// Pauses or resumes a queue; a run's queue is refused (exit 2: the run alone drives it).
+pub fn set_paused(store: &Store, queue: &str, paused: bool, out: &Output) -> Result<(), CliError> {
+    let what = if paused { "pause" } else { "resume" };
+    owned_by_run(queue, what).map_err(CliError::Bad)?;
+    if paused {
+        store.queue().pause(queue)?;
+    } else {
+        store.queue().resume(queue)?;
+    }
+    report_setting(out, queue, json!({ "paused": paused }));
+    Ok(())
+}
+
+/// Sets (a number, at least 1) or lifts (`none`) a queue's concurrency limit; a run's queue
+/// is refused.
+pub fn set_concurrency(
+    store: &Store,
+    queue: &str,
+    limit: &str,
+    out: &Output,
+) -> Result<(), CliError> {
+    owned_by_run(queue, "limit").map_err(CliError::Bad)?;
+    let max = match limit {
+        "none" => None,
+        number => match number.parse::<u32>() {
+            Ok(max) if max >= 1 => Some(max),
+            _ => return Err(CliError::Bad(format!("a limit is a number from 1, or none: {limit:?}"))),
+        },
+    };
+    store.queue().set_concurrency(queue, max)?;
+    report_setting(out, queue, json!({ "concurrency_max": max }));
+    Ok(())
+}
+
+/// Snoozes a claimed item (under `fence`, or its current one) for `duration`; a run's item is
+/// refused.
+pub fn snooze(
+    store: &Store,
+    id: &str,
+    duration: &str,
+    fence: Option<u64>,
+    out: &Output,
+) -> Result<(), CliError> {
+    let delay_ms = parse_duration_ms(duration)?;
+    let item = store.queue().get(id)?;
+    owned_by_run(&item.queue, "snooze").map_err(CliError::Bad)?;
+    let run_at_ms = store.queue().snooze(id, fence.unwrap_or(item.fence), delay_ms)?;
+    if out.json {
+        out.print_json(&json!({ "id": id, "run_at_ms": run_at_ms }));
+    } else {
+        println!("snoozed {id} until {run_at_ms}");
+    }
+    Ok(())
+}
+
+/// What a setting command changed, as a line or as JSON (`{"queue": .., <setting>}`).
+fn report_setting(out: &Output, queue: &str, setting: Value) {
+    let mut report = json!({ "queue": queue });
+    if let (Some(report), Some(setting)) = (report.as_object_mut(), setting.as_object()) {
+        report.extend(setting.clone());
+    }
+    if out.json {
+        out.print_json(&report);
+    } else {
+        println!("{queue}: {setting}");
+    }
 }
 
 /// Dead letters of one queue, or of every queue that has some.

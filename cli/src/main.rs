@@ -285,6 +285,30 @@ enum QueueCmd {
         #[arg(long, conflicts_with = "id")]
         all: Option<String>,
     },
+    /// Pause a queue: no worker of any process claims its items until it is resumed; its
+    /// claimed items run to their end. A run's queue is refused.
+    Pause { queue: String },
+    /// Resume a paused queue.
+    Resume { queue: String },
+    /// Limit how many items of a queue are claimed at once, by every worker together (1: one
+    /// at a time), or lift the limit with `none`. A run's queue is refused.
+    Concurrency {
+        queue: String,
+        /// The limit (at least 1), or `none`.
+        limit: String,
+    },
+    /// Put a claimed item off: pending again, due after DURATION (`30s`, `10m`, ..), its
+    /// attempt refunded. Its holder's later writes are refused (LeaseLost). A run's item is
+    /// refused.
+    Snooze {
+        /// The item.
+        id: String,
+        /// How long until it is due again.
+        duration: String,
+        /// The fence of the claim to snooze (default: its current one).
+        #[arg(long)]
+        fence: Option<u64>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -398,7 +422,15 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Tenants { action: Some(TenantCmd::Create { .. }) }
         | Cmd::Tokens { action: TokenCmd::Create { .. } } => Access::Administrator,
         Cmd::Tenants { .. } | Cmd::Tokens { .. } => Access::Writer,
-        Cmd::Prune { .. } | Cmd::Queue { action: QueueCmd::Requeue { .. } } => Access::Writer,
+        Cmd::Prune { .. }
+        | Cmd::Queue {
+            action:
+                QueueCmd::Requeue { .. }
+                | QueueCmd::Pause { .. }
+                | QueueCmd::Resume { .. }
+                | QueueCmd::Concurrency { .. }
+                | QueueCmd::Snooze { .. },
+        } => Access::Writer,
         Cmd::Ui { allow_actions: true, .. } => Access::Writer,
         _ => Access::Reader,
     };
@@ -427,6 +459,18 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         }
         Cmd::Queue { action: QueueCmd::Requeue { id, all } } => {
             inspect::requeue(&store, id.as_deref(), all.as_deref(), out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Pause { queue } } => {
+            inspect::set_paused(&store, &queue, true, out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Resume { queue } } => {
+            inspect::set_paused(&store, &queue, false, out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Concurrency { queue, limit } } => {
+            inspect::set_concurrency(&store, &queue, &limit, out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Snooze { id, duration, fence } } => {
+            inspect::snooze(&store, &id, &duration, fence, out)?;
         }
         Cmd::Processes { all } => inspect::processes(&store, all, out)?,
         Cmd::Prune { older_than } => {

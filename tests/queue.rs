@@ -348,11 +348,7 @@ fn cancel_and_cancel_execution() -> spindle::Result<()> {
     queue.enqueue(NewItem::new("q", json!(3)).execution_id("exec-2"))?;
     let held = queue.claim("w", &["q"], 1_000)?.expect("claimed");
     assert_eq!(held.item.id, a);
-    assert!(
-        matches!(queue.cancel(&a), Err(Error::Conflict(_))),
-        "claimed items need cancel_execution"
-    );
-    assert_eq!(queue.cancel_execution("exec-1")?, 2);
+    assert_eq!(queue.cancel_execution("exec-1")?, 2, "the claimed item and the pending one");
     assert!(matches!(queue.complete(&a, held.fence, json!(null)), Err(Error::LeaseLost(_))));
     assert_eq!(queue.claim("w", &["q"], 1_000)?.expect("exec-2's item").item.payload, json!(3));
 
@@ -1000,6 +996,17 @@ fn a_version_five_postgres_store_is_upgraded_with_its_queue_settings_kept() -> s
     let fresh = common::SharedStore::new();
     fresh.open().close()?;
     assert_eq!(common::store_columns(&old), common::store_columns(&fresh));
+    let (migrated, made) =
+        (common::postgres_catalogue(old.location()), common::postgres_catalogue(fresh.location()));
+    let only = |a: &std::collections::BTreeSet<String>, b: &std::collections::BTreeSet<String>| {
+        a.difference(b).cloned().collect::<Vec<_>>()
+    };
+    assert!(
+        migrated == made,
+        "migrated only: {:?}\nfresh only: {:?}",
+        only(&migrated, &made),
+        only(&made, &migrated)
+    );
     Ok(())
 }
 
@@ -1258,5 +1265,59 @@ fn a_pool_on_a_serial_queue_runs_its_items_one_at_a_time_and_wakes_on_each_settl
     pool.stop();
     assert_eq!(pool.join()?.completed, items as u64);
     assert_eq!(most.load(Ordering::SeqCst), 1);
+    Ok(())
+}
+
+#[test]
+fn a_claimed_item_is_cancelled_at_once_and_its_holder_is_refused_and_never_retried()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let stream = Stream::queue("q");
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(3))?.id;
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    let events_before = store.events().head(&stream)?;
+    queue.cancel(&id)?;
+    let item = queue.get(&id)?;
+    assert_eq!(item.status, ItemStatus::Cancelled, "cancelled at once, under its holder");
+    assert_eq!((item.worker_id, item.lease_expires_at_ms), (None, None));
+    let events = store.events().read(&stream, events_before, 10)?;
+    let cancelled = events.last().expect("an event");
+    assert_eq!(cancelled.event_type, "cancelled");
+    assert_eq!(cancelled.payload["items"][0]["running"], json!(true));
+    assert_eq!(cancelled.payload["items"][0]["worker_id"], json!("w"));
+    // Every write of the holder is refused and changes nothing.
+    let fence = held.fence;
+    assert!(matches!(queue.heartbeat(&id, fence, 10_000), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.complete(&id, fence, json!("done")), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.fail(&id, fence, "boom", true), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.release(&id, fence), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.snooze(&id, fence, 1_000), Err(Error::LeaseLost(_))));
+    // Its lease's end passes: it is not retried, nor claimed again.
+    clock.advance_ms(60_000);
+    let swept = queue.reclaim_expired()?;
+    assert_eq!((swept.retried, swept.dead_lettered), (0, 0));
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none());
+    let item = queue.get(&id)?;
+    assert_eq!((item.status, item.attempt, item.result), (ItemStatus::Cancelled, 1, None));
+    assert!(matches!(queue.cancel(&id), Err(Error::Conflict(_))), "a finished item");
+    let stats = &queue.stats()?[0];
+    assert_eq!((stats.claimed, stats.pending), (0, 0));
+    common::assert_queue_counts(&store, "after cancelling a claimed item");
+    Ok(())
+}
+
+#[test]
+fn cancelling_a_running_item_of_a_full_serial_queue_frees_its_place() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    queue.set_concurrency("serial", Some(1))?;
+    let first = queue.enqueue(NewItem::new("serial", json!(1)))?.id;
+    queue.enqueue(NewItem::new("serial", json!(2)))?;
+    assert_eq!(queue.claim("w", &["serial"], 10_000)?.expect("the first").item.id, first);
+    assert!(queue.claim("w", &["serial"], 10_000)?.is_none(), "full");
+    queue.cancel(&first)?;
+    let next = queue.claim("w", &["serial"], 10_000)?.expect("its place is free");
+    assert_eq!(next.item.payload, json!(2));
     Ok(())
 }

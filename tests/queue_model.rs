@@ -257,7 +257,11 @@ impl Harness {
 
     fn requeue_or_cancel(&mut self, dice: &mut Dice, c: &mut Coverage) {
         let requeue = dice.below(2) == 0;
-        let wanted = if requeue { ItemStatus::Dead } else { ItemStatus::Pending };
+        let wanted = match (requeue, dice.below(2)) {
+            (true, _) => ItemStatus::Dead,
+            (false, 0) => ItemStatus::Pending,
+            (false, _) => ItemStatus::Claimed,
+        };
         let Some(index) = self.pick(dice, wanted) else { return };
         let id = self.model.items[index].id.clone();
         let now_ms = self.now();

@@ -1,5 +1,6 @@
-//! The inspectors: graphs, one graph, events (followed across processes), the queue, the
-//! process registry, pruning, and the integrity check. Listings print a table, or JSON with
+//! The inspectors: graphs, one graph, events (followed across processes), the queue (and its
+//! controls: pause, resume, a concurrency limit, snoozing an item), the process registry,
+//! pruning, and the integrity check. Listings print a table, or JSON with
 //! `--json`.
 
 use std::path::Path;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
-use spindle::{Event, Page, Store, Stream};
+use spindle::{Event, ItemStatus, Page, Store, Stream};
 
 use crate::common::{self, CliError, Location, Output, all_graphs, parse_duration_ms};
 use crate::draw;
@@ -197,7 +198,11 @@ pub fn set_concurrency(
         "none" => None,
         number => match number.parse::<u32>() {
             Ok(max) if max >= 1 => Some(max),
-            _ => return Err(CliError::Bad(format!("a limit is a number from 1, or none: {limit:?}"))),
+            _ => {
+                return Err(CliError::Bad(format!(
+                    "a limit is a number from 1, or none: {limit:?}"
+                )));
+            }
         },
     };
     store.queue().set_concurrency(queue, max)?;
@@ -205,8 +210,23 @@ pub fn set_concurrency(
     Ok(())
 }
 
-/// Snoozes a claimed item (under `fence`, or its current one) for `duration`; a run's item is
-/// refused.
+/// Cancels a pending or claimed item; a run's item, or a finished one, is refused (exit 2,
+/// nothing written).
+pub fn cancel(store: &Store, id: &str, out: &Output) -> Result<(), CliError> {
+    let item = store.queue().get(id)?;
+    owned_by_run(&item.queue, "cancel").map_err(CliError::Bad)?;
+    store.queue().cancel(id)?;
+    let was = item.status.as_str();
+    if out.json {
+        out.print_json(&json!({ "id": id, "cancelled": true, "was": was }));
+    } else {
+        println!("cancelled {id} (it was {was})");
+    }
+    Ok(())
+}
+
+/// Snoozes a claimed item (under `fence`, or its current one) for `duration`. Refused (exit 2,
+/// nothing written): a run's item, an item that is not claimed, a fence that no longer holds.
 pub fn snooze(
     store: &Store,
     id: &str,
@@ -217,11 +237,26 @@ pub fn snooze(
     let delay_ms = parse_duration_ms(duration)?;
     let item = store.queue().get(id)?;
     owned_by_run(&item.queue, "snooze").map_err(CliError::Bad)?;
-    let run_at_ms = store.queue().snooze(id, fence.unwrap_or(item.fence), delay_ms)?;
+    if item.status != ItemStatus::Claimed {
+        let status = item.status.as_str();
+        return Err(CliError::Bad(format!(
+            "item {id} is {status}: only a claimed item is snoozed"
+        )));
+    }
+    let fence = fence.unwrap_or(item.fence);
+    let run_at_ms = match store.queue().snooze(id, fence, delay_ms) {
+        Ok(run_at_ms) => run_at_ms,
+        Err(spindle::Error::LeaseLost(_)) => {
+            return Err(CliError::Bad(format!(
+                "item {id} is not held under fence {fence} (its lease lapsed or moved on)"
+            )));
+        }
+        Err(other) => return Err(other.into()),
+    };
     if out.json {
-        out.print_json(&json!({ "id": id, "run_at_ms": run_at_ms }));
+        out.print_json(&json!({ "id": id, "fence": fence, "run_at_ms": run_at_ms }));
     } else {
-        println!("snoozed {id} until {run_at_ms}");
+        println!("snoozed {id} until {run_at_ms} (ms since the epoch), its attempt refunded");
     }
     Ok(())
 }

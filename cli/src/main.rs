@@ -132,7 +132,7 @@ enum Cmd {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:7433")]
         addr: String,
-        /// Allow queue actions (requeue, purge, cancel) to pages signed in with a writer or
+        /// Allow queue actions (requeue, purge, cancel, pause, resume) to pages signed in with a writer or
         /// admin API token of the tenant.
         #[arg(long)]
         allow_actions: bool,
@@ -287,15 +287,29 @@ enum QueueCmd {
     },
     /// Pause a queue: no worker of any process claims its items until it is resumed; its
     /// claimed items run to their end. A run's queue is refused.
-    Pause { queue: String },
+    Pause {
+        /// The queue.
+        queue: String,
+    },
     /// Resume a paused queue.
-    Resume { queue: String },
+    Resume {
+        /// The queue.
+        queue: String,
+    },
     /// Limit how many items of a queue are claimed at once, by every worker together (1: one
     /// at a time), or lift the limit with `none`. A run's queue is refused.
     Concurrency {
+        /// The queue.
         queue: String,
         /// The limit (at least 1), or `none`.
         limit: String,
+    },
+    /// Cancel a live item: a pending one is never run; a claimed one is cancelled under its
+    /// running handler (a pool's handler is told, its outcome refused; never retried). A run's
+    /// item is refused.
+    Cancel {
+        /// The item.
+        id: String,
     },
     /// Put a claimed item off: pending again, due after DURATION (`30s`, `10m`, ..), its
     /// attempt refunded. Its holder's later writes are refused (LeaseLost). A run's item is
@@ -429,6 +443,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
                 | QueueCmd::Pause { .. }
                 | QueueCmd::Resume { .. }
                 | QueueCmd::Concurrency { .. }
+                | QueueCmd::Cancel { .. }
                 | QueueCmd::Snooze { .. },
         } => Access::Writer,
         Cmd::Ui { allow_actions: true, .. } => Access::Writer,
@@ -469,6 +484,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Queue { action: QueueCmd::Concurrency { queue, limit } } => {
             inspect::set_concurrency(&store, &queue, &limit, out)?;
         }
+        Cmd::Queue { action: QueueCmd::Cancel { id } } => inspect::cancel(&store, &id, out)?,
         Cmd::Queue { action: QueueCmd::Snooze { id, duration, fence } } => {
             inspect::snooze(&store, &id, &duration, fence, out)?;
         }

@@ -607,10 +607,17 @@ impl<'a> Queue<'a> {
         self.store.exec(PurgeDead { queue: queue.into() })
     }
 
-    /// Cancels a pending item.
+    /// Cancels a live item, at once: a pending one is never claimed; a claimed one (its
+    /// handler running) is cancelled under its holder, whose later writes (`heartbeat`,
+    /// `complete`, `fail`, `release`, `snooze`) are refused with `LeaseLost` and change
+    /// nothing: it is never retried. A worker pool's handler sees it through
+    /// [`Job::cancelled`] and stops; the pool counts the refused outcome as
+    /// [`WorkerReport::cancelled`]. Appends a `cancelled` event (`"running": true` and the
+    /// holder's worker id for a claimed item). A limited queue has a place free again.
     ///
     /// # Errors
-    /// `NotFound` for an unknown item; `Conflict` if it is not pending.
+    /// `NotFound` for an unknown item; `Conflict` if it is finished (completed, dead or
+    /// cancelled); nothing is written then.
     pub fn cancel(&self, id: &str) -> Result<()> {
         self.store.exec(Cancel { id: id.into() })
     }

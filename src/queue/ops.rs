@@ -321,7 +321,8 @@ pub struct PurgeDead {
     pub queue: String,
 }
 
-/// Cancels a pending item.
+/// Cancels a live item: a pending one, or a claimed one while its handler runs (its holder's
+/// later writes are refused with `LeaseLost`; it is never retried).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cancel {
     /// The item.
@@ -745,9 +746,20 @@ impl Op for Cancel {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        let item = item_in(tx, &self.id, ItemStatus::Pending)?;
+        let item = item(tx, &self.id)?;
+        let detail = match item.status {
+            ItemStatus::Pending => json!({}),
+            ItemStatus::Claimed => json!({ "running": true, "worker_id": item.worker_id }),
+            status => {
+                return Err(Error::Conflict(format!(
+                    "item {} is {}, not pending or claimed",
+                    item.id,
+                    status.as_str()
+                )));
+            }
+        };
         sql::cancel(tx.db(), tx.tenant(), &item, tx.now_ms())?;
-        item_event(tx, &item, "cancelled", json!({}))
+        item_event(tx, &item, "cancelled", detail)
     }
 }
 

@@ -10,7 +10,11 @@
 //!
 //! A handler's panic is a failed attempt (retryable). A lease the pool could not renew is
 //! reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the store and
-//! counted as lost. Stopping is graceful: claimed items no handler has started are released
+//! counted as lost. An item cancelled while its handler runs ([`Queue::cancel`]) is reported
+//! the same way, and more precisely ([`Job::cancelled`]: at the handler's next check, and at
+//! the next renewal); its outcome is refused and counted as cancelled, never retried.
+//!
+//! [`Queue::cancel`]: super::Queue::cancel Stopping is graceful: claimed items no handler has started are released
 //! (their attempt refunded), running handlers finish, and their outcomes are settled before
 //! `join` returns. No claimed item is ever left without a lease renewal or a settlement while
 //! the pool runs.
@@ -27,7 +31,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use serde_json::Value;
 
 use super::ops::{Cycle, Cycled, Fail, Lease, NextDue, Release, Settled, Settlement, Snooze};
-use super::{Claimed, Completion, FailOutcome, QueueItem};
+use super::{Claimed, Completion, FailOutcome, ItemStatus, QueueItem};
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -118,7 +122,9 @@ impl<E: Display> From<std::result::Result<Value, E>> for Outcome {
 pub struct Job {
     claimed: Claimed,
     lost: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
+    store: Store,
 }
 
 impl Job {
@@ -155,6 +161,29 @@ impl Job {
         self.lost.load(Ordering::Acquire)
     }
 
+    /// True once the item has been cancelled ([`Queue::cancel`](super::Queue::cancel)) while
+    /// this handler held it: whatever it returns will be refused, and the item is never
+    /// retried, so it should stop what it does. Until the pool has seen the cancel (at a lease
+    /// renewal), each call reads the item's status from the store (a read on a reader thread,
+    /// which also sees a cancel by another process): check between steps of the work, not in
+    /// a tight loop. Once true, it stays true without reading. A store error reads as false.
+    pub fn cancelled(&self) -> bool {
+        if self.cancelled.load(Ordering::Acquire) {
+            return true;
+        }
+        let item = &self.claimed.item;
+        let now = self
+            .store
+            .queue()
+            .get(&item.id)
+            .is_ok_and(|now| cancelled_under(&now, self.claimed.fence));
+        if now {
+            self.cancelled.store(true, Ordering::Release);
+            self.lost.store(true, Ordering::Release);
+        }
+        now
+    }
+
     /// True once the pool is stopping: a long handler may finish early (returning
     /// [`Outcome::Release`] gives the item back with its attempt refunded).
     pub fn stopping(&self) -> bool {
@@ -181,6 +210,8 @@ pub struct WorkerReport {
     pub settled_by_handler: u64,
     /// Items whose lease was lost before their outcome could be recorded.
     pub lease_lost: u64,
+    /// Items cancelled while their handler ran: their outcome was refused (and not retried).
+    pub cancelled: u64,
     /// Handlers that panicked (each counted as a retryable failure).
     pub panicked: u64,
 }
@@ -467,6 +498,7 @@ struct Counts {
     snoozed: AtomicU64,
     settled_by_handler: AtomicU64,
     lease_lost: AtomicU64,
+    cancelled: AtomicU64,
     panicked: AtomicU64,
 }
 
@@ -482,6 +514,7 @@ impl Counts {
             snoozed: read(&self.snoozed),
             settled_by_handler: read(&self.settled_by_handler),
             lease_lost: read(&self.lease_lost),
+            cancelled: read(&self.cancelled),
             panicked: read(&self.panicked),
         }
     }
@@ -548,6 +581,7 @@ struct Held {
     fence: u64,
     expires_at_ms: i64,
     lost: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
 }
 
 /// The coordinator: runs the rounds, hands out jobs, keeps the leases.
@@ -707,10 +741,19 @@ impl Coordinator {
             self.settled(settlement, result);
         }
         for (lease, result) in renew.iter().zip(cycled.renewed) {
-            let Some(held) = self.held.get_mut(&lease.id) else { continue };
+            let Some(held) = self.held.get(&lease.id) else { continue };
             match result {
-                Ok(expires_at_ms) => held.expires_at_ms = expires_at_ms,
-                Err(_) => held.lost.store(true, Ordering::Release),
+                Ok(expires_at_ms) => {
+                    if let Some(held) = self.held.get_mut(&lease.id) {
+                        held.expires_at_ms = expires_at_ms;
+                    }
+                }
+                Err(_) => {
+                    if self.was_cancelled(&lease.id, held) {
+                        held.cancelled.store(true, Ordering::Release);
+                    }
+                    held.lost.store(true, Ordering::Release);
+                }
             }
         }
         self.dry = cycled.claimed.len() < asked;
@@ -733,11 +776,24 @@ impl Coordinator {
             Ok(Settled::Released) => Counts::add(&counts.released, 1),
             Ok(Settled::Snoozed { .. }) => Counts::add(&counts.snoozed, 1),
             Err(Error::LeaseLost(_) | Error::NotFound { .. }) => {
-                Counts::add(&counts.lease_lost, 1);
+                let id = settlement.id();
+                match self.held.get(id) {
+                    Some(held) if self.was_cancelled(id, held) => {
+                        Counts::add(&counts.cancelled, 1);
+                    }
+                    _ => Counts::add(&counts.lease_lost, 1),
+                }
             }
             Err(error) => return self.refused(settlement, &error),
         }
         self.held.remove(settlement.id());
+    }
+
+    /// Whether the item `held` was refused for was cancelled under its claim: known from an
+    /// earlier renewal or from the handler's check, or read from the store (only for a refusal).
+    fn was_cancelled(&self, id: &str, held: &Held) -> bool {
+        held.cancelled.load(Ordering::Acquire)
+            || self.store.queue().get(id).is_ok_and(|item| cancelled_under(&item, held.fence))
     }
 
     /// A settlement the store refused for its content (a result too large, an error text too
@@ -777,13 +833,16 @@ impl Coordinator {
 
     fn dispatch(&mut self, claimed: Claimed) {
         let lost = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::new(AtomicBool::new(false));
         let held = Held {
             fence: claimed.fence,
             expires_at_ms: claimed.lease_expires_at_ms,
             lost: Arc::clone(&lost),
+            cancelled: Arc::clone(&cancelled),
         };
         self.held.insert(claimed.item.id.clone(), held);
-        let job = Job { claimed, lost, stopping: Arc::clone(&self.stopping) };
+        let stopping = Arc::clone(&self.stopping);
+        let job = Job { claimed, lost, cancelled, stopping, store: self.store.clone() };
         if let Some(jobs) = &self.jobs {
             // The coordinator holds a receiver itself, so the channel is never disconnected.
             let _ = jobs.send(job);
@@ -819,6 +878,12 @@ impl Coordinator {
         }
         Ok(Some(wait))
     }
+}
+
+/// Whether `item` was cancelled while claimed under `fence` (a later claim would have moved
+/// its fence on).
+fn cancelled_under(item: &QueueItem, fence: u64) -> bool {
+    item.status == ItemStatus::Cancelled && item.fence == fence
 }
 
 /// Whether an error means the store is gone for good (no round can succeed again).

@@ -300,6 +300,31 @@ fn raw_postgres_pairs(_: &str, _: &str) -> std::collections::BTreeSet<(String, S
     needs_the_postgres_feature()
 }
 
+/// The PostgreSQL schema of the store at `location`, as lines to compare with another's: every
+/// column with its type, nullability, default and collation; every constraint's and index's
+/// definition (schema names left out). Two stores with the same lines have the same schema.
+#[cfg(feature = "postgres")]
+pub fn postgres_catalogue(location: &str) -> std::collections::BTreeSet<String> {
+    let mut raw = raw_postgres(location);
+    let mut lines = std::collections::BTreeSet::new();
+    let columns = "SELECT table_name::text || '.' || column_name::text || ' ' || data_type::text
+            || ' null=' || is_nullable::text || ' default=' || coalesce(column_default::text, '-')
+            || ' collate=' || coalesce(collation_name::text, '-')
+        FROM information_schema.columns WHERE table_schema = current_schema()";
+    let constraints = "SELECT c.conrelid::regclass::text || ' ' || c.conname::text || ' '
+            || pg_get_constraintdef(c.oid)
+        FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+        WHERE n.nspname = current_schema()";
+    let indexes = "SELECT indexname::text || ' ' || replace(indexdef, current_schema() || '.', '')
+        FROM pg_indexes WHERE schemaname = current_schema()";
+    for sql in [columns, constraints, indexes] {
+        for row in raw.query(sql, &[]).expect("the catalogue") {
+            lines.insert(row.get::<_, String>(0));
+        }
+    }
+    lines
+}
+
 /// A raw client of the PostgreSQL location (its schema on the search path).
 #[cfg(feature = "postgres")]
 fn raw_postgres(location: &str) -> spindle::postgres::Client {

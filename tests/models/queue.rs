@@ -1,6 +1,6 @@
 //! The model of the work queue (DESIGN.md §5.3) for one tenant: items with priorities, delays,
-//! attempts, fenced leases, retries with the default backoff, dead letters, requeue and cancel,
-//! paused queues, per-queue concurrency limits, snooze.
+//! attempts, fenced leases, retries with the default backoff, dead letters, requeue and cancel
+//! (of pending and claimed items), paused queues, per-queue concurrency limits, snooze.
 //! The caller passes the store's time (`Stamp`) to every call.
 
 use spindle::{FailOutcome, ItemStatus};
@@ -237,10 +237,11 @@ impl QueueModel {
         Ok(())
     }
 
-    /// Cancels a pending item.
+    /// Cancels a live item: pending, or claimed (its holder's later writes are `LeaseLost`:
+    /// it is no longer claimed, so `held` refuses them).
     pub fn cancel(&mut self, index: usize, now_ms: i64) -> Expect<()> {
         let item = self.items.get_mut(index).ok_or(Refusal::NotFound)?;
-        if item.status != ItemStatus::Pending {
+        if !matches!(item.status, ItemStatus::Pending | ItemStatus::Claimed) {
             return Err(Refusal::Conflict);
         }
         item.status = ItemStatus::Cancelled;

@@ -70,6 +70,8 @@ CREATE TABLE stream_heads (
 -- claims consumed (a release refunds one); run_at_ms is when a pending item becomes due.
 -- The status check compares one value at a time: for `IN` with more than two values SQLite
 -- builds a temporary index at every row it writes (a fifth of a job cycle's cost).
+-- run_timeout_ms (version 6): how long a worker pool lets one attempt run before it fails it
+-- as retryable (NULL: no limit but the lease).
 CREATE TABLE queue_items (
     tenant_id           TEXT COLLATE "C" NOT NULL,
     item_id             TEXT COLLATE "C" NOT NULL,
@@ -97,6 +99,7 @@ CREATE TABLE queue_items (
     created_at_ms       BIGINT  NOT NULL,
     updated_at_ms       BIGINT  NOT NULL,
     finished_at_ms      BIGINT ,
+    run_timeout_ms      BIGINT  CHECK (run_timeout_ms >= 1),
     PRIMARY KEY (tenant_id, item_id),
     CHECK ((status = 'claimed') = (lease_expires_at_ms IS NOT NULL)),
     CHECK ((dedupe_key IS NULL) = (payload_hash IS NULL))

@@ -1,4 +1,7 @@
--- Schema version 6 (issue 31): a queue may be paused (no one claims its items; its claimed
+-- Schema version 6 (issue 31): an item may carry a run timeout (run_timeout_ms: a worker
+-- pool fails an attempt that runs longer, as retryable), a column added in place (SQLite
+-- writes it after the last column, as schema.sql has it; no row is rewritten). A queue may be
+-- paused (no one claims its items; its claimed
 -- ones run to their end) and may have a concurrency limit (at most this many of its items
 -- claimed at once, by every worker and process together). Both are columns of the per-queue
 -- settings, which the claiming statement reads. The table is rebuilt (it holds a row per queue
@@ -20,3 +23,5 @@ CREATE TABLE queue_settings (
 INSERT INTO queue_settings (tenant_id, queue, item_events, updated_at_ms)
 SELECT tenant_id, queue, item_events, updated_at_ms FROM queue_settings_v5;
 DROP TABLE queue_settings_v5;
+
+ALTER TABLE queue_items ADD COLUMN run_timeout_ms INTEGER CHECK (run_timeout_ms >= 1);

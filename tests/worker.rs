@@ -134,6 +134,7 @@ fn outcomes_complete_retry_fail_release_and_panic_each_do_what_they_say() -> spi
         settled_by_handler: 0,
         lease_lost: 0,
         cancelled: 0,
+        timed_out: 0,
         panicked: 1,
     };
     assert_eq!(report, expected);
@@ -566,5 +567,68 @@ fn a_cancel_is_seen_at_the_next_lease_renewal_and_never_retried() -> spindle::Re
     let item = store.queue().get(&id)?;
     assert_eq!((item.status, item.attempt), (ItemStatus::Cancelled, 1));
     assert_eq!(item.last_error, None, "the handler's failure was refused");
+    Ok(())
+}
+
+#[test]
+fn an_attempt_past_its_run_timeout_is_failed_as_retryable_and_its_handler_told()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let item = NewItem::new("q", json!("slow")).run_timeout_ms(5_000).max_attempts(3);
+    let id = store.queue().enqueue(item)?.id;
+    assert_eq!(store.queue().get(&id)?.run_timeout_ms, Some(5_000));
+    let (started_tx, started) = bounded::<()>(1);
+    let (saw_tx, saw) = bounded::<(bool, bool)>(1);
+    let pool =
+        store.queue().worker(&["q"]).lease_ms(60_000).poll_interval(Duration::from_millis(5)).run(
+            move |job| {
+                let before = job.timed_out();
+                let _ = started_tx.send(());
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !job.timed_out() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = saw_tx.send((before, job.timed_out() && job.lease_lost()));
+                Outcome::Complete(json!("too late"))
+            },
+        )?;
+    started.recv_timeout(Duration::from_secs(10)).expect("handler started");
+    clock.advance_ms(4_999);
+    assert_eq!(store.queue().get(&id)?.status, ItemStatus::Claimed, "not yet");
+    clock.advance_ms(1);
+    let (before, after) = saw.recv_timeout(Duration::from_secs(20)).expect("handler told");
+    assert!(!before && after, "told once its time was up, not before");
+    eventually("the timeout recorded", || pool.report().retried == 1);
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.timed_out, report.retried, report.completed), (1, 1, 0));
+    assert_eq!(report.lease_lost, 0, "the handler's late outcome is dropped, not refused");
+    let item = store.queue().get(&id)?;
+    assert_eq!((item.status, item.attempt, item.result), (ItemStatus::Pending, 1, None));
+    assert_eq!(item.last_error.as_deref(), Some("timed out after 5000 ms"));
+    Ok(())
+}
+
+#[test]
+fn an_attempt_within_its_run_timeout_completes_and_a_bad_timeout_writes_nothing()
+-> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let limits = spindle::Limits::default();
+    for bad in [0, -1, limits.lease_ms_max + 1] {
+        let refused = store.queue().enqueue(NewItem::new("q", json!(1)).run_timeout_ms(bad));
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{bad}: {refused:?}");
+    }
+    assert!(store.queue().stats()?.is_empty(), "nothing enqueued");
+    let id = store.queue().enqueue(NewItem::new("q", json!(1)).run_timeout_ms(5_000))?.id;
+    let pool = store
+        .queue()
+        .worker(&["q"])
+        .poll_interval(Duration::from_millis(5))
+        .run(|_job| Outcome::Complete(json!("in time")))?;
+    eventually("completed", || pool.report().completed == 1);
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.completed, report.timed_out), (1, 0));
+    assert_eq!(store.queue().get(&id)?.result, Some(json!("in time")));
     Ok(())
 }

@@ -92,6 +92,8 @@ pub struct NewItem {
     pub execution_id: Option<String>,
     /// The graph or workflow node the item runs.
     pub node_id: Option<String>,
+    /// How long a worker pool lets one attempt run (see [`NewItem::run_timeout_ms`]).
+    pub run_timeout_ms: Option<i64>,
 }
 
 impl NewItem {
@@ -107,6 +109,7 @@ impl NewItem {
             dedupe_key: None,
             execution_id: None,
             node_id: None,
+            run_timeout_ms: None,
         }
     }
 
@@ -149,6 +152,17 @@ impl NewItem {
     /// Links the item to a node.
     pub fn node_id(mut self, id: impl Into<String>) -> Self {
         self.node_id = Some(id.into());
+        self
+    }
+
+    /// Limits how long one attempt may run in a worker pool: past `run_timeout_ms` (from the
+    /// moment its handler starts) the pool tells the handler ([`Job::timed_out`]) and fails
+    /// the attempt as retryable ("timed out after N ms"); the handler's own outcome is then
+    /// dropped. 1 ms up to `Limits::lease_max_ms`. Callers of `claim` enforce it themselves
+    /// (it is on the item they claim). Without it an attempt runs as long as its lease is
+    /// renewed.
+    pub fn run_timeout_ms(mut self, run_timeout_ms: i64) -> Self {
+        self.run_timeout_ms = Some(run_timeout_ms);
         self
     }
 }
@@ -237,6 +251,9 @@ pub struct QueueItem {
     pub updated_at_ms: i64,
     /// When it was completed, cancelled or dead-lettered.
     pub finished_at_ms: Option<i64>,
+    /// How long a worker pool lets one attempt run ([`NewItem::run_timeout_ms`]).
+    #[serde(default)]
+    pub run_timeout_ms: Option<i64>,
 }
 
 /// What an enqueue did.

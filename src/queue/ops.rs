@@ -1496,6 +1496,14 @@ fn check_new_item(tx: &Tx<'_>, item: &NewItem) -> Result<String> {
     if item.backoff.base_ms < 0 || item.backoff.max_ms < item.backoff.base_ms {
         return Err(Error::InvalidInput("backoff must satisfy 0 <= base_ms <= max_ms".into()));
     }
+    if let Some(timeout_ms) = item.run_timeout_ms
+        && !(1..=limits.lease_ms_max).contains(&timeout_ms)
+    {
+        return Err(Error::InvalidInput(format!(
+            "run_timeout_ms must be 1..={}, not {timeout_ms}",
+            limits.lease_ms_max
+        )));
+    }
     let encoded = serde_json::to_string(&item.payload)?;
     limits.check_payload("payload bytes", &encoded)?;
     Ok(encoded)

@@ -23,7 +23,8 @@ macro_rules! item_columns {
     () => {
         "item_id, queue, payload, priority, run_at_ms, attempt, max_attempts, backoff_base_ms,
          backoff_max_ms, dedupe_key, execution_id, node_id, status, fence, worker_id,
-         lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms, finished_at_ms"
+         lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms, finished_at_ms,
+         run_timeout_ms"
     };
 }
 
@@ -76,6 +77,7 @@ pub(super) struct ItemRow {
     created_at_ms: i64,
     pub(super) updated_at_ms: i64,
     finished_at_ms: Option<i64>,
+    run_timeout_ms: Option<i64>,
 }
 
 impl ItemRow {
@@ -103,6 +105,7 @@ impl ItemRow {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
             finished_at_ms: self.finished_at_ms,
+            run_timeout_ms: self.run_timeout_ms,
         })
     }
 }
@@ -124,25 +127,30 @@ pub(super) struct NewRow<'r> {
 
 pub(super) fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<()> {
     let item = row.item;
-    db.execute("INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
+    db.execute(
+        "INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
              run_at_ms, attempt, max_attempts, backoff_base_ms, backoff_max_ms, dedupe_key,
-             execution_id, node_id, status, fence, created_at_ms, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14)", args![
-        tenant,
-        row.id,
-        item.queue,
-        row.encoded,
-        row.hash,
-        item.priority,
-        row.run_at_ms,
-        item.max_attempts,
-        item.backoff.base_ms,
-        item.backoff.max_ms,
-        item.dedupe_key,
-        item.execution_id,
-        item.node_id,
-        now_ms
-    ])?;
+             execution_id, node_id, status, fence, created_at_ms, updated_at_ms, run_timeout_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14,
+                 ?15)",
+        args![
+            tenant,
+            row.id,
+            item.queue,
+            row.encoded,
+            row.hash,
+            item.priority,
+            row.run_at_ms,
+            item.max_attempts,
+            item.backoff.base_ms,
+            item.backoff.max_ms,
+            item.dedupe_key,
+            item.execution_id,
+            item.node_id,
+            now_ms,
+            item.run_timeout_ms
+        ],
+    )?;
     Ok(())
 }
 
@@ -799,6 +807,7 @@ fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
         created_at_ms: row.get(18)?,
         updated_at_ms: row.get(19)?,
         finished_at_ms: row.get(20)?,
+        run_timeout_ms: row.get(21)?,
     })
 }
 

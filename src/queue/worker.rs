@@ -14,16 +14,21 @@
 //! the same way, and more precisely ([`Job::cancelled`]: at the handler's next check, and at
 //! the next renewal); its outcome is refused and counted as cancelled, never retried.
 //!
-//! [`Queue::cancel`]: super::Queue::cancel Stopping is graceful: claimed items no handler has started are released
+//! An item with a run timeout ([`NewItem::run_timeout_ms`]) whose handler runs past it is
+//! failed by the pool as retryable ("timed out after N ms"); the handler is told
+//! ([`Job::timed_out`], and [`Job::lease_lost`]) and its own outcome is dropped when it comes.
+//!
+//! [`Queue::cancel`]: super::Queue::cancel
+//! [`NewItem::run_timeout_ms`]: super::NewItem::run_timeout_ms Stopping is graceful: claimed items no handler has started are released
 //! (their attempt refunded), running handlers finish, and their outcomes are settled before
 //! `join` returns. No claimed item is ever left without a lease renewal or a settlement while
 //! the pool runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -123,9 +128,15 @@ pub struct Job {
     claimed: Claimed,
     lost: Arc<AtomicBool>,
     cancelled: Arc<AtomicBool>,
+    timed_out: Arc<AtomicBool>,
+    /// When its handler started, in the store's ms (`NOT_STARTED` before).
+    started_at_ms: Arc<AtomicI64>,
     stopping: Arc<AtomicBool>,
     store: Store,
 }
+
+/// `started_at_ms` of a job no handler has started.
+const NOT_STARTED: i64 = i64::MIN;
 
 impl Job {
     /// The item, as it stood when it was claimed.
@@ -184,6 +195,13 @@ impl Job {
         now
     }
 
+    /// True once the pool has failed this attempt for running past the item's run timeout
+    /// ([`NewItem::run_timeout_ms`](super::NewItem::run_timeout_ms)): the failure (retryable)
+    /// is recorded, whatever this handler returns is dropped, and it should stop.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::Acquire)
+    }
+
     /// True once the pool is stopping: a long handler may finish early (returning
     /// [`Outcome::Release`] gives the item back with its attempt refunded).
     pub fn stopping(&self) -> bool {
@@ -212,6 +230,9 @@ pub struct WorkerReport {
     pub lease_lost: u64,
     /// Items cancelled while their handler ran: their outcome was refused (and not retried).
     pub cancelled: u64,
+    /// Attempts the pool failed for running past their item's run timeout (each also counted
+    /// as retried or dead-lettered).
+    pub timed_out: u64,
     /// Handlers that panicked (each counted as a retryable failure).
     pub panicked: u64,
 }
@@ -352,6 +373,7 @@ impl Worker {
             unstarted: jobs_rx,
             events: events_rx,
             held: HashMap::new(),
+            abandoned: HashSet::new(),
             stopping: Arc::clone(stopping),
             counts: Arc::clone(&counts),
             dry: false,
@@ -499,6 +521,7 @@ struct Counts {
     settled_by_handler: AtomicU64,
     lease_lost: AtomicU64,
     cancelled: AtomicU64,
+    timed_out: AtomicU64,
     panicked: AtomicU64,
 }
 
@@ -515,6 +538,7 @@ impl Counts {
             settled_by_handler: read(&self.settled_by_handler),
             lease_lost: read(&self.lease_lost),
             cancelled: read(&self.cancelled),
+            timed_out: read(&self.timed_out),
             panicked: read(&self.panicked),
         }
     }
@@ -538,6 +562,7 @@ impl HandlerThread {
         R: Into<Outcome>,
     {
         for job in &self.jobs {
+            job.started_at_ms.store(job.store.now_ms(), Ordering::Release);
             let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&job).into())) {
                 Ok(outcome) => outcome,
                 Err(payload) => {
@@ -582,6 +607,24 @@ struct Held {
     expires_at_ms: i64,
     lost: Arc<AtomicBool>,
     cancelled: Arc<AtomicBool>,
+    /// The item's run timeout, if it has one.
+    run_timeout_ms: Option<i64>,
+    started_at_ms: Arc<AtomicI64>,
+    timed_out: Arc<AtomicBool>,
+    /// Its handler has returned (its outcome waits for the next round).
+    handler_done: bool,
+}
+
+impl Held {
+    /// When the attempt times out: its handler started, is still running, and the item has a
+    /// run timeout.
+    fn times_out_at_ms(&self) -> Option<i64> {
+        let started_at_ms = self.started_at_ms.load(Ordering::Acquire);
+        let running = started_at_ms != NOT_STARTED && !self.handler_done;
+        let live = !self.lost.load(Ordering::Acquire) && !self.timed_out.load(Ordering::Acquire);
+        let timeout_ms = self.run_timeout_ms.filter(|_| running && live)?;
+        Some(started_at_ms.saturating_add(timeout_ms))
+    }
 }
 
 /// The coordinator: runs the rounds, hands out jobs, keeps the leases.
@@ -604,6 +647,9 @@ struct Coordinator {
     unstarted: Receiver<Job>,
     events: Receiver<Event>,
     held: HashMap<String, Held>,
+    /// Claims the pool failed for their run timeout whose handler has not returned yet: their
+    /// outcome is dropped, and each keeps a handler busy.
+    abandoned: HashSet<(String, u64)>,
     stopping: Arc<AtomicBool>,
     counts: Arc<Counts>,
     /// The last claim found fewer items than it asked for.
@@ -671,6 +717,12 @@ impl Coordinator {
 
     /// Turns a handler's outcome into the settlement for the next round.
     fn finished(&mut self, id: String, fence: u64, outcome: Outcome) {
+        if self.abandoned.remove(&(id.clone(), fence)) {
+            return;
+        }
+        if let Some(held) = self.held.get_mut(&id) {
+            held.handler_done = true;
+        }
         let settlement = match outcome {
             Outcome::Complete(result) => Settlement::Complete(Completion { id, fence, result }),
             Outcome::Retry(error) => Settlement::Fail(Fail { id, fence, error, retryable: true }),
@@ -697,8 +749,10 @@ impl Coordinator {
     /// One round, if there is anything to do: settle, renew, claim.
     fn round(&mut self) -> Result<()> {
         let now_ms = self.store.now_ms();
+        self.time_out(now_ms);
         let renew = self.due_renewals(now_ms);
-        let free = self.capacity().saturating_sub(self.held.len());
+        let busy = self.held.len() + self.abandoned.len();
+        let free = self.capacity().saturating_sub(busy);
         let claim_max = if self.stopping.load(Ordering::Acquire) || (self.dry && !self.woken) {
             0
         } else {
@@ -723,6 +777,25 @@ impl Coordinator {
         let finished: Vec<Settlement> = self.cycle.settle.drain(..settle_count).collect();
         self.record(finished, &renew, settled, claim_max);
         Ok(())
+    }
+
+    /// Fails, as retryable, every attempt whose handler has run past its item's run timeout;
+    /// tells the handler, and drops its outcome when it comes.
+    fn time_out(&mut self, now_ms: i64) {
+        for (id, held) in &self.held {
+            let Some(at_ms) = held.times_out_at_ms() else { continue };
+            if now_ms < at_ms {
+                continue;
+            }
+            held.timed_out.store(true, Ordering::Release);
+            held.lost.store(true, Ordering::Release);
+            self.abandoned.insert((id.clone(), held.fence));
+            Counts::add(&self.counts.timed_out, 1);
+            let timeout_ms = held.run_timeout_ms.unwrap_or_default();
+            let error = format!("timed out after {timeout_ms} ms");
+            let fail = Fail { id: id.clone(), fence: held.fence, error, retryable: true };
+            self.cycle.settle.push(Settlement::Fail(fail));
+        }
     }
 
     /// The held items due for a renewal (and not lost).
@@ -834,15 +907,28 @@ impl Coordinator {
     fn dispatch(&mut self, claimed: Claimed) {
         let lost = Arc::new(AtomicBool::new(false));
         let cancelled = Arc::new(AtomicBool::new(false));
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let started_at_ms = Arc::new(AtomicI64::new(NOT_STARTED));
         let held = Held {
             fence: claimed.fence,
             expires_at_ms: claimed.lease_expires_at_ms,
             lost: Arc::clone(&lost),
             cancelled: Arc::clone(&cancelled),
+            run_timeout_ms: claimed.item.run_timeout_ms,
+            started_at_ms: Arc::clone(&started_at_ms),
+            timed_out: Arc::clone(&timed_out),
+            handler_done: false,
         };
         self.held.insert(claimed.item.id.clone(), held);
-        let stopping = Arc::clone(&self.stopping);
-        let job = Job { claimed, lost, cancelled, stopping, store: self.store.clone() };
+        let job = Job {
+            claimed,
+            lost,
+            cancelled,
+            timed_out,
+            started_at_ms,
+            stopping: Arc::clone(&self.stopping),
+            store: self.store.clone(),
+        };
         if let Some(jobs) = &self.jobs {
             // The coordinator holds a receiver itself, so the channel is never disconnected.
             let _ = jobs.send(job);
@@ -854,7 +940,7 @@ impl Coordinator {
     /// and nothing is held) or the poll interval, whichever is first.
     fn idle_wait(&self) -> Result<Option<Duration>> {
         let stopping = self.stopping.load(Ordering::Acquire);
-        let free = self.held.len() < self.capacity();
+        let free = self.held.len() + self.abandoned.len() < self.capacity();
         if !self.cycle.settle.is_empty() || (free && !stopping && (!self.dry || self.woken)) {
             return Ok(None);
         }
@@ -864,6 +950,9 @@ impl Coordinator {
             renewing.map(|held| held.expires_at_ms - self.renew_left_ms).min()
         {
             wait = wait.min(self.store.until_ms(renew_at_ms));
+        }
+        if let Some(times_out_at_ms) = self.held.values().filter_map(Held::times_out_at_ms).min() {
+            wait = wait.min(self.store.until_ms(times_out_at_ms));
         }
         if self.held.is_empty() && !stopping {
             let next_due = match self.store.exec(NextDue { queues: self.cycle.queues.clone() }) {

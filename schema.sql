@@ -72,8 +72,10 @@ CREATE TABLE stream_heads (
 -- The status check compares one value at a time: for `IN` with more than two values SQLite
 -- builds a temporary index at every row it writes (a fifth of a job cycle's cost).
 -- run_timeout_ms (version 6): how long a worker pool lets one attempt run before it fails it
--- as retryable (NULL: no limit but the lease). It follows finished_at_ms on the same line because that is where
--- SQLite's ALTER TABLE .. ADD COLUMN writes it in a migrated store's schema text.
+-- as retryable (NULL: no limit but the lease). tags: a JSON array of the item's tags (NULL:
+-- none; queue_item_tags finds items by them); metadata: a JSON object kept for the caller.
+-- They follow finished_at_ms on the same line because that is where SQLite's ALTER TABLE ..
+-- ADD COLUMN writes them in a migrated store's schema text.
 CREATE TABLE queue_items (
     tenant_id           TEXT    NOT NULL,
     item_id             TEXT    NOT NULL,
@@ -100,10 +102,20 @@ CREATE TABLE queue_items (
     result              TEXT,
     created_at_ms       INTEGER NOT NULL,
     updated_at_ms       INTEGER NOT NULL,
-    finished_at_ms      INTEGER, run_timeout_ms INTEGER CHECK (run_timeout_ms >= 1),
+    finished_at_ms      INTEGER, run_timeout_ms INTEGER CHECK (run_timeout_ms >= 1), tags TEXT, metadata TEXT,
     PRIMARY KEY (tenant_id, item_id),
     CHECK ((status = 'claimed') = (lease_expires_at_ms IS NOT NULL)),
     CHECK ((dedupe_key IS NULL) = (payload_hash IS NULL))
+) WITHOUT ROWID;
+
+-- An item's tags, one row each (version 6): a queue's items with a tag, in id order, are a key
+-- range (Queue::items with ItemFilter::tag). Written with the item; deleted with it.
+CREATE TABLE queue_item_tags (
+    tenant_id TEXT NOT NULL,
+    queue     TEXT NOT NULL,
+    tag       TEXT NOT NULL,
+    item_id   TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, queue, tag, item_id)
 ) WITHOUT ROWID;
 
 -- What claim reads: due items of a queue in claim order, one priority level at a time.

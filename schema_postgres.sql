@@ -71,7 +71,8 @@ CREATE TABLE stream_heads (
 -- The status check compares one value at a time: for `IN` with more than two values SQLite
 -- builds a temporary index at every row it writes (a fifth of a job cycle's cost).
 -- run_timeout_ms (version 6): how long a worker pool lets one attempt run before it fails it
--- as retryable (NULL: no limit but the lease).
+-- as retryable (NULL: no limit but the lease). tags: a JSON array of the item's tags (NULL:
+-- none; queue_item_tags finds items by them); metadata: a JSON object kept for the caller.
 CREATE TABLE queue_items (
     tenant_id           TEXT COLLATE "C" NOT NULL,
     item_id             TEXT COLLATE "C" NOT NULL,
@@ -100,9 +101,21 @@ CREATE TABLE queue_items (
     updated_at_ms       BIGINT  NOT NULL,
     finished_at_ms      BIGINT ,
     run_timeout_ms      BIGINT  CHECK (run_timeout_ms >= 1),
+    tags                TEXT COLLATE "C",
+    metadata            TEXT COLLATE "C",
     PRIMARY KEY (tenant_id, item_id),
     CHECK ((status = 'claimed') = (lease_expires_at_ms IS NOT NULL)),
     CHECK ((dedupe_key IS NULL) = (payload_hash IS NULL))
+);
+
+-- An item's tags, one row each (version 6): a queue's items with a tag, in id order, are a key
+-- range (Queue::items with ItemFilter::tag). Written with the item; deleted with it.
+CREATE TABLE queue_item_tags (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    queue     TEXT COLLATE "C" NOT NULL,
+    tag       TEXT COLLATE "C" NOT NULL,
+    item_id   TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant_id, queue, tag, item_id)
 );
 
 -- What claim reads: due items of a queue in claim order, one priority level at a time.

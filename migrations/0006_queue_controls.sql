@@ -1,6 +1,7 @@
 -- Schema version 6 (issue 31): an item may carry a run timeout (run_timeout_ms: a worker
--- pool fails an attempt that runs longer, as retryable), a column added in place (SQLite
--- writes it after the last column, as schema.sql has it; no row is rewritten). A queue may be
+-- pool fails an attempt that runs longer, as retryable), tags (found through the new table
+-- queue_item_tags) and metadata: columns added in place (SQLite writes them after the last
+-- column, as schema.sql has them; no row is rewritten). A queue may be
 -- paused (no one claims its items; its claimed
 -- ones run to their end) and may have a concurrency limit (at most this many of its items
 -- claimed at once, by every worker and process together). Both are columns of the per-queue
@@ -25,3 +26,13 @@ SELECT tenant_id, queue, item_events, updated_at_ms FROM queue_settings_v5;
 DROP TABLE queue_settings_v5;
 
 ALTER TABLE queue_items ADD COLUMN run_timeout_ms INTEGER CHECK (run_timeout_ms >= 1);
+ALTER TABLE queue_items ADD COLUMN tags TEXT;
+ALTER TABLE queue_items ADD COLUMN metadata TEXT;
+
+CREATE TABLE queue_item_tags (
+    tenant_id TEXT NOT NULL,
+    queue     TEXT NOT NULL,
+    tag       TEXT NOT NULL,
+    item_id   TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, queue, tag, item_id)
+) WITHOUT ROWID;

@@ -780,9 +780,9 @@ fn items_lists_a_queues_items_of_one_status_in_enqueue_order_by_pages() -> spind
     };
     let pending = ItemFilter::status(ItemStatus::Pending);
     let all = [&ids[1], &ids[2], &ids[3], &later].map(String::clone);
-    assert_eq!(ids_of(pending, Page::first(10))?, all);
-    assert_eq!(ids_of(pending, Page::first(2))?, all[..2]);
-    assert_eq!(ids_of(pending, Page::after(ids[2].clone(), 2))?, all[2..]);
+    assert_eq!(ids_of(pending.clone(), Page::first(10))?, all);
+    assert_eq!(ids_of(pending.clone(), Page::first(2))?, all[..2]);
+    assert_eq!(ids_of(pending.clone(), Page::after(ids[2].clone(), 2))?, all[2..]);
     assert_eq!(ids_of(ItemFilter::due(), Page::first(10))?, all[..3]);
     assert_eq!(ids_of(ItemFilter::scheduled(), Page::first(10))?, std::slice::from_ref(&later));
     clock.advance_ms(60_000);
@@ -812,7 +812,7 @@ fn items_lists_a_queues_items_of_one_status_in_enqueue_order_by_pages() -> spind
     assert_eq!(done_of(ItemStatus::Cancelled)?, done[2..]);
     assert!(ids_of(ItemFilter::status(ItemStatus::Completed), Page::first(10))?.is_empty());
 
-    let too_many = queue.items("q", pending, Page::first(1_000_000));
+    let too_many = queue.items("q", pending.clone(), Page::first(1_000_000));
     assert!(matches!(too_many, Err(Error::TooLarge { .. })), "{too_many:?}");
     let bad_queue = queue.items("", pending, Page::first(1));
     assert!(matches!(bad_queue, Err(Error::InvalidInput(_))), "{bad_queue:?}");
@@ -1319,5 +1319,120 @@ fn cancelling_a_running_item_of_a_full_serial_queue_frees_its_place() -> spindle
     queue.cancel(&first)?;
     let next = queue.claim("w", &["serial"], 10_000)?.expect("its place is free");
     assert_eq!(next.item.payload, json!(2));
+    Ok(())
+}
+
+// ---- Tags and metadata (issue 31 item 8) ----
+
+/// How many tag rows the store keeps (read past the ops).
+fn tag_rows(store: &Store) -> i64 {
+    let sql = "SELECT count(*) FROM queue_item_tags";
+    let rows = store
+        .transaction(move |tx| Ok(TxOutcome::Commit(common::raw_rows(tx, sql, sql)?)))
+        .expect("count tag rows");
+    rows[0][0].int()
+}
+
+#[test]
+fn items_carry_tags_and_metadata_and_a_tag_filters_a_listing_by_key() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let tagged = |n: i64, tags: &[&str]| {
+        let mut item = NewItem::new("q", json!(n));
+        for tag in tags {
+            item = item.tag(*tag);
+        }
+        item
+    };
+    let meta = json!({ "customer": "acme", "trace": [1, 2] });
+    let a = queue.enqueue(tagged(0, &["billing", "eu"]).metadata(meta.clone()))?.id;
+    let b = queue.enqueue(tagged(1, &["eu"]))?.id;
+    let c = queue.enqueue(tagged(2, &["billing", "billing"]))?.id;
+    let plain = queue.enqueue(tagged(3, &[]))?.id;
+    queue.enqueue(NewItem::new("other", json!(4)).tag("billing"))?;
+    let item = queue.get(&a)?;
+    assert_eq!(
+        (item.tags, item.metadata),
+        (vec!["billing".to_owned(), "eu".to_owned()], Some(meta))
+    );
+    let item = queue.get(&c)?;
+    assert_eq!((item.tags, item.metadata), (vec!["billing".to_owned()], None), "kept once");
+    assert!(queue.get(&plain)?.tags.is_empty());
+
+    let ids_of = |filter: ItemFilter, page| -> spindle::Result<Vec<String>> {
+        Ok(queue.items("q", filter, page)?.into_iter().map(|i| i.id).collect())
+    };
+    let billing = ItemFilter::status(ItemStatus::Pending).tag("billing");
+    assert_eq!(
+        ids_of(billing.clone(), Page::first(10))?,
+        [a.clone(), c.clone()],
+        "this queue's only"
+    );
+    assert_eq!(ids_of(billing.clone(), Page::first(1))?, std::slice::from_ref(&a));
+    assert_eq!(ids_of(billing.clone(), Page::after(a.clone(), 10))?, std::slice::from_ref(&c));
+    assert_eq!(ids_of(ItemFilter::due().tag("eu"), Page::first(10))?, [a.clone(), b.clone()]);
+    assert!(ids_of(ItemFilter::due().tag("nobody"), Page::first(10))?.is_empty());
+    // The filter keeps to the status: a claimed tagged item leaves the pending listing.
+    let held = queue.claim("w", &["q"], 10_000)?.expect("the first");
+    assert_eq!(held.item.id, a);
+    assert_eq!(held.item.tags, ["billing", "eu"], "a claim returns the tags");
+    assert_eq!(ids_of(billing.clone(), Page::first(10))?, std::slice::from_ref(&c));
+    let claimed = ItemFilter::status(ItemStatus::Claimed).tag("billing");
+    assert_eq!(ids_of(claimed, Page::first(10))?, std::slice::from_ref(&a));
+    queue.complete(&a, held.fence, json!("done"))?;
+    let completed = ItemFilter::status(ItemStatus::Completed).tag("eu");
+    assert_eq!(ids_of(completed.clone(), Page::first(10))?, std::slice::from_ref(&a));
+
+    // Pruning a tagged item deletes its tags with it.
+    assert_eq!(tag_rows(&store), 5);
+    clock.advance_ms(10_000);
+    assert_eq!(queue.prune_completed(5_000)?, 1);
+    assert!(ids_of(completed, Page::first(10))?.is_empty());
+    assert_eq!(tag_rows(&store), 3, "a's two tags are gone");
+    Ok(())
+}
+
+#[test]
+fn purging_dead_tagged_items_deletes_their_tags() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).tag("x").max_attempts(1))?.id;
+    queue.enqueue(NewItem::new("q", json!(2)).tag("x"))?;
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    assert_eq!(held.item.id, id);
+    queue.fail(&id, held.fence, "no", false)?;
+    let dead = ItemFilter::status(ItemStatus::Dead).tag("x");
+    assert_eq!(queue.items("q", dead.clone(), Page::first(10))?.len(), 1);
+    assert_eq!(tag_rows(&store), 2);
+    assert_eq!(queue.purge_dead("q")?, 1);
+    assert_eq!(tag_rows(&store), 1, "only the live item's tag is left");
+    Ok(())
+}
+
+#[test]
+fn bad_tags_or_metadata_are_refused_and_write_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let too_many = (0..=spindle::queue::TAGS_MAX)
+        .fold(NewItem::new("q", json!(1)), |item, n| item.tag(format!("t{n}")));
+    assert!(matches!(queue.enqueue(too_many), Err(Error::TooLarge { .. })));
+    let long = "t".repeat(spindle::Limits::default().id_len_max + 1);
+    for bad in ["", "a\nb", long.as_str()] {
+        let refused = queue.enqueue(NewItem::new("q", json!(1)).tag(bad));
+        assert!(matches!(refused, Err(Error::InvalidInput(_) | Error::TooLarge { .. })), "{bad:?}");
+    }
+    for bad in [json!([1]), json!("text"), json!(null)] {
+        let refused = queue.enqueue(NewItem::new("q", json!(1)).metadata(bad.clone()));
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{bad}: {refused:?}");
+    }
+    let huge = json!({ "pad": "x".repeat(spindle::Limits::default().payload_bytes_max) });
+    let refused = queue.enqueue(NewItem::new("q", json!(1)).metadata(huge));
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    let batch = vec![NewItem::new("q", json!(1)).tag("ok"), NewItem::new("q", json!(2)).tag("")];
+    assert!(queue.enqueue_batch(batch).is_err(), "one bad item refuses the batch");
+    assert!(queue.stats()?.is_empty(), "no item");
+    assert_eq!(tag_rows(&store), 0, "no tag row");
+    let bad_filter = queue.items("q", ItemFilter::due().tag(""), Page::first(1));
+    assert!(matches!(bad_filter, Err(Error::InvalidInput(_))), "{bad_filter:?}");
     Ok(())
 }

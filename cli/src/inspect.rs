@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
-use spindle::{Event, ItemStatus, Page, Store, Stream};
+use spindle::{Event, ItemFilter, ItemStatus, Page, Store, Stream};
 
 use crate::common::{self, CliError, Location, Output, all_graphs, parse_duration_ms};
 use crate::draw;
@@ -272,6 +272,61 @@ fn report_setting(out: &Output, queue: &str, setting: Value) {
     } else {
         println!("{queue}: {setting}");
     }
+}
+
+/// Which page of a queue's items `items` lists.
+pub struct ItemsPage<'a> {
+    /// pending (due now), scheduled, claimed, dead, completed or cancelled.
+    pub status: &'a str,
+    /// Only the items with this tag.
+    pub tag: Option<&'a str>,
+    /// The items after this id.
+    pub after: Option<String>,
+    /// How many.
+    pub limit: usize,
+}
+
+/// A page of a queue's items of one status (and tag), in id order.
+pub fn items(
+    store: &Store,
+    queue: &str,
+    page: ItemsPage<'_>,
+    out: &Output,
+) -> Result<(), CliError> {
+    let mut filter = match page.status {
+        "pending" => ItemFilter::due(),
+        "scheduled" => ItemFilter::scheduled(),
+        "claimed" => ItemFilter::status(ItemStatus::Claimed),
+        "dead" => ItemFilter::status(ItemStatus::Dead),
+        "completed" => ItemFilter::status(ItemStatus::Completed),
+        "cancelled" => ItemFilter::status(ItemStatus::Cancelled),
+        other => {
+            return Err(CliError::Bad(format!(
+                "a status is pending, scheduled, claimed, dead, completed or cancelled, not {other:?}"
+            )));
+        }
+    };
+    if let Some(tag) = page.tag {
+        filter = filter.tag(tag);
+    }
+    if !(1..=1000).contains(&page.limit) {
+        return Err(CliError::Bad(format!("--limit is 1 to 1000, not {}", page.limit)));
+    }
+    let page = match page.after {
+        Some(after) => Page::after(after, page.limit),
+        None => Page::first(page.limit),
+    };
+    let items = store.queue().items(queue, filter, page)?;
+    if out.json {
+        out.print_json(&serde_json::to_value(&items).map_err(spindle::Error::from)?);
+        return Ok(());
+    }
+    println!("{:<36} {:>7}  {:<30} PAYLOAD", "ID", "ATTEMPT", "TAGS");
+    for item in &items {
+        let tags = item.tags.join(",");
+        println!("{:<36} {:>7}  {tags:<30} {}", item.id, item.attempt, item.payload);
+    }
+    Ok(())
 }
 
 /// Dead letters of one queue, or of every queue that has some.

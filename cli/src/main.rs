@@ -285,6 +285,23 @@ enum QueueCmd {
         #[arg(long, conflicts_with = "id")]
         all: Option<String>,
     },
+    /// A page of a queue's items of one status, in id order, optionally only those with a tag.
+    Items {
+        /// The queue.
+        queue: String,
+        /// pending (due now), scheduled, claimed, dead, completed or cancelled.
+        #[arg(long, default_value = "pending")]
+        status: String,
+        /// Only the items with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// The items after this id (the last of the page before).
+        #[arg(long)]
+        after: Option<String>,
+        /// How many (at most 1,000).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// Pause a queue: no worker of any process claims its items until it is resumed; its
     /// claimed items run to their end. A run's queue is refused.
     Pause {
@@ -485,6 +502,10 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             inspect::set_concurrency(&store, &queue, &limit, out)?;
         }
         Cmd::Queue { action: QueueCmd::Cancel { id } } => inspect::cancel(&store, &id, out)?,
+        Cmd::Queue { action: QueueCmd::Items { queue, status, tag, after, limit } } => {
+            let page = inspect::ItemsPage { status: &status, tag: tag.as_deref(), after, limit };
+            inspect::items(&store, &queue, page, out)?;
+        }
         Cmd::Queue { action: QueueCmd::Snooze { id, duration, fence } } => {
             inspect::snooze(&store, &id, &duration, fence, out)?;
         }

@@ -195,3 +195,30 @@ fn cancel_cancels_a_running_item_and_refuses_a_finished_or_a_runs_one() {
     assert_eq!(store.queue().get(&runs_item).expect("get").status, ItemStatus::Claimed);
     store.close().expect("close");
 }
+
+#[test]
+fn items_lists_a_page_of_a_status_and_a_tag_filters_it() {
+    let s = Scratch::new();
+    let store = s.library();
+    let mut ids = Vec::new();
+    for (n, tag) in ["red", "blue", "red"].iter().enumerate() {
+        let item = NewItem::new("paint", json!({ "n": n })).tag(*tag).metadata(json!({ "n": n }));
+        ids.push(store.queue().enqueue(item).expect("enqueue").id);
+    }
+    store.close().expect("close");
+    let listed = s.json(&["queue", "items", "paint", "--tag", "red"]);
+    let listed_ids: Vec<&str> =
+        listed.as_array().expect("a list").iter().filter_map(|i| i["id"].as_str()).collect();
+    assert_eq!(listed_ids, [ids[0].as_str(), ids[2].as_str()]);
+    assert_eq!(listed[0]["tags"], json!(["red"]));
+    assert_eq!(listed[0]["metadata"], json!({ "n": 0 }));
+    let second = s.json(&["queue", "items", "paint", "--limit", "1", "--after", &ids[0]]);
+    assert_eq!(second[0]["id"], json!(ids[1]));
+    let none = s.json(&["queue", "items", "paint", "--status", "claimed", "--tag", "red"]);
+    assert_eq!(none, json!([]));
+    let table = stdout(&s.spindle(&["queue", "items", "paint", "--tag", "blue"]));
+    assert!(table.lines().any(|l| l.starts_with(&ids[1]) && l.contains("blue")), "{table}");
+    s.refused(&["queue", "items", "paint", "--status", "sideways"], "a status is");
+    s.refused(&["queue", "items", "paint", "--limit", "0"], "--limit is 1 to 1000");
+    s.refused(&["queue", "items", "paint", "--tag", ""], "tag");
+}

@@ -818,3 +818,22 @@ fn a_writer_pauses_and_resumes_a_queue_and_a_forged_pause_writes_nothing() {
     assert!(store.queue().claim("w", &["jobs"], 1_000).expect("claim").is_some(), "resumed");
     store.close().expect("close");
 }
+
+#[test]
+fn a_queues_live_items_are_filtered_by_tag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let store = Store::open(&db).expect("open");
+    let tagged = NewItem::new("jobs", json!("tagged")).tag("urgent").metadata(json!({ "k": 1 }));
+    let id = store.queue().enqueue(tagged).expect("enqueue").id;
+    store.close().expect("close");
+    let ui = Ui::start(&db);
+    let page = ui.get("/api/queues/jobs/items?status=pending&tag=urgent");
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!((items[0]["id"].clone(), items[0]["tags"].clone()), (json!(id), json!(["urgent"])));
+    assert_eq!(items[0]["metadata"], json!({ "k": 1 }));
+    let all = ui.get("/api/queues/jobs/items?status=pending");
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(2), "the untagged one too: {all}");
+    assert_eq!(ui.call("GET", "/api/queues/jobs/items?status=pending&tag=%0A").0, 400);
+}

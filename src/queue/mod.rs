@@ -94,7 +94,14 @@ pub struct NewItem {
     pub node_id: Option<String>,
     /// How long a worker pool lets one attempt run (see [`NewItem::run_timeout_ms`]).
     pub run_timeout_ms: Option<i64>,
+    /// Tags to find the item by ([`ItemFilter::tag`]); see [`NewItem::tag`].
+    pub tags: Vec<String>,
+    /// A JSON object kept with the item for the caller; see [`NewItem::metadata`].
+    pub metadata: Option<Value>,
 }
+
+/// Most tags an item may carry.
+pub const TAGS_MAX: usize = 16;
 
 impl NewItem {
     /// An item for `queue` carrying `payload`, due now, priority 0, 3 attempts.
@@ -110,6 +117,8 @@ impl NewItem {
             execution_id: None,
             node_id: None,
             run_timeout_ms: None,
+            tags: Vec::new(),
+            metadata: None,
         }
     }
 
@@ -163,6 +172,27 @@ impl NewItem {
     /// renewed.
     pub fn run_timeout_ms(mut self, run_timeout_ms: i64) -> Self {
         self.run_timeout_ms = Some(run_timeout_ms);
+        self
+    }
+
+    /// Adds a tag (an id-like string: non-empty, at most `Limits::id_len_max` bytes, no
+    /// control characters), kept with the item and indexed: `items(..)` with
+    /// [`ItemFilter::tag`] lists a queue's items with it. At most [`TAGS_MAX`] distinct tags;
+    /// a tag given twice is kept once. Checked at enqueue (`InvalidInput`/`TooLarge`, nothing
+    /// written).
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        let tag = tag.into();
+        if !self.tags.contains(&tag) {
+            self.tags.push(tag);
+        }
+        self
+    }
+
+    /// Keeps `metadata`, a JSON object, with the item (River's metadata, Oban's meta): returned
+    /// in [`QueueItem::metadata`], never read by the store. Bounded as a payload is
+    /// (`Limits::payload_bytes_max`); anything but an object is `InvalidInput` at enqueue.
+    pub fn metadata(mut self, metadata: Value) -> Self {
+        self.metadata = Some(metadata);
         self
     }
 }
@@ -254,6 +284,12 @@ pub struct QueueItem {
     /// How long a worker pool lets one attempt run ([`NewItem::run_timeout_ms`]).
     #[serde(default)]
     pub run_timeout_ms: Option<i64>,
+    /// Its tags ([`NewItem::tag`]), in the order given.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Its metadata ([`NewItem::metadata`]), if any.
+    #[serde(default)]
+    pub metadata: Option<Value>,
 }
 
 /// What an enqueue did.
@@ -322,29 +358,39 @@ pub struct QueueStats {
 }
 
 /// Which of a queue's items [`Queue::items`] reads: those with a status and, for pending
-/// items, those due now or only those due later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// items, those due now or only those due later; with a tag, only the items that carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemFilter {
     /// The items' status.
     pub status: ItemStatus,
     /// Pending items due by now (`Some(true)`) or later (`Some(false)`); `None`: either.
     pub due: Option<bool>,
+    /// Only the items with this tag ([`NewItem::tag`]); `None`: every item.
+    pub tag: Option<String>,
 }
 
 impl ItemFilter {
     /// Every item with `status`.
     pub fn status(status: ItemStatus) -> Self {
-        ItemFilter { status, due: None }
+        ItemFilter { status, due: None, tag: None }
     }
 
     /// Pending items due now.
     pub fn due() -> Self {
-        ItemFilter { status: ItemStatus::Pending, due: Some(true) }
+        ItemFilter { status: ItemStatus::Pending, due: Some(true), tag: None }
     }
 
     /// Pending items due later.
     pub fn scheduled() -> Self {
-        ItemFilter { status: ItemStatus::Pending, due: Some(false) }
+        ItemFilter { status: ItemStatus::Pending, due: Some(false), tag: None }
+    }
+
+    /// The same, only the items with `tag`: read through the tag's own index (the queue's
+    /// items with the tag, in id order), so a page costs the tagged items it passes over, not
+    /// the queue's.
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
     }
 }
 

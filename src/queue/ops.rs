@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::sql::{self, ItemRow};
 use super::{
     Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, QueueItem, QueueStats,
-    Reclaimed,
+    Reclaimed, TAGS_MAX,
 };
 use crate::core::counts;
 use crate::core::events::{self, Stream};
@@ -401,7 +401,7 @@ impl Op for Enqueue {
         Access::Write
     }
     fn check_shape(&self, limits: &Limits) -> Result<()> {
-        limits.check_depth(&self.item.payload)
+        limits.check_depths(std::iter::once(&self.item.payload).chain(&self.item.metadata))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Enqueued> {
         let mut notes = Notes::default();
@@ -418,7 +418,9 @@ impl Op for EnqueueBatch {
         Access::Write
     }
     fn check_shape(&self, limits: &Limits) -> Result<()> {
-        limits.check_depths(self.items.iter().map(|item| &item.payload))
+        limits.check_depths(
+            self.items.iter().flat_map(|item| std::iter::once(&item.payload).chain(&item.metadata)),
+        )
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Enqueued>> {
         check_count(tx, "enqueue batch", self.items.len())?;
@@ -674,8 +676,12 @@ impl Op for Items {
         let after = self.page.after.as_deref().unwrap_or("");
         let (queue, limit) = (&self.queue, self.page.limit);
         let due_by_ms = self.filter.due.map(|due| (due, tx.now_ms()));
-        let status = self.filter.status;
-        let rows = sql::select_items(tx.db(), tx.tenant(), queue, status, due_by_ms, after, limit)?;
+        let (status, tag) = (self.filter.status, self.filter.tag.as_deref());
+        if let Some(tag) = tag {
+            tx.limits().check_id("tag", tag)?;
+        }
+        let (db, tenant) = (tx.db(), tx.tenant());
+        let rows = sql::select_items(db, tenant, queue, status, due_by_ms, tag, (after, limit))?;
         rows.into_iter().map(ItemRow::into_item).collect()
     }
 }
@@ -714,8 +720,8 @@ impl Op for RequeueAll {
             &self.queue,
             ItemStatus::Dead,
             None,
-            "",
-            limit,
+            None,
+            ("", limit),
         )?;
         let mut notes = Notes::default();
         let mut requeued = 0;
@@ -1088,8 +1094,16 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
     }
     let id = tx.new_id();
     let run_at_ms = item.run_at_ms.unwrap_or(tx.now_ms());
-    let row =
-        sql::NewRow { id: &id, item: &item, encoded: &encoded, hash: hash.as_deref(), run_at_ms };
+    let (tags, metadata) = encode_extras(tx, &item)?;
+    let row = sql::NewRow {
+        id: &id,
+        item: &item,
+        encoded: &encoded,
+        tags: tags.as_deref(),
+        metadata: metadata.as_deref(),
+        hash: hash.as_deref(),
+        run_at_ms,
+    };
     sql::insert(tx.db(), tx.tenant(), tx.now_ms(), &row)?;
     let entry = EnqueuedEntry { id: &id, priority: item.priority, run_at_ms };
     notes.note(&item.queue, "enqueued", &entry)?;
@@ -1504,9 +1518,31 @@ fn check_new_item(tx: &Tx<'_>, item: &NewItem) -> Result<String> {
             limits.lease_ms_max
         )));
     }
+    if item.tags.len() > TAGS_MAX {
+        return Err(Error::too_large("tags", TAGS_MAX, item.tags.len()));
+    }
+    for tag in &item.tags {
+        limits.check_id("tag", tag)?;
+    }
+    if item.metadata.as_ref().is_some_and(|metadata| !metadata.is_object()) {
+        return Err(Error::InvalidInput("an item's metadata is a JSON object".into()));
+    }
     let encoded = serde_json::to_string(&item.payload)?;
     limits.check_payload("payload bytes", &encoded)?;
     Ok(encoded)
+}
+
+/// An item's tags as a JSON array and its metadata as JSON, each `None` when it has none.
+fn encode_extras(tx: &Tx<'_>, item: &NewItem) -> Result<(Option<String>, Option<String>)> {
+    let tags = match item.tags.is_empty() {
+        true => None,
+        false => Some(serde_json::to_string(&item.tags)?),
+    };
+    let metadata = item.metadata.as_ref().map(serde_json::to_string).transpose()?;
+    if let Some(metadata) = &metadata {
+        tx.limits().check_payload("metadata bytes", metadata)?;
+    }
+    Ok((tags, metadata))
 }
 
 fn check_queues(tx: &Tx<'_>, queues: &[String]) -> Result<()> {

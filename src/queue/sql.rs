@@ -24,7 +24,7 @@ macro_rules! item_columns {
         "item_id, queue, payload, priority, run_at_ms, attempt, max_attempts, backoff_base_ms,
          backoff_max_ms, dedupe_key, execution_id, node_id, status, fence, worker_id,
          lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms, finished_at_ms,
-         run_timeout_ms"
+         run_timeout_ms, tags, metadata"
     };
 }
 
@@ -78,12 +78,16 @@ pub(super) struct ItemRow {
     pub(super) updated_at_ms: i64,
     finished_at_ms: Option<i64>,
     run_timeout_ms: Option<i64>,
+    tags: Option<String>,
+    metadata: Option<String>,
 }
 
 impl ItemRow {
     /// The item with its JSON decoded.
     pub(super) fn into_item(self) -> Result<QueueItem> {
         let result = self.result.as_deref().map(serde_json::from_str).transpose()?;
+        let tags = self.tags.as_deref().map(serde_json::from_str).transpose()?;
+        let metadata = self.metadata.as_deref().map(serde_json::from_str).transpose()?;
         Ok(QueueItem {
             id: self.id,
             queue: self.queue,
@@ -106,6 +110,8 @@ impl ItemRow {
             updated_at_ms: self.updated_at_ms,
             finished_at_ms: self.finished_at_ms,
             run_timeout_ms: self.run_timeout_ms,
+            tags: tags.unwrap_or_default(),
+            metadata,
         })
     }
 }
@@ -121,6 +127,9 @@ pub(super) struct NewRow<'r> {
     pub(super) id: &'r str,
     pub(super) item: &'r NewItem,
     pub(super) encoded: &'r str,
+    /// The tags as a JSON array, and the metadata as JSON (`None`: none).
+    pub(super) tags: Option<&'r str>,
+    pub(super) metadata: Option<&'r str>,
     pub(super) hash: Option<&'r str>,
     pub(super) run_at_ms: i64,
 }
@@ -130,9 +139,10 @@ pub(super) fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) ->
     db.execute(
         "INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
              run_at_ms, attempt, max_attempts, backoff_base_ms, backoff_max_ms, dedupe_key,
-             execution_id, node_id, status, fence, created_at_ms, updated_at_ms, run_timeout_ms)
+             execution_id, node_id, status, fence, created_at_ms, updated_at_ms, run_timeout_ms,
+             tags, metadata)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14,
-                 ?15)",
+                 ?15, ?16, ?17)",
         args![
             tenant,
             row.id,
@@ -148,9 +158,18 @@ pub(super) fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) ->
             item.execution_id,
             item.node_id,
             now_ms,
-            item.run_timeout_ms
+            item.run_timeout_ms,
+            row.tags,
+            row.metadata
         ],
     )?;
+    for tag in &item.tags {
+        db.execute(
+            "INSERT INTO main.queue_item_tags (tenant_id, queue, tag, item_id)
+             VALUES (?1, ?2, ?3, ?4)",
+            args![tenant, item.queue, tag, row.id],
+        )?;
+    }
     Ok(())
 }
 
@@ -519,8 +538,8 @@ pub(super) fn select_items(
     queue: &str,
     status: ItemStatus,
     due_by_ms: Option<(bool, i64)>,
-    after: &str,
-    limit: usize,
+    tag: Option<&str>,
+    (after, limit): (&str, usize),
 ) -> Result<Vec<ItemRow>> {
     // The status is written into the statement (one of five literals), so that SQLite uses
     // the partial index of that status; finished items have theirs in id order, so that a
@@ -538,6 +557,22 @@ pub(super) fn select_items(
         Some((false, _)) => "AND run_at_ms > ?5",
         None => "AND CAST(?5 AS BIGINT) IS NOT NULL", // every item (the parameter is bound either way)
     };
+    let now_ms = due_by_ms.map_or(0, |(_, now_ms)| now_ms);
+    if let Some(tag) = tag {
+        // The tag's rows drive (a key range of its primary key, in id order); each is looked up
+        // by its item's key and kept if it has the status.
+        let sql = format!(
+            "SELECT {} FROM main.queue_items
+             WHERE tenant_id = ?1 AND item_id IN (
+                 SELECT item_id FROM main.queue_item_tags
+                 WHERE tenant_id = ?1 AND queue = ?2 AND tag = ?6 AND item_id > ?3)
+               AND status = '{}' {due}
+             ORDER BY item_id LIMIT ?4",
+            item_columns!(),
+            status.as_str()
+        );
+        return items(db, &sql, args![tenant, queue, after, limit as i64, now_ms, tag]);
+    }
     let sql = format!(
         "SELECT {} FROM main.queue_items {index}
          WHERE tenant_id = ?1 AND queue = ?2 AND status = '{}' {done} AND item_id > ?3 {due}
@@ -545,7 +580,6 @@ pub(super) fn select_items(
         item_columns!(),
         status.as_str()
     );
-    let now_ms = due_by_ms.map_or(0, |(_, now_ms)| now_ms);
     items(db, &sql, args![tenant, queue, after, limit as i64, now_ms])
 }
 
@@ -565,6 +599,15 @@ pub(super) fn requeue(db: Db<'_>, tenant: &str, item: &ItemRow, now_ms: i64) -> 
 
 /// Deletes up to `limit` dead items of `queue`; returns how many.
 pub(super) fn delete_dead(db: Db<'_>, tenant: &str, queue: &str, limit: usize) -> Result<u64> {
+    // Their tags first, by the same selection (the same rows, in this transaction).
+    db.execute(
+        "DELETE FROM main.queue_item_tags
+             WHERE tenant_id = ?1 AND queue = ?2 AND item_id IN (
+                 SELECT item_id FROM main.queue_items INDEXED BY queue_items_dead
+                 WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'
+                 ORDER BY item_id LIMIT ?3)",
+        args![tenant, queue, limit as i64],
+    )?;
     let deleted = db.execute(
         "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
@@ -701,13 +744,23 @@ pub(super) fn delete_finished_before(
     cutoff_ms: i64,
     limit: usize,
 ) -> Result<u64> {
+    // Their tags first, by the same selection (the same rows, in this transaction).
+    db.execute(
+        "DELETE FROM main.queue_item_tags
+             WHERE tenant_id = ?1 AND item_id IN (
+                 SELECT item_id FROM main.queue_items INDEXED BY queue_items_finished
+                 WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
+                   AND finished_at_ms < ?2
+                 ORDER BY finished_at_ms, item_id LIMIT ?3)",
+        args![tenant, cutoff_ms, limit as i64],
+    )?;
     let deleted: Vec<(String, String)> = db.query_all(
         "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
                  SELECT item_id FROM main.queue_items INDEXED BY queue_items_finished
                  WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
                    AND finished_at_ms < ?2
-                 ORDER BY finished_at_ms LIMIT ?3)
+                 ORDER BY finished_at_ms, item_id LIMIT ?3)
              RETURNING queue, status",
         args![tenant, cutoff_ms, limit as i64],
         |r| Ok((r.get(0)?, r.get(1)?)),
@@ -808,6 +861,8 @@ fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
         updated_at_ms: row.get(19)?,
         finished_at_ms: row.get(20)?,
         run_timeout_ms: row.get(21)?,
+        tags: row.get(22)?,
+        metadata: row.get(23)?,
     })
 }
 

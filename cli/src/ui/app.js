@@ -1846,9 +1846,16 @@
         ' A run\'s items are the run\'s: ', h('code', { text: `spindle retry ${name.slice(4)}` }), ' runs its failed nodes again.'));
     }
 
+    // A tag narrows the live items' tables (pending, scheduled, running) to the items with it.
+    let tag = '';
+    const tagInput = searchInput('', 'tag', 'queue-tag', 'Only the live items with this tag', { size: 16 });
+    const applyTag = debounce(() => { tag = tagInput.value.trim(); reloadAll(); }, 300);
+    cx.listen(tagInput, 'input', applyTag);
+    main.appendChild(h('p', { class: 'small' }, 'Live items with the tag ', tagInput));
     const sections = {};
     for (const kind of Object.keys(ITEM_KINDS)) {
-      sections[kind] = itemSection(cx, kind, kind === 'dead' ? `${base}/dead` : `${base}/items?status=${kind}`, name);
+      const path = kind === 'dead' ? () => `${base}/dead` : () => `${base}/items?status=${kind}${tag ? `&tag=${enc(tag)}` : ''}`;
+      sections[kind] = itemSection(cx, kind, path, name);
       main.appendChild(sections[kind].el);
     }
 
@@ -1921,10 +1928,12 @@
     async function load(append) {
       const mine = ++generation;
       const after = append ? next : null;
-      const sep = path.includes('?') ? '&' : '?';
-      await read(cx, problem, api(`${path}${sep}limit=50${after ? `&after=${enc(after)}` : ''}`), (page) => {
+      const url = path();
+      const sep = url.includes('?') ? '&' : '?';
+      await read(cx, problem, api(`${url}${sep}limit=50${after ? `&after=${enc(after)}` : ''}`), (page) => {
+        const tags = (item) => listOf(item.tags).map((t) => [' ', h('span', { class: 'badge', text: t, title: 'tag' })]);
         const rows = listOf(page.items).map((item) => h('tr', { data: { id: item.id } },
-          td(idEl(item.id)), td(compactJson(item.payload, 80)), ...spec.cells(item), withActions ? rowActions(item) : null));
+          td(idEl(item.id), ...tags(item)), td(compactJson(item.payload, 80)), ...spec.cells(item), withActions ? rowActions(item) : null));
         if (append) {
           body.querySelector('tr.empty')?.remove();
           body.append(...rows);

@@ -118,6 +118,21 @@ CREATE TABLE queue_item_tags (
     PRIMARY KEY (tenant_id, queue, tag, item_id)
 );
 
+-- Unique keys over a window (version 6, NewItem::unique): the item that holds a queue's key in
+-- the window starting at window_start_ms (0 for a key without a window). A later enqueue with
+-- the key in that window meets it while the item is in one of the states the enqueue names.
+-- Deleted with the item (prune, purge), through queue_unique_item.
+CREATE TABLE queue_unique (
+    tenant_id       TEXT COLLATE "C" NOT NULL,
+    queue           TEXT COLLATE "C" NOT NULL,
+    unique_key      TEXT COLLATE "C" NOT NULL,
+    window_start_ms BIGINT  NOT NULL,
+    item_id         TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant_id, queue, unique_key, window_start_ms)
+);
+
+CREATE INDEX queue_unique_item ON queue_unique (tenant_id, item_id);
+
 -- What claim reads: due items of a queue in claim order, one priority level at a time.
 CREATE INDEX queue_items_pending
     ON queue_items (tenant_id, queue, priority DESC, run_at_ms, item_id)

@@ -10,7 +10,7 @@ use serde_json::json;
 use spindle::queue::Completion;
 use spindle::{
     Clock, Error, FailOutcome, ItemFilter, ItemStatus, ManualClock, NewItem, Options, Page, Store,
-    Stream, TxOutcome,
+    Stream, TxOutcome, Unique,
 };
 
 const T0: i64 = 1_700_000_000_000;
@@ -1434,5 +1434,116 @@ fn bad_tags_or_metadata_are_refused_and_write_nothing() -> spindle::Result<()> {
     assert_eq!(tag_rows(&store), 0, "no tag row");
     let bad_filter = queue.items("q", ItemFilter::due().tag(""), Page::first(1));
     assert!(matches!(bad_filter, Err(Error::InvalidInput(_))), "{bad_filter:?}");
+    Ok(())
+}
+
+// ---- Unique windows (issue 31 item 5) ----
+
+#[test]
+fn a_unique_key_holds_within_its_window_and_a_new_window_takes_a_new_item() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    const HOUR: i64 = 3_600_000;
+    // T0 is not on an hour: move to the start of one.
+    clock.advance_ms(HOUR - T0.rem_euclid(HOUR));
+    let hourly =
+        || NewItem::new("reports", json!("v1")).unique(Unique::new("daily-report").per(HOUR));
+    let first = queue.enqueue(hourly())?;
+    assert!(!first.deduplicated);
+    clock.advance_ms(HOUR - 1);
+    let again = queue.enqueue(hourly().metadata(json!({ "late": true })))?;
+    assert_eq!((again.id.clone(), again.deduplicated), (first.id.clone(), true), "same hour");
+    assert_eq!(queue.get(&first.id)?.metadata, None, "kept as it was");
+    // Completed, it still holds the key in its hour (completed is among the default states).
+    let held = queue.claim("w", &["reports"], 10_000)?.expect("claimed");
+    queue.complete(&first.id, held.fence, json!(null))?;
+    clock.advance_ms(1);
+    let next_hour = queue.enqueue(hourly())?;
+    assert!(!next_hour.deduplicated && next_hour.id != first.id, "a new window, a new item");
+    assert_eq!(queue.stats()?[0].pending, 1);
+    Ok(())
+}
+
+#[test]
+fn a_unique_key_holds_only_in_the_states_it_names() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let live_only = || {
+        let unique = Unique::new("sync").states(&[ItemStatus::Pending, ItemStatus::Claimed]);
+        NewItem::new("q", json!(1)).unique(unique).max_attempts(1)
+    };
+    let first = queue.enqueue(live_only())?.id;
+    assert_eq!(queue.enqueue(live_only())?.id, first, "pending holds it");
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    assert_eq!(queue.enqueue(live_only())?.id, first, "claimed holds it");
+    queue.fail(&first, held.fence, "boom", false)?;
+    let second = queue.enqueue(live_only())?;
+    assert!(!second.deduplicated, "a dead item does not hold it");
+    assert_eq!(queue.enqueue(live_only())?.id, second.id, "the new item holds it now");
+    Ok(())
+}
+
+#[test]
+fn replace_gives_a_pending_holder_the_new_payload_and_run_time_and_keeps_a_claimed_one()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let item = |payload: i64, run_at_ms: i64| {
+        NewItem::new("q", json!(payload)).run_at_ms(run_at_ms).unique(Unique::new("k").replace())
+    };
+    let first = queue.enqueue(item(1, T0 + 60_000))?.id;
+    let replaced = queue.enqueue(item(2, T0 + 5_000))?;
+    assert_eq!((replaced.id.clone(), replaced.deduplicated), (first.clone(), true));
+    let now = queue.get(&first)?;
+    assert_eq!((now.payload, now.run_at_ms), (json!(2), T0 + 5_000), "replaced");
+    assert_eq!(event_types(&store, "q").last().map(String::as_str), Some("replaced"));
+    clock.advance_ms(5_000);
+    let held = queue.claim("w", &["q"], 10_000)?.expect("due at the new time");
+    assert_eq!(held.item.payload, json!(2));
+    assert_eq!(queue.enqueue(item(3, T0))?.id, first, "a claimed holder is kept");
+    let now = queue.get(&first)?;
+    assert_eq!((now.payload, now.status), (json!(2), ItemStatus::Claimed), "not replaced");
+    assert_eq!(queue.stats()?[0].pending, 0, "no new item");
+    Ok(())
+}
+
+#[test]
+fn bad_unique_settings_are_refused_and_write_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let year = spindle::queue::SNOOZE_MS_MAX;
+    for (what, unique) in [
+        ("empty key", Unique::new("")),
+        ("no period", Unique::new("k").per(0)),
+        ("negative period", Unique::new("k").per(-5)),
+        ("past a year", Unique::new("k").per(year + 1)),
+        ("no state", Unique::new("k").states(&[])),
+    ] {
+        let refused = queue.enqueue(NewItem::new("q", json!(1)).unique(unique));
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{what}: {refused:?}");
+    }
+    let both = NewItem::new("q", json!(1)).dedupe_key("d").unique(Unique::new("k"));
+    assert!(matches!(queue.enqueue(both), Err(Error::InvalidInput(_))), "dedupe and unique");
+    assert!(queue.stats()?.is_empty(), "nothing enqueued");
+    assert!(store.events().read_all(0, 10)?.is_empty(), "no event");
+    Ok(())
+}
+
+#[test]
+fn pruning_a_holder_frees_its_key() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let item = || NewItem::new("q", json!(1)).unique(Unique::new("k"));
+    let first = queue.enqueue(item())?.id;
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    queue.complete(&first, held.fence, json!(null))?;
+    assert_eq!(queue.enqueue(item())?.id, first, "completed, it holds the key");
+    clock.advance_ms(10_000);
+    assert_eq!(queue.prune_completed(5_000)?, 1);
+    let sql = "SELECT count(*) FROM queue_unique";
+    let rows =
+        store.transaction(move |tx| Ok(TxOutcome::Commit(common::raw_rows(tx, sql, sql)?)))?;
+    assert_eq!(rows[0][0].int(), 0, "its key row is deleted with it");
+    assert!(!queue.enqueue(item())?.deduplicated, "the key is free again");
     Ok(())
 }

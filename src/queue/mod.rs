@@ -98,6 +98,70 @@ pub struct NewItem {
     pub tags: Vec<String>,
     /// A JSON object kept with the item for the caller; see [`NewItem::metadata`].
     pub metadata: Option<Value>,
+    /// A key unique over a window and chosen states; see [`NewItem::unique`].
+    pub unique: Option<Unique>,
+}
+
+/// A key an item holds in its queue over a window of time, against later enqueues with the same
+/// key (River's unique jobs, Oban's `unique`, graphile-worker's `job_key`); see
+/// [`NewItem::unique`]. Beside [`NewItem::dedupe_key`], which holds only while the item is live
+/// and compares payloads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unique {
+    /// The key (id-like: non-empty, at most `Limits::id_len_max` bytes).
+    pub key: String,
+    /// The window: enqueues at times in the same period (`now - now % period_ms`, on the
+    /// store's clock; an hour: one per clock hour) meet the same holder; `None`: one window
+    /// for all time. 1 ms to a year.
+    pub period_ms: Option<i64>,
+    /// The holder's statuses in which it holds the key: a later enqueue meets a holder in one
+    /// of these, and makes a new item (the new holder) otherwise. Default: pending, claimed
+    /// and completed (a dead or cancelled item does not hold its key).
+    pub states: Vec<ItemStatus>,
+    /// What an enqueue that meets the holder does.
+    pub on_conflict: OnConflict,
+}
+
+/// What an enqueue with a held [`Unique`] key does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// Keeps the holder as it is and returns it (`Enqueued::deduplicated`).
+    #[default]
+    Keep,
+    /// Gives the holder, while it is pending, the new payload and run time (a holder already
+    /// claimed or finished is kept as it is); returns it (`Enqueued::deduplicated`).
+    Replace,
+}
+
+impl Unique {
+    /// `key` unique for all time while its holder is pending, claimed or completed; keep on
+    /// conflict.
+    pub fn new(key: impl Into<String>) -> Self {
+        Unique {
+            key: key.into(),
+            period_ms: None,
+            states: vec![ItemStatus::Pending, ItemStatus::Claimed, ItemStatus::Completed],
+            on_conflict: OnConflict::Keep,
+        }
+    }
+
+    /// Unique within each period of `period_ms` only.
+    pub fn per(mut self, period_ms: i64) -> Self {
+        self.period_ms = Some(period_ms);
+        self
+    }
+
+    /// Held only while its holder is in one of `states`.
+    pub fn states(mut self, states: &[ItemStatus]) -> Self {
+        self.states = states.to_vec();
+        self
+    }
+
+    /// Replaces a pending holder's payload and run time instead of keeping it.
+    pub fn replace(mut self) -> Self {
+        self.on_conflict = OnConflict::Replace;
+        self
+    }
 }
 
 /// Most tags an item may carry.
@@ -119,6 +183,7 @@ impl NewItem {
             run_timeout_ms: None,
             tags: Vec::new(),
             metadata: None,
+            unique: None,
         }
     }
 
@@ -185,6 +250,17 @@ impl NewItem {
         if !self.tags.contains(&tag) {
             self.tags.push(tag);
         }
+        self
+    }
+
+    /// Makes the item hold `unique.key` in its queue over a window (see [`Unique`]): an
+    /// enqueue with the key whose window holds an item in one of `unique.states` returns that
+    /// item (`deduplicated: true`), kept or, with [`OnConflict::Replace`] and while it is
+    /// pending, given this item's payload and run time; otherwise this item is enqueued and
+    /// holds the key. Checked at enqueue: a bad key, period or empty states, or a dedupe key
+    /// beside it, is `InvalidInput` with nothing written.
+    pub fn unique(mut self, unique: Unique) -> Self {
+        self.unique = Some(unique);
         self
     }
 

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::sql::{self, ItemRow};
 use super::{
-    Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, QueueItem, QueueStats,
-    Reclaimed, TAGS_MAX,
+    Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, OnConflict, QueueItem,
+    QueueStats, Reclaimed, TAGS_MAX, Unique,
 };
 use crate::core::counts;
 use crate::core::events::{self, Stream};
@@ -1092,8 +1092,18 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
     {
         return deduplicated(live, hash, key);
     }
-    let id = tx.new_id();
     let run_at_ms = item.run_at_ms.unwrap_or(tx.now_ms());
+    let window = match &item.unique {
+        Some(unique) => {
+            let window = unique_window(tx, &item, unique)?;
+            if let Some(held) = held_key(tx, &item, unique, window, (&encoded, run_at_ms), notes)? {
+                return Ok(held);
+            }
+            Some((unique.key.as_str(), window))
+        }
+        None => None,
+    };
+    let id = tx.new_id();
     let (tags, metadata) = encode_extras(tx, &item)?;
     let row = sql::NewRow {
         id: &id,
@@ -1105,10 +1115,61 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
         run_at_ms,
     };
     sql::insert(tx.db(), tx.tenant(), tx.now_ms(), &row)?;
+    if let Some(key) = window {
+        sql::set_unique_holder(tx.db(), tx.tenant(), &item.queue, key, &id)?;
+    }
     let entry = EnqueuedEntry { id: &id, priority: item.priority, run_at_ms };
     notes.note(&item.queue, "enqueued", &entry)?;
     tx.ring_bell();
     Ok(Enqueued { id, deduplicated: false })
+}
+
+/// Checks `unique` (beside no dedupe key); returns the start of the window the enqueue falls
+/// in (0 without a period).
+fn unique_window(tx: &Tx<'_>, item: &NewItem, unique: &Unique) -> Result<i64> {
+    tx.limits().check_id("unique key", &unique.key)?;
+    if item.dedupe_key.is_some() {
+        return Err(Error::InvalidInput(
+            "an item is made unique by a dedupe key or by unique, not both".into(),
+        ));
+    }
+    if unique.states.is_empty() {
+        return Err(Error::InvalidInput("a unique key holds in at least one status".into()));
+    }
+    match unique.period_ms {
+        None => Ok(0),
+        Some(period_ms) if (1..=SNOOZE_MS_MAX).contains(&period_ms) => {
+            let now_ms = tx.now_ms();
+            Ok(now_ms - now_ms.rem_euclid(period_ms))
+        }
+        Some(period_ms) => Err(Error::InvalidInput(format!(
+            "a unique period is 1..={SNOOZE_MS_MAX} ms, not {period_ms}"
+        ))),
+    }
+}
+
+/// The holder of `unique`'s key in `window`, if one holds it in a status the key names: kept,
+/// or (`Replace`, while pending) given the new payload and run time. `None`: the new item is
+/// enqueued and holds the key.
+fn held_key(
+    tx: &mut Tx<'_>,
+    item: &NewItem,
+    unique: &Unique,
+    window: i64,
+    (encoded, run_at_ms): (&str, i64),
+    notes: &mut Notes,
+) -> Result<Option<Enqueued>> {
+    let holder = sql::select_unique_holder(tx.db(), tx.tenant(), &item.queue, &unique.key, window)?;
+    let Some(holder) = holder.filter(|holder| unique.states.contains(&holder.status)) else {
+        return Ok(None);
+    };
+    let replace = unique.on_conflict == OnConflict::Replace;
+    let (db, tenant, now_ms) = (tx.db(), tx.tenant(), tx.now_ms());
+    if replace && sql::replace_pending(db, tenant, &holder.id, (encoded, run_at_ms), now_ms)? {
+        notes.note(&item.queue, "replaced", &entry(&holder, json!({ "run_at_ms": run_at_ms })))?;
+        tx.ring_bell();
+    }
+    Ok(Some(Enqueued { id: holder.id, deduplicated: true }))
 }
 
 fn deduplicated(live: sql::LiveDuplicate, hash: &str, key: &str) -> Result<Enqueued> {

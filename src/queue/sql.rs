@@ -202,6 +202,63 @@ pub(super) fn select_live_by_dedupe(
     Ok(row)
 }
 
+/// The item holding `key` in `queue`'s window starting at `window_start_ms`, if it is still
+/// there.
+pub(super) fn select_unique_holder(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    key: &str,
+    window_start_ms: i64,
+) -> Result<Option<ItemRow>> {
+    db.query_opt(
+        concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM main.queue_items WHERE tenant_id = ?1 AND item_id = (
+                 SELECT item_id FROM main.queue_unique
+                 WHERE tenant_id = ?1 AND queue = ?2 AND unique_key = ?3
+                   AND window_start_ms = ?4)"
+        ),
+        args![tenant, queue, key, window_start_ms],
+        item_from_row,
+    )
+}
+
+/// Makes `item_id` the holder of `key` in `queue`'s window starting at `window_start_ms`.
+pub(super) fn set_unique_holder(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    (key, window_start_ms): (&str, i64),
+    item_id: &str,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO main.queue_unique (tenant_id, queue, unique_key, window_start_ms, item_id)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (tenant_id, queue, unique_key, window_start_ms)
+         DO UPDATE SET item_id = excluded.item_id",
+        args![tenant, queue, key, window_start_ms, item_id],
+    )?;
+    Ok(())
+}
+
+/// Gives a pending item a new payload and run time; false when it is no longer pending.
+pub(super) fn replace_pending(
+    db: Db<'_>,
+    tenant: &str,
+    id: &str,
+    (encoded, run_at_ms): (&str, i64),
+    now_ms: i64,
+) -> Result<bool> {
+    let changed = db.execute(
+        "UPDATE main.queue_items SET payload = ?3, run_at_ms = ?4, updated_at_ms = ?5
+         WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
+        args![tenant, id, encoded, run_at_ms, now_ms],
+    )?;
+    Ok(changed == 1)
+}
+
 /// Most priority levels one claim looks through before it falls back to one query over all of
 /// them: a queue rarely uses more, and each level costs two index seeks.
 const PRIORITY_LEVELS_MAX: usize = 64;
@@ -599,10 +656,19 @@ pub(super) fn requeue(db: Db<'_>, tenant: &str, item: &ItemRow, now_ms: i64) -> 
 
 /// Deletes up to `limit` dead items of `queue`; returns how many.
 pub(super) fn delete_dead(db: Db<'_>, tenant: &str, queue: &str, limit: usize) -> Result<u64> {
-    // Their tags first, by the same selection (the same rows, in this transaction).
+    // Their tags and unique keys first, by the same selection (the same rows, in this
+    // transaction).
     db.execute(
         "DELETE FROM main.queue_item_tags
              WHERE tenant_id = ?1 AND queue = ?2 AND item_id IN (
+                 SELECT item_id FROM main.queue_items INDEXED BY queue_items_dead
+                 WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'
+                 ORDER BY item_id LIMIT ?3)",
+        args![tenant, queue, limit as i64],
+    )?;
+    db.execute(
+        "DELETE FROM main.queue_unique
+             WHERE tenant_id = ?1 AND item_id IN (
                  SELECT item_id FROM main.queue_items INDEXED BY queue_items_dead
                  WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'
                  ORDER BY item_id LIMIT ?3)",
@@ -744,16 +810,21 @@ pub(super) fn delete_finished_before(
     cutoff_ms: i64,
     limit: usize,
 ) -> Result<u64> {
-    // Their tags first, by the same selection (the same rows, in this transaction).
-    db.execute(
-        "DELETE FROM main.queue_item_tags
-             WHERE tenant_id = ?1 AND item_id IN (
+    // Their tags and unique keys first, by the same selection (the same rows, in this
+    // transaction).
+    for table in [
+        "DELETE FROM main.queue_item_tags WHERE tenant_id = ?1 AND item_id IN (",
+        "DELETE FROM main.queue_unique WHERE tenant_id = ?1 AND item_id IN (",
+    ] {
+        let sql = format!(
+            "{table}
                  SELECT item_id FROM main.queue_items INDEXED BY queue_items_finished
                  WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
                    AND finished_at_ms < ?2
-                 ORDER BY finished_at_ms, item_id LIMIT ?3)",
-        args![tenant, cutoff_ms, limit as i64],
-    )?;
+                 ORDER BY finished_at_ms, item_id LIMIT ?3)"
+        );
+        db.execute(&sql, args![tenant, cutoff_ms, limit as i64])?;
+    }
     let deleted: Vec<(String, String)> = db.query_all(
         "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (

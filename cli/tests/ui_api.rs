@@ -781,6 +781,8 @@ fn metrics_are_served_in_the_prometheus_format_under_the_read_rules() {
         ui.send("POST", "/api/queues/mail/purge", &[("Authorization", &reader)], "");
     assert_ne!(status, 200);
     assert_eq!(dead_count(&db), 2, "nothing purged");
+}
+
 #[test]
 fn a_writer_pauses_and_resumes_a_queue_and_a_forged_pause_writes_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -124,6 +124,7 @@ pub struct Unique {
 
 /// What an enqueue with a held [`Unique`] key does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum OnConflict {
     /// Keeps the holder as it is and returns it (`Enqueued::deduplicated`).
     #[default]

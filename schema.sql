@@ -71,6 +71,11 @@ CREATE TABLE stream_heads (
 -- claims consumed (a release refunds one); run_at_ms is when a pending item becomes due.
 -- The status check compares one value at a time: for `IN` with more than two values SQLite
 -- builds a temporary index at every row it writes (a fifth of a job cycle's cost).
+-- run_timeout_ms (version 6): how long a worker pool lets one attempt run before it fails it
+-- as retryable (NULL: no limit but the lease). tags: a JSON array of the item's tags (NULL:
+-- none; queue_item_tags finds items by them); metadata: a JSON object kept for the caller.
+-- They follow finished_at_ms on the same line because that is where SQLite's ALTER TABLE ..
+-- ADD COLUMN writes them in a migrated store's schema text.
 CREATE TABLE queue_items (
     tenant_id           TEXT    NOT NULL,
     item_id             TEXT    NOT NULL,
@@ -97,11 +102,36 @@ CREATE TABLE queue_items (
     result              TEXT,
     created_at_ms       INTEGER NOT NULL,
     updated_at_ms       INTEGER NOT NULL,
-    finished_at_ms      INTEGER,
+    finished_at_ms      INTEGER, run_timeout_ms INTEGER CHECK (run_timeout_ms >= 1), tags TEXT, metadata TEXT,
     PRIMARY KEY (tenant_id, item_id),
     CHECK ((status = 'claimed') = (lease_expires_at_ms IS NOT NULL)),
     CHECK ((dedupe_key IS NULL) = (payload_hash IS NULL))
 ) WITHOUT ROWID;
+
+-- An item's tags, one row each (version 6): a queue's items with a tag, in id order, are a key
+-- range (Queue::items with ItemFilter::tag). Written with the item; deleted with it.
+CREATE TABLE queue_item_tags (
+    tenant_id TEXT NOT NULL,
+    queue     TEXT NOT NULL,
+    tag       TEXT NOT NULL,
+    item_id   TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, queue, tag, item_id)
+) WITHOUT ROWID;
+
+-- Unique keys over a window (version 6, NewItem::unique): the item that holds a queue's key in
+-- the window starting at window_start_ms (0 for a key without a window). A later enqueue with
+-- the key in that window meets it while the item is in one of the states the enqueue names.
+-- Deleted with the item (prune, purge), through queue_unique_item.
+CREATE TABLE queue_unique (
+    tenant_id       TEXT    NOT NULL,
+    queue           TEXT    NOT NULL,
+    unique_key      TEXT    NOT NULL,
+    window_start_ms INTEGER NOT NULL,
+    item_id         TEXT    NOT NULL,
+    PRIMARY KEY (tenant_id, queue, unique_key, window_start_ms)
+) WITHOUT ROWID;
+
+CREATE INDEX queue_unique_item ON queue_unique (tenant_id, item_id);
 
 -- What claim reads: due items of a queue in claim order, one priority level at a time.
 CREATE INDEX queue_items_pending
@@ -142,12 +172,17 @@ CREATE INDEX queue_items_execution
     WHERE execution_id IS NOT NULL AND status IN ('pending', 'claimed');
 
 -- Per-queue settings; a queue without a row has the defaults. item_events = 0: the queue's
--- item changes append no events to its stream (for queues nobody follows).
+-- item changes append no events to its stream (for queues nobody follows). paused = 1: no one
+-- claims the queue's items (its claimed ones run to their end). concurrency_max: at most this
+-- many of its items claimed at once, by every worker and process together (NULL: no limit).
+-- The claiming statement reads the row (version 6).
 CREATE TABLE queue_settings (
-    tenant_id     TEXT    NOT NULL,
-    queue         TEXT    NOT NULL,
-    item_events   INTEGER NOT NULL CHECK (item_events IN (0, 1)),
-    updated_at_ms INTEGER NOT NULL,
+    tenant_id       TEXT    NOT NULL,
+    queue           TEXT    NOT NULL,
+    item_events     INTEGER NOT NULL CHECK (item_events IN (0, 1)),
+    updated_at_ms   INTEGER NOT NULL,
+    paused          INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    concurrency_max INTEGER CHECK (concurrency_max >= 1),
     PRIMARY KEY (tenant_id, queue)
 ) WITHOUT ROWID;
 
@@ -514,4 +549,4 @@ CREATE TABLE workflow_counts (
 ) WITHOUT ROWID;
 
 PRAGMA application_id = 1397771844; -- 'SPND'
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;

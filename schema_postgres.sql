@@ -70,6 +70,9 @@ CREATE TABLE stream_heads (
 -- claims consumed (a release refunds one); run_at_ms is when a pending item becomes due.
 -- The status check compares one value at a time: for `IN` with more than two values SQLite
 -- builds a temporary index at every row it writes (a fifth of a job cycle's cost).
+-- run_timeout_ms (version 6): how long a worker pool lets one attempt run before it fails it
+-- as retryable (NULL: no limit but the lease). tags: a JSON array of the item's tags (NULL:
+-- none; queue_item_tags finds items by them); metadata: a JSON object kept for the caller.
 CREATE TABLE queue_items (
     tenant_id           TEXT COLLATE "C" NOT NULL,
     item_id             TEXT COLLATE "C" NOT NULL,
@@ -97,10 +100,38 @@ CREATE TABLE queue_items (
     created_at_ms       BIGINT  NOT NULL,
     updated_at_ms       BIGINT  NOT NULL,
     finished_at_ms      BIGINT ,
+    run_timeout_ms      BIGINT  CHECK (run_timeout_ms >= 1),
+    tags                TEXT COLLATE "C",
+    metadata            TEXT COLLATE "C",
     PRIMARY KEY (tenant_id, item_id),
     CHECK ((status = 'claimed') = (lease_expires_at_ms IS NOT NULL)),
     CHECK ((dedupe_key IS NULL) = (payload_hash IS NULL))
 );
+
+-- An item's tags, one row each (version 6): a queue's items with a tag, in id order, are a key
+-- range (Queue::items with ItemFilter::tag). Written with the item; deleted with it.
+CREATE TABLE queue_item_tags (
+    tenant_id TEXT COLLATE "C" NOT NULL,
+    queue     TEXT COLLATE "C" NOT NULL,
+    tag       TEXT COLLATE "C" NOT NULL,
+    item_id   TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant_id, queue, tag, item_id)
+);
+
+-- Unique keys over a window (version 6, NewItem::unique): the item that holds a queue's key in
+-- the window starting at window_start_ms (0 for a key without a window). A later enqueue with
+-- the key in that window meets it while the item is in one of the states the enqueue names.
+-- Deleted with the item (prune, purge), through queue_unique_item.
+CREATE TABLE queue_unique (
+    tenant_id       TEXT COLLATE "C" NOT NULL,
+    queue           TEXT COLLATE "C" NOT NULL,
+    unique_key      TEXT COLLATE "C" NOT NULL,
+    window_start_ms BIGINT  NOT NULL,
+    item_id         TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant_id, queue, unique_key, window_start_ms)
+);
+
+CREATE INDEX queue_unique_item ON queue_unique (tenant_id, item_id);
 
 -- What claim reads: due items of a queue in claim order, one priority level at a time.
 CREATE INDEX queue_items_pending
@@ -141,12 +172,17 @@ CREATE INDEX queue_items_execution
     WHERE execution_id IS NOT NULL AND status IN ('pending', 'claimed');
 
 -- Per-queue settings; a queue without a row has the defaults. item_events = 0: the queue's
--- item changes append no events to its stream (for queues nobody follows).
+-- item changes append no events to its stream (for queues nobody follows). paused = 1: no one
+-- claims the queue's items (its claimed ones run to their end). concurrency_max: at most this
+-- many of its items claimed at once, by every worker and process together (NULL: no limit).
+-- The claiming statement reads the row (version 6).
 CREATE TABLE queue_settings (
-    tenant_id     TEXT COLLATE "C" NOT NULL,
-    queue         TEXT COLLATE "C" NOT NULL,
-    item_events   BIGINT  NOT NULL CHECK (item_events IN (0, 1)),
-    updated_at_ms BIGINT  NOT NULL,
+    tenant_id       TEXT COLLATE "C" NOT NULL,
+    queue           TEXT COLLATE "C" NOT NULL,
+    item_events     BIGINT  NOT NULL CHECK (item_events IN (0, 1)),
+    updated_at_ms   BIGINT  NOT NULL,
+    paused          BIGINT  NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    concurrency_max BIGINT  CHECK (concurrency_max >= 1),
     PRIMARY KEY (tenant_id, queue)
 );
 
@@ -510,7 +546,7 @@ CREATE TABLE spindle_meta (
 );
 
 INSERT INTO spindle_meta (key, value) VALUES ('application_id', 1397771844); -- 'SPND'
-INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 5);
+INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 6);
 -- How many times a writable store was opened here: each opening's ids come from a seed of
 -- its own (`Options::seed` with this number), however many processes open it at once.
 INSERT INTO spindle_meta (key, value) VALUES ('openings', 0);

@@ -757,7 +757,7 @@ impl ReaderLoops {
                     while !stop.load(Ordering::Relaxed) {
                         store.queue().stats().expect("stats");
                         let page = Page::first(LISTING_PAGE);
-                        store.queue().items(&view.queue, completed, page).expect("items");
+                        store.queue().items(&view.queue, completed.clone(), page).expect("items");
                         store.graphs().find(&newest, Page::first(LISTING_PAGE)).expect("find");
                         let (stream, after) = view.stream_page(&mut rng);
                         store.events().read(&stream, after, EVENT_PAGE).expect("read");

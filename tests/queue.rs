@@ -10,7 +10,7 @@ use serde_json::json;
 use spindle::queue::Completion;
 use spindle::{
     Clock, Error, FailOutcome, ItemFilter, ItemStatus, ManualClock, NewItem, Options, Page, Store,
-    Stream, TxOutcome,
+    Stream, TxOutcome, Unique,
 };
 
 const T0: i64 = 1_700_000_000_000;
@@ -348,11 +348,7 @@ fn cancel_and_cancel_execution() -> spindle::Result<()> {
     queue.enqueue(NewItem::new("q", json!(3)).execution_id("exec-2"))?;
     let held = queue.claim("w", &["q"], 1_000)?.expect("claimed");
     assert_eq!(held.item.id, a);
-    assert!(
-        matches!(queue.cancel(&a), Err(Error::Conflict(_))),
-        "claimed items need cancel_execution"
-    );
-    assert_eq!(queue.cancel_execution("exec-1")?, 2);
+    assert_eq!(queue.cancel_execution("exec-1")?, 2, "the claimed item and the pending one");
     assert!(matches!(queue.complete(&a, held.fence, json!(null)), Err(Error::LeaseLost(_))));
     assert_eq!(queue.claim("w", &["q"], 1_000)?.expect("exec-2's item").item.payload, json!(3));
 
@@ -784,9 +780,9 @@ fn items_lists_a_queues_items_of_one_status_in_enqueue_order_by_pages() -> spind
     };
     let pending = ItemFilter::status(ItemStatus::Pending);
     let all = [&ids[1], &ids[2], &ids[3], &later].map(String::clone);
-    assert_eq!(ids_of(pending, Page::first(10))?, all);
-    assert_eq!(ids_of(pending, Page::first(2))?, all[..2]);
-    assert_eq!(ids_of(pending, Page::after(ids[2].clone(), 2))?, all[2..]);
+    assert_eq!(ids_of(pending.clone(), Page::first(10))?, all);
+    assert_eq!(ids_of(pending.clone(), Page::first(2))?, all[..2]);
+    assert_eq!(ids_of(pending.clone(), Page::after(ids[2].clone(), 2))?, all[2..]);
     assert_eq!(ids_of(ItemFilter::due(), Page::first(10))?, all[..3]);
     assert_eq!(ids_of(ItemFilter::scheduled(), Page::first(10))?, std::slice::from_ref(&later));
     clock.advance_ms(60_000);
@@ -816,9 +812,755 @@ fn items_lists_a_queues_items_of_one_status_in_enqueue_order_by_pages() -> spind
     assert_eq!(done_of(ItemStatus::Cancelled)?, done[2..]);
     assert!(ids_of(ItemFilter::status(ItemStatus::Completed), Page::first(10))?.is_empty());
 
-    let too_many = queue.items("q", pending, Page::first(1_000_000));
+    let too_many = queue.items("q", pending.clone(), Page::first(1_000_000));
     assert!(matches!(too_many, Err(Error::TooLarge { .. })), "{too_many:?}");
     let bad_queue = queue.items("", pending, Page::first(1));
     assert!(matches!(bad_queue, Err(Error::InvalidInput(_))), "{bad_queue:?}");
     Ok(())
+}
+
+// ---- Pause and resume (issue 31 item 2) ----
+
+/// The types of the events on `queue`'s stream, in order.
+fn event_types(store: &Store, queue: &str) -> Vec<String> {
+    common::read_stream(store, &Stream::queue(queue)).into_iter().map(|e| e.event_type).collect()
+}
+
+/// `queue`'s line of `stats()`, if it has one.
+fn stats_of(store: &Store, queue: &str) -> spindle::Result<Option<spindle::QueueStats>> {
+    Ok(store.queue().stats()?.into_iter().find(|stats| stats.queue == queue))
+}
+
+#[test]
+fn a_paused_queue_is_claimed_by_nobody_while_its_claimed_items_run_to_their_end()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let ids: Vec<String> = (0..4)
+        .map(|n| queue.enqueue(NewItem::new("q", json!(n))).map(|e| e.id))
+        .collect::<spindle::Result<_>>()?;
+    let other = queue.enqueue(NewItem::new("other", json!("o")).priority(-5))?.id;
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed before the pause");
+    queue.pause("q")?;
+
+    // Nobody claims its items: one claim, a batch, a claim-and-complete, a wait.
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none());
+    assert!(queue.claim_batch("w", &["q"], 10_000, 10)?.is_empty());
+    let waited = queue.claim_wait("w", &["q"], 10_000, Duration::from_millis(20))?;
+    assert!(waited.is_none());
+    // A claim of several queues passes over the paused one's better items.
+    let next = queue.claim("w", &["q", "other"], 10_000)?.expect("the other queue's item");
+    assert_eq!(next.item.id, other);
+    queue.complete(&other, next.fence, json!("done"))?;
+
+    // The held item runs to its end: a heartbeat, then a completion that claims nothing.
+    clock.advance_ms(5_000);
+    queue.heartbeat(&held.item.id, held.fence, 10_000)?;
+    let after = spindle::queue::Claim::new("w", &["q"], 10_000);
+    assert!(queue.complete_and_claim(&held.item.id, held.fence, json!(1), &after)?.is_none());
+    let stats = stats_of(&store, "q")?.expect("q's stats");
+    assert!(stats.paused, "{stats:?}");
+    assert_eq!((stats.pending, stats.claimed, stats.completed), (3, 0, 1));
+
+    queue.resume("q")?;
+    let stats = stats_of(&store, "q")?.expect("q's stats");
+    assert!(!stats.paused, "{stats:?}");
+    let claimed = queue.claim_batch("w", &["q"], 10_000, 10)?;
+    let claimed: Vec<&str> = claimed.iter().map(|c| c.item.id.as_str()).collect();
+    assert_eq!(claimed, ids[1..].iter().map(String::as_str).collect::<Vec<_>>());
+    let types = event_types(&store, "q");
+    let settings: Vec<&String> =
+        types.iter().filter(|t| *t == "paused" || *t == "resumed").collect();
+    assert_eq!(settings, ["paused", "resumed"]);
+    common::assert_queue_counts(&store, "paused and resumed");
+    Ok(())
+}
+
+#[test]
+fn an_expired_lease_of_a_paused_queue_is_retried_but_not_claimed() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)))?.id;
+    let held = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    queue.pause("q")?;
+    clock.advance_ms(5_000);
+    assert!(queue.claim("w", &["q"], 1_000)?.is_none(), "swept, not claimed");
+    let item = queue.get(&id)?;
+    assert_eq!((item.status, item.attempt), (ItemStatus::Pending, 1));
+    assert!(matches!(queue.complete(&id, held.fence, json!(1)), Err(Error::LeaseLost(_))));
+    queue.resume("q")?;
+    clock.advance_ms(1_000); // the retry's backoff
+    assert_eq!(queue.claim("w", &["q"], 1_000)?.expect("claimed").item.attempt, 2);
+    Ok(())
+}
+
+#[test]
+fn a_pause_holds_across_a_reopen_and_for_every_store_on_the_database() -> spindle::Result<()> {
+    let shared = common::SharedStore::new();
+    let (first, second) = (shared.open(), shared.open());
+    first.queue().enqueue(NewItem::new("q", json!(1)))?;
+    first.queue().pause("q")?;
+    // Another store (another process, on another host) claims through the same statement.
+    assert!(second.queue().claim("w2", &["q"], 10_000)?.is_none());
+    first.close()?;
+    second.close()?;
+    let reopened = shared.open();
+    assert!(stats_of(&reopened, "q")?.expect("q").paused, "the pause is durable");
+    assert!(reopened.queue().claim("w", &["q"], 10_000)?.is_none());
+    let other = shared.open();
+    other.queue().resume("q")?;
+    assert!(reopened.queue().claim("w", &["q"], 10_000)?.is_some(), "resumed by another store");
+    reopened.close()?;
+    other.close()
+}
+
+#[test]
+fn a_waiting_claim_is_woken_by_the_resume_and_a_pool_claims_nothing_until_then()
+-> spindle::Result<()> {
+    let store = common::new_store();
+    let queue = store.queue();
+    queue.pause("q")?;
+    for n in 0..5 {
+        queue.enqueue(NewItem::new("q", json!(n)))?;
+    }
+    let pool =
+        queue.worker(&["q"]).threads(2).run(|_| spindle::queue::Outcome::Complete(json!(1)))?;
+    let waiter = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.queue().claim_wait("w", &["q"], 60_000, Duration::from_secs(60))
+        })
+    };
+    // Every round of the pool and the waiter meanwhile finds the queue paused.
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = stats_of(&store, "q")?.expect("q");
+    assert_eq!((stats.pending, stats.claimed, stats.completed), (5, 0, 0));
+    let started = Instant::now();
+    queue.resume("q")?;
+    let woken = waiter.join().expect("the waiter")?;
+    assert!(woken.is_some(), "the resume woke the waiter");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let held = woken.expect("claimed");
+    queue.complete(&held.item.id, held.fence, json!(1))?;
+    while stats_of(&store, "q")?.expect("q").completed < 5 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the pool went on after the resume");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!(report.completed, 4);
+    Ok(())
+}
+
+#[test]
+fn pausing_a_bad_queue_name_writes_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let long = "q".repeat(spindle::Limits::default().id_len_max + 1);
+    for bad in ["", long.as_str()] {
+        assert!(matches!(queue.pause(bad), Err(Error::InvalidInput(_) | Error::TooLarge { .. })));
+        assert!(matches!(queue.resume(bad), Err(Error::InvalidInput(_) | Error::TooLarge { .. })));
+    }
+    assert!(queue.stats()?.is_empty(), "no settings row");
+    assert_eq!(store.events().read_all(0, 10)?.len(), 0, "no event");
+    queue.pause("q")?;
+    assert_eq!(queue.stats()?.len(), 1, "an empty paused queue is listed");
+    Ok(())
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_version_five_postgres_store_is_upgraded_with_its_queue_settings_kept() -> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(());
+    }
+    let old = common::SharedStore::new();
+    let schema = old.location().rsplit("search_path=").next().expect("a schema").trim_matches('\'');
+    let server = std::env::var("SPINDLE_TEST_PG").expect("SPINDLE_TEST_PG");
+    let mut raw = postgres::Client::connect(&server, postgres::NoTls).expect("connect");
+    raw.batch_execute(&format!("CREATE SCHEMA {schema}; SET search_path = {schema};"))
+        .expect("a schema");
+    raw.batch_execute(include_str!("fixtures/schema_postgres_v5.sql")).expect("version 5");
+    raw.batch_execute(
+        "INSERT INTO queue_settings (tenant_id, queue, item_events, updated_at_ms)
+         VALUES ('default', 'quiet', 0, 1)",
+    )
+    .expect("a setting");
+    drop(raw);
+    let store = old.open();
+    assert!(!store.queue().item_events("quiet")?, "the setting is kept");
+    assert!(store.queue().stats()?.is_empty(), "not paused, not limited");
+    store.queue().pause("quiet")?;
+    assert!(stats_of(&store, "quiet")?.expect("quiet").paused);
+    store.close()?;
+    let fresh = common::SharedStore::new();
+    fresh.open().close()?;
+    assert_eq!(common::store_columns(&old), common::store_columns(&fresh));
+    let (migrated, made) =
+        (common::postgres_catalogue(old.location()), common::postgres_catalogue(fresh.location()));
+    let only = |a: &std::collections::BTreeSet<String>, b: &std::collections::BTreeSet<String>| {
+        a.difference(b).cloned().collect::<Vec<_>>()
+    };
+    assert!(
+        migrated == made,
+        "migrated only: {:?}\nfresh only: {:?}",
+        only(&migrated, &made),
+        only(&made, &migrated)
+    );
+    Ok(())
+}
+
+// ---- Snooze (issue 31 item 4) ----
+
+#[test]
+fn a_snoozed_item_runs_again_later_without_spending_an_attempt() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(1))?.id;
+    let mut fences = Vec::new();
+    // One attempt only, snoozed five times: it never runs out of attempts by snoozing.
+    for round in 0..5 {
+        let held = queue.claim("w", &["q"], 10_000)?.expect("due again");
+        assert_eq!((held.item.attempt, held.item.id.as_str()), (1, id.as_str()), "round {round}");
+        fences.push(held.fence);
+        let due_at = queue.snooze(&id, held.fence, 5_000)?;
+        assert_eq!(due_at, clock.now_ms() + 5_000);
+        let item = queue.get(&id)?;
+        assert_eq!((item.status, item.attempt, item.run_at_ms), (ItemStatus::Pending, 0, due_at));
+        assert!(item.worker_id.is_none() && item.lease_expires_at_ms.is_none());
+        let stats = stats_of(&store, "q")?.expect("q");
+        assert_eq!((stats.pending, stats.scheduled, stats.claimed), (0, 1, 0), "live, not due");
+        assert!(queue.claim("w", &["q"], 10_000)?.is_none(), "not before its time");
+        common::assert_queue_counts(&store, "snoozed");
+        clock.advance_ms(5_000);
+    }
+    assert!(fences.windows(2).all(|pair| pair[0] < pair[1]), "every claim a new fence");
+    let last = queue.claim("w", &["q"], 10_000)?.expect("due");
+    queue.complete(&id, last.fence, json!("done"))?;
+    let snoozed = event_types(&store, "q").iter().filter(|t| *t == "snoozed").count();
+    assert_eq!(snoozed, 5);
+    Ok(())
+}
+
+#[test]
+fn a_snooze_is_fenced_and_a_bad_delay_writes_nothing() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)))?.id;
+    let first = queue.claim("w", &["q"], 1_000)?.expect("claimed");
+    let before = queue.get(&id)?;
+    for delay_ms in [-1, spindle::queue::SNOOZE_MS_MAX + 1] {
+        let refused = queue.snooze(&id, first.fence, delay_ms);
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
+        assert_eq!(queue.get(&id)?, before, "nothing written");
+    }
+    assert!(matches!(queue.snooze(&id, first.fence + 1, 10), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.snooze("no-such-item", 1, 10), Err(Error::NotFound { .. })));
+    assert_eq!(queue.get(&id)?, before, "nothing written");
+    clock.advance_ms(1_000); // the lease lapsed
+    assert!(matches!(queue.snooze(&id, first.fence, 10), Err(Error::LeaseLost(_))));
+    assert_eq!(queue.get(&id)?, before, "nothing written");
+    Ok(())
+}
+
+#[test]
+fn a_pool_handler_snoozes_its_item_and_runs_it_again_once_due() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(1))?.id;
+    let calls = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen = Arc::clone(&calls);
+    let pool = queue.worker(&["q"]).poll_interval(Duration::from_millis(5)).run(move |job| {
+        assert_eq!(job.attempt(), 1, "the snooze refunded its attempt");
+        if seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            spindle::queue::Outcome::Snooze(60_000)
+        } else {
+            spindle::queue::Outcome::Complete(json!("done"))
+        }
+    })?;
+    let started = Instant::now();
+    while queue.get(&id)?.run_at_ms != T0 + 60_000 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the handler snoozed it");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    clock.advance_ms(60_000);
+    while queue.get(&id)?.status != ItemStatus::Completed {
+        assert!(started.elapsed() < Duration::from_secs(60), "it ran again once due");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.snoozed, report.completed, report.dead_lettered), (1, 1, 0));
+    assert_eq!(queue.get(&id)?.attempt, 1);
+    Ok(())
+}
+
+// ---- Global concurrency per queue (issue 31 item 3) ----
+
+#[test]
+fn a_limited_queue_has_at_most_its_limit_claimed_and_a_lower_limit_waits_for_room()
+-> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    for n in 0..6 {
+        queue.enqueue(NewItem::new("q", json!(n)))?;
+    }
+    queue.enqueue(NewItem::new("other", json!("o")).priority(-1))?;
+    queue.set_concurrency("q", Some(2))?;
+    let held = queue.claim_batch("w", &["q"], 10_000, 10)?;
+    assert_eq!(held.len(), 2);
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none(), "full");
+    // A claim of several queues takes another queue's item past the full one.
+    assert_eq!(queue.claim("w", &["q", "other"], 10_000)?.expect("other").item.queue, "other");
+    let stats = stats_of(&store, "q")?.expect("q");
+    assert_eq!((stats.claimed, stats.pending, stats.concurrency_max), (2, 4, Some(2)));
+
+    // A settlement makes room for exactly one more, also in the same op.
+    let next = spindle::queue::Claim::new("w", &["q"], 10_000);
+    let third = queue.complete_and_claim(&held[0].item.id, held[0].fence, json!(1), &next)?;
+    let third = third.expect("the freed place");
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none(), "full again");
+
+    // A lower limit lets the claimed items run to their end, then waits for room.
+    queue.set_concurrency("q", Some(1))?;
+    queue.complete(&held[1].item.id, held[1].fence, json!(1))?;
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none(), "one claimed, the limit is one");
+    queue.snooze(&third.item.id, third.fence, 0)?;
+    let serial = queue.claim_batch("w", &["q"], 10_000, 10)?;
+    assert_eq!(serial.len(), 1, "a serial queue");
+
+    queue.set_concurrency("q", None)?;
+    assert_eq!(queue.claim_batch("w", &["q"], 10_000, 10)?.len(), 3, "no limit");
+    assert_eq!(stats_of(&store, "q")?.expect("q").concurrency_max, None);
+    let types = event_types(&store, "q");
+    assert_eq!(types.iter().filter(|t| *t == "concurrency").count(), 3);
+    common::assert_queue_counts(&store, "limited");
+    Ok(())
+}
+
+#[test]
+fn a_limit_of_zero_or_a_bad_name_writes_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let refused = queue.set_concurrency("q", Some(0));
+    assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
+    let refused = queue.set_concurrency("", Some(1));
+    assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
+    assert!(queue.stats()?.is_empty(), "no settings row");
+    assert_eq!(store.events().read_all(0, 10)?.len(), 0, "no event");
+    queue.set_concurrency("q", Some(u32::MAX))?;
+    assert_eq!(stats_of(&store, "q")?.expect("q").concurrency_max, Some(u32::MAX));
+    Ok(())
+}
+
+/// Claims and completes every item of `queue` on `threads` threads of each store, counting
+/// how many items the callers hold at once (from the claim's reply to just before the
+/// completion is sent, so never more than the store has claimed): the highest count seen.
+fn hold_at_most(stores: &[Store], threads: usize, queue: &'static str, items: usize) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let held = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for t in 0..threads {
+            let (store, held, most, done) =
+                (store.clone(), held.clone(), most.clone(), done.clone());
+            workers.push(std::thread::spawn(move || -> spindle::Result<()> {
+                let worker = format!("w{s}-{t}");
+                let started = Instant::now();
+                while done.load(Ordering::SeqCst) < items {
+                    assert!(started.elapsed() < Duration::from_secs(120), "stalled");
+                    let wait = Duration::from_millis(20);
+                    let Some(job) = store.queue().claim_wait(&worker, &[queue], 60_000, wait)?
+                    else {
+                        continue;
+                    };
+                    let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::yield_now();
+                    held.fetch_sub(1, Ordering::SeqCst);
+                    store.queue().complete(&job.item.id, job.fence, json!(worker))?;
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            }));
+        }
+    }
+    // The store's own count, sampled meanwhile, never passes the limit either.
+    let sampler = {
+        let (store, done) = (stores[0].clone(), done.clone());
+        std::thread::spawn(move || -> spindle::Result<u64> {
+            let mut most = 0;
+            while done.load(Ordering::SeqCst) < items {
+                let stats = stats_of(&store, queue)?;
+                most = most.max(stats.map_or(0, |s| s.claimed));
+            }
+            Ok(most)
+        })
+    };
+    for worker in workers {
+        worker.join().expect("a worker").expect("its calls");
+    }
+    let sampled = sampler.join().expect("the sampler").expect("stats") as usize;
+    most.load(Ordering::SeqCst).max(sampled)
+}
+
+#[test]
+fn a_serial_queue_runs_one_item_at_a_time_on_many_threads() -> spindle::Result<()> {
+    let store = common::new_store();
+    let items = 60;
+    store.queue().set_concurrency("serial", Some(1))?;
+    store.queue().enqueue_batch((0..items).map(|n| NewItem::new("serial", json!(n))).collect())?;
+    assert_eq!(hold_at_most(std::slice::from_ref(&store), 6, "serial", items), 1);
+    store.queue().set_concurrency("three", Some(3))?;
+    store.queue().enqueue_batch((0..items).map(|n| NewItem::new("three", json!(n))).collect())?;
+    assert!(hold_at_most(std::slice::from_ref(&store), 6, "three", items) <= 3);
+    let stats = stats_of(&store, "three")?.expect("three");
+    assert_eq!((stats.completed, stats.claimed), (items as u64, 0));
+    Ok(())
+}
+
+#[test]
+fn a_limit_holds_across_stores_on_one_database() -> spindle::Result<()> {
+    let shared = common::SharedStore::new();
+    let stores = [shared.open(), shared.open(), shared.open()];
+    let items = 45;
+    stores[0].queue().set_concurrency("q", Some(2))?;
+    stores[1].queue().enqueue_batch((0..items).map(|n| NewItem::new("q", json!(n))).collect())?;
+    assert!(hold_at_most(&stores, 3, "q", items) <= 2);
+    let stats = stats_of(&stores[2], "q")?.expect("q");
+    assert_eq!((stats.completed, stats.claimed), (items as u64, 0));
+    for store in stores {
+        store.close()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_pool_on_a_serial_queue_runs_its_items_one_at_a_time_and_wakes_on_each_settlement()
+-> spindle::Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let store = common::new_store();
+    let queue = store.queue();
+    queue.set_concurrency("serial", Some(1))?;
+    let items = 30;
+    queue.enqueue_batch((0..items).map(|n| NewItem::new("serial", json!(n))).collect())?;
+    let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (r, m) = (running.clone(), most.clone());
+    // A long poll interval: only the bells of the settlements keep it going.
+    let pool = queue.worker(&["serial"]).threads(4).poll_interval(Duration::from_secs(30)).run(
+        move |_| {
+            m.fetch_max(r.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            std::thread::yield_now();
+            r.fetch_sub(1, Ordering::SeqCst);
+            spindle::queue::Outcome::Complete(json!(1))
+        },
+    )?;
+    let started = Instant::now();
+    while stats_of(&store, "serial")?.expect("serial").completed < items as u64 {
+        assert!(started.elapsed() < Duration::from_secs(25), "a settlement woke the next claim");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    pool.stop();
+    assert_eq!(pool.join()?.completed, items as u64);
+    assert_eq!(most.load(Ordering::SeqCst), 1);
+    Ok(())
+}
+
+#[test]
+fn a_claimed_item_is_cancelled_at_once_and_its_holder_is_refused_and_never_retried()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let stream = Stream::queue("q");
+    let id = queue.enqueue(NewItem::new("q", json!(1)).max_attempts(3))?.id;
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    let events_before = store.events().head(&stream)?;
+    queue.cancel(&id)?;
+    let item = queue.get(&id)?;
+    assert_eq!(item.status, ItemStatus::Cancelled, "cancelled at once, under its holder");
+    assert_eq!((item.worker_id, item.lease_expires_at_ms), (None, None));
+    let events = store.events().read(&stream, events_before, 10)?;
+    let cancelled = events.last().expect("an event");
+    assert_eq!(cancelled.event_type, "cancelled");
+    assert_eq!(cancelled.payload["items"][0]["running"], json!(true));
+    assert_eq!(cancelled.payload["items"][0]["worker_id"], json!("w"));
+    // Every write of the holder is refused and changes nothing.
+    let fence = held.fence;
+    assert!(matches!(queue.heartbeat(&id, fence, 10_000), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.complete(&id, fence, json!("done")), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.fail(&id, fence, "boom", true), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.release(&id, fence), Err(Error::LeaseLost(_))));
+    assert!(matches!(queue.snooze(&id, fence, 1_000), Err(Error::LeaseLost(_))));
+    // Its lease's end passes: it is not retried, nor claimed again.
+    clock.advance_ms(60_000);
+    let swept = queue.reclaim_expired()?;
+    assert_eq!((swept.retried, swept.dead_lettered), (0, 0));
+    assert!(queue.claim("w", &["q"], 10_000)?.is_none());
+    let item = queue.get(&id)?;
+    assert_eq!((item.status, item.attempt, item.result), (ItemStatus::Cancelled, 1, None));
+    assert!(matches!(queue.cancel(&id), Err(Error::Conflict(_))), "a finished item");
+    let stats = &queue.stats()?[0];
+    assert_eq!((stats.claimed, stats.pending), (0, 0));
+    common::assert_queue_counts(&store, "after cancelling a claimed item");
+    Ok(())
+}
+
+#[test]
+fn cancelling_a_running_item_of_a_full_serial_queue_frees_its_place() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    queue.set_concurrency("serial", Some(1))?;
+    let first = queue.enqueue(NewItem::new("serial", json!(1)))?.id;
+    queue.enqueue(NewItem::new("serial", json!(2)))?;
+    assert_eq!(queue.claim("w", &["serial"], 10_000)?.expect("the first").item.id, first);
+    assert!(queue.claim("w", &["serial"], 10_000)?.is_none(), "full");
+    queue.cancel(&first)?;
+    let next = queue.claim("w", &["serial"], 10_000)?.expect("its place is free");
+    assert_eq!(next.item.payload, json!(2));
+    Ok(())
+}
+
+// ---- Tags and metadata (issue 31 item 8) ----
+
+/// How many tag rows the store keeps (read past the ops).
+fn tag_rows(store: &Store) -> i64 {
+    let sql = "SELECT count(*) FROM queue_item_tags";
+    let rows = store
+        .transaction(move |tx| Ok(TxOutcome::Commit(common::raw_rows(tx, sql, sql)?)))
+        .expect("count tag rows");
+    rows[0][0].int()
+}
+
+#[test]
+fn items_carry_tags_and_metadata_and_a_tag_filters_a_listing_by_key() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let tagged = |n: i64, tags: &[&str]| {
+        let mut item = NewItem::new("q", json!(n));
+        for tag in tags {
+            item = item.tag(*tag);
+        }
+        item
+    };
+    let meta = json!({ "customer": "acme", "trace": [1, 2] });
+    let a = queue.enqueue(tagged(0, &["billing", "eu"]).metadata(meta.clone()))?.id;
+    let b = queue.enqueue(tagged(1, &["eu"]))?.id;
+    let c = queue.enqueue(tagged(2, &["billing", "billing"]))?.id;
+    let plain = queue.enqueue(tagged(3, &[]))?.id;
+    queue.enqueue(NewItem::new("other", json!(4)).tag("billing"))?;
+    let item = queue.get(&a)?;
+    assert_eq!(
+        (item.tags, item.metadata),
+        (vec!["billing".to_owned(), "eu".to_owned()], Some(meta))
+    );
+    let item = queue.get(&c)?;
+    assert_eq!((item.tags, item.metadata), (vec!["billing".to_owned()], None), "kept once");
+    assert!(queue.get(&plain)?.tags.is_empty());
+
+    let ids_of = |filter: ItemFilter, page| -> spindle::Result<Vec<String>> {
+        Ok(queue.items("q", filter, page)?.into_iter().map(|i| i.id).collect())
+    };
+    let billing = ItemFilter::status(ItemStatus::Pending).tag("billing");
+    assert_eq!(
+        ids_of(billing.clone(), Page::first(10))?,
+        [a.clone(), c.clone()],
+        "this queue's only"
+    );
+    assert_eq!(ids_of(billing.clone(), Page::first(1))?, std::slice::from_ref(&a));
+    assert_eq!(ids_of(billing.clone(), Page::after(a.clone(), 10))?, std::slice::from_ref(&c));
+    assert_eq!(ids_of(ItemFilter::due().tag("eu"), Page::first(10))?, [a.clone(), b.clone()]);
+    assert!(ids_of(ItemFilter::due().tag("nobody"), Page::first(10))?.is_empty());
+    // The filter keeps to the status: a claimed tagged item leaves the pending listing.
+    let held = queue.claim("w", &["q"], 10_000)?.expect("the first");
+    assert_eq!(held.item.id, a);
+    assert_eq!(held.item.tags, ["billing", "eu"], "a claim returns the tags");
+    assert_eq!(ids_of(billing.clone(), Page::first(10))?, std::slice::from_ref(&c));
+    let claimed = ItemFilter::status(ItemStatus::Claimed).tag("billing");
+    assert_eq!(ids_of(claimed, Page::first(10))?, std::slice::from_ref(&a));
+    queue.complete(&a, held.fence, json!("done"))?;
+    let completed = ItemFilter::status(ItemStatus::Completed).tag("eu");
+    assert_eq!(ids_of(completed.clone(), Page::first(10))?, std::slice::from_ref(&a));
+
+    // Pruning a tagged item deletes its tags with it.
+    assert_eq!(tag_rows(&store), 5);
+    clock.advance_ms(10_000);
+    assert_eq!(queue.prune_completed(5_000)?, 1);
+    assert!(ids_of(completed, Page::first(10))?.is_empty());
+    assert_eq!(tag_rows(&store), 3, "a's two tags are gone");
+    Ok(())
+}
+
+#[test]
+fn purging_dead_tagged_items_deletes_their_tags() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).tag("x").max_attempts(1))?.id;
+    queue.enqueue(NewItem::new("q", json!(2)).tag("x"))?;
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    assert_eq!(held.item.id, id);
+    queue.fail(&id, held.fence, "no", false)?;
+    let dead = ItemFilter::status(ItemStatus::Dead).tag("x");
+    assert_eq!(queue.items("q", dead.clone(), Page::first(10))?.len(), 1);
+    assert_eq!(tag_rows(&store), 2);
+    assert_eq!(queue.purge_dead("q")?, 1);
+    assert_eq!(tag_rows(&store), 1, "only the live item's tag is left");
+    Ok(())
+}
+
+#[test]
+fn bad_tags_or_metadata_are_refused_and_write_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let too_many = (0..=spindle::queue::TAGS_MAX)
+        .fold(NewItem::new("q", json!(1)), |item, n| item.tag(format!("t{n}")));
+    assert!(matches!(queue.enqueue(too_many), Err(Error::TooLarge { .. })));
+    let long = "t".repeat(spindle::Limits::default().id_len_max + 1);
+    for bad in ["", "a\nb", long.as_str()] {
+        let refused = queue.enqueue(NewItem::new("q", json!(1)).tag(bad));
+        assert!(matches!(refused, Err(Error::InvalidInput(_) | Error::TooLarge { .. })), "{bad:?}");
+    }
+    for bad in [json!([1]), json!("text"), json!(null)] {
+        let refused = queue.enqueue(NewItem::new("q", json!(1)).metadata(bad.clone()));
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{bad}: {refused:?}");
+    }
+    let huge = json!({ "pad": "x".repeat(spindle::Limits::default().payload_bytes_max) });
+    let refused = queue.enqueue(NewItem::new("q", json!(1)).metadata(huge));
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    let batch = vec![NewItem::new("q", json!(1)).tag("ok"), NewItem::new("q", json!(2)).tag("")];
+    assert!(queue.enqueue_batch(batch).is_err(), "one bad item refuses the batch");
+    assert!(queue.stats()?.is_empty(), "no item");
+    assert_eq!(tag_rows(&store), 0, "no tag row");
+    let bad_filter = queue.items("q", ItemFilter::due().tag(""), Page::first(1));
+    assert!(matches!(bad_filter, Err(Error::InvalidInput(_))), "{bad_filter:?}");
+    Ok(())
+}
+
+// ---- Unique windows (issue 31 item 5) ----
+
+#[test]
+fn a_unique_key_holds_within_its_window_and_a_new_window_takes_a_new_item() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    const HOUR: i64 = 3_600_000;
+    // T0 is not on an hour: move to the start of one.
+    clock.advance_ms(HOUR - T0.rem_euclid(HOUR));
+    let hourly =
+        || NewItem::new("reports", json!("v1")).unique(Unique::new("daily-report").per(HOUR));
+    let first = queue.enqueue(hourly())?;
+    assert!(!first.deduplicated);
+    clock.advance_ms(HOUR - 1);
+    let again = queue.enqueue(hourly().metadata(json!({ "late": true })))?;
+    assert_eq!((again.id.clone(), again.deduplicated), (first.id.clone(), true), "same hour");
+    assert_eq!(queue.get(&first.id)?.metadata, None, "kept as it was");
+    // Completed, it still holds the key in its hour (completed is among the default states).
+    let held = queue.claim("w", &["reports"], 10_000)?.expect("claimed");
+    queue.complete(&first.id, held.fence, json!(null))?;
+    clock.advance_ms(1);
+    let next_hour = queue.enqueue(hourly())?;
+    assert!(!next_hour.deduplicated && next_hour.id != first.id, "a new window, a new item");
+    assert_eq!(queue.stats()?[0].pending, 1);
+    Ok(())
+}
+
+#[test]
+fn a_unique_key_holds_only_in_the_states_it_names() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let live_only = || {
+        let unique = Unique::new("sync").states(&[ItemStatus::Pending, ItemStatus::Claimed]);
+        NewItem::new("q", json!(1)).unique(unique).max_attempts(1)
+    };
+    let first = queue.enqueue(live_only())?.id;
+    assert_eq!(queue.enqueue(live_only())?.id, first, "pending holds it");
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    assert_eq!(queue.enqueue(live_only())?.id, first, "claimed holds it");
+    queue.fail(&first, held.fence, "boom", false)?;
+    let second = queue.enqueue(live_only())?;
+    assert!(!second.deduplicated, "a dead item does not hold it");
+    assert_eq!(queue.enqueue(live_only())?.id, second.id, "the new item holds it now");
+    Ok(())
+}
+
+#[test]
+fn replace_gives_a_pending_holder_the_new_payload_and_run_time_and_keeps_a_claimed_one()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let item = |payload: i64, run_at_ms: i64| {
+        NewItem::new("q", json!(payload)).run_at_ms(run_at_ms).unique(Unique::new("k").replace())
+    };
+    let first = queue.enqueue(item(1, T0 + 60_000))?.id;
+    let replaced = queue.enqueue(item(2, T0 + 5_000))?;
+    assert_eq!((replaced.id.clone(), replaced.deduplicated), (first.clone(), true));
+    let now = queue.get(&first)?;
+    assert_eq!((now.payload, now.run_at_ms), (json!(2), T0 + 5_000), "replaced");
+    assert_eq!(event_types(&store, "q").last().map(String::as_str), Some("replaced"));
+    clock.advance_ms(5_000);
+    let held = queue.claim("w", &["q"], 10_000)?.expect("due at the new time");
+    assert_eq!(held.item.payload, json!(2));
+    assert_eq!(queue.enqueue(item(3, T0))?.id, first, "a claimed holder is kept");
+    let now = queue.get(&first)?;
+    assert_eq!((now.payload, now.status), (json!(2), ItemStatus::Claimed), "not replaced");
+    assert_eq!(queue.stats()?[0].pending, 0, "no new item");
+    Ok(())
+}
+
+#[test]
+fn bad_unique_settings_are_refused_and_write_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let year = spindle::queue::SNOOZE_MS_MAX;
+    for (what, unique) in [
+        ("empty key", Unique::new("")),
+        ("no period", Unique::new("k").per(0)),
+        ("negative period", Unique::new("k").per(-5)),
+        ("past a year", Unique::new("k").per(year + 1)),
+        ("no state", Unique::new("k").states(&[])),
+    ] {
+        let refused = queue.enqueue(NewItem::new("q", json!(1)).unique(unique));
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{what}: {refused:?}");
+    }
+    let both = NewItem::new("q", json!(1)).dedupe_key("d").unique(Unique::new("k"));
+    assert!(matches!(queue.enqueue(both), Err(Error::InvalidInput(_))), "dedupe and unique");
+    assert!(queue.stats()?.is_empty(), "nothing enqueued");
+    assert!(store.events().read_all(0, 10)?.is_empty(), "no event");
+    Ok(())
+}
+
+#[test]
+fn pruning_a_holder_frees_its_key() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let item = || NewItem::new("q", json!(1)).unique(Unique::new("k"));
+    let first = queue.enqueue(item())?.id;
+    let held = queue.claim("w", &["q"], 10_000)?.expect("claimed");
+    queue.complete(&first, held.fence, json!(null))?;
+    assert_eq!(queue.enqueue(item())?.id, first, "completed, it holds the key");
+    clock.advance_ms(10_000);
+    assert_eq!(queue.prune_completed(5_000)?, 1);
+    let sql = "SELECT count(*) FROM queue_unique";
+    let rows =
+        store.transaction(move |tx| Ok(TxOutcome::Commit(common::raw_rows(tx, sql, sql)?)))?;
+    assert_eq!(rows[0][0].int(), 0, "its key row is deleted with it");
+    assert!(!queue.enqueue(item())?.deduplicated, "the key is free again");
+    Ok(())
+}
+
+#[test]
+fn a_batch_keeps_each_items_tags_metadata_and_run_timeout() -> spindle::Result<()> {
+    let store = common::new_store();
+    let plain = NewItem::new("mixed", json!(0));
+    let tagged = NewItem::new("mixed", json!(1)).tag("red").metadata(json!({ "by": "batch" }));
+    let timed = NewItem::new("mixed", json!(2)).run_timeout_ms(5_000);
+    let enqueued = store.queue().enqueue_batch(vec![plain, tagged, timed])?;
+    let items: Vec<spindle::QueueItem> =
+        enqueued.iter().map(|e| store.queue().get(&e.id)).collect::<spindle::Result<_>>()?;
+    assert!(items[0].tags.is_empty() && items[0].metadata.is_none());
+    assert_eq!(items[0].run_timeout_ms, None);
+    assert_eq!(items[1].tags, ["red"]);
+    assert_eq!(items[1].metadata, Some(json!({ "by": "batch" })));
+    assert_eq!(items[2].run_timeout_ms, Some(5_000));
+    store.close()
 }

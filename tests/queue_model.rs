@@ -1,7 +1,9 @@
 //! Model-based test of the work queue (reliability plan T1, queue part): seeded random
-//! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release with
+//! sequences of up to 100 queue calls (enqueue, claim, heartbeat, complete, fail, release, snooze with
 //! the current or a stale fence, reclaim of expired leases, dead letters, requeue, cancel,
-//! purge of dead letters, prune of finished items, get), clock moves forwards and backwards,
+//! purge of dead letters, prune of finished items, get, pause and resume of a queue, its
+//! concurrency limit), clock
+//! moves forwards and backwards,
 //! and reopens of the store, run against the store and against the plain model in
 //! `tests/models/queue.rs` (shared with the `ops` fuzz harness).
 //! Every answer must agree, down to the error variant; after every step `stats()` agrees with a
@@ -47,6 +49,13 @@ struct Coverage {
     clock_back: u64,
     purged: u64,
     pruned: u64,
+    /// Claims made while a queue they named was paused.
+    claims_past_a_pause: u64,
+    pauses: u64,
+    snoozes: u64,
+    limits_set: u64,
+    /// Claims made while a queue they named was at its limit.
+    claims_at_a_limit: u64,
 }
 
 struct Harness {
@@ -147,6 +156,13 @@ impl Harness {
         });
         let expected = expected.map(|(claimed, _)| claimed);
         c.claims += u64::from(matches!(expected, Ok(Some(_))));
+        let paused = queues.iter().any(|queue| self.model.paused.iter().any(|p| p == queue));
+        c.claims_past_a_pause += u64::from(paused && expected.is_ok());
+        let model = &self.model;
+        let full = queues
+            .iter()
+            .any(|queue| !model.paused.iter().any(|p| p == queue) && !model.claimable(queue));
+        c.claims_at_a_limit += u64::from(full && expected.is_ok());
         c.refusals += u64::from(compare(&context, got, expected).is_some());
     }
 
@@ -173,7 +189,7 @@ impl Harness {
             _ => fence,
         };
         let now_ms = self.now();
-        let action = dice.below(4);
+        let action = [0, 1, 1, 2, 3, 2, 4][dice.below(7) as usize];
         let context = self.context(&format!("fenced {action} on {id} fence {fence} at {now_ms}"));
         let refused = match action {
             0 => {
@@ -189,6 +205,12 @@ impl Harness {
                 compare(&context, self.store.queue().complete(&id, fence, json!(1)), expected)
             }
             2 => self.fail(dice, index, fence, c),
+            3 => {
+                let delay_ms = [-1, 0, 500, 3_000, 3_000][dice.below(5) as usize];
+                let expected = self.model.snooze(index, fence, delay_ms, now_ms);
+                c.snoozes += u64::from(expected.is_ok());
+                compare(&context, self.store.queue().snooze(&id, fence, delay_ms), expected)
+            }
             _ => {
                 let expected = self.model.release(index, fence, now_ms);
                 compare(&context, self.store.queue().release(&id, fence), expected)
@@ -235,7 +257,11 @@ impl Harness {
 
     fn requeue_or_cancel(&mut self, dice: &mut Dice, c: &mut Coverage) {
         let requeue = dice.below(2) == 0;
-        let wanted = if requeue { ItemStatus::Dead } else { ItemStatus::Pending };
+        let wanted = match (requeue, dice.below(2)) {
+            (true, _) => ItemStatus::Dead,
+            (false, 0) => ItemStatus::Pending,
+            (false, _) => ItemStatus::Claimed,
+        };
         let Some(index) = self.pick(dice, wanted) else { return };
         let id = self.model.items[index].id.clone();
         let now_ms = self.now();
@@ -287,6 +313,45 @@ impl Harness {
         assert_eq!(got, self.model.dead(queue), "{}", self.context("dead_letters"));
     }
 
+    /// Sets or lifts a queue's concurrency limit (or tries 0); `stats` shows it.
+    fn limit(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let queue = QUEUES[dice.below(2) as usize];
+        let max = [None, None, Some(1), Some(2), Some(0)][dice.below(5) as usize];
+        self.now();
+        let context = self.context(&format!("concurrency of {queue}: {max:?}"));
+        let expected = self.model.set_concurrency(queue, max);
+        c.limits_set += u64::from(expected.is_ok() && max.is_some());
+        compare(&context, self.store.queue().set_concurrency(queue, max), expected);
+        self.now();
+        let stats = self.store.queue().stats().expect("stats");
+        for queue in QUEUES {
+            let shown = stats.iter().find(|s| s.queue == queue).and_then(|s| s.concurrency_max);
+            let limit = self.model.limits.iter().find(|(q, _)| q == queue).map(|(_, max)| *max);
+            assert_eq!(shown, limit, "{context}: stats of {queue}");
+        }
+    }
+
+    /// Pauses or resumes a queue; `stats` shows it.
+    fn pause_or_resume(&mut self, dice: &mut Dice, c: &mut Coverage) {
+        let queue = QUEUES[dice.below(2) as usize];
+        // Resumes outnumber pauses: a queue is paused a third of the time or so.
+        let paused = dice.below(3) == 0;
+        self.now();
+        let context = self.context(&format!("paused {queue}: {paused}"));
+        let result =
+            if paused { self.store.queue().pause(queue) } else { self.store.queue().resume(queue) };
+        result.unwrap_or_else(|e| panic!("{context}: {e}"));
+        self.model.set_paused(queue, paused);
+        c.pauses += u64::from(paused);
+        self.now();
+        let stats = self.store.queue().stats().expect("stats");
+        for queue in QUEUES {
+            let shown = stats.iter().find(|s| s.queue == queue).is_some_and(|s| s.paused);
+            let paused = self.model.paused.iter().any(|p| p == queue);
+            assert_eq!(shown, paused, "{context}: stats of {queue}");
+        }
+    }
+
     fn move_clock(&mut self, dice: &mut Dice, c: &mut Coverage) {
         let delta_ms = ADVANCES[dice.below(ADVANCES.len() as u64) as usize];
         if dice.below(5) == 0 {
@@ -310,7 +375,7 @@ fn run(seed: u64, c: &mut Coverage) {
     let mut h = Harness::new(seed, &mut dice);
     for step in 0..steps {
         h.step = step;
-        match dice.below(21) {
+        match dice.below(24) {
             0..=3 => h.enqueue(&mut dice, c),
             4..=7 => h.claim(&mut dice, c),
             8..=12 => h.fenced(&mut dice, c),
@@ -324,6 +389,8 @@ fn run(seed: u64, c: &mut Coverage) {
                 }
             }
             17 => h.purge_or_prune(&mut dice, c),
+            18 => h.pause_or_resume(&mut dice, c),
+            19 => h.limit(&mut dice, c),
             _ => h.move_clock(&mut dice, c),
         }
         // The counts (stats, audit) against a recount of the items, after every step: the
@@ -364,6 +431,11 @@ fn random_call_sequences_agree_with_the_model() {
             ("clock moves backwards", c.clock_back, 50),
             ("dead items purged", c.purged, 50),
             ("finished items pruned", c.pruned, 200),
+            ("pauses", c.pauses, 200),
+            ("snoozes", c.snoozes, 200),
+            ("limits set", c.limits_set, 200),
+            ("claims while a named queue was at its limit", c.claims_at_a_limit, 200),
+            ("claims while a named queue was paused", c.claims_past_a_pause, 200),
         ],
     );
 }

@@ -413,3 +413,29 @@ fn a_read_only_store_creates_nothing_where_there_is_no_store() {
         shared.raw_client().query_one("SELECT current_schema()::text", &[]).expect("raw").get(0);
     assert_eq!(schema, None, "the schema was not created");
 }
+
+#[test]
+fn a_unique_key_enqueued_by_several_stores_at_once_makes_one_item() -> spindle::Result<()> {
+    let shared = SharedStore::new();
+    let stores: Vec<Store> = (0..3).map(|_| shared.open()).collect();
+    let mut threads = Vec::new();
+    for (n, store) in stores.iter().enumerate() {
+        for t in 0..4 {
+            let store = store.clone();
+            threads.push(thread::spawn(move || {
+                let item = NewItem::new("once", json!({ "from": n * 10 + t }))
+                    .unique(spindle::Unique::new("the-key").per(86_400_000));
+                store.queue().enqueue(item).map(|enqueued| enqueued.id)
+            }));
+        }
+    }
+    let ids: Vec<String> =
+        threads.into_iter().map(|t| t.join().expect("thread")).collect::<spindle::Result<_>>()?;
+    assert!(ids.iter().all(|id| *id == ids[0]), "one holder for every enqueue: {ids:?}");
+    let stats = stores[0].queue().stats()?;
+    assert_eq!(stats.iter().map(|s| s.pending).sum::<u64>(), 1, "one item: {stats:?}");
+    for store in stores {
+        store.close()?;
+    }
+    Ok(())
+}

@@ -130,8 +130,11 @@ fn outcomes_complete_retry_fail_release_and_panic_each_do_what_they_say() -> spi
         retried: 3,
         dead_lettered: 2,
         released: 1,
+        snoozed: 0,
         settled_by_handler: 0,
         lease_lost: 0,
+        cancelled: 0,
+        timed_out: 0,
         panicked: 1,
     };
     assert_eq!(report, expected);
@@ -496,5 +499,136 @@ fn a_bad_cycle_is_refused_and_writes_nothing() -> spindle::Result<()> {
     }
     assert_eq!(store.queue().get(&ids[0])?.status, ItemStatus::Claimed);
     assert_eq!(store.events().read_all(0, 100)?.len(), position, "nothing written");
+    Ok(())
+}
+
+#[test]
+fn a_handler_sees_its_item_cancelled_and_its_outcome_is_refused_and_counted() -> spindle::Result<()>
+{
+    let (store, _clock) = setup();
+    let id = enqueue_n(&store, "q", 1).remove(0);
+    let (started_tx, started) = bounded::<()>(1);
+    let (open, wait_for_gate) = gate();
+    let (saw_tx, saw) = bounded::<(bool, bool)>(1);
+    let pool =
+        store.queue().worker(&["q"]).lease_ms(10_000).poll_interval(Duration::from_millis(5)).run(
+            move |job| {
+                let before = job.cancelled();
+                let _ = started_tx.send(());
+                let _ = wait_for_gate.recv();
+                let _ = saw_tx.send((before, job.cancelled()));
+                Outcome::Complete(json!("finished anyway"))
+            },
+        )?;
+    started.recv_timeout(Duration::from_secs(10)).expect("handler started");
+    store.queue().cancel(&id)?;
+    open.send(()).expect("open the gate");
+    let (before, after) = saw.recv_timeout(Duration::from_secs(20)).expect("handler checked");
+    assert!(!before && after, "not cancelled before, cancelled at the next check");
+    eventually("the refused outcome counted", || pool.report().cancelled == 1);
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.completed, report.cancelled, report.lease_lost), (0, 1, 0));
+    assert_eq!((report.retried, report.dead_lettered), (0, 0));
+    let item = store.queue().get(&id)?;
+    assert_eq!((item.status, item.result), (ItemStatus::Cancelled, None), "never completed");
+    Ok(())
+}
+
+#[test]
+fn a_cancel_is_seen_at_the_next_lease_renewal_and_never_retried() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let id = enqueue_n(&store, "q", 1).remove(0);
+    let (started_tx, started) = bounded::<()>(1);
+    let (saw_tx, saw) = bounded::<bool>(1);
+    let pool =
+        store.queue().worker(&["q"]).lease_ms(10_000).poll_interval(Duration::from_millis(5)).run(
+            move |job| {
+                let _ = started_tx.send(());
+                // Only the pool's flag, which a renewal sets: no read of the store here.
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !job.lease_lost() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = saw_tx.send(job.lease_lost());
+                Outcome::Retry("stopped: cancelled".into())
+            },
+        )?;
+    started.recv_timeout(Duration::from_secs(10)).expect("handler started");
+    store.queue().cancel(&id)?;
+    clock.advance_ms(6_000);
+    assert!(saw.recv_timeout(Duration::from_secs(20)).expect("handler told"), "told");
+    eventually("the refused outcome counted", || pool.report().cancelled == 1);
+    clock.advance_ms(60_000);
+    store.queue().reclaim_expired()?;
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.retried, report.cancelled, report.claimed), (0, 1, 1), "not retried");
+    let item = store.queue().get(&id)?;
+    assert_eq!((item.status, item.attempt), (ItemStatus::Cancelled, 1));
+    assert_eq!(item.last_error, None, "the handler's failure was refused");
+    Ok(())
+}
+
+#[test]
+fn an_attempt_past_its_run_timeout_is_failed_as_retryable_and_its_handler_told()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let item = NewItem::new("q", json!("slow")).run_timeout_ms(5_000).max_attempts(3);
+    let id = store.queue().enqueue(item)?.id;
+    assert_eq!(store.queue().get(&id)?.run_timeout_ms, Some(5_000));
+    let (started_tx, started) = bounded::<()>(1);
+    let (saw_tx, saw) = bounded::<(bool, bool)>(1);
+    let pool =
+        store.queue().worker(&["q"]).lease_ms(60_000).poll_interval(Duration::from_millis(5)).run(
+            move |job| {
+                let before = job.timed_out();
+                let _ = started_tx.send(());
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !job.timed_out() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = saw_tx.send((before, job.timed_out() && job.lease_lost()));
+                Outcome::Complete(json!("too late"))
+            },
+        )?;
+    started.recv_timeout(Duration::from_secs(10)).expect("handler started");
+    clock.advance_ms(4_999);
+    assert_eq!(store.queue().get(&id)?.status, ItemStatus::Claimed, "not yet");
+    clock.advance_ms(1);
+    let (before, after) = saw.recv_timeout(Duration::from_secs(20)).expect("handler told");
+    assert!(!before && after, "told once its time was up, not before");
+    eventually("the timeout recorded", || pool.report().retried == 1);
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.timed_out, report.retried, report.completed), (1, 1, 0));
+    assert_eq!(report.lease_lost, 0, "the handler's late outcome is dropped, not refused");
+    let item = store.queue().get(&id)?;
+    assert_eq!((item.status, item.attempt, item.result), (ItemStatus::Pending, 1, None));
+    assert_eq!(item.last_error.as_deref(), Some("timed out after 5000 ms"));
+    Ok(())
+}
+
+#[test]
+fn an_attempt_within_its_run_timeout_completes_and_a_bad_timeout_writes_nothing()
+-> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let limits = spindle::Limits::default();
+    for bad in [0, -1, limits.lease_ms_max + 1] {
+        let refused = store.queue().enqueue(NewItem::new("q", json!(1)).run_timeout_ms(bad));
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{bad}: {refused:?}");
+    }
+    assert!(store.queue().stats()?.is_empty(), "nothing enqueued");
+    let id = store.queue().enqueue(NewItem::new("q", json!(1)).run_timeout_ms(5_000))?.id;
+    let pool = store
+        .queue()
+        .worker(&["q"])
+        .poll_interval(Duration::from_millis(5))
+        .run(|_job| Outcome::Complete(json!("in time")))?;
+    eventually("completed", || pool.report().completed == 1);
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.completed, report.timed_out), (1, 0));
+    assert_eq!(store.queue().get(&id)?.result, Some(json!("in time")));
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! The inspectors: graphs, one graph, events (followed across processes), the queue, the
-//! process registry, pruning, and the integrity check. Listings print a table, or JSON with
+//! The inspectors: graphs, one graph, events (followed across processes), the queue (and its
+//! controls: pause, resume, a concurrency limit, snoozing an item), the process registry,
+//! pruning, and the integrity check. Listings print a table, or JSON with
 //! `--json`.
 
 use std::path::Path;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
-use spindle::{Event, Page, Store, Stream};
+use spindle::{Event, ItemFilter, ItemStatus, Page, Store, Stream};
 
 use crate::common::{self, CliError, Location, Output, all_graphs, parse_duration_ms};
 use crate::draw;
@@ -144,14 +145,186 @@ pub fn queue_stats(store: &Store, out: &Output) -> Result<(), CliError> {
         return Ok(());
     }
     println!(
-        "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}",
+        "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}  STATE",
         "QUEUE", "PENDING", "SCHEDULED", "CLAIMED", "DEAD", "COMPLETED"
     );
     for s in &stats {
         println!(
-            "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}",
-            s.queue, s.pending, s.scheduled, s.claimed, s.dead, s.completed
+            "{:<44} {:>8} {:>9} {:>8} {:>6} {:>9}  {}",
+            s.queue,
+            s.pending,
+            s.scheduled,
+            s.claimed,
+            s.dead,
+            s.completed,
+            queue_state(s)
         );
+    }
+    Ok(())
+}
+
+/// `paused`, `running`, with `limit N` when the queue has one.
+fn queue_state(stats: &spindle::QueueStats) -> String {
+    let state = if stats.paused { "paused" } else { "running" };
+    match stats.concurrency_max {
+        Some(max) => format!("{state}, limit {max}"),
+        None => state.to_owned(),
+    }
+}
+
+/// Pauses or resumes a queue; a run's queue is refused (exit 2: the run alone drives it).
+pub fn set_paused(store: &Store, queue: &str, paused: bool, out: &Output) -> Result<(), CliError> {
+    let what = if paused { "pause" } else { "resume" };
+    owned_by_run(queue, what).map_err(CliError::Bad)?;
+    if paused {
+        store.queue().pause(queue)?;
+    } else {
+        store.queue().resume(queue)?;
+    }
+    report_setting(out, queue, json!({ "paused": paused }));
+    Ok(())
+}
+
+/// Sets (a number, at least 1) or lifts (`none`) a queue's concurrency limit; a run's queue
+/// is refused.
+pub fn set_concurrency(
+    store: &Store,
+    queue: &str,
+    limit: &str,
+    out: &Output,
+) -> Result<(), CliError> {
+    owned_by_run(queue, "limit").map_err(CliError::Bad)?;
+    let max = match limit {
+        "none" => None,
+        number => match number.parse::<u32>() {
+            Ok(max) if max >= 1 => Some(max),
+            _ => {
+                return Err(CliError::Bad(format!(
+                    "a limit is a number from 1, or none: {limit:?}"
+                )));
+            }
+        },
+    };
+    store.queue().set_concurrency(queue, max)?;
+    report_setting(out, queue, json!({ "concurrency_max": max }));
+    Ok(())
+}
+
+/// Cancels a pending or claimed item; a run's item, or a finished one, is refused (exit 2,
+/// nothing written).
+pub fn cancel(store: &Store, id: &str, out: &Output) -> Result<(), CliError> {
+    let item = store.queue().get(id)?;
+    owned_by_run(&item.queue, "cancel").map_err(CliError::Bad)?;
+    store.queue().cancel(id)?;
+    let was = item.status.as_str();
+    if out.json {
+        out.print_json(&json!({ "id": id, "cancelled": true, "was": was }));
+    } else {
+        println!("cancelled {id} (it was {was})");
+    }
+    Ok(())
+}
+
+/// Snoozes a claimed item (under `fence`, or its current one) for `duration`. Refused (exit 2,
+/// nothing written): a run's item, an item that is not claimed, a fence that no longer holds.
+pub fn snooze(
+    store: &Store,
+    id: &str,
+    duration: &str,
+    fence: Option<u64>,
+    out: &Output,
+) -> Result<(), CliError> {
+    let delay_ms = parse_duration_ms(duration)?;
+    let item = store.queue().get(id)?;
+    owned_by_run(&item.queue, "snooze").map_err(CliError::Bad)?;
+    if item.status != ItemStatus::Claimed {
+        let status = item.status.as_str();
+        return Err(CliError::Bad(format!(
+            "item {id} is {status}: only a claimed item is snoozed"
+        )));
+    }
+    let fence = fence.unwrap_or(item.fence);
+    let run_at_ms = match store.queue().snooze(id, fence, delay_ms) {
+        Ok(run_at_ms) => run_at_ms,
+        Err(spindle::Error::LeaseLost(_)) => {
+            return Err(CliError::Bad(format!(
+                "item {id} is not held under fence {fence} (its lease lapsed or moved on)"
+            )));
+        }
+        Err(other) => return Err(other.into()),
+    };
+    if out.json {
+        out.print_json(&json!({ "id": id, "fence": fence, "run_at_ms": run_at_ms }));
+    } else {
+        println!("snoozed {id} until {run_at_ms} (ms since the epoch), its attempt refunded");
+    }
+    Ok(())
+}
+
+/// What a setting command changed, as a line or as JSON (`{"queue": .., <setting>}`).
+fn report_setting(out: &Output, queue: &str, setting: Value) {
+    let mut report = json!({ "queue": queue });
+    if let (Some(report), Some(setting)) = (report.as_object_mut(), setting.as_object()) {
+        report.extend(setting.clone());
+    }
+    if out.json {
+        out.print_json(&report);
+    } else {
+        println!("{queue}: {setting}");
+    }
+}
+
+/// Which page of a queue's items `items` lists.
+pub struct ItemsPage<'a> {
+    /// pending (due now), scheduled, claimed, dead, completed or cancelled.
+    pub status: &'a str,
+    /// Only the items with this tag.
+    pub tag: Option<&'a str>,
+    /// The items after this id.
+    pub after: Option<String>,
+    /// How many.
+    pub limit: usize,
+}
+
+/// A page of a queue's items of one status (and tag), in id order.
+pub fn items(
+    store: &Store,
+    queue: &str,
+    page: ItemsPage<'_>,
+    out: &Output,
+) -> Result<(), CliError> {
+    let mut filter = match page.status {
+        "pending" => ItemFilter::due(),
+        "scheduled" => ItemFilter::scheduled(),
+        "claimed" => ItemFilter::status(ItemStatus::Claimed),
+        "dead" => ItemFilter::status(ItemStatus::Dead),
+        "completed" => ItemFilter::status(ItemStatus::Completed),
+        "cancelled" => ItemFilter::status(ItemStatus::Cancelled),
+        other => {
+            return Err(CliError::Bad(format!(
+                "a status is pending, scheduled, claimed, dead, completed or cancelled, not {other:?}"
+            )));
+        }
+    };
+    if let Some(tag) = page.tag {
+        filter = filter.tag(tag);
+    }
+    if !(1..=1000).contains(&page.limit) {
+        return Err(CliError::Bad(format!("--limit is 1 to 1000, not {}", page.limit)));
+    }
+    let page = match page.after {
+        Some(after) => Page::after(after, page.limit),
+        None => Page::first(page.limit),
+    };
+    let items = store.queue().items(queue, filter, page)?;
+    if out.json {
+        out.print_json(&serde_json::to_value(&items).map_err(spindle::Error::from)?);
+        return Ok(());
+    }
+    println!("{:<36} {:>7}  {:<30} PAYLOAD", "ID", "ATTEMPT", "TAGS");
+    for item in &items {
+        let tags = item.tags.join(",");
+        println!("{:<36} {:>7}  {tags:<30} {}", item.id, item.attempt, item.payload);
     }
     Ok(())
 }

@@ -132,7 +132,7 @@ enum Cmd {
         /// The address to listen on.
         #[arg(long, default_value = "127.0.0.1:7433")]
         addr: String,
-        /// Allow queue actions (requeue, purge, cancel) to pages signed in with a writer or
+        /// Allow queue actions (requeue, purge, cancel, pause, resume) to pages signed in with a writer or
         /// admin API token of the tenant.
         #[arg(long)]
         allow_actions: bool,
@@ -285,6 +285,61 @@ enum QueueCmd {
         #[arg(long, conflicts_with = "id")]
         all: Option<String>,
     },
+    /// A page of a queue's items of one status, in id order, optionally only those with a tag.
+    Items {
+        /// The queue.
+        queue: String,
+        /// pending (due now), scheduled, claimed, dead, completed or cancelled.
+        #[arg(long, default_value = "pending")]
+        status: String,
+        /// Only the items with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// The items after this id (the last of the page before).
+        #[arg(long)]
+        after: Option<String>,
+        /// How many (at most 1,000).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Pause a queue: no worker of any process claims its items until it is resumed; its
+    /// claimed items run to their end. A run's queue is refused.
+    Pause {
+        /// The queue.
+        queue: String,
+    },
+    /// Resume a paused queue.
+    Resume {
+        /// The queue.
+        queue: String,
+    },
+    /// Limit how many items of a queue are claimed at once, by every worker together (1: one
+    /// at a time), or lift the limit with `none`. A run's queue is refused.
+    Concurrency {
+        /// The queue.
+        queue: String,
+        /// The limit (at least 1), or `none`.
+        limit: String,
+    },
+    /// Cancel a live item: a pending one is never run; a claimed one is cancelled under its
+    /// running handler (a pool's handler is told, its outcome refused; never retried). A run's
+    /// item is refused.
+    Cancel {
+        /// The item.
+        id: String,
+    },
+    /// Put a claimed item off: pending again, due after DURATION (`30s`, `10m`, ..), its
+    /// attempt refunded. Its holder's later writes are refused (LeaseLost). A run's item is
+    /// refused.
+    Snooze {
+        /// The item.
+        id: String,
+        /// How long until it is due again.
+        duration: String,
+        /// The fence of the claim to snooze (default: its current one).
+        #[arg(long)]
+        fence: Option<u64>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -398,7 +453,16 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         Cmd::Tenants { action: Some(TenantCmd::Create { .. }) }
         | Cmd::Tokens { action: TokenCmd::Create { .. } } => Access::Administrator,
         Cmd::Tenants { .. } | Cmd::Tokens { .. } => Access::Writer,
-        Cmd::Prune { .. } | Cmd::Queue { action: QueueCmd::Requeue { .. } } => Access::Writer,
+        Cmd::Prune { .. }
+        | Cmd::Queue {
+            action:
+                QueueCmd::Requeue { .. }
+                | QueueCmd::Pause { .. }
+                | QueueCmd::Resume { .. }
+                | QueueCmd::Concurrency { .. }
+                | QueueCmd::Cancel { .. }
+                | QueueCmd::Snooze { .. },
+        } => Access::Writer,
         Cmd::Ui { allow_actions: true, .. } => Access::Writer,
         _ => Access::Reader,
     };
@@ -427,6 +491,23 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         }
         Cmd::Queue { action: QueueCmd::Requeue { id, all } } => {
             inspect::requeue(&store, id.as_deref(), all.as_deref(), out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Pause { queue } } => {
+            inspect::set_paused(&store, &queue, true, out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Resume { queue } } => {
+            inspect::set_paused(&store, &queue, false, out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Concurrency { queue, limit } } => {
+            inspect::set_concurrency(&store, &queue, &limit, out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Cancel { id } } => inspect::cancel(&store, &id, out)?,
+        Cmd::Queue { action: QueueCmd::Items { queue, status, tag, after, limit } } => {
+            let page = inspect::ItemsPage { status: &status, tag: tag.as_deref(), after, limit };
+            inspect::items(&store, &queue, page, out)?;
+        }
+        Cmd::Queue { action: QueueCmd::Snooze { id, duration, fence } } => {
+            inspect::snooze(&store, &id, &duration, fence, out)?;
         }
         Cmd::Processes { all } => inspect::processes(&store, all, out)?,
         Cmd::Prune { older_than } => {

@@ -558,10 +558,10 @@ fn dead(store: &Store, queue: &str, ask: &Ask<'_>) -> Answer {
     by_id(ask, |item: &QueueItem| item.id.clone(), |page| store.queue().dead_letters(queue, page))
 }
 
-/// `/api/queues/QUEUE/items?status=pending|scheduled|claimed&after=&limit=`: a queue's live
-/// items; pending ones are due now, scheduled ones later.
+/// `/api/queues/QUEUE/items?status=pending|scheduled|claimed&tag=&after=&limit=`: a queue's
+/// live items (with the tag, if one is given); pending ones are due now, scheduled ones later.
 fn items(store: &Store, queue: &str, ask: &Ask<'_>) -> Answer {
-    let filter = match ask.query.get("status").filter(|s| !s.is_empty()).unwrap_or("pending") {
+    let mut filter = match ask.query.get("status").filter(|s| !s.is_empty()).unwrap_or("pending") {
         "pending" => ItemFilter::due(),
         "scheduled" => ItemFilter::scheduled(),
         "claimed" => ItemFilter::status(ItemStatus::Claimed),
@@ -572,7 +572,11 @@ fn items(store: &Store, queue: &str, ask: &Ask<'_>) -> Answer {
             ));
         }
     };
-    by_id(ask, |item: &QueueItem| item.id.clone(), |page| store.queue().items(queue, filter, page))
+    if let Some(tag) = ask.query.get("tag").filter(|tag| !tag.is_empty()) {
+        filter = filter.tag(tag);
+    }
+    let read = |page| store.queue().items(queue, filter.clone(), page);
+    by_id(ask, |item: &QueueItem| item.id.clone(), read)
 }
 
 /// `/api/workflows?status=&workflow=&after=&limit=`: executions, newest first.

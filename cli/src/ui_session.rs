@@ -1,9 +1,9 @@
 //! The dashboard's sessions and what they may do: a session cookie (HttpOnly, SameSite=Strict)
 //! names a session, which holds its anti-forgery token and, once signed in, the API token it
-//! signed in with (kept in this process only; the page never stores it). Queue actions are
-//! POSTs that pass every check here before they touch the store: actions allowed, same origin,
-//! the session's anti-forgery token, a token of the tenant that still authenticates, with the
-//! writer or admin role.
+//! signed in with (kept in this process only; the page never stores it). Queue actions
+//! (requeue, purge, cancel; pause and resume a queue) are POSTs that pass every check here
+//! before they touch the store: actions allowed, same origin, the session's anti-forgery
+//! token, a token of the tenant that still authenticates, with the writer or admin role.
 //!
 //! Sessions are bounded (`ui_state::Sessions`).
 
@@ -84,6 +84,8 @@ enum Action {
     RequeueAll(String),
     Purge(String),
     Cancel(String, String),
+    Pause(String),
+    Resume(String),
 }
 
 /// Rounds of a many-item action (each does up to a page of items).
@@ -98,6 +100,8 @@ impl Action {
             }
             ["", "api", "queues", queue, "requeue-all"] => Some(Action::RequeueAll(owned(queue))),
             ["", "api", "queues", queue, "purge"] => Some(Action::Purge(owned(queue))),
+            ["", "api", "queues", queue, "pause"] => Some(Action::Pause(owned(queue))),
+            ["", "api", "queues", queue, "resume"] => Some(Action::Resume(owned(queue))),
             ["", "api", "queues", queue, "items", id, "cancel"] => {
                 Some(Action::Cancel(owned(queue), owned(id)))
             }
@@ -124,6 +128,14 @@ impl Action {
                 queue.cancel(&id).map_err(store_error)?;
                 json!({ "cancelled": 1 })
             }
+            Action::Pause(name) => {
+                queue.pause(&name).map_err(store_error)?;
+                json!({ "queue": name, "paused": true })
+            }
+            Action::Resume(name) => {
+                queue.resume(&name).map_err(store_error)?;
+                json!({ "queue": name, "paused": false })
+            }
         };
         Ok(Reply::ok(body))
     }
@@ -134,6 +146,8 @@ impl Action {
             Action::Requeue(queue, _) | Action::RequeueAll(queue) => (queue, "requeue"),
             Action::Purge(queue) => (queue, "purge"),
             Action::Cancel(queue, _) => (queue, "cancel"),
+            Action::Pause(queue) => (queue, "pause"),
+            Action::Resume(queue) => (queue, "resume"),
         }
     }
 }

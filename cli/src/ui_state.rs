@@ -17,7 +17,7 @@ use crate::ui_streams::Streams;
 pub struct Settings {
     /// The address to listen on.
     pub addr: String,
-    /// Queue actions (requeue, purge, cancel) for sessions signed in as a writer or admin.
+    /// Queue actions (requeue, purge, cancel, pause, resume) for sessions signed in as a writer or admin.
     pub allow_actions: bool,
     /// Every read needs a session signed in with a token of the tenant.
     pub require_token: bool,

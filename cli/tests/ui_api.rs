@@ -549,6 +549,8 @@ fn queue_actions_on_a_runs_items_are_refused_and_write_nothing() {
         format!("/api/queues/{encoded}/requeue-all"),
         format!("/api/queues/{encoded}/purge"),
         format!("/api/queues/{encoded}/items/{pending}/cancel"),
+        format!("/api/queues/{encoded}/pause"),
+        format!("/api/queues/{encoded}/resume"),
     ] {
         let (status, body) = session.post(&ui, &path, "");
         assert_eq!(status, 409, "{path}: {body}");
@@ -558,6 +560,9 @@ fn queue_actions_on_a_runs_items_are_refused_and_write_nothing() {
     assert_eq!(dead_of_run(&store).len(), 1, "no refused action wrote");
     let still = store.queue().get(&pending).expect("the pending item");
     assert_eq!(still.status, spindle::ItemStatus::Pending, "not cancelled");
+    let stats = store.queue().stats().expect("stats");
+    let run_stats = stats.iter().find(|q| q.queue == queue).expect("the run's queue");
+    assert!(!run_stats.paused, "not paused");
     // The same actions on a queue of the application's own still work.
     let (status, body) = session.post(&ui, "/api/queues/mail/purge", "");
     assert_eq!((status, body), (200, json!({ "purged": 2 })));
@@ -771,9 +776,70 @@ fn metrics_are_served_in_the_prometheus_format_under_the_read_rules() {
     assert!(
         text.contains("spindle_queue_items{tenant=\"default\",queue=\"mail\",state=\"dead\"} 2")
     );
-    // A bearer token reads; it never acts.
-    let (status, _, _) =
-        ui.send("POST", "/api/queues/mail/purge", &[("Authorization", &reader)], "");
-    assert_ne!(status, 200);
+    // A bearer token reads; it never acts, even a writer's on a server that allows actions.
+    let store = Store::open(&db).expect("open");
+    let (writer, _) = store.auth().create_token("w", spindle::Role::Writer, None).expect("t");
+    store.close().expect("close");
+    let writer = bearer(writer.expose());
+    let (status, _, body) =
+        ui.send("POST", "/api/queues/mail/purge", &[("Authorization", &writer)], "");
+    assert!(status == 401 || status == 403, "{status} {body}");
     assert_eq!(dead_count(&db), 2, "nothing purged");
+}
+
+#[test]
+fn a_writer_pauses_and_resumes_a_queue_and_a_forged_pause_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let store = Store::open(&db).expect("open");
+    let (writer, _) = store.auth().create_token("ops", spindle::Role::Writer, None).expect("t");
+    let paused = |store: &Store| {
+        let stats = store.queue().stats().expect("stats");
+        stats.iter().find(|q| q.queue == "jobs").expect("jobs").paused
+    };
+    let ui = Ui::start_with(&db, &["--allow-actions"]);
+    let mut session = Session::open(&ui);
+    assert_eq!(session.post(&ui, "/api/queues/jobs/pause", "").0, 401, "signed out");
+    let token = json!({ "token": writer.expose() }).to_string();
+    assert_eq!(session.post(&ui, "/api/session", &token).0, 200);
+    for (forged, expected) in [
+        (&[("Origin", "http://evil.example")][..], 403),
+        (&[("X-Spindle-Csrf", "0000")], 403),
+        (&[("Content-Type", "text/plain")], 415),
+    ] {
+        let (status, body) = session.post_with(&ui, "/api/queues/jobs/pause", "", forged);
+        assert_eq!(status, expected, "{forged:?}: {body}");
+    }
+    assert!(!paused(&store), "no refused request paused it");
+    let (status, body) = session.post(&ui, "/api/queues/jobs/pause", "");
+    assert_eq!((status, body), (200, json!({ "queue": "jobs", "paused": true })));
+    assert!(paused(&store));
+    let listed = ui.get("/api/queues");
+    let jobs = listed.as_array().and_then(|all| all.iter().find(|q| q["queue"] == "jobs"));
+    assert_eq!(jobs.map(|q| q["paused"].clone()), Some(json!(true)), "{listed}");
+    assert!(store.queue().claim("w", &["jobs"], 1_000).expect("claim").is_none(), "paused");
+    let (status, body) = session.post(&ui, "/api/queues/jobs/resume", "");
+    assert_eq!((status, body), (200, json!({ "queue": "jobs", "paused": false })));
+    assert!(!paused(&store));
+    assert!(store.queue().claim("w", &["jobs"], 1_000).expect("claim").is_some(), "resumed");
+    store.close().expect("close");
+}
+
+#[test]
+fn a_queues_live_items_are_filtered_by_tag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let store = Store::open(&db).expect("open");
+    let tagged = NewItem::new("jobs", json!("tagged")).tag("urgent").metadata(json!({ "k": 1 }));
+    let id = store.queue().enqueue(tagged).expect("enqueue").id;
+    store.close().expect("close");
+    let ui = Ui::start(&db);
+    let page = ui.get("/api/queues/jobs/items?status=pending&tag=urgent");
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!((items[0]["id"].clone(), items[0]["tags"].clone()), (json!(id), json!(["urgent"])));
+    assert_eq!(items[0]["metadata"], json!({ "k": 1 }));
+    let all = ui.get("/api/queues/jobs/items?status=pending");
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(2), "the untagged one too: {all}");
+    assert_eq!(ui.call("GET", "/api/queues/jobs/items?status=pending&tag=%0A").0, 400);
 }

@@ -591,7 +591,10 @@ const POSTGRES_FIRST_VERSION: i64 = 4;
 /// `POSTGRES_FIRST_VERSION` on (`schema_postgres.sql` makes the current one): a change of the
 /// schema adds its step here beside its SQLite one in `schema.rs` (a unit test keeps the two
 /// in step). Each is PostgreSQL's own SQL, run as written in the store's schema.
-const POSTGRES_STEPS: &[&str] = &[include_str!("../../migrations/postgres/0005_counts.sql")];
+const POSTGRES_STEPS: &[&str] = &[
+    include_str!("../../migrations/postgres/0005_counts.sql"),
+    include_str!("../../migrations/postgres/0006_queue_controls.sql"),
+];
 
 /// Brings a store of an older schema version to the newest `steps` make, one step after the
 /// other in the opening transaction (under the creation lock: one process does it). A store

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
 /// The schema version `schema.sql` creates; stored in `PRAGMA user_version`.
-pub(crate) const SCHEMA_VERSION: i64 = 5;
+pub(crate) const SCHEMA_VERSION: i64 = 6;
 
 /// Identifies a Spindle file (`PRAGMA application_id`, the bytes 'SPND').
 pub(crate) const APPLICATION_ID: i64 = 0x5350_4E44;
@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0003_processes_and_workflows.sql"),
     include_str!("../../migrations/0004_queue_settings_and_checks.sql"),
     include_str!("../../migrations/0005_counts.sql"),
+    include_str!("../../migrations/0006_queue_controls.sql"),
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);
@@ -479,6 +480,45 @@ pub(crate) mod tests {
     #[test]
     fn a_migrated_version_four_store_has_the_fresh_schema() -> Result<()> {
         assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v4.sql"))
+    }
+
+    #[test]
+    fn a_migrated_version_five_store_has_the_fresh_schema() -> Result<()> {
+        assert_migrates_to_fresh(include_str!("../../tests/fixtures/schema_v5.sql"))
+    }
+
+    #[test]
+    fn the_migration_to_version_six_keeps_every_queue_setting_unpaused_and_unlimited() -> Result<()>
+    {
+        let mut conn = memory();
+        conn.execute_batch(include_str!("../../tests/fixtures/schema_v5.sql"))?;
+        conn.execute(
+            "INSERT INTO main.queue_settings (tenant_id, queue, item_events, updated_at_ms)
+             VALUES ('default', 'quiet', 0, 7), ('acme', 'loud', 1, 8)",
+            [],
+        )?;
+        upgrade(&mut conn, MIGRATIONS)?;
+        let kept: Vec<(String, String, i64, i64, i64, Option<i64>)> = conn
+            .prepare(
+                "SELECT tenant_id, queue, item_events, updated_at_ms, paused, concurrency_max
+                 FROM main.queue_settings ORDER BY tenant_id",
+            )?
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let expected = [
+            ("acme".to_owned(), "loud".to_owned(), 1, 8, 0, None),
+            ("default".to_owned(), "quiet".to_owned(), 0, 7, 0, None),
+        ];
+        assert_eq!(kept, expected);
+        for bad in [
+            "UPDATE main.queue_settings SET paused = 2",
+            "UPDATE main.queue_settings SET concurrency_max = 0",
+        ] {
+            assert!(conn.execute(bad, []).is_err(), "{bad}: the checks hold");
+        }
+        Ok(())
     }
 
     #[test]

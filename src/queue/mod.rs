@@ -39,7 +39,8 @@ pub use ops::{
     AuditCounts, Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete,
     CompleteAndClaim, CompleteBatch, Completion, Cycle, Cycled, DeadLetters, Enqueue, EnqueueBatch,
     Fail, FailAndClaim, Get, Heartbeat, ItemEvents, Items, Lease, NextDue, PruneCompleted,
-    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SetItemEvents, Settled, Settlement, Stats,
+    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SNOOZE_MS_MAX, SetConcurrency, SetItemEvents,
+    SetPaused, Settled, Settlement, Snooze, Stats,
 };
 pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
@@ -92,7 +93,81 @@ pub struct NewItem {
     pub execution_id: Option<String>,
     /// The graph or workflow node the item runs.
     pub node_id: Option<String>,
+    /// How long a worker pool lets one attempt run (see [`NewItem::run_timeout_ms`]).
+    pub run_timeout_ms: Option<i64>,
+    /// Tags to find the item by ([`ItemFilter::tag`]); see [`NewItem::tag`].
+    pub tags: Vec<String>,
+    /// A JSON object kept with the item for the caller; see [`NewItem::metadata`].
+    pub metadata: Option<Value>,
+    /// A key unique over a window and chosen states; see [`NewItem::unique`].
+    pub unique: Option<Unique>,
 }
+
+/// A key an item holds in its queue over a window of time, against later enqueues with the same
+/// key (River's unique jobs, Oban's `unique`, graphile-worker's `job_key`); see
+/// [`NewItem::unique`]. Beside [`NewItem::dedupe_key`], which holds only while the item is live
+/// and compares payloads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unique {
+    /// The key (id-like: non-empty, at most `Limits::id_len_max` bytes).
+    pub key: String,
+    /// The window: enqueues at times in the same period (`now - now % period_ms`, on the
+    /// store's clock; an hour: one per clock hour) meet the same holder; `None`: one window
+    /// for all time. 1 ms to a year.
+    pub period_ms: Option<i64>,
+    /// The holder's statuses in which it holds the key: a later enqueue meets a holder in one
+    /// of these, and makes a new item (the new holder) otherwise. Default: pending, claimed
+    /// and completed (a dead or cancelled item does not hold its key).
+    pub states: Vec<ItemStatus>,
+    /// What an enqueue that meets the holder does.
+    pub on_conflict: OnConflict,
+}
+
+/// What an enqueue with a held [`Unique`] key does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnConflict {
+    /// Keeps the holder as it is and returns it (`Enqueued::deduplicated`).
+    #[default]
+    Keep,
+    /// Gives the holder, while it is pending, the new payload and run time (a holder already
+    /// claimed or finished is kept as it is); returns it (`Enqueued::deduplicated`).
+    Replace,
+}
+
+impl Unique {
+    /// `key` unique for all time while its holder is pending, claimed or completed; keep on
+    /// conflict.
+    pub fn new(key: impl Into<String>) -> Self {
+        Unique {
+            key: key.into(),
+            period_ms: None,
+            states: vec![ItemStatus::Pending, ItemStatus::Claimed, ItemStatus::Completed],
+            on_conflict: OnConflict::Keep,
+        }
+    }
+
+    /// Unique within each period of `period_ms` only.
+    pub fn per(mut self, period_ms: i64) -> Self {
+        self.period_ms = Some(period_ms);
+        self
+    }
+
+    /// Held only while its holder is in one of `states`.
+    pub fn states(mut self, states: &[ItemStatus]) -> Self {
+        self.states = states.to_vec();
+        self
+    }
+
+    /// Replaces a pending holder's payload and run time instead of keeping it.
+    pub fn replace(mut self) -> Self {
+        self.on_conflict = OnConflict::Replace;
+        self
+    }
+}
+
+/// Most tags an item may carry.
+pub const TAGS_MAX: usize = 16;
 
 impl NewItem {
     /// An item for `queue` carrying `payload`, due now, priority 0, 3 attempts.
@@ -107,6 +182,10 @@ impl NewItem {
             dedupe_key: None,
             execution_id: None,
             node_id: None,
+            run_timeout_ms: None,
+            tags: Vec::new(),
+            metadata: None,
+            unique: None,
         }
     }
 
@@ -149,6 +228,49 @@ impl NewItem {
     /// Links the item to a node.
     pub fn node_id(mut self, id: impl Into<String>) -> Self {
         self.node_id = Some(id.into());
+        self
+    }
+
+    /// Limits how long one attempt may run in a worker pool: past `run_timeout_ms` (from the
+    /// moment its handler starts) the pool tells the handler ([`Job::timed_out`]) and fails
+    /// the attempt as retryable ("timed out after N ms"); the handler's own outcome is then
+    /// dropped. 1 ms up to `Limits::lease_max_ms`. Callers of `claim` enforce it themselves
+    /// (it is on the item they claim). Without it an attempt runs as long as its lease is
+    /// renewed.
+    pub fn run_timeout_ms(mut self, run_timeout_ms: i64) -> Self {
+        self.run_timeout_ms = Some(run_timeout_ms);
+        self
+    }
+
+    /// Adds a tag (an id-like string: non-empty, at most `Limits::id_len_max` bytes, no
+    /// control characters), kept with the item and indexed: `items(..)` with
+    /// [`ItemFilter::tag`] lists a queue's items with it. At most [`TAGS_MAX`] distinct tags;
+    /// a tag given twice is kept once. Checked at enqueue (`InvalidInput`/`TooLarge`, nothing
+    /// written).
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        let tag = tag.into();
+        if !self.tags.contains(&tag) {
+            self.tags.push(tag);
+        }
+        self
+    }
+
+    /// Makes the item hold `unique.key` in its queue over a window (see [`Unique`]): an
+    /// enqueue with the key whose window holds an item in one of `unique.states` returns that
+    /// item (`deduplicated: true`), kept or, with [`OnConflict::Replace`] and while it is
+    /// pending, given this item's payload and run time; otherwise this item is enqueued and
+    /// holds the key. Checked at enqueue: a bad key, period or empty states, or a dedupe key
+    /// beside it, is `InvalidInput` with nothing written.
+    pub fn unique(mut self, unique: Unique) -> Self {
+        self.unique = Some(unique);
+        self
+    }
+
+    /// Keeps `metadata`, a JSON object, with the item (River's metadata, Oban's meta): returned
+    /// in [`QueueItem::metadata`], never read by the store. Bounded as a payload is
+    /// (`Limits::payload_bytes_max`); anything but an object is `InvalidInput` at enqueue.
+    pub fn metadata(mut self, metadata: Value) -> Self {
+        self.metadata = Some(metadata);
         self
     }
 }
@@ -237,6 +359,15 @@ pub struct QueueItem {
     pub updated_at_ms: i64,
     /// When it was completed, cancelled or dead-lettered.
     pub finished_at_ms: Option<i64>,
+    /// How long a worker pool lets one attempt run ([`NewItem::run_timeout_ms`]).
+    #[serde(default)]
+    pub run_timeout_ms: Option<i64>,
+    /// Its tags ([`NewItem::tag`]), in the order given.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Its metadata ([`NewItem::metadata`]), if any.
+    #[serde(default)]
+    pub metadata: Option<Value>,
 }
 
 /// What an enqueue did.
@@ -298,32 +429,46 @@ pub struct QueueStats {
     pub completed: u64,
     /// How long the oldest due item has waited, in ms (`None` when none is due).
     pub oldest_pending_age_ms: Option<i64>,
+    /// True while the queue is paused ([`Queue::pause`]): nobody claims its items.
+    pub paused: bool,
+    /// Its concurrency limit ([`Queue::set_concurrency`]), if it has one.
+    pub concurrency_max: Option<u32>,
 }
 
 /// Which of a queue's items [`Queue::items`] reads: those with a status and, for pending
-/// items, those due now or only those due later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// items, those due now or only those due later; with a tag, only the items that carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemFilter {
     /// The items' status.
     pub status: ItemStatus,
     /// Pending items due by now (`Some(true)`) or later (`Some(false)`); `None`: either.
     pub due: Option<bool>,
+    /// Only the items with this tag ([`NewItem::tag`]); `None`: every item.
+    pub tag: Option<String>,
 }
 
 impl ItemFilter {
     /// Every item with `status`.
     pub fn status(status: ItemStatus) -> Self {
-        ItemFilter { status, due: None }
+        ItemFilter { status, due: None, tag: None }
     }
 
     /// Pending items due now.
     pub fn due() -> Self {
-        ItemFilter { status: ItemStatus::Pending, due: Some(true) }
+        ItemFilter { status: ItemStatus::Pending, due: Some(true), tag: None }
     }
 
     /// Pending items due later.
     pub fn scheduled() -> Self {
-        ItemFilter { status: ItemStatus::Pending, due: Some(false) }
+        ItemFilter { status: ItemStatus::Pending, due: Some(false), tag: None }
+    }
+
+    /// The same, only the items with `tag`: read through the tag's own index (the queue's
+    /// items with the tag, in id order), so a page costs the tagged items it passes over, not
+    /// the queue's.
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
     }
 }
 
@@ -531,6 +676,19 @@ impl<'a> Queue<'a> {
         self.store.exec(Release { id: id.into(), fence })
     }
 
+    /// Puts a held item back to run again `delay_ms` from now without spending an attempt
+    /// (River's `JobSnooze`, Oban's `{:snooze, s}`): pending and due then, its attempt
+    /// refunded, so its next claim is the same attempt again and a snoozing item never runs out
+    /// of attempts by snoozing. Fenced like `complete`. Returns when it is due. A pool's
+    /// handler returns [`Outcome::Snooze`] instead.
+    ///
+    /// # Errors
+    /// As `heartbeat`; `InvalidInput` for a delay outside `0..=SNOOZE_MS_MAX` (a year).
+    /// Nothing is written on error.
+    pub fn snooze(&self, id: &str, fence: u64, delay_ms: i64) -> Result<i64> {
+        self.store.exec(Snooze { id: id.into(), fence, delay_ms })
+    }
+
     /// Treats every expired lease as a failed attempt ("lease expired").
     ///
     /// # Errors
@@ -590,10 +748,17 @@ impl<'a> Queue<'a> {
         self.store.exec(PurgeDead { queue: queue.into() })
     }
 
-    /// Cancels a pending item.
+    /// Cancels a live item, at once: a pending one is never claimed; a claimed one (its
+    /// handler running) is cancelled under its holder, whose later writes (`heartbeat`,
+    /// `complete`, `fail`, `release`, `snooze`) are refused with `LeaseLost` and change
+    /// nothing: it is never retried. A worker pool's handler sees it through
+    /// [`Job::cancelled`] and stops; the pool counts the refused outcome as
+    /// [`WorkerReport::cancelled`]. Appends a `cancelled` event (`"running": true` and the
+    /// holder's worker id for a claimed item). A limited queue has a place free again.
     ///
     /// # Errors
-    /// `NotFound` for an unknown item; `Conflict` if it is not pending.
+    /// `NotFound` for an unknown item; `Conflict` if it is finished (completed, dead or
+    /// cancelled); nothing is written then.
     pub fn cancel(&self, id: &str) -> Result<()> {
         self.store.exec(Cancel { id: id.into() })
     }
@@ -644,6 +809,46 @@ impl<'a> Queue<'a> {
     /// `InvalidInput` for an empty or oversized queue name (nothing is written).
     pub fn set_item_events(&self, queue: &str, enabled: bool) -> Result<()> {
         self.store.exec(SetItemEvents { queue: queue.into(), enabled })
+    }
+
+    /// Pauses `queue`: from the commit on, nobody claims its items (`claim`, `claim_wait`,
+    /// the worker pool, in this process or any other on the store), while its claimed items
+    /// run to their end (they complete, fail, retry and renew their leases as before; an
+    /// expired lease is still retried, as pending). Enqueues go on. The setting is durable
+    /// (it survives a restart) and per tenant; `stats` shows it. It appends a `paused` event
+    /// to the queue's stream. The check is part of the claiming statement itself, so a claim
+    /// racing with the pause sees either the queue running or paused, never an item claimed
+    /// after the pause committed.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an empty or oversized queue name (nothing is written).
+    pub fn pause(&self, queue: &str) -> Result<()> {
+        self.store.exec(SetPaused { queue: queue.into(), paused: true })
+    }
+
+    /// Resumes a paused `queue`: its due items are claimed again, and waiting claimers of
+    /// this process are woken. Appends a `resumed` event to the queue's stream (also for a
+    /// queue that was not paused).
+    ///
+    /// # Errors
+    /// As `pause`.
+    pub fn resume(&self, queue: &str) -> Result<()> {
+        self.store.exec(SetPaused { queue: queue.into(), paused: false })
+    }
+
+    /// Limits `queue` to at most `concurrency_max` items claimed at once, by every worker and
+    /// process on the store together (`Some(1)`: a serial queue, one item at a time); `None`
+    /// lifts the limit. The claiming statement counts the queue's claimed items and claims
+    /// only below the limit, so no client can go past it. Items claimed before a lower limit
+    /// run to their end; the queue then waits until it is below the new limit. A settlement
+    /// that frees a place (complete, fail, release, snooze, cancel) wakes this process's
+    /// waiting claimers. Durable, per tenant, shown by `stats`; appends a `concurrency` event
+    /// (`{"concurrency_max": n}` or `null`) to the queue's stream.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a limit of 0 or a bad queue name (nothing is written).
+    pub fn set_concurrency(&self, queue: &str, concurrency_max: Option<u32>) -> Result<()> {
+        self.store.exec(SetConcurrency { queue: queue.into(), concurrency_max })
     }
 
     /// Whether `queue` appends per-item events: true unless [`Queue::set_item_events`] turned

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::sql::{self, ItemRow};
 use super::{
-    Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, QueueItem, QueueStats,
-    Reclaimed,
+    Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, OnConflict, QueueItem,
+    QueueStats, Reclaimed, TAGS_MAX, Unique,
 };
 use crate::core::counts;
 use crate::core::events::{self, Stream};
@@ -149,6 +149,19 @@ pub struct Release {
     pub fence: u64,
 }
 
+/// Puts a held item back to run again `delay_ms` from now without spending an attempt: pending,
+/// due then, its attempt refunded (the next claim is the same attempt number again), a
+/// lease-holder write fenced like [`Complete`]. Output when it is due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snooze {
+    /// The item.
+    pub id: String,
+    /// The fence of the holder's claim.
+    pub fence: u64,
+    /// How long from now until it is due again, within `0..=SNOOZE_MS_MAX`.
+    pub delay_ms: i64,
+}
+
 /// Completes a held item and claims the next due one, in one op (one round trip, one commit
 /// for both): what a worker does between two items. If the completion is refused (a lost
 /// lease, say), nothing is claimed and the error is returned.
@@ -181,6 +194,8 @@ pub enum Settlement {
     Fail(Fail),
     /// Gives it back, its attempt refunded (as [`Release`]).
     Release(Release),
+    /// Puts it back to run later, its attempt refunded (as [`Snooze`]).
+    Snooze(Snooze),
 }
 
 impl Settlement {
@@ -190,6 +205,7 @@ impl Settlement {
             Settlement::Complete(done) => &done.id,
             Settlement::Fail(fail) => &fail.id,
             Settlement::Release(release) => &release.id,
+            Settlement::Snooze(snooze) => &snooze.id,
         }
     }
 }
@@ -204,6 +220,11 @@ pub enum Settled {
     Failed(FailOutcome),
     /// The item is pending again.
     Released,
+    /// The item is pending again, due at `run_at_ms`.
+    Snoozed {
+        /// When it is due again.
+        run_at_ms: i64,
+    },
 }
 
 /// A lease to renew in a [`Cycle`]: the item and the fence of its holder's claim.
@@ -305,7 +326,8 @@ pub struct PurgeDead {
     pub queue: String,
 }
 
-/// Cancels a pending item.
+/// Cancels a live item: a pending one, or a claimed one while its handler runs (its holder's
+/// later writes are refused with `LeaseLost`; it is never retried).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cancel {
     /// The item.
@@ -344,6 +366,25 @@ pub struct SetItemEvents {
     pub enabled: bool,
 }
 
+/// Pauses or resumes a queue; see [`Queue::pause`](super::Queue::pause).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetPaused {
+    /// The queue.
+    pub queue: String,
+    /// True pauses it; false resumes it.
+    pub paused: bool,
+}
+
+/// Sets or lifts a queue's concurrency limit; see
+/// [`Queue::set_concurrency`](super::Queue::set_concurrency).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetConcurrency {
+    /// The queue.
+    pub queue: String,
+    /// Most items of the queue claimed at once, at least 1; `None` lifts the limit.
+    pub concurrency_max: Option<u32>,
+}
+
 /// Whether a queue appends per-item events; output true unless they were turned off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemEvents {
@@ -365,7 +406,7 @@ impl Op for Enqueue {
         Access::Write
     }
     fn check_shape(&self, limits: &Limits) -> Result<()> {
-        limits.check_depth(&self.item.payload)
+        limits.check_depths(std::iter::once(&self.item.payload).chain(&self.item.metadata))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Enqueued> {
         let mut notes = Notes::default();
@@ -382,7 +423,9 @@ impl Op for EnqueueBatch {
         Access::Write
     }
     fn check_shape(&self, limits: &Limits) -> Result<()> {
-        limits.check_depths(self.items.iter().map(|item| &item.payload))
+        limits.check_depths(
+            self.items.iter().flat_map(|item| std::iter::once(&item.payload).chain(&item.metadata)),
+        )
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Enqueued>> {
         check_count(tx, "enqueue batch", self.items.len())?;
@@ -652,8 +695,12 @@ impl Op for Items {
         let after = self.page.after.as_deref().unwrap_or("");
         let (queue, limit) = (&self.queue, self.page.limit);
         let due_by_ms = self.filter.due.map(|due| (due, tx.now_ms()));
-        let status = self.filter.status;
-        let rows = sql::select_items(tx.db(), tx.tenant(), queue, status, due_by_ms, after, limit)?;
+        let (status, tag) = (self.filter.status, self.filter.tag.as_deref());
+        if let Some(tag) = tag {
+            tx.limits().check_id("tag", tag)?;
+        }
+        let (db, tenant) = (tx.db(), tx.tenant());
+        let rows = sql::select_items(db, tenant, queue, status, due_by_ms, tag, (after, limit))?;
         rows.into_iter().map(ItemRow::into_item).collect()
     }
 }
@@ -692,8 +739,8 @@ impl Op for RequeueAll {
             &self.queue,
             ItemStatus::Dead,
             None,
-            "",
-            limit,
+            None,
+            ("", limit),
         )?;
         let mut notes = Notes::default();
         let mut requeued = 0;
@@ -724,9 +771,20 @@ impl Op for Cancel {
         Access::Write
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        let item = item_in(tx, &self.id, ItemStatus::Pending)?;
+        let item = item(tx, &self.id)?;
+        let detail = match item.status {
+            ItemStatus::Pending => json!({}),
+            ItemStatus::Claimed => json!({ "running": true, "worker_id": item.worker_id }),
+            status => {
+                return Err(Error::Conflict(format!(
+                    "item {} is {}, not pending or claimed",
+                    item.id,
+                    status.as_str()
+                )));
+            }
+        };
         sql::cancel(tx.db(), tx.tenant(), &item, tx.now_ms())?;
-        item_event(tx, &item, "cancelled", json!({}))
+        item_event(tx, &item, "cancelled", detail)
     }
 }
 
@@ -761,7 +819,23 @@ impl Op for Stats {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<QueueStats>> {
-        sql::select_stats(tx.db(), tx.tenant(), tx.now_ms())
+        let mut stats = sql::select_stats(tx.db(), tx.tenant(), tx.now_ms())?;
+        let controlled = sql::select_controlled(tx.db(), tx.tenant())?;
+        if controlled.is_empty() {
+            return Ok(stats);
+        }
+        for settings in controlled {
+            let index = match stats.binary_search_by(|s| s.queue.cmp(&settings.queue)) {
+                Ok(index) => index,
+                Err(index) => {
+                    stats.insert(index, sql::empty_stats(settings.queue.clone()));
+                    index
+                }
+            };
+            stats[index].paused = settings.paused;
+            stats[index].concurrency_max = settings.concurrency_max;
+        }
+        Ok(stats)
     }
 }
 
@@ -808,6 +882,55 @@ impl Op for SetItemEvents {
     }
 }
 
+impl Sealed for SetPaused {}
+impl Op for SetPaused {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_id("queue", &self.queue)?;
+        sql::set_paused(tx.db(), tx.tenant(), &self.queue, self.paused, tx.now_ms())?;
+        let event_type = if self.paused { "paused" } else { "resumed" };
+        events::append(tx, &Stream::queue(&self.queue), event_type, json!({}), None)?;
+        if !self.paused {
+            tx.ring_bell();
+        }
+        Ok(())
+    }
+}
+
+impl Sealed for SetConcurrency {}
+impl Op for SetConcurrency {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.limits().check_id("queue", &self.queue)?;
+        if self.concurrency_max == Some(0) {
+            return Err(Error::InvalidInput("a concurrency limit is at least 1".into()));
+        }
+        let (queue, max) = (&self.queue, self.concurrency_max);
+        sql::set_concurrency(tx.db(), tx.tenant(), queue, max, tx.now_ms())?;
+        let payload = json!({ "concurrency_max": max });
+        events::append(tx, &Stream::queue(queue), "concurrency", payload, None)?;
+        tx.ring_bell();
+        Ok(())
+    }
+}
+
+impl Sealed for Snooze {}
+impl Op for Snooze {
+    type Output = i64;
+    fn access(&self) -> Access {
+        Access::Write
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<i64> {
+        snooze(tx, &self)
+    }
+}
+
 impl Sealed for ItemEvents {}
 impl Op for ItemEvents {
     type Output = bool;
@@ -830,7 +953,7 @@ impl Op for NextDue {
         check_queues(tx, &self.queues)?;
         let mut earliest: Option<i64> = None;
         for queue in &self.queues {
-            let due = sql::select_next_due(tx.db(), tx.tenant(), queue)?;
+            let due = next_due_in(tx, queue)?;
             earliest = match (earliest, due) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -875,15 +998,84 @@ fn enqueue(tx: &mut Tx<'_>, item: NewItem, notes: &mut Notes) -> Result<Enqueued
     {
         return deduplicated(live, hash, key);
     }
-    let id = tx.new_id();
     let run_at_ms = item.run_at_ms.unwrap_or(tx.now_ms());
-    let row =
-        sql::NewRow { id: &id, item: &item, encoded: &encoded, hash: hash.as_deref(), run_at_ms };
+    let window = match &item.unique {
+        Some(unique) => {
+            let window = unique_window(tx, &item, unique)?;
+            if let Some(held) = held_key(tx, &item, unique, window, (&encoded, run_at_ms), notes)? {
+                return Ok(held);
+            }
+            Some((unique.key.as_str(), window))
+        }
+        None => None,
+    };
+    let id = tx.new_id();
+    let (tags, metadata) = encode_extras(tx, &item)?;
+    let row = sql::NewRow {
+        id: &id,
+        item: &item,
+        encoded: &encoded,
+        tags: tags.as_deref(),
+        metadata: metadata.as_deref(),
+        hash: hash.as_deref(),
+        run_at_ms,
+    };
     sql::insert(tx.db(), tx.tenant(), tx.now_ms(), &row)?;
+    if let Some(key) = window {
+        sql::set_unique_holder(tx.db(), tx.tenant(), &item.queue, key, &id)?;
+    }
     let entry = EnqueuedEntry { id: &id, priority: item.priority, run_at_ms };
     notes.note(&item.queue, "enqueued", &entry)?;
     tx.ring_bell();
     Ok(Enqueued { id, deduplicated: false })
+}
+
+/// Checks `unique` (beside no dedupe key); returns the start of the window the enqueue falls
+/// in (0 without a period).
+fn unique_window(tx: &Tx<'_>, item: &NewItem, unique: &Unique) -> Result<i64> {
+    tx.limits().check_id("unique key", &unique.key)?;
+    if item.dedupe_key.is_some() {
+        return Err(Error::InvalidInput(
+            "an item is made unique by a dedupe key or by unique, not both".into(),
+        ));
+    }
+    if unique.states.is_empty() {
+        return Err(Error::InvalidInput("a unique key holds in at least one status".into()));
+    }
+    match unique.period_ms {
+        None => Ok(0),
+        Some(period_ms) if (1..=SNOOZE_MS_MAX).contains(&period_ms) => {
+            let now_ms = tx.now_ms();
+            Ok(now_ms - now_ms.rem_euclid(period_ms))
+        }
+        Some(period_ms) => Err(Error::InvalidInput(format!(
+            "a unique period is 1..={SNOOZE_MS_MAX} ms, not {period_ms}"
+        ))),
+    }
+}
+
+/// The holder of `unique`'s key in `window`, if one holds it in a status the key names: kept,
+/// or (`Replace`, while pending) given the new payload and run time. `None`: the new item is
+/// enqueued and holds the key.
+fn held_key(
+    tx: &mut Tx<'_>,
+    item: &NewItem,
+    unique: &Unique,
+    window: i64,
+    (encoded, run_at_ms): (&str, i64),
+    notes: &mut Notes,
+) -> Result<Option<Enqueued>> {
+    let holder = sql::select_unique_holder(tx.db(), tx.tenant(), &item.queue, &unique.key, window)?;
+    let Some(holder) = holder.filter(|holder| unique.states.contains(&holder.status)) else {
+        return Ok(None);
+    };
+    let replace = unique.on_conflict == OnConflict::Replace;
+    let (db, tenant, now_ms) = (tx.db(), tx.tenant(), tx.now_ms());
+    if replace && sql::replace_pending(db, tenant, &holder.id, (encoded, run_at_ms), now_ms)? {
+        notes.note(&item.queue, "replaced", &entry(&holder, json!({ "run_at_ms": run_at_ms })))?;
+        tx.ring_bell();
+    }
+    Ok(Some(Enqueued { id: holder.id, deduplicated: true }))
 }
 
 fn deduplicated(live: sql::LiveDuplicate, hash: &str, key: &str) -> Result<Enqueued> {
@@ -903,7 +1095,7 @@ fn settle_all(
     tx: &mut Tx<'_>,
     settle: Vec<Settlement>,
 ) -> Result<(Vec<Result<Settled>>, Vec<QueueEvent>)> {
-    if tx.db().is_postgres() && !sets::repeats_an_item(&settle) {
+    if tx.db().is_postgres() && sets::settles_at_once(&settle) {
         return sets::settle_all(tx, &settle);
     }
     let mut notes = Notes::default();
@@ -915,6 +1107,9 @@ fn settle_all(
             }
             Settlement::Fail(failure) => fail(tx, &failure).map(Settled::Failed),
             Settlement::Release(release_) => release(tx, &release_).map(|()| Settled::Released),
+            Settlement::Snooze(snooze_) => {
+                snooze(tx, &snooze_).map(|run_at_ms| Settled::Snoozed { run_at_ms })
+            }
         };
         settled.push(item_level(result)?);
     }
@@ -972,6 +1167,44 @@ fn release(tx: &mut Tx<'_>, release: &Release) -> Result<()> {
     Ok(())
 }
 
+/// The longest a snooze may put an item off: a year, in milliseconds.
+pub const SNOOZE_MS_MAX: i64 = 366 * 24 * 3_600_000;
+
+/// Puts a held item back to run after `delay_ms`, its attempt refunded; returns when it is due.
+fn snooze(tx: &mut Tx<'_>, snooze: &Snooze) -> Result<i64> {
+    if !(0..=SNOOZE_MS_MAX).contains(&snooze.delay_ms) {
+        return Err(Error::InvalidInput(format!(
+            "a snooze is 0..={SNOOZE_MS_MAX} ms, not {}",
+            snooze.delay_ms
+        )));
+    }
+    let item = held(tx, &snooze.id, snooze.fence)?;
+    let run_at_ms = tx.now_ms().saturating_add(snooze.delay_ms);
+    let held = sql::Held { tenant: tx.tenant(), id: &snooze.id, fence: snooze.fence };
+    if !sql::snooze(tx.db(), &held, tx.now_ms(), run_at_ms)? {
+        return Err(lease_lost(tx, &snooze.id, snooze.fence)?);
+    }
+    item_event(tx, &item, "snoozed", json!({ "run_at_ms": run_at_ms }))?;
+    tx.ring_bell();
+    Ok(run_at_ms)
+}
+
+/// When something of `queue` may next be claimed: never while it is paused; while it is full,
+/// when its first lease expires (a settlement before that rings the bell); otherwise its
+/// earliest due item or lease expiry.
+fn next_due_in(tx: &Tx<'_>, queue: &str) -> Result<Option<i64>> {
+    let (db, tenant) = (tx.db(), tx.tenant());
+    match sql::select_settings(db, tenant, queue)? {
+        Some(settings) if settings.paused => Ok(None),
+        Some(sql::Settings { concurrency_max: Some(max), .. })
+            if sql::count_claimed(db, tenant, queue)? >= u64::from(max) =>
+        {
+            sql::select_next_expiry(db, tenant, queue)
+        }
+        _ => sql::select_next_due(db, tenant, queue),
+    }
+}
+
 /// Sweeps expired leases, then claims up to `max_items` due items of `queues`.
 fn claim(
     tx: &mut Tx<'_>,
@@ -1000,35 +1233,79 @@ fn claim_after(
     reclaim_after(tx, Some(queues), &mut owed)?;
     let now_ms = tx.now_ms();
     let expires_at_ms = now_ms.saturating_add(lease_ms);
-    let rows = if tx.db().is_postgres() {
-        sets::claim_rows(tx, worker_id, queues, expires_at_ms, max_items)?
-    } else {
-        let due = sql::select_due(tx.db(), tx.tenant(), queues, now_ms, max_items)?;
-        due.into_iter()
-            .map(|row| sql::claim(tx.db(), tx.tenant(), row, worker_id, now_ms, expires_at_ms))
-            .collect::<Result<Vec<_>>>()?
-    };
-    let mut claimed = Vec::with_capacity(rows.len());
+    let mut claimed = Vec::new();
     let mut notes = Notes::default();
-    for item in rows {
-        let entry = ClaimedEntry {
-            attempt: item.attempt,
-            fence: item.fence,
-            id: &item.id,
-            lease_expires_at_ms: expires_at_ms,
-            worker_id,
-        };
-        notes.note(&item.queue, "claimed", &entry)?;
-        let fence = item.fence;
-        claimed.push(Claimed {
-            item: item.into_item()?,
-            fence,
-            lease_expires_at_ms: expires_at_ms,
-        });
+    let held = (worker_id, expires_at_ms);
+    if tx.db().is_postgres() && !sets::any_gated(tx, queues)? {
+        // No queue of these is paused or limited: one statement claims for them all.
+        for item in sets::claim_rows(tx, worker_id, queues, expires_at_ms, max_items)? {
+            note_claimed(item, held, &mut notes, &mut claimed)?;
+        }
+    } else {
+        // The queues still open to this claim: one whose settings refused a claim (paused, or
+        // full) is left out of the next look, which takes the places its items took in this
+        // one.
+        let mut open: Vec<String> = queues.to_vec();
+        loop {
+            let wanted = max_items - claimed.len();
+            let due = sql::select_due(tx.db(), tx.tenant(), &open, now_ms, wanted)?;
+            let before = open.len();
+            claim_rows(tx, due, held, &mut open, &mut notes, &mut claimed)?;
+            if open.len() == before || open.is_empty() || claimed.len() == max_items {
+                break;
+            }
+        }
     }
     owed.extend(notes.into_events(tx)?);
     notes::append_events(tx, owed)?;
     Ok(claimed)
+}
+
+/// Claims each of `due` (as `worker_id`, until `expires_at_ms`) unless its queue's settings
+/// refuse it; a refused queue leaves `open`, and its other items are skipped.
+fn claim_rows(
+    tx: &mut Tx<'_>,
+    due: Vec<ItemRow>,
+    held: (&str, i64),
+    open: &mut Vec<String>,
+    notes: &mut Notes,
+    claimed: &mut Vec<Claimed>,
+) -> Result<()> {
+    let (worker_id, expires_at_ms) = held;
+    let now_ms = tx.now_ms();
+    for row in due {
+        if !open.contains(&row.queue) {
+            continue;
+        }
+        let queue = row.queue.clone();
+        let claim = sql::claim(tx.db(), tx.tenant(), row, worker_id, now_ms, expires_at_ms)?;
+        let Some(item) = claim else {
+            open.retain(|open| *open != queue);
+            continue;
+        };
+        note_claimed(item, held, notes, claimed)?;
+    }
+    Ok(())
+}
+
+/// Notes a claimed item's `claimed` event entry and adds it to `claimed`.
+fn note_claimed(
+    item: ItemRow,
+    (worker_id, expires_at_ms): (&str, i64),
+    notes: &mut Notes,
+    claimed: &mut Vec<Claimed>,
+) -> Result<()> {
+    let entry = ClaimedEntry {
+        attempt: item.attempt,
+        fence: item.fence,
+        id: &item.id,
+        lease_expires_at_ms: expires_at_ms,
+        worker_id,
+    };
+    notes.note(&item.queue, "claimed", &entry)?;
+    let fence = item.fence;
+    claimed.push(Claimed { item: item.into_item()?, fence, lease_expires_at_ms: expires_at_ms });
+    Ok(())
 }
 
 fn complete(tx: &mut Tx<'_>, completion: Completion, notes: &mut Notes) -> Result<()> {
@@ -1278,9 +1555,39 @@ fn check_new_item(tx: &Tx<'_>, item: &NewItem) -> Result<String> {
     if item.backoff.base_ms < 0 || item.backoff.max_ms < item.backoff.base_ms {
         return Err(Error::InvalidInput("backoff must satisfy 0 <= base_ms <= max_ms".into()));
     }
+    if let Some(timeout_ms) = item.run_timeout_ms
+        && !(1..=limits.lease_ms_max).contains(&timeout_ms)
+    {
+        return Err(Error::InvalidInput(format!(
+            "run_timeout_ms must be 1..={}, not {timeout_ms}",
+            limits.lease_ms_max
+        )));
+    }
+    if item.tags.len() > TAGS_MAX {
+        return Err(Error::too_large("tags", TAGS_MAX, item.tags.len()));
+    }
+    for tag in &item.tags {
+        limits.check_id("tag", tag)?;
+    }
+    if item.metadata.as_ref().is_some_and(|metadata| !metadata.is_object()) {
+        return Err(Error::InvalidInput("an item's metadata is a JSON object".into()));
+    }
     let encoded = serde_json::to_string(&item.payload)?;
     limits.check_payload("payload bytes", &encoded)?;
     Ok(encoded)
+}
+
+/// An item's tags as a JSON array and its metadata as JSON, each `None` when it has none.
+fn encode_extras(tx: &Tx<'_>, item: &NewItem) -> Result<(Option<String>, Option<String>)> {
+    let tags = match item.tags.is_empty() {
+        true => None,
+        false => Some(serde_json::to_string(&item.tags)?),
+    };
+    let metadata = item.metadata.as_ref().map(serde_json::to_string).transpose()?;
+    if let Some(metadata) = &metadata {
+        tx.limits().check_payload("metadata bytes", metadata)?;
+    }
+    Ok((tags, metadata))
 }
 
 fn check_queues(tx: &Tx<'_>, queues: &[String]) -> Result<()> {

@@ -54,6 +54,20 @@ pub(super) fn claim(
     )
 }
 
+/// Whether any of `queues` is paused or limited (`queue_settings`): their claims then go
+/// item by item, each under the claiming statement's gate, instead of all in one.
+pub(super) fn any_gated(db: Db<'_>, tenant: &str, queues: &[String]) -> Result<bool> {
+    let queues = texts(queues.iter().map(String::as_str));
+    let gated: Option<i64> = db.query_value(
+        "SELECT 1 FROM main.queue_settings
+         WHERE tenant_id = ?1 AND queue = ANY(?2::text[])
+           AND (paused = 1 OR concurrency_max IS NOT NULL)
+         LIMIT 1",
+        args![tenant, Arg::Texts(&queues)],
+    )?;
+    Ok(gated.is_some())
+}
+
 /// A held item's id, the fence of its holder's claim, and (for a completion or failure) text.
 pub(super) struct Fenced<'a> {
     pub(super) id: &'a str,

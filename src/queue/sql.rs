@@ -23,7 +23,8 @@ macro_rules! item_columns {
     () => {
         "item_id, queue, payload, priority, run_at_ms, attempt, max_attempts, backoff_base_ms,
          backoff_max_ms, dedupe_key, execution_id, node_id, status, fence, worker_id,
-         lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms, finished_at_ms"
+         lease_expires_at_ms, last_error, result, created_at_ms, updated_at_ms, finished_at_ms,
+         run_timeout_ms, tags, metadata"
     };
 }
 pub(super) use item_columns;
@@ -34,6 +35,23 @@ pub(super) use item_columns;
 macro_rules! to_take {
     ($sql:expr) => {
         Query::per_engine($sql, concat!($sql, " FOR UPDATE SKIP LOCKED"))
+    };
+}
+
+/// The condition a claim of an item of queue `?6` (tenant `?1`) adds to its own `WHERE`: the
+/// queue is not paused, and fewer of its items are claimed than its limit allows. A queue
+/// without a settings row (most) costs one primary-key probe; the count reads the partial
+/// index of claimed items of that queue (at most its limit of them), only for a limited
+/// queue. In the claiming statement, so that it holds for every process: on SQLite one writer
+/// at a time; on PostgreSQL a writing batch holds its tenant's lock from its start to its
+/// commit, so two processes' claims of a queue never both see room for the same slot.
+macro_rules! gate_sql {
+    () => {
+        "NOT EXISTS (SELECT 1 FROM main.queue_settings
+             WHERE tenant_id = ?1 AND queue = ?6
+               AND (paused = 1 OR (concurrency_max IS NOT NULL AND concurrency_max <= (
+                   SELECT count(*) FROM main.queue_items INDEXED BY queue_items_leases
+                   WHERE tenant_id = ?1 AND queue = ?6 AND status = 'claimed'))))"
     };
 }
 
@@ -60,12 +78,17 @@ pub(super) struct ItemRow {
     created_at_ms: i64,
     pub(super) updated_at_ms: i64,
     finished_at_ms: Option<i64>,
+    run_timeout_ms: Option<i64>,
+    tags: Option<String>,
+    metadata: Option<String>,
 }
 
 impl ItemRow {
     /// The item with its JSON decoded.
     pub(super) fn into_item(self) -> Result<QueueItem> {
         let result = self.result.as_deref().map(serde_json::from_str).transpose()?;
+        let tags = self.tags.as_deref().map(serde_json::from_str).transpose()?;
+        let metadata = self.metadata.as_deref().map(serde_json::from_str).transpose()?;
         Ok(QueueItem {
             id: self.id,
             queue: self.queue,
@@ -87,6 +110,9 @@ impl ItemRow {
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.updated_at_ms,
             finished_at_ms: self.finished_at_ms,
+            run_timeout_ms: self.run_timeout_ms,
+            tags: tags.unwrap_or_default(),
+            metadata,
         })
     }
 }
@@ -102,31 +128,49 @@ pub(super) struct NewRow<'r> {
     pub(super) id: &'r str,
     pub(super) item: &'r NewItem,
     pub(super) encoded: &'r str,
+    /// The tags as a JSON array, and the metadata as JSON (`None`: none).
+    pub(super) tags: Option<&'r str>,
+    pub(super) metadata: Option<&'r str>,
     pub(super) hash: Option<&'r str>,
     pub(super) run_at_ms: i64,
 }
 
 pub(super) fn insert(db: Db<'_>, tenant: &str, now_ms: i64, row: &NewRow<'_>) -> Result<()> {
     let item = row.item;
-    db.execute("INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
+    db.execute(
+        "INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash, priority,
              run_at_ms, attempt, max_attempts, backoff_base_ms, backoff_max_ms, dedupe_key,
-             execution_id, node_id, status, fence, created_at_ms, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14)", args![
-        tenant,
-        row.id,
-        item.queue,
-        row.encoded,
-        row.hash,
-        item.priority,
-        row.run_at_ms,
-        item.max_attempts,
-        item.backoff.base_ms,
-        item.backoff.max_ms,
-        item.dedupe_key,
-        item.execution_id,
-        item.node_id,
-        now_ms
-    ])?;
+             execution_id, node_id, status, fence, created_at_ms, updated_at_ms, run_timeout_ms,
+             tags, metadata)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, 'pending', 0, ?14, ?14,
+                 ?15, ?16, ?17)",
+        args![
+            tenant,
+            row.id,
+            item.queue,
+            row.encoded,
+            row.hash,
+            item.priority,
+            row.run_at_ms,
+            item.max_attempts,
+            item.backoff.base_ms,
+            item.backoff.max_ms,
+            item.dedupe_key,
+            item.execution_id,
+            item.node_id,
+            now_ms,
+            item.run_timeout_ms,
+            row.tags,
+            row.metadata
+        ],
+    )?;
+    for tag in &item.tags {
+        db.execute(
+            "INSERT INTO main.queue_item_tags (tenant_id, queue, tag, item_id)
+             VALUES (?1, ?2, ?3, ?4)",
+            args![tenant, item.queue, tag, row.id],
+        )?;
+    }
     Ok(())
 }
 
@@ -157,6 +201,63 @@ pub(super) fn select_live_by_dedupe(
         |r| Ok(LiveDuplicate { id: r.get(0)?, payload_hash: r.get(1)? }),
     )?;
     Ok(row)
+}
+
+/// The item holding `key` in `queue`'s window starting at `window_start_ms`, if it is still
+/// there.
+pub(super) fn select_unique_holder(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    key: &str,
+    window_start_ms: i64,
+) -> Result<Option<ItemRow>> {
+    db.query_opt(
+        concat!(
+            "SELECT ",
+            item_columns!(),
+            " FROM main.queue_items WHERE tenant_id = ?1 AND item_id = (
+                 SELECT item_id FROM main.queue_unique
+                 WHERE tenant_id = ?1 AND queue = ?2 AND unique_key = ?3
+                   AND window_start_ms = ?4)"
+        ),
+        args![tenant, queue, key, window_start_ms],
+        item_from_row,
+    )
+}
+
+/// Makes `item_id` the holder of `key` in `queue`'s window starting at `window_start_ms`.
+pub(super) fn set_unique_holder(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    (key, window_start_ms): (&str, i64),
+    item_id: &str,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO main.queue_unique (tenant_id, queue, unique_key, window_start_ms, item_id)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (tenant_id, queue, unique_key, window_start_ms)
+         DO UPDATE SET item_id = excluded.item_id",
+        args![tenant, queue, key, window_start_ms, item_id],
+    )?;
+    Ok(())
+}
+
+/// Gives a pending item a new payload and run time; false when it is no longer pending.
+pub(super) fn replace_pending(
+    db: Db<'_>,
+    tenant: &str,
+    id: &str,
+    (encoded, run_at_ms): (&str, i64),
+    now_ms: i64,
+) -> Result<bool> {
+    let changed = db.execute(
+        "UPDATE main.queue_items SET payload = ?3, run_at_ms = ?4, updated_at_ms = ?5
+         WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
+        args![tenant, id, encoded, run_at_ms, now_ms],
+    )?;
+    Ok(changed == 1)
 }
 
 /// Most priority levels one claim looks through before it falls back to one query over all of
@@ -248,7 +349,8 @@ fn select_due_scanning(
     )
 }
 
-/// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed.
+/// Claims a pending item: one more attempt, the next fence, a lease. Returns it as claimed, or
+/// `None` when its queue's settings refuse the claim (`gate_sql!`).
 pub(super) fn claim(
     db: Db<'_>,
     tenant: &str,
@@ -256,22 +358,27 @@ pub(super) fn claim(
     worker_id: &str,
     now_ms: i64,
     expires_at_ms: i64,
-) -> Result<ItemRow> {
-    db.execute(
-        "UPDATE main.queue_items
+) -> Result<Option<ItemRow>> {
+    let changed = db.execute(
+        concat!(
+            "UPDATE main.queue_items
          SET status = 'claimed', attempt = attempt + 1, fence = fence + 1, worker_id = ?3,
              lease_expires_at_ms = ?5, updated_at_ms = ?4
-         WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending'",
-        args![tenant, row.id, worker_id, now_ms, expires_at_ms],
-    )
-    .map(|changed| Error::expect_one(changed, "item", &row.id))??;
+         WHERE tenant_id = ?1 AND item_id = ?2 AND status = 'pending' AND ",
+            gate_sql!()
+        ),
+        args![tenant, row.id, worker_id, now_ms, expires_at_ms, row.queue],
+    )?;
+    if changed == 0 {
+        return Ok(None);
+    }
     row.status = ItemStatus::Claimed;
     row.attempt += 1;
     row.fence += 1;
     row.worker_id = Some(worker_id.to_owned());
     row.lease_expires_at_ms = Some(expires_at_ms);
     row.updated_at_ms = now_ms;
-    Ok(row)
+    Ok(Some(row))
 }
 
 /// A held item: its tenant, id and the fence of the holder's claim.
@@ -489,8 +596,8 @@ pub(super) fn select_items(
     queue: &str,
     status: ItemStatus,
     due_by_ms: Option<(bool, i64)>,
-    after: &str,
-    limit: usize,
+    tag: Option<&str>,
+    (after, limit): (&str, usize),
 ) -> Result<Vec<ItemRow>> {
     // The status is written into the statement (one of five literals), so that SQLite uses
     // the partial index of that status; finished items have theirs in id order, so that a
@@ -508,6 +615,22 @@ pub(super) fn select_items(
         Some((false, _)) => "AND run_at_ms > ?5",
         None => "AND CAST(?5 AS BIGINT) IS NOT NULL", // every item (the parameter is bound either way)
     };
+    let now_ms = due_by_ms.map_or(0, |(_, now_ms)| now_ms);
+    if let Some(tag) = tag {
+        // The tag's rows drive (a key range of its primary key, in id order); each is looked up
+        // by its item's key and kept if it has the status.
+        let sql = format!(
+            "SELECT {} FROM main.queue_items
+             WHERE tenant_id = ?1 AND item_id IN (
+                 SELECT item_id FROM main.queue_item_tags
+                 WHERE tenant_id = ?1 AND queue = ?2 AND tag = ?6 AND item_id > ?3)
+               AND status = '{}' {due}
+             ORDER BY item_id LIMIT ?4",
+            item_columns!(),
+            status.as_str()
+        );
+        return items(db, &sql, args![tenant, queue, after, limit as i64, now_ms, tag]);
+    }
     let sql = format!(
         "SELECT {} FROM main.queue_items {index}
          WHERE tenant_id = ?1 AND queue = ?2 AND status = '{}' {done} AND item_id > ?3 {due}
@@ -515,7 +638,6 @@ pub(super) fn select_items(
         item_columns!(),
         status.as_str()
     );
-    let now_ms = due_by_ms.map_or(0, |(_, now_ms)| now_ms);
     items(db, &sql, args![tenant, queue, after, limit as i64, now_ms])
 }
 
@@ -535,6 +657,24 @@ pub(super) fn requeue(db: Db<'_>, tenant: &str, item: &ItemRow, now_ms: i64) -> 
 
 /// Deletes up to `limit` dead items of `queue`; returns how many.
 pub(super) fn delete_dead(db: Db<'_>, tenant: &str, queue: &str, limit: usize) -> Result<u64> {
+    // Their tags and unique keys first, by the same selection (the same rows, in this
+    // transaction).
+    db.execute(
+        "DELETE FROM main.queue_item_tags
+             WHERE tenant_id = ?1 AND queue = ?2 AND item_id IN (
+                 SELECT item_id FROM main.queue_items INDEXED BY queue_items_dead
+                 WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'
+                 ORDER BY item_id LIMIT ?3)",
+        args![tenant, queue, limit as i64],
+    )?;
+    db.execute(
+        "DELETE FROM main.queue_unique
+             WHERE tenant_id = ?1 AND item_id IN (
+                 SELECT item_id FROM main.queue_items INDEXED BY queue_items_dead
+                 WHERE tenant_id = ?1 AND queue = ?2 AND status = 'dead'
+                 ORDER BY item_id LIMIT ?3)",
+        args![tenant, queue, limit as i64],
+    )?;
     let deleted = db.execute(
         "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
@@ -624,7 +764,7 @@ pub(super) fn select_stats(db: Db<'_>, tenant: &str, now_ms: i64) -> Result<Vec<
     Ok(queues.into_values().collect())
 }
 
-fn empty_stats(queue: String) -> QueueStats {
+pub(super) fn empty_stats(queue: String) -> QueueStats {
     QueueStats {
         queue,
         pending: 0,
@@ -633,6 +773,8 @@ fn empty_stats(queue: String) -> QueueStats {
         dead: 0,
         completed: 0,
         oldest_pending_age_ms: None,
+        paused: false,
+        concurrency_max: None,
     }
 }
 
@@ -669,13 +811,28 @@ pub(super) fn delete_finished_before(
     cutoff_ms: i64,
     limit: usize,
 ) -> Result<u64> {
+    // Their tags and unique keys first, by the same selection (the same rows, in this
+    // transaction).
+    for table in [
+        "DELETE FROM main.queue_item_tags WHERE tenant_id = ?1 AND item_id IN (",
+        "DELETE FROM main.queue_unique WHERE tenant_id = ?1 AND item_id IN (",
+    ] {
+        let sql = format!(
+            "{table}
+                 SELECT item_id FROM main.queue_items INDEXED BY queue_items_finished
+                 WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
+                   AND finished_at_ms < ?2
+                 ORDER BY finished_at_ms, item_id LIMIT ?3)"
+        );
+        db.execute(&sql, args![tenant, cutoff_ms, limit as i64])?;
+    }
     let deleted: Vec<(String, String)> = db.query_all(
         "DELETE FROM main.queue_items
              WHERE tenant_id = ?1 AND item_id IN (
                  SELECT item_id FROM main.queue_items INDEXED BY queue_items_finished
                  WHERE tenant_id = ?1 AND status IN ('completed', 'cancelled')
                    AND finished_at_ms < ?2
-                 ORDER BY finished_at_ms LIMIT ?3)
+                 ORDER BY finished_at_ms, item_id LIMIT ?3)
              RETURNING queue, status",
         args![tenant, cutoff_ms, limit as i64],
         |r| Ok((r.get(0)?, r.get(1)?)),
@@ -775,5 +932,120 @@ pub(super) fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
         created_at_ms: row.get(18)?,
         updated_at_ms: row.get(19)?,
         finished_at_ms: row.get(20)?,
+        run_timeout_ms: row.get(21)?,
+        tags: row.get(22)?,
+        metadata: row.get(23)?,
     })
+}
+
+/// A queue's settings as stored (`queue_settings`); a queue without a row has the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Settings {
+    pub(super) queue: String,
+    pub(super) item_events: bool,
+    pub(super) paused: bool,
+    pub(super) concurrency_max: Option<u32>,
+}
+
+/// The settings of `queue`, if it has a row.
+pub(super) fn select_settings(db: Db<'_>, tenant: &str, queue: &str) -> Result<Option<Settings>> {
+    db.query_opt(
+        "SELECT queue, item_events, paused, concurrency_max FROM main.queue_settings
+         WHERE tenant_id = ?1 AND queue = ?2",
+        args![tenant, queue],
+        settings_from_row,
+    )
+}
+
+/// The settings of the tenant's queues that are paused or limited, by name.
+pub(super) fn select_controlled(db: Db<'_>, tenant: &str) -> Result<Vec<Settings>> {
+    db.query_all(
+        "SELECT queue, item_events, paused, concurrency_max FROM main.queue_settings
+         WHERE tenant_id = ?1 AND (paused = 1 OR concurrency_max IS NOT NULL) ORDER BY queue",
+        args![tenant],
+        settings_from_row,
+    )
+}
+
+fn settings_from_row(r: &Row<'_>) -> Result<Settings> {
+    let concurrency_max: Option<i64> = r.get(3)?;
+    Ok(Settings {
+        queue: r.get(0)?,
+        item_events: r.get(1)?,
+        paused: r.get(2)?,
+        concurrency_max: concurrency_max.map(|max| u32::try_from(max).unwrap_or(u32::MAX)),
+    })
+}
+
+/// Records whether `queue` is paused (a new row keeps the other defaults).
+pub(super) fn set_paused(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    paused: bool,
+    now_ms: i64,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO main.queue_settings (tenant_id, queue, item_events, updated_at_ms, paused)
+         VALUES (?1, ?2, 1, ?4, ?3)
+         ON CONFLICT (tenant_id, queue)
+         DO UPDATE SET paused = excluded.paused, updated_at_ms = excluded.updated_at_ms",
+        args![tenant, queue, paused, now_ms],
+    )?;
+    Ok(())
+}
+
+/// Records `queue`'s concurrency limit (`None`: no limit; a new row keeps the other defaults).
+pub(super) fn set_concurrency(
+    db: Db<'_>,
+    tenant: &str,
+    queue: &str,
+    concurrency_max: Option<u32>,
+    now_ms: i64,
+) -> Result<()> {
+    let max = concurrency_max.map(i64::from);
+    db.execute(
+        "INSERT INTO main.queue_settings
+             (tenant_id, queue, item_events, updated_at_ms, concurrency_max)
+         VALUES (?1, ?2, 1, ?4, ?3)
+         ON CONFLICT (tenant_id, queue) DO UPDATE
+         SET concurrency_max = excluded.concurrency_max, updated_at_ms = excluded.updated_at_ms",
+        args![tenant, queue, max, now_ms],
+    )?;
+    Ok(())
+}
+
+/// How many items of `queue` are claimed (from the partial index of claimed items).
+pub(super) fn count_claimed(db: Db<'_>, tenant: &str, queue: &str) -> Result<u64> {
+    let claimed: Option<i64> = db.query_value(
+        "SELECT count(*) FROM main.queue_items INDEXED BY queue_items_leases
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed'",
+        args![tenant, queue],
+    )?;
+    Ok(claimed.unwrap_or(0).max(0) as u64)
+}
+
+/// The earliest expiry of `queue`'s leases: when a full queue may have room again at the
+/// latest (a settlement before it rings the bell).
+pub(super) fn select_next_expiry(db: Db<'_>, tenant: &str, queue: &str) -> Result<Option<i64>> {
+    db.query_value(
+        "SELECT lease_expires_at_ms FROM main.queue_items INDEXED BY queue_items_leases
+         WHERE tenant_id = ?1 AND queue = ?2 AND status = 'claimed'
+         ORDER BY lease_expires_at_ms LIMIT 1",
+        args![tenant, queue],
+    )
+}
+
+/// Puts a held item back to pending, due at `run_at_ms`, with its attempt refunded (a
+/// snooze); false when `fence` no longer holds a live lease.
+pub(super) fn snooze(db: Db<'_>, held: &Held<'_>, now_ms: i64, run_at_ms: i64) -> Result<bool> {
+    let changed = db.execute(
+        "UPDATE main.queue_items
+         SET status = 'pending', attempt = attempt - 1, run_at_ms = ?5, worker_id = NULL,
+             lease_expires_at_ms = NULL, updated_at_ms = ?4
+         WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'
+           AND lease_expires_at_ms > ?4",
+        args![held.tenant, held.id, held.fence as i64, now_ms, run_at_ms],
+    )?;
+    Ok(changed == 1)
 }

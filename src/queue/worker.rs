@@ -10,24 +10,33 @@
 //!
 //! A handler's panic is a failed attempt (retryable). A lease the pool could not renew is
 //! reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the store and
-//! counted as lost. Stopping is graceful: claimed items no handler has started are released
+//! counted as lost. An item cancelled while its handler runs ([`Queue::cancel`]) is reported
+//! the same way, and more precisely ([`Job::cancelled`]: at the handler's next check, and at
+//! the next renewal); its outcome is refused and counted as cancelled, never retried.
+//!
+//! An item with a run timeout ([`NewItem::run_timeout_ms`]) whose handler runs past it is
+//! failed by the pool as retryable ("timed out after N ms"); the handler is told
+//! ([`Job::timed_out`], and [`Job::lease_lost`]) and its own outcome is dropped when it comes.
+//!
+//! [`Queue::cancel`]: super::Queue::cancel
+//! [`NewItem::run_timeout_ms`]: super::NewItem::run_timeout_ms Stopping is graceful: claimed items no handler has started are released
 //! (their attempt refunded), running handlers finish, and their outcomes are settled before
 //! `join` returns. No claimed item is ever left without a lease renewal or a settlement while
 //! the pool runs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use serde_json::Value;
 
-use super::ops::{Cycle, Cycled, Fail, Lease, NextDue, Release, Settled, Settlement};
-use super::{Claimed, Completion, FailOutcome, QueueItem};
+use super::ops::{Cycle, Cycled, Fail, Lease, NextDue, Release, Settled, Settlement, Snooze};
+use super::{Claimed, Completion, FailOutcome, ItemStatus, QueueItem};
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -93,6 +102,11 @@ pub enum Outcome {
     Fail(String),
     /// Give the item back untouched, its attempt refunded.
     Release,
+    /// Run the item again this many milliseconds from now, its attempt refunded (it does not
+    /// count against `max_attempts`); see [`Queue::snooze`](super::Queue::snooze). A delay
+    /// outside `0..=SNOOZE_MS_MAX` is refused by the store, and the item dead-lettered with
+    /// the reason, as any outcome the store refuses for its content.
+    Snooze(i64),
     /// The handler settled the item itself, with its fence (completed it in a transaction of
     /// its own with other writes, say): the pool has nothing left to do for it.
     Settled,
@@ -113,8 +127,16 @@ impl<E: Display> From<std::result::Result<Value, E>> for Outcome {
 pub struct Job {
     claimed: Claimed,
     lost: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
+    timed_out: Arc<AtomicBool>,
+    /// When its handler started, in the store's ms (`NOT_STARTED` before).
+    started_at_ms: Arc<AtomicI64>,
     stopping: Arc<AtomicBool>,
+    store: Store,
 }
+
+/// `started_at_ms` of a job no handler has started.
+const NOT_STARTED: i64 = i64::MIN;
 
 impl Job {
     /// The item, as it stood when it was claimed.
@@ -150,6 +172,36 @@ impl Job {
         self.lost.load(Ordering::Acquire)
     }
 
+    /// True once the item has been cancelled ([`Queue::cancel`](super::Queue::cancel)) while
+    /// this handler held it: whatever it returns will be refused, and the item is never
+    /// retried, so it should stop what it does. Until the pool has seen the cancel (at a lease
+    /// renewal), each call reads the item's status from the store (a read on a reader thread,
+    /// which also sees a cancel by another process): check between steps of the work, not in
+    /// a tight loop. Once true, it stays true without reading. A store error reads as false.
+    pub fn cancelled(&self) -> bool {
+        if self.cancelled.load(Ordering::Acquire) {
+            return true;
+        }
+        let item = &self.claimed.item;
+        let now = self
+            .store
+            .queue()
+            .get(&item.id)
+            .is_ok_and(|now| cancelled_under(&now, self.claimed.fence));
+        if now {
+            self.cancelled.store(true, Ordering::Release);
+            self.lost.store(true, Ordering::Release);
+        }
+        now
+    }
+
+    /// True once the pool has failed this attempt for running past the item's run timeout
+    /// ([`NewItem::run_timeout_ms`](super::NewItem::run_timeout_ms)): the failure (retryable)
+    /// is recorded, whatever this handler returns is dropped, and it should stop.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::Acquire)
+    }
+
     /// True once the pool is stopping: a long handler may finish early (returning
     /// [`Outcome::Release`] gives the item back with its attempt refunded).
     pub fn stopping(&self) -> bool {
@@ -170,10 +222,17 @@ pub struct WorkerReport {
     pub dead_lettered: u64,
     /// Items given back (by their handler, or unstarted when the pool stopped).
     pub released: u64,
+    /// Items put back to run later ([`Outcome::Snooze`]), their attempt refunded.
+    pub snoozed: u64,
     /// Items their handler settled itself ([`Outcome::Settled`]).
     pub settled_by_handler: u64,
     /// Items whose lease was lost before their outcome could be recorded.
     pub lease_lost: u64,
+    /// Items cancelled while their handler ran: their outcome was refused (and not retried).
+    pub cancelled: u64,
+    /// Attempts the pool failed for running past their item's run timeout (each also counted
+    /// as retried or dead-lettered).
+    pub timed_out: u64,
     /// Handlers that panicked (each counted as a retryable failure).
     pub panicked: u64,
 }
@@ -314,6 +373,7 @@ impl Worker {
             unstarted: jobs_rx,
             events: events_rx,
             held: HashMap::new(),
+            abandoned: HashSet::new(),
             stopping: Arc::clone(stopping),
             counts: Arc::clone(&counts),
             dry: false,
@@ -457,8 +517,11 @@ struct Counts {
     retried: AtomicU64,
     dead_lettered: AtomicU64,
     released: AtomicU64,
+    snoozed: AtomicU64,
     settled_by_handler: AtomicU64,
     lease_lost: AtomicU64,
+    cancelled: AtomicU64,
+    timed_out: AtomicU64,
     panicked: AtomicU64,
 }
 
@@ -471,8 +534,11 @@ impl Counts {
             retried: read(&self.retried),
             dead_lettered: read(&self.dead_lettered),
             released: read(&self.released),
+            snoozed: read(&self.snoozed),
             settled_by_handler: read(&self.settled_by_handler),
             lease_lost: read(&self.lease_lost),
+            cancelled: read(&self.cancelled),
+            timed_out: read(&self.timed_out),
             panicked: read(&self.panicked),
         }
     }
@@ -496,6 +562,7 @@ impl HandlerThread {
         R: Into<Outcome>,
     {
         for job in &self.jobs {
+            job.started_at_ms.store(job.store.now_ms(), Ordering::Release);
             let outcome = match catch_unwind(AssertUnwindSafe(|| handler(&job).into())) {
                 Ok(outcome) => outcome,
                 Err(payload) => {
@@ -539,6 +606,25 @@ struct Held {
     fence: u64,
     expires_at_ms: i64,
     lost: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
+    /// The item's run timeout, if it has one.
+    run_timeout_ms: Option<i64>,
+    started_at_ms: Arc<AtomicI64>,
+    timed_out: Arc<AtomicBool>,
+    /// Its handler has returned (its outcome waits for the next round).
+    handler_done: bool,
+}
+
+impl Held {
+    /// When the attempt times out: its handler started, is still running, and the item has a
+    /// run timeout.
+    fn times_out_at_ms(&self) -> Option<i64> {
+        let started_at_ms = self.started_at_ms.load(Ordering::Acquire);
+        let running = started_at_ms != NOT_STARTED && !self.handler_done;
+        let live = !self.lost.load(Ordering::Acquire) && !self.timed_out.load(Ordering::Acquire);
+        let timeout_ms = self.run_timeout_ms.filter(|_| running && live)?;
+        Some(started_at_ms.saturating_add(timeout_ms))
+    }
 }
 
 /// The coordinator: runs the rounds, hands out jobs, keeps the leases.
@@ -561,6 +647,9 @@ struct Coordinator {
     unstarted: Receiver<Job>,
     events: Receiver<Event>,
     held: HashMap<String, Held>,
+    /// Claims the pool failed for their run timeout whose handler has not returned yet: their
+    /// outcome is dropped, and each keeps a handler busy.
+    abandoned: HashSet<(String, u64)>,
     stopping: Arc<AtomicBool>,
     counts: Arc<Counts>,
     /// The last claim found fewer items than it asked for.
@@ -628,11 +717,18 @@ impl Coordinator {
 
     /// Turns a handler's outcome into the settlement for the next round.
     fn finished(&mut self, id: String, fence: u64, outcome: Outcome) {
+        if self.abandoned.remove(&(id.clone(), fence)) {
+            return;
+        }
+        if let Some(held) = self.held.get_mut(&id) {
+            held.handler_done = true;
+        }
         let settlement = match outcome {
             Outcome::Complete(result) => Settlement::Complete(Completion { id, fence, result }),
             Outcome::Retry(error) => Settlement::Fail(Fail { id, fence, error, retryable: true }),
             Outcome::Fail(error) => Settlement::Fail(Fail { id, fence, error, retryable: false }),
             Outcome::Release => Settlement::Release(Release { id, fence }),
+            Outcome::Snooze(delay_ms) => Settlement::Snooze(Snooze { id, fence, delay_ms }),
             Outcome::Settled => {
                 self.held.remove(&id);
                 Counts::add(&self.counts.settled_by_handler, 1);
@@ -653,8 +749,10 @@ impl Coordinator {
     /// One round, if there is anything to do: settle, renew, claim.
     fn round(&mut self) -> Result<()> {
         let now_ms = self.store.now_ms();
+        self.time_out(now_ms);
         let renew = self.due_renewals(now_ms);
-        let free = self.capacity().saturating_sub(self.held.len());
+        let busy = self.held.len() + self.abandoned.len();
+        let free = self.capacity().saturating_sub(busy);
         let claim_max = if self.stopping.load(Ordering::Acquire) || (self.dry && !self.woken) {
             0
         } else {
@@ -681,6 +779,25 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Fails, as retryable, every attempt whose handler has run past its item's run timeout;
+    /// tells the handler, and drops its outcome when it comes.
+    fn time_out(&mut self, now_ms: i64) {
+        for (id, held) in &self.held {
+            let Some(at_ms) = held.times_out_at_ms() else { continue };
+            if now_ms < at_ms {
+                continue;
+            }
+            held.timed_out.store(true, Ordering::Release);
+            held.lost.store(true, Ordering::Release);
+            self.abandoned.insert((id.clone(), held.fence));
+            Counts::add(&self.counts.timed_out, 1);
+            let timeout_ms = held.run_timeout_ms.unwrap_or_default();
+            let error = format!("timed out after {timeout_ms} ms");
+            let fail = Fail { id: id.clone(), fence: held.fence, error, retryable: true };
+            self.cycle.settle.push(Settlement::Fail(fail));
+        }
+    }
+
     /// The held items due for a renewal (and not lost).
     fn due_renewals(&self, now_ms: i64) -> Vec<Lease> {
         self.held
@@ -697,10 +814,19 @@ impl Coordinator {
             self.settled(settlement, result);
         }
         for (lease, result) in renew.iter().zip(cycled.renewed) {
-            let Some(held) = self.held.get_mut(&lease.id) else { continue };
+            let Some(held) = self.held.get(&lease.id) else { continue };
             match result {
-                Ok(expires_at_ms) => held.expires_at_ms = expires_at_ms,
-                Err(_) => held.lost.store(true, Ordering::Release),
+                Ok(expires_at_ms) => {
+                    if let Some(held) = self.held.get_mut(&lease.id) {
+                        held.expires_at_ms = expires_at_ms;
+                    }
+                }
+                Err(_) => {
+                    if self.was_cancelled(&lease.id, held) {
+                        held.cancelled.store(true, Ordering::Release);
+                    }
+                    held.lost.store(true, Ordering::Release);
+                }
             }
         }
         self.dry = cycled.claimed.len() < asked;
@@ -721,12 +847,26 @@ impl Coordinator {
                 Counts::add(&counts.dead_lettered, 1);
             }
             Ok(Settled::Released) => Counts::add(&counts.released, 1),
+            Ok(Settled::Snoozed { .. }) => Counts::add(&counts.snoozed, 1),
             Err(Error::LeaseLost(_) | Error::NotFound { .. }) => {
-                Counts::add(&counts.lease_lost, 1);
+                let id = settlement.id();
+                match self.held.get(id) {
+                    Some(held) if self.was_cancelled(id, held) => {
+                        Counts::add(&counts.cancelled, 1);
+                    }
+                    _ => Counts::add(&counts.lease_lost, 1),
+                }
             }
             Err(error) => return self.refused(settlement, &error),
         }
         self.held.remove(settlement.id());
+    }
+
+    /// Whether the item `held` was refused for was cancelled under its claim: known from an
+    /// earlier renewal or from the handler's check, or read from the store (only for a refusal).
+    fn was_cancelled(&self, id: &str, held: &Held) -> bool {
+        held.cancelled.load(Ordering::Acquire)
+            || self.store.queue().get(id).is_ok_and(|item| cancelled_under(&item, held.fence))
     }
 
     /// A settlement the store refused for its content (a result too large, an error text too
@@ -736,6 +876,7 @@ impl Coordinator {
             Settlement::Complete(done) => (done.id, done.fence),
             Settlement::Fail(failure) => (failure.id, failure.fence),
             Settlement::Release(release) => (release.id, release.fence),
+            Settlement::Snooze(snooze) => (snooze.id, snooze.fence),
         };
         let mut error = format!("the pool could not record the handler's outcome: {error}");
         let mut end = error.len().min(REFUSED_ERROR_BYTES_MAX);
@@ -765,13 +906,29 @@ impl Coordinator {
 
     fn dispatch(&mut self, claimed: Claimed) {
         let lost = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let started_at_ms = Arc::new(AtomicI64::new(NOT_STARTED));
         let held = Held {
             fence: claimed.fence,
             expires_at_ms: claimed.lease_expires_at_ms,
             lost: Arc::clone(&lost),
+            cancelled: Arc::clone(&cancelled),
+            run_timeout_ms: claimed.item.run_timeout_ms,
+            started_at_ms: Arc::clone(&started_at_ms),
+            timed_out: Arc::clone(&timed_out),
+            handler_done: false,
         };
         self.held.insert(claimed.item.id.clone(), held);
-        let job = Job { claimed, lost, stopping: Arc::clone(&self.stopping) };
+        let job = Job {
+            claimed,
+            lost,
+            cancelled,
+            timed_out,
+            started_at_ms,
+            stopping: Arc::clone(&self.stopping),
+            store: self.store.clone(),
+        };
         if let Some(jobs) = &self.jobs {
             // The coordinator holds a receiver itself, so the channel is never disconnected.
             let _ = jobs.send(job);
@@ -783,7 +940,7 @@ impl Coordinator {
     /// and nothing is held) or the poll interval, whichever is first.
     fn idle_wait(&self) -> Result<Option<Duration>> {
         let stopping = self.stopping.load(Ordering::Acquire);
-        let free = self.held.len() < self.capacity();
+        let free = self.held.len() + self.abandoned.len() < self.capacity();
         if !self.cycle.settle.is_empty() || (free && !stopping && (!self.dry || self.woken)) {
             return Ok(None);
         }
@@ -793,6 +950,9 @@ impl Coordinator {
             renewing.map(|held| held.expires_at_ms - self.renew_left_ms).min()
         {
             wait = wait.min(self.store.until_ms(renew_at_ms));
+        }
+        if let Some(times_out_at_ms) = self.held.values().filter_map(Held::times_out_at_ms).min() {
+            wait = wait.min(self.store.until_ms(times_out_at_ms));
         }
         if self.held.is_empty() && !stopping {
             let next_due = match self.store.exec(NextDue { queues: self.cycle.queues.clone() }) {
@@ -807,6 +967,12 @@ impl Coordinator {
         }
         Ok(Some(wait))
     }
+}
+
+/// Whether `item` was cancelled while claimed under `fence` (a later claim would have moved
+/// its fence on).
+fn cancelled_under(item: &QueueItem, fence: u64) -> bool {
+    item.status == ItemStatus::Cancelled && item.fence == fence
 }
 
 /// Whether an error means the store is gone for good (no round can succeed again).

@@ -300,6 +300,31 @@ fn raw_postgres_pairs(_: &str, _: &str) -> std::collections::BTreeSet<(String, S
     needs_the_postgres_feature()
 }
 
+/// The PostgreSQL schema of the store at `location`, as lines to compare with another's: every
+/// column with its type, nullability, default and collation; every constraint's and index's
+/// definition (schema names left out). Two stores with the same lines have the same schema.
+#[cfg(feature = "postgres")]
+pub fn postgres_catalogue(location: &str) -> std::collections::BTreeSet<String> {
+    let mut raw = raw_postgres(location);
+    let mut lines = std::collections::BTreeSet::new();
+    let columns = "SELECT table_name::text || '.' || column_name::text || ' ' || data_type::text
+            || ' null=' || is_nullable::text || ' default=' || coalesce(column_default::text, '-')
+            || ' collate=' || coalesce(collation_name::text, '-')
+        FROM information_schema.columns WHERE table_schema = current_schema()";
+    let constraints = "SELECT c.conrelid::regclass::text || ' ' || c.conname::text || ' '
+            || pg_get_constraintdef(c.oid)
+        FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+        WHERE n.nspname = current_schema()";
+    let indexes = "SELECT indexname::text || ' ' || replace(indexdef, current_schema() || '.', '')
+        FROM pg_indexes WHERE schemaname = current_schema()";
+    for sql in [columns, constraints, indexes] {
+        for row in raw.query(sql, &[]).expect("the catalogue") {
+            lines.insert(row.get::<_, String>(0));
+        }
+    }
+    lines
+}
+
 /// A raw client of the PostgreSQL location (its schema on the search path).
 #[cfg(feature = "postgres")]
 fn raw_postgres(location: &str) -> spindle::postgres::Client {
@@ -435,7 +460,7 @@ pub fn assert_queue_counts(store: &Store, context: &str) {
                 tx.tenant()
             );
             let rows = raw_rows(tx, &sql, &sql)?;
-            let recount: Vec<spindle::QueueStats> = rows
+            let mut recount: Vec<spindle::QueueStats> = rows
                 .iter()
                 .map(|row| spindle::QueueStats {
                     queue: row[0].text(),
@@ -445,8 +470,39 @@ pub fn assert_queue_counts(store: &Store, context: &str) {
                     dead: row[4].int() as u64,
                     completed: row[5].int() as u64,
                     oldest_pending_age_ms: row[6].opt_int().map(|at| now_ms - at),
+                    paused: false,
+                    concurrency_max: None,
                 })
                 .collect();
+            // Paused and limited queues are reported with their settings, items or not.
+            let sql = format!(
+                "SELECT queue, paused, concurrency_max FROM queue_settings
+                 WHERE tenant_id = '{}' AND (paused = 1 OR concurrency_max IS NOT NULL)",
+                tx.tenant()
+            );
+            for row in raw_rows(tx, &sql, &sql)? {
+                let queue = row[0].text();
+                let index = match recount.binary_search_by(|s| s.queue.cmp(&queue)) {
+                    Ok(index) => index,
+                    Err(index) => {
+                        let empty = spindle::QueueStats {
+                            queue: queue.clone(),
+                            pending: 0,
+                            scheduled: 0,
+                            claimed: 0,
+                            dead: 0,
+                            completed: 0,
+                            oldest_pending_age_ms: None,
+                            paused: false,
+                            concurrency_max: None,
+                        };
+                        recount.insert(index, empty);
+                        index
+                    }
+                };
+                recount[index].paused = row[1].int() == 1;
+                recount[index].concurrency_max = row[2].opt_int().map(|max| max as u32);
+            }
             let audit = tx.exec(spindle::queue::AuditCounts)?;
             Ok(spindle::TxOutcome::Commit((stats, recount, audit)))
         })

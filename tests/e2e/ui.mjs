@@ -254,6 +254,19 @@ async function queues(page, base, token) {
     { timeout: WAIT_MS },
   );
   await shoot(page, 'queue-requeued', rows);
+
+  // Pause: the button turns to Resume and the stats show the queue paused; Resume undoes it.
+  const pause = page.locator('[data-testid=queue-pause]');
+  assert.equal((await pause.textContent()).trim(), 'Pause');
+  await pause.click();
+  await page.waitForSelector('[data-testid=queue-stats] [data-status=paused]', { timeout: WAIT_MS });
+  await page.waitForFunction(() => document.querySelector('[data-testid=queue-pause]')?.textContent === 'Resume', null, { timeout: WAIT_MS });
+  const stats = await page.evaluate(async () => (await (await fetch('/api/queues')).json()).find((q) => q.queue === 'mail'));
+  assert.equal(stats.paused, true, 'the store has it paused');
+  await shoot(page, 'queue-paused', '[data-testid=queue-stats]');
+  await pause.click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=queue-pause]')?.textContent === 'Pause', null, { timeout: WAIT_MS });
+  assert.equal(await page.locator('[data-testid=queue-stats] [data-status=paused]').count(), 0, 'running again');
 }
 
 /** A run's queue, signed in as a writer: no actions (the server refuses them: the items are

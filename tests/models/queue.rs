@@ -1,5 +1,6 @@
 //! The model of the work queue (DESIGN.md §5.3) for one tenant: items with priorities, delays,
-//! attempts, fenced leases, retries with the default backoff, dead letters, requeue and cancel.
+//! attempts, fenced leases, retries with the default backoff, dead letters, requeue and cancel
+//! (of pending and claimed items), paused queues, per-queue concurrency limits, snooze.
 //! The caller passes the store's time (`Stamp`) to every call.
 
 use spindle::{FailOutcome, ItemStatus};
@@ -39,6 +40,10 @@ pub type Granted = (String, u64, i64);
 #[derive(Debug, Clone, Default)]
 pub struct QueueModel {
     pub items: Vec<Item>,
+    /// The queues paused: nobody claims their items.
+    pub paused: Vec<String>,
+    /// The queues' concurrency limits: at most this many of their items claimed at once.
+    pub limits: Vec<(String, u32)>,
 }
 
 /// The default backoff: 1 s doubling per attempt, at most 64 s.
@@ -102,11 +107,13 @@ impl QueueModel {
             return Err(Refusal::InvalidInput);
         }
         let swept = self.reclaim(Some(queues), now_ms);
+        let open: Vec<&str> =
+            queues.iter().copied().filter(|queue| self.claimable(queue)).collect();
         let next = self
             .items
             .iter_mut()
             .filter(|i| i.status == ItemStatus::Pending && i.run_at_ms <= now_ms)
-            .filter(|i| queues.contains(&i.queue.as_str()))
+            .filter(|i| open.contains(&i.queue.as_str()))
             .min_by(|a, b| {
                 let key = |i: &Item| (-i.priority, i.run_at_ms);
                 key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
@@ -117,6 +124,39 @@ impl QueueModel {
         next.fence += 1;
         next.lease_expires_at_ms = now_ms + lease_ms;
         Ok((Some((next.id.clone(), next.fence, next.lease_expires_at_ms)), swept))
+    }
+
+    /// Whether a claim may take an item of `queue` now: it is not paused, and fewer of its
+    /// items are claimed than its limit.
+    pub fn claimable(&self, queue: &str) -> bool {
+        let paused = self.paused.iter().any(|paused| paused == queue);
+        let limit = self.limits.iter().find(|(q, _)| q == queue).map(|(_, max)| *max);
+        let claimed = self
+            .items
+            .iter()
+            .filter(|i| i.queue == queue && i.status == ItemStatus::Claimed)
+            .count() as u64;
+        !paused && limit.is_none_or(|max| claimed < u64::from(max))
+    }
+
+    /// Sets or lifts `queue`'s concurrency limit.
+    pub fn set_concurrency(&mut self, queue: &str, max: Option<u32>) -> Expect<()> {
+        if max == Some(0) {
+            return Err(Refusal::InvalidInput);
+        }
+        self.limits.retain(|(q, _)| q != queue);
+        if let Some(max) = max {
+            self.limits.push((queue.to_owned(), max));
+        }
+        Ok(())
+    }
+
+    /// Pauses (`true`) or resumes `queue`.
+    pub fn set_paused(&mut self, queue: &str, paused: bool) {
+        self.paused.retain(|q| q != queue);
+        if paused {
+            self.paused.push(queue.to_owned());
+        }
     }
 
     /// The item at `index` if `fence` holds its live lease; `LeaseLost` otherwise.
@@ -172,6 +212,18 @@ impl QueueModel {
         Ok(())
     }
 
+    /// Snoozes a held item: pending again, due `delay_ms` from now, its attempt refunded.
+    pub fn snooze(&mut self, index: usize, fence: u64, delay_ms: i64, now_ms: i64) -> Expect<i64> {
+        if !(0..=spindle::queue::SNOOZE_MS_MAX).contains(&delay_ms) {
+            return Err(Refusal::InvalidInput);
+        }
+        let item = self.held(index, fence, now_ms)?;
+        item.status = ItemStatus::Pending;
+        item.attempt -= 1;
+        item.run_at_ms = now_ms + delay_ms;
+        Ok(item.run_at_ms)
+    }
+
     /// Puts a dead item back, with fresh attempts, due now.
     pub fn requeue(&mut self, index: usize, now_ms: i64) -> Expect<()> {
         let item = self.items.get_mut(index).ok_or(Refusal::NotFound)?;
@@ -185,10 +237,11 @@ impl QueueModel {
         Ok(())
     }
 
-    /// Cancels a pending item.
+    /// Cancels a live item: pending, or claimed (its holder's later writes are `LeaseLost`:
+    /// it is no longer claimed, so `held` refuses them).
     pub fn cancel(&mut self, index: usize, now_ms: i64) -> Expect<()> {
         let item = self.items.get_mut(index).ok_or(Refusal::NotFound)?;
-        if item.status != ItemStatus::Pending {
+        if !matches!(item.status, ItemStatus::Pending | ItemStatus::Claimed) {
             return Err(Refusal::Conflict);
         }
         item.status = ItemStatus::Cancelled;

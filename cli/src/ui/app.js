@@ -1751,7 +1751,8 @@
         const runId = isRun(q) ? String(q.queue).slice(4) : null;
         return h('tr', { data: { queue: q.queue } },
           td(h('a', { href: `/queues/${enc(q.queue)}`, class: 'mono strong', title: q.queue, text: truncate(String(q.queue), 60) }),
-            runId ? [' ', h('a', { href: `/runs/${enc(runId)}`, class: 'small', text: 'run →' })] : null),
+            runId ? [' ', h('a', { href: `/runs/${enc(runId)}`, class: 'small', text: 'run →' })] : null,
+            queueState(q)),
           tdNum(String(q.pending)), tdNum(String(q.scheduled)), tdNum(String(q.claimed)),
           tdNum(q.dead ? h('a', { href: `/queues/${enc(q.queue)}`, class: 'danger strong', text: String(q.dead) }) : '0'),
           tdNum(String(q.completed)),
@@ -1761,6 +1762,16 @@
     });
     await load();
     cx.every(load, 5000);
+  }
+
+  /** A queue's controls as badges: paused, and its concurrency limit (null when it has neither). */
+  function queueState(q) {
+    const parts = [];
+    if (q.paused) parts.push(badge('paused', 'Paused: nobody claims its items until it is resumed'));
+    if (q.concurrency_max !== null && q.concurrency_max !== undefined) {
+      parts.push(h('span', { class: 'badge', testid: 'queue-limit', title: 'At most this many of its items claimed at once, by every worker together', text: `limit ${q.concurrency_max}` }));
+    }
+    return parts.length ? h('span', { class: 'queue-state', testid: 'queue-state' }, ...parts.flatMap((p) => [' ', p])) : null;
   }
 
   /** A queue item's cells: its id and payload come first in every table (`cells` gives the
@@ -1813,7 +1824,14 @@
       const done = await act(`${base}/purge`, 'purge dead letters');
       if (done) { notify(`Purged ${plural(done.purged ?? 0, 'dead letter')}`); reloadAll(); }
     }, { class: 'btn btn-danger', testid: 'purge-dead' });
-    const actionBar = h('div', { class: 'actions', testid: 'queue-actions' }, requeueAll, purge);
+    // Pause or resume: the button says what it will do, from the stats' last reading.
+    let paused = false;
+    const pauseToggle = button('Pause', async () => {
+      const verb = paused ? 'resume' : 'pause';
+      const done = await act(`${base}/${verb}`, `${verb} the queue`);
+      if (done) { notify(done.paused ? `Paused ${name}: nobody claims its items` : `Resumed ${name}`); loadStats(); }
+    }, { testid: 'queue-pause' });
+    const actionBar = h('div', { class: 'actions', testid: 'queue-actions' }, pauseToggle, requeueAll, purge);
     // A run's queue is the run's own: the server refuses actions on its items.
     const ownedByRun = name.startsWith('run:');
     const showActions = () => { actionBar.hidden = !session?.actions || ownedByRun; };
@@ -1828,9 +1846,16 @@
         ' A run\'s items are the run\'s: ', h('code', { text: `spindle retry ${name.slice(4)}` }), ' runs its failed nodes again.'));
     }
 
+    // A tag narrows the live items' tables (pending, scheduled, running) to the items with it.
+    let tag = '';
+    const tagInput = searchInput('', 'tag', 'queue-tag', 'Only the live items with this tag', { size: 16 });
+    const applyTag = debounce(() => { tag = tagInput.value.trim(); reloadAll(); }, 300);
+    cx.listen(tagInput, 'input', applyTag);
+    main.appendChild(h('p', { class: 'small' }, 'Live items with the tag ', tagInput));
     const sections = {};
     for (const kind of Object.keys(ITEM_KINDS)) {
-      sections[kind] = itemSection(cx, kind, kind === 'dead' ? `${base}/dead` : `${base}/items?status=${kind}`, name);
+      const path = kind === 'dead' ? () => `${base}/dead` : () => `${base}/items?status=${kind}${tag ? `&tag=${enc(tag)}` : ''}`;
+      sections[kind] = itemSection(cx, kind, path, name);
       main.appendChild(sections[kind].el);
     }
 
@@ -1839,12 +1864,15 @@
       const q = listOf(answer).find((x) => x.queue === name);
       requeueAll.disabled = Boolean(q) && !q.dead;
       purge.disabled = Boolean(q) && !q.dead;
+      paused = Boolean(q?.paused);
+      pauseToggle.textContent = paused ? 'Resume' : 'Pause';
       if (!q) {
         stats.replaceChildren(h('span', { class: 'muted', text: 'This queue has no items (yet).' }));
         return;
       }
       stats.replaceChildren(...[['pending', q.pending], ['scheduled', q.scheduled], ['running', q.claimed], ['dead', q.dead], ['completed', q.completed]]
         .map(([label, n]) => h('span', { class: `stat${label === 'dead' && n ? ' danger' : ''}` }, h('strong', { text: String(n) }), ` ${label}`)),
+      queueState(q),
       q.oldest_pending_age_ms !== null && q.oldest_pending_age_ms !== undefined ? h('span', { class: 'stat muted', text: `oldest pending ${duration(q.oldest_pending_age_ms)}` }) : null);
     });
 
@@ -1867,7 +1895,7 @@
     const problem = h('div');
     const more = button('Load more', () => load(true), { class: 'btn btn-small', testid: `${kind}-more`, hidden: true });
     const count = h('span', { class: 'muted small' });
-    const withActions = (kind === 'dead' || kind === 'pending' || kind === 'scheduled') && !queueName.startsWith('run:');
+    const withActions = (kind === 'dead' || kind === 'pending' || kind === 'scheduled' || kind === 'claimed') && !queueName.startsWith('run:');
     const headers = withActions ? [...spec.headers, ['', 'actions-col']] : spec.headers;
     const el = h('section', { class: 'section', testid: `${kind}-section` },
       h('div', { class: 'section-head' }, h('h2', null, spec.title), count),
@@ -1900,10 +1928,12 @@
     async function load(append) {
       const mine = ++generation;
       const after = append ? next : null;
-      const sep = path.includes('?') ? '&' : '?';
-      await read(cx, problem, api(`${path}${sep}limit=50${after ? `&after=${enc(after)}` : ''}`), (page) => {
+      const url = path();
+      const sep = url.includes('?') ? '&' : '?';
+      await read(cx, problem, api(`${url}${sep}limit=50${after ? `&after=${enc(after)}` : ''}`), (page) => {
+        const tags = (item) => listOf(item.tags).map((t) => [' ', h('span', { class: 'badge', text: t, title: 'tag' })]);
         const rows = listOf(page.items).map((item) => h('tr', { data: { id: item.id } },
-          td(idEl(item.id)), td(compactJson(item.payload, 80)), ...spec.cells(item), withActions ? rowActions(item) : null));
+          td(idEl(item.id), ...tags(item)), td(compactJson(item.payload, 80)), ...spec.cells(item), withActions ? rowActions(item) : null));
         if (append) {
           body.querySelector('tr.empty')?.remove();
           body.append(...rows);

@@ -101,6 +101,7 @@ impl Notes {
         for (queue, total) in &self.completed {
             sql::add_to_count(tx.db(), tx.tenant(), queue, ItemStatus::Completed, *total)?;
         }
+        self.ring_for_freed(tx)?;
         self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
         let events = self.pending.into_iter().map(|noted| QueueEvent {
             payload: items_payload(&noted.entries),
@@ -108,6 +109,28 @@ impl Notes {
             event_type: noted.event_type,
         });
         Ok(events.collect())
+    }
+}
+
+impl Notes {
+    /// A limited queue whose claimed items this op took out (completed, dead-lettered,
+    /// cancelled) has room again: the bell rings for whoever waits to claim (releases, retries
+    /// and snoozes ring it anyway). On PostgreSQL it rings without reading the settings (a
+    /// round trip): a waiter woken for nothing looks once and waits again.
+    fn ring_for_freed(&self, tx: &mut Tx<'_>) -> Result<()> {
+        let freed = self.pending.iter().filter(|noted| {
+            matches!(noted.event_type, "completed" | "dead_lettered" | "cancelled")
+        });
+        for noted in freed {
+            let limited = tx.db().is_postgres()
+                || sql::select_settings(tx.db(), tx.tenant(), &noted.queue)?
+                    .is_some_and(|settings| settings.concurrency_max.is_some());
+            if limited {
+                tx.ring_bell();
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 }
 

@@ -23,11 +23,13 @@ use crate::queue::{Completion, Enqueued, Fail, FailOutcome, ItemStatus, NewItem,
 
 use super::{Lease, Settled, Settlement};
 
-/// Whether `settle` names an item twice: then the item-by-item form runs (a second settlement
-/// of an item sees the first's write).
-pub(super) fn repeats_an_item(settle: &[Settlement]) -> bool {
+/// Whether `settle` can be settled a kind at a time: it names no item twice (a second
+/// settlement of an item sees the first's write) and snoozes none (a snooze settles item by
+/// item). Otherwise the item-by-item form runs.
+pub(super) fn settles_at_once(settle: &[Settlement]) -> bool {
     let mut seen = HashSet::with_capacity(settle.len());
-    !settle.iter().all(|settlement| seen.insert(settlement.id()))
+    let snoozes = settle.iter().any(|settlement| matches!(settlement, Settlement::Snooze(_)));
+    !snoozes && settle.iter().all(|settlement| seen.insert(settlement.id()))
 }
 
 /// Settles a round's items, each kind in one statement; a refused item is answered with its
@@ -47,6 +49,10 @@ pub(super) fn settle_all(
             },
             Settlement::Fail(failure) => failures.push((index, failure)),
             Settlement::Release(release) => releases.push((index, release)),
+            Settlement::Snooze(_) => {
+                let refused = Error::InvalidInput("a snooze settles item by item".into());
+                settled[index] = Some(Err(refused));
+            }
         }
     }
     let mut notes = Notes::default();
@@ -243,8 +249,13 @@ pub(super) fn renew_all(
     Ok(answers)
 }
 
-/// Claims up to `max_items` due items of `queues` in one statement; returns them in claim
-/// order (priority desc, run_at asc, id asc), as claimed.
+/// Whether any of `queues` is paused or limited, so that its claims must go item by item.
+pub(super) fn any_gated(tx: &Tx<'_>, queues: &[String]) -> Result<bool> {
+    set_sql::any_gated(tx.db(), tx.tenant(), queues)
+}
+
+/// Claims up to `max_items` due items of `queues` (none of them paused or limited) in one
+/// statement; returns them in claim order (priority desc, run_at asc, id asc), as claimed.
 pub(super) fn claim_rows(
     tx: &Tx<'_>,
     worker_id: &str,
@@ -270,7 +281,15 @@ pub(super) fn claim_rows(
 /// Whether a batch's items can be inserted in one statement: none has a dedupe key (each of
 /// those looks for its live duplicate first, the batch's earlier items included).
 pub(super) fn insertable_at_once(items: &[NewItem]) -> bool {
-    items.iter().all(|item| item.dedupe_key.is_none())
+    items.iter().all(|item| {
+        // The one statement writes the plain columns only: an item with a unique key, tags,
+        // metadata or a run timeout goes item by item, with its rows.
+        item.dedupe_key.is_none()
+            && item.unique.is_none()
+            && item.tags.is_empty()
+            && item.metadata.is_none()
+            && item.run_timeout_ms.is_none()
+    })
 }
 
 /// Checks and inserts a batch's items (none with a dedupe key) in one statement.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use spindle::queue::Completion;
+use spindle::queue::{Completion, Cycle, Lease, Settled, Settlement};
 use spindle::{
     Clock, Error, FailOutcome, ItemFilter, ItemStatus, ManualClock, NewItem, Options, Page, Store,
     Stream, TxOutcome, Unique,
@@ -1562,5 +1562,39 @@ fn a_batch_keeps_each_items_tags_metadata_and_run_timeout() -> spindle::Result<(
     assert_eq!(items[1].tags, ["red"]);
     assert_eq!(items[1].metadata, Some(json!({ "by": "batch" })));
     assert_eq!(items[2].run_timeout_ms, Some(5_000));
+    store.close()
+}
+
+#[test]
+fn a_round_settling_an_item_cancelled_and_pruned_meanwhile_answers_it_alone() -> spindle::Result<()>
+{
+    let clock = ManualClock::new(T0);
+    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let store = common::new_store_with(options);
+    let queue = store.queue();
+    for n in 0..2 {
+        queue.enqueue(NewItem::new("gone", json!(n)))?;
+    }
+    let claimed = queue.claim_batch("w", &["gone"], 60_000, 2)?;
+    assert_eq!(claimed.len(), 2);
+    queue.cancel(&claimed[0].item.id)?;
+    clock.advance_ms(1_000);
+    assert_eq!(queue.prune_completed(0)?, 1, "the cancelled item");
+    let complete = |c: &spindle::Claimed| {
+        Settlement::Complete(Completion { id: c.item.id.clone(), fence: c.fence, result: json!(1) })
+    };
+    let lease = |c: &spindle::Claimed| Lease { id: c.item.id.clone(), fence: c.fence };
+    let cycle = Cycle {
+        worker_id: "w".into(),
+        queues: vec!["gone".into()],
+        lease_ms: 60_000,
+        settle: vec![complete(&claimed[0]), complete(&claimed[1])],
+        renew: vec![lease(&claimed[0])],
+        claim_max: 0,
+    };
+    let cycled = store.exec(cycle)?;
+    assert!(matches!(cycled.settled[0], Err(Error::NotFound { .. })), "{:?}", cycled.settled);
+    assert!(matches!(cycled.settled[1], Ok(Settled::Completed)), "{:?}", cycled.settled);
+    assert!(matches!(cycled.renewed[0], Err(Error::NotFound { .. })), "{:?}", cycled.renewed);
     store.close()
 }

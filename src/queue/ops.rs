@@ -1129,7 +1129,7 @@ fn renew_all(tx: &mut Tx<'_>, renew: &[Lease], lease_ms: i64) -> Result<Vec<Resu
         let result = if sql::renew_lease(tx.db(), &held, tx.now_ms(), expires_at_ms)? {
             Ok(expires_at_ms)
         } else {
-            Err(lease_lost(tx, &lease.id, lease.fence)?)
+            lost_answer(tx, &lease.id, lease.fence)?
         };
         renewed.push(result);
     }
@@ -1462,6 +1462,14 @@ fn held(tx: &Tx<'_>, id: &str, fence: u64) -> Result<ItemRow> {
 }
 
 /// The error for a fenced write that matched nothing: `NotFound`, or `LeaseLost` and why.
+/// The answer for one item of a round whose holder's write found no lease: `LeaseLost` with
+/// the reason, or `NotFound` when the item is gone (cancelled while held, then pruned), for
+/// that item alone; only a storage error fails the round.
+fn lost_answer<T>(tx: &Tx<'_>, id: &str, fence: u64) -> Result<Result<T>> {
+    let error = lease_lost(tx, id, fence).unwrap_or_else(|error| error);
+    item_level(Err(error))
+}
+
 fn lease_lost(tx: &Tx<'_>, id: &str, fence: u64) -> Result<Error> {
     let item = item(tx, id)?;
     Ok(lease_lost_reason(&item, fence))

@@ -227,7 +227,8 @@ pub(super) fn select_items(db: Db<'_>, tenant: &str, ids: &[&str]) -> Result<Vec
     )
 }
 
-/// The columns of new items without a dedupe key, one array each (see `insert`).
+/// The columns of plain new items (no dedupe key, unique key, tags, metadata or run timeout),
+/// one array each (see `insert`).
 #[derive(Default)]
 pub(super) struct NewRows<'a> {
     pub(super) ids: Vec<Option<&'a str>>,
@@ -242,7 +243,7 @@ pub(super) struct NewRows<'a> {
     pub(super) node_ids: Vec<Option<&'a str>>,
 }
 
-/// Inserts new pending items (none with a dedupe key), in their order.
+/// Inserts new plain pending items (see `NewRows`), in their order.
 pub(super) fn insert(db: Db<'_>, tenant: &str, now_ms: i64, rows: &NewRows<'_>) -> Result<()> {
     db.execute(
         "INSERT INTO main.queue_items (tenant_id, item_id, queue, payload, payload_hash,

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{
     CompletedEntry, EVENT_ERROR_BYTES_MAX, EnqueuedEntry, Notes, QueueEvent, check_new_item,
-    check_text, entry, item_level, lease_lost, lease_lost_reason, shortened,
+    check_text, entry, item_level, lease_lost_reason, lost_answer, shortened,
 };
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
@@ -50,8 +50,8 @@ pub(super) fn settle_all(
             Settlement::Fail(failure) => failures.push((index, failure)),
             Settlement::Release(release) => releases.push((index, release)),
             Settlement::Snooze(_) => {
-                let refused = Error::InvalidInput("a snooze settles item by item".into());
-                settled[index] = Some(Err(refused));
+                // `settles_at_once` sends a round with a snooze item by item.
+                return Err(Error::Postgres("a snooze reached the set-based settlement".into()));
             }
         }
     }
@@ -110,7 +110,7 @@ pub(super) fn complete_all(
                 notes.note(&changed.queue, "completed", &entry)?;
                 Ok(Settled::Completed)
             }
-            None => item_level(Err(lease_lost(tx, &completion.id, completion.fence)?))?,
+            None => lost_answer(tx, &completion.id, completion.fence)?,
         };
         answers.push((*index, answer));
     }
@@ -158,9 +158,9 @@ fn fail_all(
             Error::expect_one(0, "item", &failure.id)?;
         }
         singles.push((index, failure_event(item, &failure.error, outcome)?));
-        if matches!(outcome, FailOutcome::Retrying { .. }) {
-            tx.ring_bell();
-        }
+        // A retry is work again, and a dead letter frees a limited queue's place: either
+        // wakes this process's waiting claimers.
+        tx.ring_bell();
         answers.push((index, Ok(outcome)));
     }
     Ok(answers.into_iter().map(|(index, answer)| (index, answer.map(Settled::Failed))).collect())
@@ -215,7 +215,7 @@ fn release_all(
                 tx.ring_bell();
                 Ok(Settled::Released)
             }
-            None => item_level(Err(lease_lost(tx, &release.id, release.fence)?))?,
+            None => lost_answer(tx, &release.id, release.fence)?,
         };
         answers.push((*index, answer));
     }
@@ -243,7 +243,7 @@ pub(super) fn renew_all(
         if renewed.contains(&(lease.id.clone(), lease.fence as i64)) {
             answers.push(Ok(expires_at_ms));
         } else {
-            answers.push(Err(lease_lost(tx, &lease.id, lease.fence)?));
+            answers.push(lost_answer(tx, &lease.id, lease.fence)?);
         }
     }
     Ok(answers)
@@ -279,7 +279,8 @@ pub(super) fn claim_rows(
 }
 
 /// Whether a batch's items can be inserted in one statement: none has a dedupe key (each of
-/// those looks for its live duplicate first, the batch's earlier items included).
+/// those looks for its live duplicate first, the batch's earlier items included), a unique
+/// key, tags, metadata or a run timeout.
 pub(super) fn insertable_at_once(items: &[NewItem]) -> bool {
     items.iter().all(|item| {
         // The one statement writes the plain columns only: an item with a unique key, tags,

@@ -101,7 +101,6 @@ impl Notes {
         for (queue, total) in &self.completed {
             sql::add_to_count(tx.db(), tx.tenant(), queue, ItemStatus::Completed, *total)?;
         }
-        self.ring_for_freed(tx)?;
         self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
         let events = self.pending.into_iter().map(|noted| QueueEvent {
             payload: items_payload(&noted.entries),
@@ -112,33 +111,17 @@ impl Notes {
     }
 }
 
-impl Notes {
-    /// A limited queue whose claimed items this op took out (completed, dead-lettered,
-    /// cancelled) has room again: the bell rings for whoever waits to claim (releases, retries
-    /// and snoozes ring it anyway). On PostgreSQL it rings without reading the settings (a
-    /// round trip): a waiter woken for nothing looks once and waits again.
-    fn ring_for_freed(&self, tx: &mut Tx<'_>) -> Result<()> {
-        let freed = self.pending.iter().filter(|noted| {
-            matches!(noted.event_type, "completed" | "dead_lettered" | "cancelled")
-        });
-        for noted in freed {
-            let limited = tx.db().is_postgres()
-                || sql::select_settings(tx.db(), tx.tenant(), &noted.queue)?
-                    .is_some_and(|settings| settings.concurrency_max.is_some());
-            if limited {
-                tx.ring_bell();
-                return Ok(());
-            }
-        }
-        Ok(())
-    }
-}
-
 /// Appends `events` in their order, leaving out those of queues whose item events a setting
-/// turned off: one statement on PostgreSQL (the setting read in it), one a queue's setting and
-/// one an event on SQLite.
+/// turned off: one statement on PostgreSQL (the setting read in it), one a queue's settings and
+/// one an event on SQLite. An event that frees a limited queue's place (a completion, a dead
+/// letter, a cancel) rings the bell for whoever waits to claim; on PostgreSQL any such event
+/// rings it without reading the settings (a round trip): a waiter woken for nothing looks once
+/// and waits again.
 pub(super) fn append_events(tx: &mut Tx<'_>, events: Vec<QueueEvent>) -> Result<()> {
     if tx.db().is_postgres() {
+        if events.iter().any(frees_a_place) {
+            tx.ring_bell();
+        }
         let encoded: Vec<Encoded<'_>> = events
             .iter()
             .map(|event| Encoded {
@@ -149,23 +132,34 @@ pub(super) fn append_events(tx: &mut Tx<'_>, events: Vec<QueueEvent>) -> Result<
             .collect();
         return events::append_encoded_all(tx, &encoded, QUEUE_EVENTS_SQL);
     }
-    let mut settings: Vec<(String, bool)> = Vec::new();
+    // Per queue: whether its item events are on, and whether it is limited.
+    let mut settings: Vec<(String, bool, bool)> = Vec::new();
     for event in events {
-        let known = settings.iter().find(|(queue, _)| *queue == event.queue).map(|(_, on)| *on);
-        let enabled = match known {
-            Some(enabled) => enabled,
+        let known = settings.iter().find(|(queue, ..)| *queue == event.queue);
+        let (enabled, limited) = match known {
+            Some(&(_, enabled, limited)) => (enabled, limited),
             None => {
-                let enabled = sql::item_events(tx.db(), tx.tenant(), &event.queue)?;
-                settings.push((event.queue.clone(), enabled));
-                enabled
+                let read = sql::select_settings(tx.db(), tx.tenant(), &event.queue)?;
+                let enabled = read.as_ref().is_none_or(|settings| settings.item_events);
+                let limited = read.is_some_and(|settings| settings.concurrency_max.is_some());
+                settings.push((event.queue.clone(), enabled, limited));
+                (enabled, limited)
             }
         };
+        if limited && frees_a_place(&event) {
+            tx.ring_bell();
+        }
         if enabled {
             let stream = Stream::queue(&event.queue);
             events::append_encoded(tx, &stream, event.event_type, &event.payload)?;
         }
     }
     Ok(())
+}
+
+/// Whether `event` takes items out of the claimed ones (a limited queue has room again).
+fn frees_a_place(event: &QueueEvent) -> bool {
+    matches!(event.event_type, "completed" | "dead_lettered" | "cancelled")
 }
 
 /// The insert of a queue op's events on PostgreSQL: a queue's stream (its id is the queue's

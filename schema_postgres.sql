@@ -186,6 +186,38 @@ CREATE TABLE queue_settings (
     PRIMARY KEY (tenant_id, queue)
 );
 
+-- Periodic jobs (version 7, `Queue::put_schedule`): a schedule enqueues a copy of its item
+-- template (template: JSON) into queue once per tick. A tick falls where the cron expression
+-- matches in time_zone, or at each multiple of interval_ms since the Unix epoch (exactly one
+-- of the two). next_tick_ms is the earliest tick not yet fired (NULL: a cron that matches no
+-- later time); a firing moves it on in the same transaction as the items it enqueues, only if
+-- it still holds the tick the firing read, so a tick is fired once however many processes
+-- try. backfill_max: after downtime, how many of the missed ticks (the latest) are enqueued.
+CREATE TABLE queue_schedules (
+    tenant_id     TEXT COLLATE "C" NOT NULL,
+    name          TEXT COLLATE "C" NOT NULL,
+    queue         TEXT COLLATE "C" NOT NULL,
+    cron          TEXT COLLATE "C",
+    time_zone     TEXT COLLATE "C",
+    interval_ms   BIGINT CHECK (interval_ms >= 1000),
+    backfill_max  BIGINT NOT NULL CHECK (backfill_max >= 1),
+    template      TEXT COLLATE "C" NOT NULL,
+    next_tick_ms  BIGINT,
+    last_tick_ms  BIGINT,
+    created_at_ms BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL,
+    CHECK ((cron IS NULL) <> (interval_ms IS NULL)),
+    CHECK ((cron IS NULL) = (time_zone IS NULL)),
+    PRIMARY KEY (tenant_id, name)
+);
+
+-- The schedules due next, across tenants (what the store's sweep reads).
+CREATE INDEX queue_schedules_due ON queue_schedules (next_tick_ms)
+    WHERE next_tick_ms IS NOT NULL;
+
+-- The next tick of a queue's schedules (what an idle worker pool sleeps until).
+CREATE INDEX queue_schedules_queue ON queue_schedules (tenant_id, queue, next_tick_ms);
+
 -- Graphs. The per-status node counts are kept up to date by every transition, so the engine
 -- knows in O(1) when nothing is ready or running (the graph is then finished) and `get`
 -- reports progress without reading the nodes. parent_node_id is the SubGraph node of the
@@ -546,7 +578,7 @@ CREATE TABLE spindle_meta (
 );
 
 INSERT INTO spindle_meta (key, value) VALUES ('application_id', 1397771844); -- 'SPND'
-INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 6);
+INSERT INTO spindle_meta (key, value) VALUES ('schema_version', 7);
 -- How many times a writable store was opened here: each opening's ids come from a seed of
 -- its own (`Options::seed` with this number), however many processes open it at once.
 INSERT INTO spindle_meta (key, value) VALUES ('openings', 0);

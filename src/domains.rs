@@ -4,24 +4,54 @@
 //! work at open); its accessor on `Store` lives in the domain.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::core::actor::EngineHooks;
+use crate::core::msg::Job;
+use crate::core::op::{Access, Op, Role, sealed::Sealed};
 use crate::core::schema::Location;
+use crate::core::tx::{Scope, Tx};
 #[cfg(feature = "postgres")]
 use crate::error::Error;
 use crate::error::Result;
 use crate::options::Options;
-use crate::store::{DomainHooks, Store};
-use crate::{graph, process, workflow};
+use crate::store::{DEFAULT_TENANT, DomainHooks, Store};
+use crate::{graph, process, queue, workflow};
 
 /// The domains' hooks.
 pub(crate) static HOOKS: DomainHooks = DomainHooks {
     engine: EngineHooks {
-        alarm_job: Some(graph::alarm_job),
+        alarm_job: Some(alarm_job),
         owned_streams: &[process::owns_stream, workflow::owns_stream],
     },
-    at_open: &[graph::at_open],
+    at_open: &[graph::at_open, queue::at_open],
 };
+
+/// The job the actor runs when an alarm a domain set is due: every domain's sweep, each of
+/// which sets the alarm again for its own next time (the graphs' deadlines, the queue's
+/// schedules). Nobody waits for its answer.
+fn alarm_job() -> Job {
+    let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
+    let (reply, _) = crossbeam_channel::bounded(1);
+    Job::op(Sweeps, scope, reply)
+}
+
+/// Every domain's sweep, in one job.
+#[derive(Debug, Clone, Copy)]
+struct Sweeps;
+
+impl Sealed for Sweeps {}
+impl Op for Sweeps {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Admin
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        tx.exec(graph::ExpireDeadlines)?;
+        tx.exec(queue::SweepSchedules)?;
+        Ok(())
+    }
+}
 
 impl Store {
     /// Opens (or creates) the store file at `path` with the default, durable options.

@@ -147,8 +147,8 @@ pub use crate::process::{
     Registration, SessionScope,
 };
 pub use crate::queue::{
-    Backoff, Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, OnConflict, Queue,
-    QueueItem, QueueStats, Reclaimed, Unique,
+    Backoff, Cadence, CatchUp, Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem,
+    OnConflict, Queue, QueueItem, QueueStats, Reclaimed, Schedule, ScheduleInfo, Unique,
 };
 pub use crate::store::{DEFAULT_TENANT, Pending, Store};
 pub use crate::subscription::Subscription;

@@ -594,6 +594,7 @@ const POSTGRES_FIRST_VERSION: i64 = 4;
 const POSTGRES_STEPS: &[&str] = &[
     include_str!("../../migrations/postgres/0005_counts.sql"),
     include_str!("../../migrations/postgres/0006_queue_controls.sql"),
+    include_str!("../../migrations/postgres/0007_queue_schedules.sql"),
 ];
 
 /// Brings a store of an older schema version to the newest `steps` make, one step after the

@@ -35,19 +35,15 @@ mod net;
 mod ops;
 mod sql;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::core::events::Event;
-use crate::core::msg::Job;
-use crate::core::op::Role;
-use crate::core::tx::Scope;
 use crate::error::{Error, Result};
 use crate::page::Page;
-use crate::store::{DEFAULT_TENANT, Store};
+use crate::store::Store;
 
 pub use ops::{
     AddEdge, AddNode, Audit, AuditCounts, Cancel, Children, CompleteNode, CountByStatus, Create,
@@ -901,15 +897,6 @@ impl<'a> Graphs<'a> {
             total.last = page.last;
         }
     }
-}
-
-/// The job the actor runs when an alarm set by a graph is due: the deadline sweep
-/// (registered with the engine in `crate::domains`).
-pub(crate) fn alarm_job() -> Job {
-    let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
-    // Nobody waits for the sweep's answer.
-    let (reply, _) = crossbeam_channel::bounded(1);
-    Job::op(ExpireDeadlines, scope, reply)
 }
 
 /// What a writable store does with graphs when it opens: recovers the running graphs of every

@@ -22,6 +22,8 @@
 //! `store.queue()`.
 
 mod ops;
+mod schedule;
+mod schedule_sql;
 mod set_sql;
 mod sql;
 mod worker;
@@ -39,8 +41,13 @@ pub use ops::{
     AuditCounts, Cancel, CancelExecution, Checkpoint, Claim, ClaimBatch, Complete,
     CompleteAndClaim, CompleteBatch, Completion, Cycle, Cycled, DeadLetters, Enqueue, EnqueueBatch,
     Fail, FailAndClaim, Get, Heartbeat, ItemEvents, Items, Lease, NextDue, PruneCompleted,
-    PurgeDead, Reclaim, Release, Requeue, RequeueAll, SNOOZE_MS_MAX, SetConcurrency, SetItemEvents,
-    SetPaused, Settled, Settlement, Snooze, Stats,
+    PurgeDead, PutSchedule, Reclaim, Release, RemoveSchedule, Requeue, RequeueAll, RunSchedules,
+    SNOOZE_MS_MAX, Schedules, SetConcurrency, SetItemEvents, SetPaused, Settled, Settlement,
+    Snooze, Stats,
+};
+pub(crate) use ops::{NextTick, SweepSchedules};
+pub use schedule::{
+    BACKFILL_MAX, Cadence, CatchUp, INTERVAL_MS_MIN, SCHEDULES_MAX, Schedule, ScheduleInfo,
 };
 pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
@@ -560,7 +567,12 @@ impl<'a> Queue<'a> {
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);
             }
+            let (fired, tick) = self.fire_due_ticks(&owned(queues))?;
+            if fired > 0 {
+                continue;
+            }
             let due = self.store.exec(NextDue { queues: owned(queues) })?;
+            let due = due.into_iter().chain(tick).min();
             let due_at =
                 due.and_then(|due_ms| Instant::now().checked_add(self.store.until_ms(due_ms)));
             let wake_at = match (deadline, due_at) {
@@ -872,6 +884,36 @@ impl<'a> Queue<'a> {
 
 fn owned(queues: &[&str]) -> Vec<String> {
     queues.iter().map(|queue| (*queue).to_owned()).collect()
+}
+
+/// How long a waiter gives another process to fire a tick it found due but could not fire
+/// (that process fires it now), in milliseconds.
+const TICK_RETRY_MS: i64 = 250;
+
+impl Queue<'_> {
+    /// What a waiter for `queues` does about their schedules: fires the view's tenant's due
+    /// ticks if one of `queues` has one due; returns how many items that enqueued, and when
+    /// to look again (the next tick, or a moment from now while a tick stays due).
+    pub(crate) fn fire_due_ticks(&self, queues: &[String]) -> Result<(u64, Option<i64>)> {
+        let now_ms = self.store.now_ms();
+        let next = self.store.exec(NextTick { queues: queues.to_vec() })?;
+        if next.is_none_or(|tick_ms| tick_ms > now_ms) {
+            return Ok((0, next));
+        }
+        let fired = self.store.exec(RunSchedules)?;
+        let next = self.store.exec(NextTick { queues: queues.to_vec() })?;
+        Ok((fired, next.map(|tick_ms| tick_ms.max(now_ms + TICK_RETRY_MS))))
+    }
+}
+
+/// What a writable store does with schedules when it opens: fires the ticks missed while it
+/// was closed (by each schedule's catch-up) and sets its alarm for the next one. Another
+/// process holding the write lock fires them itself: `Busy` is no failure.
+pub(crate) fn at_open(store: &Store, _recover: bool) -> Result<()> {
+    match store.exec(SweepSchedules) {
+        Ok(_) | Err(Error::Busy) => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 impl Store {

@@ -21,7 +21,11 @@ use crate::limits::Limits;
 use crate::page::Page;
 
 mod notes;
+mod schedules;
 mod sets;
+
+pub(crate) use schedules::{NextTick, SweepSchedules};
+pub use schedules::{PutSchedule, RemoveSchedule, RunSchedules, Schedules};
 
 use notes::{Notes, QueueEvent};
 

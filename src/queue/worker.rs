@@ -936,9 +936,10 @@ impl Coordinator {
     }
 
     /// How long to wait for a handler before the next round: none when a round is due now;
-    /// otherwise until the next lease renewal, the next scheduled item (when the queue is dry
-    /// and nothing is held) or the poll interval, whichever is first.
-    fn idle_wait(&self) -> Result<Option<Duration>> {
+    /// otherwise until the next lease renewal, the next scheduled item or schedule's tick (when
+    /// the queue is dry and nothing is held) or the poll interval, whichever is first. A tick
+    /// due is fired here (none when a round is due then: its items are claimed at once).
+    fn idle_wait(&mut self) -> Result<Option<Duration>> {
         let stopping = self.stopping.load(Ordering::Acquire);
         let free = self.held.len() + self.abandoned.len() < self.capacity();
         if !self.cycle.settle.is_empty() || (free && !stopping && (!self.dry || self.woken)) {
@@ -963,6 +964,18 @@ impl Coordinator {
             };
             if let Some(due_ms) = next_due {
                 wait = wait.min(self.store.until_ms(due_ms));
+            }
+            match self.store.queue().fire_due_ticks(&self.cycle.queues) {
+                // The items just enqueued are claimed in the next round.
+                Ok((fired, _)) if fired > 0 => {
+                    self.woken = true;
+                    return Ok(None);
+                }
+                Ok((_, Some(tick_ms))) => wait = wait.min(self.store.until_ms(tick_ms)),
+                Ok((_, None)) => {}
+                Err(error) if gone(&error) => return Err(error),
+                // Another try comes with the next round.
+                Err(_) => {}
             }
         }
         Ok(Some(wait))

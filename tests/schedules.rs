@@ -1,0 +1,389 @@
+//! Periodic jobs (issue 31 item 1): a schedule enqueues its item once per tick, whoever fires
+//! it (the store's alarm, a reopened store, worker pools of several stores, callers), catches up
+//! after downtime by its policy, and refuses bad input writing nothing. Every test runs on the
+//! engine under test (`SPINDLE_TEST_ENGINE`), time on a `ManualClock`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::SharedStore;
+use serde_json::{Value, json};
+use spindle::queue::Outcome;
+use spindle::{
+    Cadence, CatchUp, Error, ItemFilter, ItemStatus, ManualClock, NewItem, Options, Page,
+    QueueItem, Schedule, Store, Unique,
+};
+
+/// A time between two minutes: 2027-01-15 08:00:00.123 UTC.
+const T0: i64 = 1_800_000_000_123;
+const MINUTE_MS: i64 = 60_000;
+const HOUR_MS: i64 = 3_600_000;
+
+/// Long enough that a wait that times out is a missed firing, not a slow machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn options(clock: &ManualClock) -> Options {
+    Options { clock: Arc::new(clock.clone()), ..Options::default() }
+}
+
+fn setup() -> (Store, ManualClock) {
+    let clock = ManualClock::new(T0);
+    (common::new_store_with(options(&clock)), clock)
+}
+
+/// The first minute tick after `ms`.
+fn next_minute(ms: i64) -> i64 {
+    (ms / MINUTE_MS + 1) * MINUTE_MS
+}
+
+/// Every item of `queue` in any status, by id.
+fn items_of(store: &Store, queue: &str) -> spindle::Result<Vec<QueueItem>> {
+    let mut all = Vec::new();
+    for status in [ItemStatus::Pending, ItemStatus::Claimed, ItemStatus::Completed] {
+        all.extend(store.queue().items(queue, ItemFilter::status(status), Page::first(1000))?);
+    }
+    Ok(all)
+}
+
+/// The ticks of `items`, from their metadata, in order.
+fn ticks_of(items: &[QueueItem]) -> Vec<i64> {
+    let mut ticks: Vec<i64> = items
+        .iter()
+        .map(|item| {
+            let metadata = item.metadata.as_ref().expect("a fired item has metadata");
+            metadata["schedule"]["tick_ms"].as_i64().expect("its tick")
+        })
+        .collect();
+    ticks.sort_unstable();
+    ticks
+}
+
+fn every_minute(name: &str, queue: &str) -> Schedule {
+    Schedule::every(name, MINUTE_MS, NewItem::new(queue, json!({ "job": name })))
+}
+
+#[test]
+fn an_interval_schedule_enqueues_one_item_per_tick_and_no_more() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let item = NewItem::new("q", json!({ "n": 1 })).priority(5).max_attempts(7).tag("nightly");
+    let info = queue.put_schedule(Schedule::every("m", MINUTE_MS, item))?;
+    let first = next_minute(T0);
+    assert_eq!(info.next_tick_ms, Some(first));
+    assert_eq!(info.last_tick_ms, None);
+    // A call's count is what it enqueued itself: the store's alarm, due in the same batch,
+    // may have fired the tick just before it. The items tell what was fired.
+    queue.run_schedules()?;
+    assert!(items_of(&store, "q")?.is_empty(), "nothing due before the first tick");
+    clock.set_ms(first - 1);
+    queue.run_schedules()?;
+    assert!(items_of(&store, "q")?.is_empty(), "nor a millisecond before it");
+    clock.set_ms(first);
+    queue.run_schedules()?;
+    assert_eq!(queue.run_schedules()?, 0, "a tick fires once");
+    let items = items_of(&store, "q")?;
+    assert_eq!(items.len(), 1, "the tick's item");
+    let fired = &items[0];
+    assert_eq!(fired.payload, json!({ "n": 1 }));
+    assert_eq!((fired.priority, fired.max_attempts, fired.run_at_ms), (5, 7, first));
+    assert_eq!(fired.tags, vec!["nightly".to_owned()]);
+    assert_eq!(fired.metadata, Some(json!({ "schedule": { "name": "m", "tick_ms": first } })));
+    clock.set_ms(first + MINUTE_MS + 5);
+    queue.run_schedules()?;
+    assert_eq!(ticks_of(&items_of(&store, "q")?), vec![first, first + MINUTE_MS]);
+    let kept = &queue.schedules()?[0];
+    assert_eq!(kept.next_tick_ms, Some(first + 2 * MINUTE_MS));
+    assert_eq!(kept.last_tick_ms, Some(first + MINUTE_MS));
+    Ok(())
+}
+
+#[test]
+fn missed_ticks_skip_to_now_or_backfill_the_latest_ones_oldest_first() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    queue.put_schedule(every_minute("skip", "a"))?;
+    queue.put_schedule(every_minute("fill", "b").backfill(3))?;
+    let first = next_minute(T0);
+    // Ten ticks go by while nobody fires them.
+    clock.set_ms(first + 9 * MINUTE_MS + 30_000);
+    queue.run_schedules()?;
+    let latest = first + 9 * MINUTE_MS;
+    assert_eq!(ticks_of(&items_of(&store, "a")?), vec![latest], "skip: the latest tick only");
+    let filled = vec![latest - 2 * MINUTE_MS, latest - MINUTE_MS, latest];
+    assert_eq!(ticks_of(&items_of(&store, "b")?), filled, "backfill: the latest three");
+    let claimed = queue.claim("w", &["b"], 1_000)?.expect("an item");
+    assert_eq!(claimed.item.run_at_ms, latest - 2 * MINUTE_MS, "the oldest tick runs first");
+    for info in queue.schedules()? {
+        assert_eq!(info.next_tick_ms, Some(latest + MINUTE_MS), "{}: on to now", info.name);
+    }
+    Ok(())
+}
+
+#[test]
+fn the_store_fires_a_due_tick_by_itself_with_its_next_write() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    store.queue().put_schedule(every_minute("m", "q"))?;
+    clock.set_ms(next_minute(T0));
+    // Any write runs the store's due alarm in its batch: no call names the schedule.
+    store.events().append(spindle::Stream::custom("other"), "e", json!({}))?;
+    assert_eq!(items_of(&store, "q")?.len(), 1, "fired by the alarm");
+    assert_eq!(store.queue().run_schedules()?, 0, "and only once");
+    Ok(())
+}
+
+#[test]
+fn the_stores_sweep_fires_every_tenants_schedules_each_in_its_tenant() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let acme = store.tenant("acme")?;
+    acme.queue().put_schedule(every_minute("theirs", "q"))?;
+    store.queue().put_schedule(every_minute("ours", "q"))?;
+    clock.set_ms(next_minute(T0));
+    store.events().append(spindle::Stream::custom("other"), "e", json!({}))?;
+    let (ours, theirs) = (items_of(&store, "q")?, items_of(&acme, "q")?);
+    assert_eq!(ours.len(), 1);
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(
+        ours[0].metadata.as_ref().map(|m| m["schedule"]["name"].clone()),
+        Some(json!("ours"))
+    );
+    assert_eq!(
+        theirs[0].metadata.as_ref().map(|m| m["schedule"]["name"].clone()),
+        Some(json!("theirs"))
+    );
+    assert_eq!(acme.queue().schedules()?.len(), 1, "a tenant sees its own schedules");
+    Ok(())
+}
+
+#[test]
+fn a_store_reopened_after_downtime_fires_the_missed_ticks_at_open_once() -> spindle::Result<()> {
+    let shared = SharedStore::new();
+    let clock = ManualClock::new(T0);
+    let store = shared.open_with(options(&clock));
+    store.queue().put_schedule(every_minute("skip", "a"))?;
+    store.queue().put_schedule(every_minute("fill", "b").backfill(4))?;
+    store.close()?;
+    clock.set_ms(next_minute(T0) + 10 * MINUTE_MS);
+    for _ in 0..3 {
+        // Opening fires what was missed, by each schedule's policy; no call asks for it.
+        let store = shared.open_with(options(&clock));
+        assert_eq!(items_of(&store, "a")?.len(), 1);
+        assert_eq!(items_of(&store, "b")?.len(), 4);
+        store.close()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn several_stores_firing_at_once_enqueue_each_tick_once() -> spindle::Result<()> {
+    let shared = SharedStore::new();
+    let clock = ManualClock::new(T0);
+    let stores: Vec<Store> = (0..3).map(|_| shared.open_with(options(&clock))).collect();
+    stores[0].queue().put_schedule(every_minute("m", "q"))?;
+    let first = next_minute(T0);
+    for tick in 0..5 {
+        clock.set_ms(first + tick * MINUTE_MS);
+        let threads: Vec<_> = stores
+            .iter()
+            .flat_map(|store| (0..3).map(move |_| store.clone()))
+            .map(|store| thread::spawn(move || store.queue().run_schedules()))
+            .collect();
+        let fired: u64 =
+            threads.into_iter().map(|t| t.join().expect("thread")).sum::<spindle::Result<u64>>()?;
+        assert!(fired <= 1, "tick {tick}: {fired} items");
+    }
+    let expected: Vec<i64> = (0..5).map(|tick| first + tick * MINUTE_MS).collect();
+    for store in &stores {
+        // A firing that found another process firing (PostgreSQL) left it to that one.
+        store.queue().run_schedules()?;
+    }
+    assert_eq!(ticks_of(&items_of(&stores[1], "q")?), expected, "each tick once");
+    for store in stores {
+        store.close()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn worker_pools_of_several_stores_run_each_tick_once() -> spindle::Result<()> {
+    let shared = SharedStore::new();
+    let clock = ManualClock::new(T0);
+    let stores: Vec<Store> = (0..3).map(|_| shared.open_with(options(&clock))).collect();
+    // Put by a store that then closes: the pools find the schedule themselves.
+    let putter = shared.open_with(options(&clock));
+    putter.queue().put_schedule(every_minute("m", "q"))?;
+    putter.close()?;
+    let runs: Arc<Mutex<BTreeMap<i64, usize>>> = Arc::default();
+    let pools = stores
+        .iter()
+        .map(|store| {
+            let runs = Arc::clone(&runs);
+            // Leases outlast the test's jumps of the clock: a run is never taken over.
+            let pool = store.queue().worker(&["q"]).threads(2).lease_ms(HOUR_MS);
+            pool.poll_interval(Duration::from_millis(10)).run(move |job| {
+                let tick = job.item().metadata.as_ref().map(|m| m["schedule"]["tick_ms"].clone());
+                let tick = tick.and_then(|tick| tick.as_i64()).expect("a tick");
+                *runs.lock().expect("lock").entry(tick).or_default() += 1;
+                Outcome::Complete(Value::Null)
+            })
+        })
+        .collect::<spindle::Result<Vec<_>>>()?;
+    let first = next_minute(T0);
+    for tick in 0..4 {
+        clock.set_ms(first + tick * MINUTE_MS);
+        let deadline = Instant::now() + PATIENCE;
+        while runs.lock().expect("lock").len() <= tick as usize {
+            assert!(Instant::now() < deadline, "tick {tick} not run: {runs:?}");
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+    for pool in pools {
+        pool.stop();
+        pool.join()?;
+    }
+    let runs = runs.lock().expect("lock").clone();
+    let expected: BTreeMap<i64, usize> = (0..4).map(|tick| (first + tick * MINUTE_MS, 1)).collect();
+    assert_eq!(runs, expected, "each tick run once, by one pool");
+    let items = items_of(&stores[0], "q")?;
+    assert_eq!(ticks_of(&items), expected.keys().copied().collect::<Vec<_>>(), "one item each");
+    for store in stores {
+        store.close()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_blocking_claim_fires_a_due_tick_and_takes_its_item() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    store.queue().put_schedule(every_minute("m", "q"))?;
+    clock.set_ms(next_minute(T0));
+    let claimed = store.queue().claim_wait("w", &["q"], 1_000, PATIENCE)?.expect("the tick's item");
+    assert_eq!(claimed.item.run_at_ms, next_minute(T0));
+    Ok(())
+}
+
+#[test]
+fn a_cron_schedule_fires_on_its_time_zones_wall_clock() -> spindle::Result<()> {
+    // 2027-01-15 00:00 UTC: 03:00 in Paris (UTC+1) is 02:00 UTC.
+    let midnight_ms = 1_799_971_200_000;
+    let clock = ManualClock::new(midnight_ms);
+    let store = common::new_store_with(options(&clock));
+    let item = NewItem::new("reports", json!({}));
+    let info = store
+        .queue()
+        .put_schedule(Schedule::cron("nightly", "0 3 * * *", item).time_zone("Europe/Paris"))?;
+    let expected =
+        Cadence::Cron { expression: "0 3 * * *".into(), time_zone: "Europe/Paris".into() };
+    assert_eq!(info.cadence, expected);
+    assert_eq!(info.next_tick_ms, Some(midnight_ms + 2 * HOUR_MS));
+    clock.set_ms(midnight_ms + 2 * HOUR_MS);
+    store.queue().run_schedules()?;
+    assert_eq!(ticks_of(&items_of(&store, "reports")?), vec![midnight_ms + 2 * HOUR_MS]);
+    let next = store.queue().schedules()?[0].next_tick_ms;
+    assert_eq!(next, Some(midnight_ms + 26 * HOUR_MS), "the next night");
+    Ok(())
+}
+
+#[test]
+fn putting_the_same_cadence_again_keeps_its_ticks_and_a_new_one_starts_from_now()
+-> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    let first = next_minute(T0);
+    queue.put_schedule(every_minute("m", "q"))?;
+    clock.set_ms(first);
+    queue.run_schedules()?;
+    clock.set_ms(first + 30_000);
+    // Put again, as an application does at every start: its ticks stay where they were.
+    let again = queue.put_schedule(every_minute("m", "q").backfill(10))?;
+    assert_eq!((again.next_tick_ms, again.last_tick_ms), (Some(first + MINUTE_MS), Some(first)));
+    assert_eq!(again.catch_up, CatchUp::Backfill(10));
+    assert_eq!(again.created_at_ms, T0);
+    let hourly = Schedule::every("m", HOUR_MS, NewItem::new("q", json!({})));
+    let changed = queue.put_schedule(hourly)?;
+    let now = clock.now_ms();
+    assert_eq!(changed.next_tick_ms, Some((now / HOUR_MS + 1) * HOUR_MS), "from now on");
+    assert_eq!(changed.created_at_ms, T0, "still the schedule put first");
+    assert_eq!(queue.schedules()?.len(), 1);
+    assert_eq!(items_of(&store, "q")?.len(), 1, "no tick fired twice or by the put");
+    Ok(())
+}
+
+#[test]
+fn a_removed_schedule_fires_no_more_and_its_items_stay() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    let queue = store.queue();
+    queue.put_schedule(every_minute("m", "q"))?;
+    clock.set_ms(next_minute(T0));
+    queue.run_schedules()?;
+    assert!(queue.remove_schedule("m")?);
+    assert!(!queue.remove_schedule("m")?, "gone already");
+    clock.advance_ms(10 * MINUTE_MS);
+    assert_eq!(queue.run_schedules()?, 0);
+    assert!(queue.schedules()?.is_empty());
+    assert_eq!(items_of(&store, "q")?.len(), 1, "what it enqueued stays");
+    Ok(())
+}
+
+#[test]
+fn bad_schedules_are_refused_and_write_nothing() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let item = || NewItem::new("q", json!({}));
+    let long_name = "n".repeat(240);
+    let bad = vec![
+        Schedule::cron("c", "not a cron", item()),
+        Schedule::cron("c", "61 * * * *", item()),
+        Schedule::cron("c", "0 0 30 2 *", item()),
+        Schedule::cron("c", "0 3 * * *", item()).time_zone("Mars/Olympus_Mons"),
+        Schedule::every("i", 0, item()),
+        Schedule::every("i", 999, item()),
+        Schedule::every("i", -MINUTE_MS, item()),
+        Schedule::every("i", MINUTE_MS, item()).time_zone("UTC"),
+        Schedule::every("i", MINUTE_MS, item()).backfill(0),
+        Schedule::every("i", MINUTE_MS, item()).backfill(101),
+        Schedule::every("", MINUTE_MS, item()),
+        Schedule::every(long_name.as_str(), MINUTE_MS, item()),
+        Schedule::every("i", MINUTE_MS, item().dedupe_key("k")),
+        Schedule::every("i", MINUTE_MS, item().unique(Unique::new("k"))),
+        Schedule::every("i", MINUTE_MS, item().run_at_ms(T0)),
+        Schedule::every("i", MINUTE_MS, item().metadata(json!({ "schedule": 1 }))),
+        Schedule::every("i", MINUTE_MS, item().metadata(json!([1]))),
+        Schedule::every("i", MINUTE_MS, item().max_attempts(0)),
+        Schedule::every("i", MINUTE_MS, NewItem::new("", json!({}))),
+    ];
+    for schedule in bad {
+        let refused = queue.put_schedule(schedule.clone());
+        assert!(
+            matches!(refused, Err(Error::InvalidInput(_) | Error::TooLarge { .. })),
+            "{schedule:?}: {refused:?}"
+        );
+    }
+    assert!(queue.schedules()?.is_empty(), "no schedule kept");
+    assert!(store.events().read_all(0, 10)?.is_empty(), "no event");
+    assert!(queue.stats()?.is_empty(), "no item");
+    Ok(())
+}
+
+#[test]
+fn a_tenant_keeps_at_most_the_schedules_bound() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let items: Vec<Schedule> = (0..spindle::queue::SCHEDULES_MAX)
+        .map(|n| every_minute(&format!("s{n:04}"), "q"))
+        .collect();
+    store.transaction(move |tx| {
+        for schedule in items {
+            tx.exec(spindle::queue::PutSchedule { schedule })?;
+        }
+        Ok(spindle::TxOutcome::Commit(()))
+    })?;
+    let refused = store.queue().put_schedule(every_minute("one-more", "q"));
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    assert_eq!(store.queue().schedules()?.len(), spindle::queue::SCHEDULES_MAX);
+    // Replacing one is no new schedule.
+    store.queue().put_schedule(every_minute("s0000", "other"))?;
+    Ok(())
+}

@@ -21,6 +21,7 @@ mod pipeline_file;
 mod postgres;
 mod run;
 mod runs;
+mod schedules;
 mod ui;
 mod ui_api;
 mod ui_assets;
@@ -321,6 +322,11 @@ enum QueueCmd {
         /// The limit (at least 1), or `none`.
         limit: String,
     },
+    /// Periodic jobs: list them (the default), put, remove, or fire the ticks due now.
+    Schedules {
+        #[command(subcommand)]
+        action: Option<schedules::ScheduleCmd>,
+    },
     /// Cancel a live item: a pending one is never run; a claimed one is cancelled under its
     /// running handler (a pool's handler is told, its outcome refused; never retried). A run's
     /// item is refused.
@@ -463,6 +469,11 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
                 | QueueCmd::Cancel { .. }
                 | QueueCmd::Snooze { .. },
         } => Access::Writer,
+        Cmd::Queue { action: QueueCmd::Schedules { action: Some(ref action) } }
+            if action.writes() =>
+        {
+            Access::Writer
+        }
         Cmd::Ui { allow_actions: true, .. } => Access::Writer,
         _ => Access::Reader,
     };
@@ -502,6 +513,10 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             inspect::set_concurrency(&store, &queue, &limit, out)?;
         }
         Cmd::Queue { action: QueueCmd::Cancel { id } } => inspect::cancel(&store, &id, out)?,
+        Cmd::Queue { action: QueueCmd::Schedules { action } } => {
+            let action = action.unwrap_or(schedules::ScheduleCmd::List);
+            schedules::schedules(&store, action, out)?;
+        }
         Cmd::Queue { action: QueueCmd::Items { queue, status, tag, after, limit } } => {
             let page = inspect::ItemsPage { status: &status, tag: tag.as_deref(), after, limit };
             inspect::items(&store, &queue, page, out)?;

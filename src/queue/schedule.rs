@@ -12,8 +12,6 @@
 //!
 //! The types are here; the ops in `ops/schedules.rs`; the SQL in `schedule_sql.rs`.
 
-use std::str::FromStr;
-
 use croner::Cron;
 use croner::parser::CronParser;
 use jiff::tz::TimeZone;
@@ -309,22 +307,6 @@ pub(crate) fn fired_metadata(template: Option<&Value>, name: &str, tick_ms: i64)
 /// The unique key of a schedule's tick: an item per tick, whoever fires it.
 pub(crate) fn tick_key(name: &str, tick_ms: i64) -> String {
     format!("schedule:{name}:{tick_ms}")
-}
-
-impl FromStr for CatchUp {
-    type Err = Error;
-
-    /// `skip`, or `backfill:N`.
-    fn from_str(text: &str) -> Result<Self> {
-        match text.split_once(':') {
-            None if text == "skip" => Ok(CatchUp::Skip),
-            Some(("backfill", n)) => n
-                .parse()
-                .map(CatchUp::Backfill)
-                .map_err(|_| Error::InvalidInput(format!("backfill:{n}: not a count"))),
-            _ => Err(Error::InvalidInput(format!("catch-up {text:?}: skip or backfill:N"))),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -125,6 +125,7 @@ pub fn route(store: &Store, request: &Request<'_>, samples: &[Sample], allowed: 
         ["", "api", "queues"] => queues(store),
         ["", "api", "queues", queue, "dead"] => dead(store, queue, &ask),
         ["", "api", "queues", queue, "items"] => items(store, queue, &ask),
+        ["", "api", "schedules"] => schedules(store),
         ["", "api", "workflows"] => workflows(store, &ask),
         ["", "api", "workflows", id] => workflow(store, id, allowed),
         ["", "api", "processes"] => processes(store, &ask),
@@ -551,6 +552,14 @@ fn fitting(attempts: VecDeque<(usize, Value)>, mut room: usize, end: usize) -> (
 /// `/api/queues`: counts per queue.
 fn queues(store: &Store) -> Answer {
     Ok(Reply::ok(to_json(&store.queue().stats().map_err(store_error)?)?))
+}
+
+/// `/api/schedules`: every periodic job of the tenant (at most `SCHEDULES_MAX`), as
+/// `spindle queue schedules --json` prints them.
+fn schedules(store: &Store) -> Answer {
+    let schedules = store.queue().schedules().map_err(store_error)?;
+    let listed = schedules.iter().map(crate::schedules::schedule_json).collect();
+    Ok(Reply::ok(Value::Array(listed)))
 }
 
 /// `/api/queues/QUEUE/dead?after=&limit=`: dead letters with their last error.

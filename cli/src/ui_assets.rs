@@ -47,12 +47,13 @@ const ASSETS: [Asset; 4] = [
 ];
 
 /// The pages' paths, as patterns: `*` is one path segment.
-const PAGES: [&str; 10] = [
+const PAGES: [&str; 11] = [
     "/",
     "/runs",
     "/runs/*",
     "/queues",
     "/queues/*",
+    "/schedules",
     "/processes",
     "/workflows",
     "/workflows/*",

@@ -843,3 +843,29 @@ fn a_queues_live_items_are_filtered_by_tag() {
     assert_eq!(all["items"].as_array().map(Vec::len), Some(2), "the untagged one too: {all}");
     assert_eq!(ui.call("GET", "/api/queues/jobs/items?status=pending&tag=%0A").0, 400);
 }
+
+#[test]
+fn the_schedules_page_and_its_route_list_every_schedule() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("spindle.db");
+    let store = Store::open(&db).expect("open");
+    let nightly =
+        spindle::Schedule::cron("nightly", "0 3 * * *", NewItem::new("reports", json!({ "k": 1 })))
+            .time_zone("Europe/Paris");
+    store.queue().put_schedule(nightly).expect("put");
+    let every = spindle::Schedule::every("tick", 900_000, NewItem::new("q", json!({})));
+    store.queue().put_schedule(every).expect("put");
+    store.close().expect("close");
+    let ui = Ui::start(&db);
+    let listed = ui.get("/api/schedules");
+    let listed = listed.as_array().expect("a list");
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0]["name"], "nightly");
+    assert_eq!(listed[0]["cadence"], json!({ "cron": "0 3 * * *", "time_zone": "Europe/Paris" }));
+    assert_eq!(listed[0]["payload"], json!({ "k": 1 }));
+    assert_eq!(listed[1]["cadence"], json!({ "every_ms": 900_000 }));
+    assert!(listed.iter().all(|s| s["next_tick_ms"].as_i64().is_some()));
+    let (status, _, page) = ui.send("GET", "/schedules", &[], "");
+    assert_eq!(status, 200, "the page's shell");
+    assert!(page.contains("<html") || page.contains("<!doctype"), "{page}");
+}

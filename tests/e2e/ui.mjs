@@ -91,6 +91,9 @@ function fill() {
   assert.equal(failed.status, 1, `the nightly run fails: ${failed.stderr}`);
   const filled = run(dashboardBin, [db]);
   assert.equal(filled.status, 0, `the dashboard example: ${filled.stderr}`);
+  const scheduled = run(bin, ['--db', db, 'queue', 'schedules', 'put', 'nightly-report', '--queue', 'reports',
+    '--cron', '0 3 * * *', '--tz', 'Europe/Paris']);
+  assert.equal(scheduled.status, 0, `a schedule is put: ${scheduled.stderr}`);
   const token = filled.stdout.match(/token: (spn_\S+)/)?.[1];
   assert.ok(token, 'the example prints a token');
   return token;
@@ -283,6 +286,7 @@ async function runQueue(page, base, runId) {
 
 async function otherPages(page, base) {
   for (const [name, path, selector, expected] of [
+    ['schedules', '/schedules', '[data-testid=schedules-table] tbody tr', /nightly-report.*cron "0 3 \* \* \*" \(Europe\/Paris\).*reports/s],
     ['processes', '/processes?status=any', '[data-testid=processes-table] tbody tr', /agent-7/],
     ['workflows', '/workflows', '[data-testid=workflows-table] tbody tr', /deploy/],
     ['events', '/events', '[data-testid=events-table] tbody tr', /\w+/],
@@ -291,6 +295,7 @@ async function otherPages(page, base) {
     await page.goto(`${base}${path}`);
     await shoot(page, name, selector);
     assert.match(await page.textContent('main'), expected, `${name} shows its rows`);
+    assert.doesNotMatch(await page.textContent('main'), /\[object /, `${name} shows values, not objects`);
   }
   // A workflow execution: its state, events and snapshot.
   await page.goto(`${base}/workflows`);

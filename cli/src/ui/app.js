@@ -371,6 +371,7 @@
     ['overview', 'Overview', '/'],
     ['runs', 'Runs', '/runs'],
     ['queues', 'Queues', '/queues'],
+    ['schedules', 'Schedules', '/schedules'],
     ['processes', 'Processes', '/processes'],
     ['workflows', 'Workflows', '/workflows'],
     ['events', 'Events', '/events'],
@@ -662,6 +663,7 @@
     [/^\/runs\/([^/]+)$/, 'runs', 'Run', graphPage],
     [/^\/queues$/, 'queues', 'Queues', queuesPage],
     [/^\/queues\/([^/]+)$/, 'queues', 'Queue', queuePage],
+    [/^\/schedules$/, 'schedules', 'Schedules', schedulesPage],
     [/^\/processes$/, 'processes', 'Processes', processesPage],
     [/^\/workflows$/, 'workflows', 'Workflows', workflowsPage],
     [/^\/workflows\/([^/]+)$/, 'workflows', 'Workflow execution', workflowPage],
@@ -1762,6 +1764,35 @@
     });
     await load();
     cx.every(load, 5000);
+  }
+
+  /** The periodic jobs: each schedule's cadence, queue, catch-up and ticks. */
+  async function schedulesPage(cx, main) {
+    const body = h('tbody');
+    const problem = h('div');
+    main.append(pageHead('Schedules', h('span', { class: 'muted small', text: 'every 5 s' })), problem,
+      table('schedules-table', ['Schedule', 'Cadence', 'Queue', 'Catch-up', 'Next tick', 'Last tick', 'Payload'], body),
+      h('p', { class: 'muted small', text: 'Each tick enqueues its item once, whichever process fires it. Put and remove with spindle queue schedules.' }));
+    const load = () => read(cx, problem, api('/api/schedules'), (answer) => {
+      const rows = listOf(answer).map((s) => h('tr', { data: { schedule: s.name } },
+        td(h('span', { class: 'mono strong', text: s.name })),
+        td(h('span', { class: 'mono', testid: 'schedule-cadence', text: cadenceText(s.cadence) })),
+        td(h('a', { href: `/queues/${enc(s.queue)}`, class: 'mono', text: truncate(String(s.queue), 60), title: s.queue })),
+        td(String(s.catch_up)),
+        td(s.next_tick_ms === null ? dash() : timeEl(s.next_tick_ms)),
+        td(s.last_tick_ms === null ? dash() : timeEl(s.last_tick_ms)),
+        td(compactJson(s.payload, 80))));
+      body.replaceChildren(...rowsOr(rows, 7, 'No schedules'));
+    });
+    await load();
+    cx.every(load, 5000);
+  }
+
+  /** `cron "0 3 * * *" (Europe/Paris)` or `every 15m`. */
+  function cadenceText(cadence) {
+    if (cadence && cadence.cron !== undefined) return `cron "${cadence.cron}" (${cadence.time_zone})`;
+    if (cadence && cadence.every_ms !== undefined) return `every ${duration(cadence.every_ms)}`;
+    return '?';
   }
 
   /** A queue's controls as badges: paused, and its concurrency limit (null when it has neither). */

@@ -19,7 +19,7 @@ fn a_newer_schema_is_refused_and_left_untouched() -> spindle::Result<()> {
     rusqlite::Connection::open(&t.path)?.pragma_update(None, "user_version", 99)?;
     let before = file_bytes(&t.path);
     match Store::open(&t.path) {
-        Err(Error::SchemaTooNew { found: 99, supported: 6 }) => {}
+        Err(Error::SchemaTooNew { found: 99, supported: 7 }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
     assert_eq!(file_bytes(&t.path), before);

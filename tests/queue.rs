@@ -1461,7 +1461,8 @@ fn a_metadata_condition_lists_items_whose_key_has_an_equal_value_of_the_same_jso
     let real = with(3, Some(json!({ "n": 1.0 })))?;
     let null = with(4, Some(json!({ "n": null })))?;
     let _list = with(5, Some(json!({ "n": [1], "nested": { "n": 1 } })))?;
-    let dotted = with(6, Some(json!({ "a.b": 1, "$": "x", "who": "O'Brien \"é\"", "q\"k\\é": 2 })))?;
+    let dotted =
+        with(6, Some(json!({ "a.b": 1, "$": "x", "who": "O'Brien \"é\"", "q\"k\\é": 2 })))?;
     let one_free = with(7, Some(json!({ "n": 1, "plan": "free" })))?;
     let _empty = with(8, Some(json!({})))?;
     let _none = with(9, None)?;

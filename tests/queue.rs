@@ -1464,7 +1464,7 @@ fn a_metadata_condition_lists_items_whose_key_has_an_equal_value_of_the_same_jso
     let dotted =
         with(6, Some(json!({ "a.b": 1, "$": "x", "who": "O'Brien \"é\"", "q\"k\\é": 2 })))?;
     let one_free = with(7, Some(json!({ "n": 1, "plan": "free" })))?;
-    let _empty = with(8, Some(json!({})))?;
+    let big = with(8, Some(json!({ "big": u64::MAX, "small": i64::MIN, "x": 0.1 })))?;
     let _none = with(9, None)?;
     queue.enqueue(NewItem::new("other", json!(10)).metadata(json!({ "n": 1 })))?;
     let due = ItemFilter::due;
@@ -1493,6 +1493,10 @@ fn a_metadata_condition_lists_items_whose_key_has_an_equal_value_of_the_same_jso
     assert!(ids(due().metadata("a", 1))?.is_empty(), "nor reaches into a member");
     assert_eq!(ids(due().metadata("q\"k\\é", 2))?, std::slice::from_ref(&dotted), "escaped");
     assert!(ids(due().metadata("missing", 1))?.is_empty());
+    assert_eq!(ids(due().metadata("big", u64::MAX))?, std::slice::from_ref(&big));
+    assert_eq!(ids(due().metadata("small", i64::MIN))?, std::slice::from_ref(&big));
+    assert_eq!(ids(due().metadata("x", 0.1))?, std::slice::from_ref(&big));
+    assert!(ids(due().metadata("x", 0.2))?.is_empty());
     // Conditions add up, and with a tag and the status.
     let pro = due().metadata("n", 1).metadata("plan", "pro");
     assert_eq!(ids(pro)?, std::slice::from_ref(&one));

@@ -159,13 +159,15 @@ fn main() {
     }
 }
 
-/// The queues `limits` compares: a name, what it is, and its settings (a resume leaves a
-/// settings row without a limit; a limit is `SetConcurrency`).
-const LIMITED: [(&str, &str, Option<u32>, bool); 4] = [
-    ("plain", "unlimited (no settings row)", None, false),
-    ("resumed", "unlimited, paused and resumed (a row)", None, true),
-    ("wide", "limit 1,000,000 (never reached)", Some(1_000_000), false),
-    ("serial", "limit 1 (serial: claim, complete)", Some(1), false),
+/// The queues `limits` compares: a name, what it is, its settings (a resume leaves a settings
+/// row without a limit; a limit is `SetConcurrency`) and how many of its items another worker
+/// holds throughout (a limited claim counts the queue's claimed items).
+const LIMITED: [(&str, &str, Option<u32>, bool, usize); 5] = [
+    ("plain", "unlimited (no settings row)", None, false, 0),
+    ("resumed", "unlimited, paused and resumed (a row)", None, true, 0),
+    ("wide", "limit 1,000,000 (never reached)", Some(1_000_000), false, 0),
+    ("held", "limit 1,000,000, 1,000 held by another", Some(1_000_000), false, 1_000),
+    ("serial", "limit 1 (serial: claim, complete)", Some(1), false, 0),
 ];
 
 /// Median time of a single `claim` and of a `claim_batch(100)` (Normal, one caller), each
@@ -177,7 +179,12 @@ fn limits(smoke: bool) {
     let (rounds, singles, batches) = if smoke { (1, 50, 5) } else { (5, 1_000, 40) };
     let (_dir, store) = open(Durability::Normal, 64);
     let q = store.queue();
-    for (queue, _, limit, resumed) in LIMITED {
+    for (queue, _, limit, resumed, held) in LIMITED {
+        for _ in 0..held / 100 {
+            let items = (0..100).map(|n| NewItem::new(queue, job_payload(n))).collect();
+            q.enqueue_batch(items).expect("enqueue");
+            q.claim_batch("other", &[queue], 3_600_000, 100).expect("hold");
+        }
         for _ in 0..rounds * (singles / 100 + batches + 1) {
             let items = (0..100).map(|n| NewItem::new(queue, job_payload(n))).collect();
             q.enqueue_batch(items).expect("enqueue");

@@ -1876,10 +1876,11 @@
         stats.replaceChildren(h('span', { class: 'muted', text: 'This queue has no items (yet).' }));
         return;
       }
+      // replaceChildren writes a null as the text "null": only the parts there are.
       stats.replaceChildren(...[['pending', q.pending], ['scheduled', q.scheduled], ['running', q.claimed], ['dead', q.dead], ['completed', q.completed]]
         .map(([label, n]) => h('span', { class: `stat${label === 'dead' && n ? ' danger' : ''}` }, h('strong', { text: String(n) }), ` ${label}`)),
-      queueState(q),
-      q.oldest_pending_age_ms !== null && q.oldest_pending_age_ms !== undefined ? h('span', { class: 'stat muted', text: `oldest pending ${duration(q.oldest_pending_age_ms)}` }) : null);
+      ...[queueState(q),
+        q.oldest_pending_age_ms !== null && q.oldest_pending_age_ms !== undefined ? h('span', { class: 'stat muted', text: `oldest pending ${duration(q.oldest_pending_age_ms)}` }) : null].filter(Boolean));
     });
 
     function reloadAll() {

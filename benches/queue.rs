@@ -19,6 +19,8 @@
 //! cargo bench --bench queue -- --workers --no-item-events # the queue's item events off
 //! cargo bench --bench queue -- --one pool --threads 16 --normal  # one configuration, one line
 //!                                              # (what benches/peers/run.sh runs)
+//! cargo bench --bench queue -- --limits-only  # claim p50 on limited and serial queues
+//!                                             # against an unlimited one (issue 31)
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
@@ -145,10 +147,94 @@ fn main() {
         print("store, batches of 100 (enqueue/claim/complete)", &samples, elapsed, None);
         return;
     }
+    if args.iter().any(|a| a == "--limits-only") {
+        return limits(smoke);
+    }
     if !args.iter().any(|a| a == "--depth-only") {
         cycles(Durability::Full, run);
     }
     depth(if smoke { [1_000, 10_000] } else { [10_000, 1_000_000] });
+    if !args.iter().any(|a| a == "--depth-only") {
+        limits(smoke);
+    }
+}
+
+/// The queues `limits` compares: a name, what it is, its settings (a resume leaves a settings
+/// row without a limit; a limit is `SetConcurrency`) and how many of its items another worker
+/// holds throughout (a limited claim counts the queue's claimed items).
+const LIMITED: [(&str, &str, Option<u32>, bool, usize); 5] = [
+    ("plain", "unlimited (no settings row)", None, false, 0),
+    ("resumed", "unlimited, paused and resumed (a row)", None, true, 0),
+    ("wide", "limit 1,000,000 (never reached)", Some(1_000_000), false, 0),
+    ("held", "limit 1,000,000, 1,000 held by another", Some(1_000_000), false, 1_000),
+    ("serial", "limit 1 (serial: claim, complete)", Some(1), false, 0),
+];
+
+/// Median time of a single `claim` and of a `claim_batch(100)` (Normal, one caller), each
+/// followed by completing what it took (not timed), on the queues of `LIMITED`: items enqueued
+/// beforehand, the queues called in turns, so that each sees the same store and machine.
+/// A serial queue's batch takes one item.
+fn limits(smoke: bool) {
+    println!("\n== claim with pause and limits checked (Normal, one caller, p50 per call)");
+    let (rounds, singles, batches) = if smoke { (1, 50, 5) } else { (5, 1_000, 40) };
+    let (_dir, store) = open(Durability::Normal, 64);
+    let q = store.queue();
+    for (queue, _, limit, resumed, held) in LIMITED {
+        for _ in 0..held / 100 {
+            let items = (0..100).map(|n| NewItem::new(queue, job_payload(n))).collect();
+            q.enqueue_batch(items).expect("enqueue");
+            q.claim_batch("other", &[queue], 3_600_000, 100).expect("hold");
+        }
+        for _ in 0..rounds * (singles / 100 + batches + 1) {
+            let items = (0..100).map(|n| NewItem::new(queue, job_payload(n))).collect();
+            q.enqueue_batch(items).expect("enqueue");
+        }
+        if resumed {
+            q.pause(queue).expect("pause");
+            q.resume(queue).expect("resume");
+        }
+        q.set_concurrency(queue, limit).expect("limit");
+    }
+    let mut single_us = vec![Vec::new(); LIMITED.len()];
+    let mut batch_us = vec![Vec::new(); LIMITED.len()];
+    let mut batch_items = vec![0_usize; LIMITED.len()];
+    // In turns, call by call: every queue sees the machine as the others do.
+    for _ in 0..rounds {
+        for _ in 0..singles {
+            for (n, (queue, ..)) in LIMITED.iter().enumerate() {
+                let at = Instant::now();
+                let claimed = q.claim("bench", &[queue], LEASE_MS).expect("claim").expect("item");
+                single_us[n].push(micros(at));
+                q.complete(&claimed.item.id, claimed.fence, json!(null)).expect("complete");
+            }
+        }
+        for _ in 0..batches {
+            for (n, (queue, ..)) in LIMITED.iter().enumerate() {
+                let at = Instant::now();
+                let claimed = q.claim_batch("bench", &[queue], LEASE_MS, 100).expect("claim");
+                batch_us[n].push(micros(at));
+                batch_items[n] += claimed.len();
+                let completions = claimed
+                    .into_iter()
+                    .map(|c| Completion { id: c.item.id, fence: c.fence, result: json!(null) })
+                    .collect();
+                q.complete_batch(completions).expect("complete");
+            }
+        }
+    }
+    let (plain_single, plain_batch) =
+        (percentile(&single_us[0], 0.5), percentile(&batch_us[0], 0.5));
+    for (n, (_, what, ..)) in LIMITED.iter().enumerate() {
+        let (single, batch) = (percentile(&single_us[n], 0.5), percentile(&batch_us[n], 0.5));
+        let per_call = batch_items[n] as f64 / batch_us[n].len() as f64;
+        println!(
+            "{what:<40} claim {single:>6.1} us ({:.2}x)   claim_batch(100) {batch:>7.1} us \
+             ({:.2}x, {per_call:.0} items a call)",
+            single / plain_single,
+            batch / plain_batch,
+        );
+    }
+    store.close().expect("close");
 }
 
 /// The value after `flag` in `args`, parsed.

@@ -24,7 +24,8 @@ fn main() -> spindle::Result<()> {
     store.close()
 }
 
-/// `mail`: three dead letters, two pending items, one scheduled, one claimed.
+/// `mail`: three dead letters, two pending items (tagged, with metadata), one scheduled, one
+/// claimed.
 fn queues(store: &Store) -> spindle::Result<()> {
     let queue = store.queue();
     for (n, error) in ["smtp: connection refused", "smtp: 550 no such user", "template missing"]
@@ -41,7 +42,8 @@ fn queues(store: &Store) -> spindle::Result<()> {
     queue.enqueue(NewItem::new("mail", json!({ "to": "ops@example.com" })))?;
     queue.claim("mailer-2", &["mail"], 60_000)?;
     for n in 0..2 {
-        queue.enqueue(NewItem::new("mail", json!({ "digest": n })))?;
+        let digest = NewItem::new("mail", json!({ "digest": n })).tag("digest");
+        queue.enqueue(digest.metadata(json!({ "digest": n, "plan": "pro" })))?;
     }
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -1437,6 +1437,168 @@ fn bad_tags_or_metadata_are_refused_and_write_nothing() -> spindle::Result<()> {
     Ok(())
 }
 
+/// The ids `items("q", filter, page)` lists.
+fn listed(store: &Store, filter: ItemFilter, page: Page) -> spindle::Result<Vec<String>> {
+    Ok(store.queue().items("q", filter, page)?.into_iter().map(|i| i.id).collect())
+}
+
+#[test]
+fn a_metadata_condition_lists_items_whose_key_has_an_equal_value_of_the_same_json_type()
+-> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let with = |n: i64, metadata: Option<serde_json::Value>| -> spindle::Result<String> {
+        let item = NewItem::new("q", json!(n));
+        let item = match metadata {
+            Some(metadata) => item.metadata(metadata),
+            None => item,
+        };
+        Ok(queue.enqueue(item)?.id)
+    };
+    let one = with(0, Some(json!({ "n": 1, "plan": "pro" })))?;
+    let text = with(1, Some(json!({ "n": "1" })))?;
+    let yes = with(2, Some(json!({ "n": true })))?;
+    let real = with(3, Some(json!({ "n": 1.0 })))?;
+    let null = with(4, Some(json!({ "n": null })))?;
+    let _list = with(5, Some(json!({ "n": [1], "nested": { "n": 1 } })))?;
+    let dotted =
+        with(6, Some(json!({ "a.b": 1, "$": "x", "who": "O'Brien \"é\"", "q\"k\\é": 2 })))?;
+    let one_free = with(7, Some(json!({ "n": 1, "plan": "free" })))?;
+    let big = with(8, Some(json!({ "big": u64::MAX, "small": i64::MIN, "x": 0.1 })))?;
+    let _none = with(9, None)?;
+    queue.enqueue(NewItem::new("other", json!(10)).metadata(json!({ "n": 1 })))?;
+    let due = ItemFilter::due;
+    let ids = |filter: ItemFilter| listed(&store, filter, Page::first(100));
+
+    assert_eq!(
+        ids(due().metadata("n", 1))?,
+        [one.clone(), real.clone(), one_free.clone()],
+        "1 and 1.0 are one number; \"1\" and true are not it; this queue's only"
+    );
+    assert_eq!(ids(due().metadata("n", 1.0))?, ids(due().metadata("n", 1))?);
+    assert_eq!(ids(due().metadata("n", "1"))?, std::slice::from_ref(&text));
+    assert_eq!(ids(due().metadata("n", true))?, std::slice::from_ref(&yes));
+    assert!(ids(due().metadata("n", false))?.is_empty(), "true is not false");
+    assert!(ids(due().metadata("n", 0))?.is_empty(), "false is not 0 either");
+    assert_eq!(
+        ids(due().metadata("n", serde_json::Value::Null))?,
+        std::slice::from_ref(&null),
+        "null matches a key present with null, not a missing key"
+    );
+    assert!(ids(due().metadata("n", "true"))?.is_empty(), "a string is not a boolean");
+    // A key is a member's name as it is: a dot or a dollar sign is no path.
+    assert_eq!(ids(due().metadata("a.b", 1))?, std::slice::from_ref(&dotted));
+    assert_eq!(ids(due().metadata("$", "x"))?, std::slice::from_ref(&dotted));
+    assert_eq!(ids(due().metadata("who", "O'Brien \"é\""))?, std::slice::from_ref(&dotted));
+    assert!(ids(due().metadata("a", 1))?.is_empty(), "nor reaches into a member");
+    assert_eq!(ids(due().metadata("q\"k\\é", 2))?, std::slice::from_ref(&dotted), "escaped");
+    assert!(ids(due().metadata("missing", 1))?.is_empty());
+    assert_eq!(ids(due().metadata("big", u64::MAX))?, std::slice::from_ref(&big));
+    assert_eq!(ids(due().metadata("small", i64::MIN))?, std::slice::from_ref(&big));
+    assert_eq!(ids(due().metadata("x", 0.1))?, std::slice::from_ref(&big));
+    assert!(ids(due().metadata("x", 0.2))?.is_empty());
+    // Conditions add up, and with a tag and the status.
+    let pro = due().metadata("n", 1).metadata("plan", "pro");
+    assert_eq!(ids(pro)?, std::slice::from_ref(&one));
+    assert!(ids(due().metadata("n", 1).metadata("n", "1"))?.is_empty());
+
+    // Paged by key as any listing.
+    let ones = due().metadata("n", 1);
+    assert_eq!(listed(&store, ones.clone(), Page::first(2))?, [one.clone(), real.clone()]);
+    let rest = listed(&store, ones.clone(), Page::after(real.clone(), 2))?;
+    assert_eq!(rest, std::slice::from_ref(&one_free));
+    // The status holds: a claimed item leaves the pending listing for the claimed one.
+    let held = queue.claim("w", &["q"], 10_000)?.expect("the first");
+    assert_eq!(held.item.id, one);
+    assert_eq!(ids(ones.clone())?, [real.clone(), one_free.clone()]);
+    let claimed = ItemFilter::status(ItemStatus::Claimed).metadata("plan", "pro");
+    assert_eq!(ids(claimed)?, std::slice::from_ref(&one));
+    store.close()
+}
+
+#[test]
+fn a_tag_and_metadata_conditions_filter_together_on_every_status() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let item = |n: i64, tag: &str, region: &str| {
+        NewItem::new("q", json!(n)).tag(tag).metadata(json!({ "region": region, "n": n }))
+    };
+    let a = queue.enqueue(item(0, "billing", "eu"))?.id;
+    let b = queue.enqueue(item(1, "billing", "us"))?.id;
+    let c = queue.enqueue(item(2, "mail", "eu"))?.id;
+    let d = queue.enqueue(item(3, "billing", "eu").max_attempts(1))?.id;
+    let billing_eu = |status| ItemFilter::status(status).tag("billing").metadata("region", "eu");
+    let ids = |filter| listed(&store, filter, Page::first(10));
+    assert_eq!(ids(billing_eu(ItemStatus::Pending))?, [a.clone(), d.clone()]);
+    assert_eq!(
+        listed(&store, billing_eu(ItemStatus::Pending), Page::first(1))?,
+        std::slice::from_ref(&a)
+    );
+    let page = Page::after(a.clone(), 10);
+    assert_eq!(listed(&store, billing_eu(ItemStatus::Pending), page)?, std::slice::from_ref(&d));
+    let eu = ItemFilter::due().metadata("region", "eu");
+    assert_eq!(ids(eu.clone())?, [a.clone(), c.clone(), d.clone()]);
+    // Finished items are read through their own indexes, with the same conditions.
+    for _ in 0..4 {
+        let held = queue.claim("w", &["q"], 10_000)?.expect("an item");
+        if held.item.id == d {
+            queue.fail(&d, held.fence, "no", false)?;
+        } else {
+            queue.complete(&held.item.id, held.fence, json!("ok"))?;
+        }
+    }
+    assert_eq!(ids(billing_eu(ItemStatus::Dead))?, std::slice::from_ref(&d));
+    assert_eq!(ids(billing_eu(ItemStatus::Completed))?, std::slice::from_ref(&a));
+    let us = ItemFilter::status(ItemStatus::Completed).metadata("region", "us");
+    assert_eq!(ids(us)?, std::slice::from_ref(&b));
+    let numbered = ItemFilter::status(ItemStatus::Completed).metadata("n", 2);
+    assert_eq!(ids(numbered)?, [c]);
+    assert!(queue.dead_letters("q", Page::first(10))?.iter().all(|i| i.id == d));
+    store.close()
+}
+
+#[test]
+fn bad_metadata_conditions_are_refused_and_nothing_is_written() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let id = queue.enqueue(NewItem::new("q", json!(1)).metadata(json!({ "k": "v" })))?.id;
+    let before = (queue.stats()?, store.events().read_all(0, 1000)?.len(), queue.get(&id)?);
+    let max = spindle::queue::METADATA_CONDITIONS_MAX;
+    let id_max = spindle::Limits::default().id_len_max;
+    let value_max = spindle::queue::METADATA_VALUE_BYTES_MAX;
+    let conditions = |count: usize| {
+        (0..count).fold(ItemFilter::due(), |filter, n| filter.metadata(format!("k{n}"), "v"))
+    };
+    // At the limits: taken.
+    assert!(queue.items("q", conditions(max), Page::first(1))?.is_empty());
+    let at_most = ItemFilter::due().metadata("k".repeat(id_max), "x".repeat(value_max - 2));
+    assert!(queue.items("q", at_most, Page::first(1))?.is_empty());
+    assert_eq!(queue.items("q", ItemFilter::due().metadata("k", "v"), Page::first(1))?.len(), 1);
+    // Past them, or malformed: typed errors.
+    let refused = queue.items("q", conditions(max + 1), Page::first(1));
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    let long_key = ItemFilter::due().metadata("k".repeat(id_max + 1), "v");
+    let long_value = ItemFilter::due().metadata("k", "x".repeat(value_max - 1));
+    for too_large in [long_key, long_value] {
+        let refused = queue.items("q", too_large, Page::first(1));
+        assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    }
+    let bad = [
+        ItemFilter::due().metadata("", "v"),
+        ItemFilter::due().metadata("a\nb", "v"),
+        ItemFilter::due().metadata("k", json!(["v"])),
+        ItemFilter::due().metadata("k", json!({ "v": 1 })),
+        ItemFilter::due().tag("").metadata("k", "v"),
+    ];
+    for filter in bad {
+        let refused = queue.items("q", filter.clone(), Page::first(1));
+        assert!(matches!(refused, Err(Error::InvalidInput(_))), "{filter:?}: {refused:?}");
+    }
+    let after = (queue.stats()?, store.events().read_all(0, 1000)?.len(), queue.get(&id)?);
+    assert_eq!(after, before, "no item, event or count changed");
+    store.close()
+}
+
 // ---- Unique windows (issue 31 item 5) ----
 
 #[test]

@@ -430,6 +430,19 @@ pub fn parse_stream(text: &str) -> Result<spindle::Stream, String> {
     Ok(spindle::Stream::new(kind, id))
 }
 
+/// A metadata condition written `KEY=VALUE` (`--meta`, the dashboard's `meta=`): the key is
+/// everything before the first `=`; the value is JSON if it parses as JSON (`n=1` a number,
+/// `ok=true` a boolean, `n="1"` with its quotes a string, `k=null` null), else the text as a
+/// string (`plan=pro`). An array or object parses, and the store refuses it.
+pub fn parse_meta(text: &str) -> Result<(String, serde_json::Value), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("a metadata condition is KEY=VALUE, not {text:?}"))?;
+    let value =
+        serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
+    Ok((key.to_owned(), value))
+}
+
 /// Every event of `stream`, read a page at a time.
 pub fn read_stream(
     store: &Store,

@@ -280,13 +280,16 @@ pub struct ItemsPage<'a> {
     pub status: &'a str,
     /// Only the items with this tag.
     pub tag: Option<&'a str>,
+    /// Only the items whose metadata meets each of these `KEY=VALUE` conditions
+    /// ([`common::parse_meta`]).
+    pub meta: &'a [String],
     /// The items after this id.
     pub after: Option<String>,
     /// How many.
     pub limit: usize,
 }
 
-/// A page of a queue's items of one status (and tag), in id order.
+/// A page of a queue's items of one status (and tag, and metadata), in id order.
 pub fn items(
     store: &Store,
     queue: &str,
@@ -308,6 +311,10 @@ pub fn items(
     };
     if let Some(tag) = page.tag {
         filter = filter.tag(tag);
+    }
+    for condition in page.meta {
+        let (key, value) = common::parse_meta(condition).map_err(CliError::Bad)?;
+        filter = filter.metadata(key, value);
     }
     if !(1..=1000).contains(&page.limit) {
         return Err(CliError::Bad(format!("--limit is 1 to 1000, not {}", page.limit)));

@@ -286,7 +286,8 @@ enum QueueCmd {
         #[arg(long, conflicts_with = "id")]
         all: Option<String>,
     },
-    /// A page of a queue's items of one status, in id order, optionally only those with a tag.
+    /// A page of a queue's items of one status, in id order, optionally only those with a tag
+    /// and metadata.
     Items {
         /// The queue.
         queue: String,
@@ -296,6 +297,12 @@ enum QueueCmd {
         /// Only the items with this tag.
         #[arg(long)]
         tag: Option<String>,
+        /// Only the items whose metadata has KEY equal to VALUE (a top-level key; given again,
+        /// every condition must hold, at most 8). VALUE is JSON if it parses as JSON, else a
+        /// string: `n=1` is the number 1, `ok=true` true, `n='"1"'` the string "1", `plan=pro`
+        /// the string "pro". Values of other JSON types never match (1 is not "1" or true).
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
         /// The items after this id (the last of the page before).
         #[arg(long)]
         after: Option<String>,
@@ -517,8 +524,9 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
             let action = action.unwrap_or(schedules::ScheduleCmd::List);
             schedules::schedules(&store, action, out)?;
         }
-        Cmd::Queue { action: QueueCmd::Items { queue, status, tag, after, limit } } => {
-            let page = inspect::ItemsPage { status: &status, tag: tag.as_deref(), after, limit };
+        Cmd::Queue { action: QueueCmd::Items { queue, status, tag, meta, after, limit } } => {
+            let tag = tag.as_deref();
+            let page = inspect::ItemsPage { status: &status, tag, meta: &meta, after, limit };
             inspect::items(&store, &queue, page, out)?;
         }
         Cmd::Queue { action: QueueCmd::Snooze { id, duration, fence } } => {

@@ -13,12 +13,13 @@ use std::collections::VecDeque;
 
 use serde_json::{Value, json};
 use spindle::process::StatusFilter;
+use spindle::queue::METADATA_CONDITIONS_MAX;
 use spindle::{
     Event, Execution, ExecutionFilter, Graph, GraphFilter, GraphStatus, ItemFilter, ItemStatus,
     ListFilter, Page, ProcessRecord, QueueItem, Store, Stream, WorkflowStatus,
 };
 
-use crate::common::parse_stream;
+use crate::common::{parse_meta, parse_stream};
 use crate::livelog;
 use crate::logs::LogReader;
 use crate::pipeline::run_filter;
@@ -178,6 +179,11 @@ impl Query {
     /// The value of `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+    }
+
+    /// Every value of `name`, in order (`meta=a=1&meta=b=2`).
+    pub fn all<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s str> + 's {
+        self.0.iter().filter(move |(key, _)| key == name).map(|(_, value)| value.as_str())
     }
 
     /// The page asked for: `after` and `limit` (1 to `PAGE_MAX`).
@@ -567,8 +573,10 @@ fn dead(store: &Store, queue: &str, ask: &Ask<'_>) -> Answer {
     by_id(ask, |item: &QueueItem| item.id.clone(), |page| store.queue().dead_letters(queue, page))
 }
 
-/// `/api/queues/QUEUE/items?status=pending|scheduled|claimed&tag=&after=&limit=`: a queue's
-/// live items (with the tag, if one is given); pending ones are due now, scheduled ones later.
+/// `/api/queues/QUEUE/items?status=pending|scheduled|claimed&tag=&meta=KEY=VALUE&after=&limit=`:
+/// a queue's live items (with the tag, if one is given, and whose metadata meets every `meta`
+/// condition, read as `spindle queue items --meta` reads them); pending ones are due now,
+/// scheduled ones later.
 fn items(store: &Store, queue: &str, ask: &Ask<'_>) -> Answer {
     let mut filter = match ask.query.get("status").filter(|s| !s.is_empty()).unwrap_or("pending") {
         "pending" => ItemFilter::due(),
@@ -583,6 +591,16 @@ fn items(store: &Store, queue: &str, ask: &Ask<'_>) -> Answer {
     };
     if let Some(tag) = ask.query.get("tag").filter(|tag| !tag.is_empty()) {
         filter = filter.tag(tag);
+    }
+    let conditions: Vec<&str> = ask.query.all("meta").filter(|m| !m.is_empty()).collect();
+    if conditions.len() > METADATA_CONDITIONS_MAX {
+        let many = conditions.len();
+        let message = format!("at most {METADATA_CONDITIONS_MAX} meta conditions, not {many}");
+        return Err(Reply::error(400, message));
+    }
+    for condition in conditions {
+        let (key, value) = parse_meta(condition).map_err(|message| Reply::error(400, message))?;
+        filter = filter.metadata(key, value);
     }
     let read = |page| store.queue().items(queue, filter.clone(), page);
     by_id(ask, |item: &QueueItem| item.id.clone(), read)

@@ -49,7 +49,7 @@ mod on_postgres {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
     use super::cli_common::stdout;
     use super::{BIN, Scratch, spindle_in, stderr};
@@ -125,6 +125,32 @@ mod on_postgres {
         assert!(queue.ends_with(" completed: kept 1, counted 2"), "{report}");
         assert_eq!(problems[1], "processes failed: kept 2, counted 0", "{report}");
         assert_eq!(problems.len(), 2, "{report}");
+    }
+
+    #[test]
+    fn queue_items_filters_by_metadata_on_postgres_with_json_types_apart() {
+        let Some(server) = server() else { return };
+        let (url, _) = new_url(&server);
+        let store = spindle::Store::connect(&url).expect("connect");
+        let mut ids = Vec::new();
+        for metadata in [json!({ "n": 1 }), json!({ "n": "1" }), json!({ "n": true }), json!({})] {
+            let item = spindle::NewItem::new("jobs", json!(0)).metadata(metadata);
+            ids.push(store.queue().enqueue(item).expect("enqueue").id);
+        }
+        store.close().expect("close");
+        let scratch = Scratch::new();
+        let listed = |meta: &str| -> Vec<Value> {
+            let args = ["--db", &url, "--json", "queue", "items", "jobs", "--meta", meta];
+            let items = json(&spindle_in(&scratch, &args));
+            items.as_array().expect("a list").iter().map(|item| item["id"].clone()).collect()
+        };
+        assert_eq!(listed("n=1"), [json!(ids[0])], "the number");
+        assert_eq!(listed("n=\"1\""), [json!(ids[1])], "the string");
+        assert_eq!(listed("n=true"), [json!(ids[2])], "the boolean");
+        assert!(listed("n=null").is_empty(), "a missing key is not null");
+        let refused =
+            spindle_in(&scratch, &["--db", &url, "queue", "items", "jobs", "--meta", "n=[1]"]);
+        assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The queue's controls from the built `spindle` binary: `queue pause`, `queue resume`,
 //! `queue concurrency` and `queue snooze` change what the library then does (a paused queue is
 //! not claimed, a limited one no further than its limit, a snoozed item is pending later with
-//! its attempt refunded); `queue stats` shows the state. Bad input (a run's queue, a limit of
-//! 0, a bad duration, an item not held, a stale fence) exits 2 and writes nothing.
+//! its attempt refunded); `queue stats` shows the state; `queue items` lists a page by status,
+//! tag and metadata (`--meta KEY=VALUE`, the value JSON if it parses, else text). Bad input (a
+//! run's queue, a limit of 0, a bad duration, an item not held, a stale fence, a malformed
+//! metadata condition) exits 2 and writes nothing.
 
 mod cli_common;
 
@@ -221,4 +223,59 @@ fn items_lists_a_page_of_a_status_and_a_tag_filters_it() {
     s.refused(&["queue", "items", "paint", "--status", "sideways"], "a status is");
     s.refused(&["queue", "items", "paint", "--limit", "0"], "--limit is 1 to 1000");
     s.refused(&["queue", "items", "paint", "--tag", ""], "tag");
+}
+
+/// The ids of a listing as `--json` prints it.
+fn ids_in(listing: &Value) -> Vec<String> {
+    let items = listing.as_array().expect("a list");
+    items.iter().filter_map(|item| item["id"].as_str().map(str::to_owned)).collect()
+}
+
+#[test]
+fn meta_filters_items_by_metadata_with_values_read_as_json_or_else_as_text() {
+    let s = Scratch::new();
+    let store = s.library();
+    let metadata = [
+        json!({ "n": 1, "plan": "pro" }),
+        json!({ "n": "1", "plan": "free" }),
+        json!({ "n": true, "plan": "pro" }),
+        json!({ "n": null, "plan": "a=b" }),
+        json!({ "n": 1, "plan": "free" }),
+    ];
+    let mut ids = Vec::new();
+    for (n, metadata) in metadata.into_iter().enumerate() {
+        let item = NewItem::new("jobs", json!(n)).metadata(metadata).tag(["even", "odd"][n % 2]);
+        ids.push(store.queue().enqueue(item).expect("enqueue").id);
+    }
+    store.close().expect("close");
+    let listed = |args: &[&str]| ids_in(&s.json(&[&["queue", "items", "jobs"], args].concat()));
+    assert_eq!(listed(&["--meta", "n=1"]), [ids[0].clone(), ids[4].clone()], "the number");
+    assert_eq!(listed(&["--meta", "n=\"1\""]), [ids[1].clone()], "quoted: the string");
+    assert_eq!(listed(&["--meta", "n=true"]), [ids[2].clone()]);
+    assert_eq!(listed(&["--meta", "n=null"]), [ids[3].clone()]);
+    assert_eq!(listed(&["--meta", "plan=pro"]), [ids[0].clone(), ids[2].clone()], "text");
+    assert_eq!(listed(&["--meta", "plan=a=b"]), [ids[3].clone()], "split at the first =");
+    let both = listed(&["--meta", "n=1", "--meta", "plan=free"]);
+    assert_eq!(both, [ids[4].clone()], "every condition holds");
+    assert_eq!(listed(&["--meta", "plan=free", "--tag", "odd"]), [ids[1].clone()]);
+    let paged = listed(&["--meta", "n=1", "--limit", "1", "--after", &ids[0]]);
+    assert_eq!(paged, [ids[4].clone()]);
+    let table = stdout(&s.spindle(&["queue", "items", "jobs", "--meta", "plan=a=b"]));
+    assert!(table.lines().any(|l| l.starts_with(&ids[3])), "{table}");
+
+    let before = s.json(&["queue", "items", "jobs", "--limit", "1000"]);
+    s.refused(&["queue", "items", "jobs", "--meta", "plan"], "KEY=VALUE");
+    s.refused(&["queue", "items", "jobs", "--meta", "=1"], "metadata key");
+    s.refused(&["queue", "items", "jobs", "--meta", "n=[1]"], "a metadata condition");
+    s.refused(&["queue", "items", "jobs", "--meta", "n={\"a\":1}"], "a metadata condition");
+    let long = format!("n={}", "x".repeat(spindle::queue::METADATA_VALUE_BYTES_MAX));
+    s.refused(&["queue", "items", "jobs", "--meta", &long], "metadata value bytes");
+    let many: Vec<String> = (0..=spindle::queue::METADATA_CONDITIONS_MAX)
+        .flat_map(|n| ["--meta".to_owned(), format!("k{n}=1")])
+        .collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    s.refused(&[&["queue", "items", "jobs"], &many[..]].concat(), "metadata conditions");
+    let after = s.json(&["queue", "items", "jobs", "--limit", "1000"]);
+    assert_eq!(after, before, "the items are as they were");
+    assert_eq!(s.stats_of("jobs")["pending"], 5);
 }

@@ -869,3 +869,62 @@ fn the_schedules_page_and_its_route_list_every_schedule() {
     assert_eq!(status, 200, "the page's shell");
     assert!(page.contains("<html") || page.contains("<!doctype"), "{page}");
 }
+
+/// The ids of a page of `/api/queues/../items`.
+fn page_ids(page: &Value) -> Vec<String> {
+    let items = page["items"].as_array().unwrap_or_else(|| panic!("items: {page}"));
+    items.iter().filter_map(|item| item["id"].as_str().map(str::to_owned)).collect()
+}
+
+#[test]
+fn a_queues_live_items_are_filtered_by_metadata_and_bad_conditions_are_400s() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = filled(dir.path());
+    let store = Store::open(&db).expect("open");
+    let mut ids = Vec::new();
+    for metadata in [json!({ "n": 1 }), json!({ "n": "1" }), json!({ "n": 1, "to": "a=b c" })] {
+        let item = NewItem::new("meta", json!(0)).metadata(metadata).tag("t");
+        ids.push(store.queue().enqueue(item).expect("enqueue").id);
+    }
+    store.close().expect("close");
+    let ui = Ui::start(&db);
+    let ids_of = |query: &str| page_ids(&ui.get(&format!("/api/queues/meta/items?{query}")));
+    assert_eq!(ids_of("status=pending&meta=n%3D1"), [ids[0].clone(), ids[2].clone()]);
+    assert_eq!(ids_of("status=pending&meta=n%3D%221%22"), [ids[1].clone()], "the string");
+    assert_eq!(ids_of("meta=to%3Da%3Db+c"), [ids[2].clone()], "text, split at the first =");
+    assert_eq!(ids_of("meta=n%3D1&meta=to%3Da%3Db%20c&tag=t"), [ids[2].clone()], "all hold");
+    assert_eq!(ids_of("meta=n%3D1&limit=1")[..], ids[..1]);
+    assert_eq!(ids_of(&format!("meta=n%3D1&after={}", ids[0])), [ids[2].clone()]);
+    assert_eq!(ids_of("meta=&status=pending").len(), 3, "an empty condition is none");
+
+    // What the store holds, but for the ages (the clock runs).
+    let state = || {
+        let mut queues = ui.get("/api/queues");
+        for queue in queues.as_array_mut().expect("queues") {
+            queue["oldest_pending_age_ms"] = Value::Null;
+        }
+        (queues, ui.get("/api/queues/meta/items?status=pending"))
+    };
+    let before = state();
+    let long = format!("meta=n%3D{}", "x".repeat(2_000));
+    let many: String =
+        (0..=spindle::queue::METADATA_CONDITIONS_MAX).map(|n| format!("&meta=k{n}%3D1")).collect();
+    let nested = format!("{}{}", "%5B".repeat(100), "%5D".repeat(100));
+    for bad in [
+        "meta=n".to_owned(),
+        "meta=%3D1".to_owned(),
+        "meta=n%3D%5B1%5D".to_owned(),
+        "meta=n%3D%7B%7D".to_owned(),
+        "meta=%0A%3D1".to_owned(),
+        format!("meta=n%3D{nested}"),
+        long,
+        many,
+    ] {
+        let (status, body) =
+            ui.call("GET", &format!("/api/queues/meta/items?status=pending&{bad}"));
+        let shown: String = bad.chars().take(40).collect();
+        assert_eq!(status, 400, "{shown}: {body}");
+        assert!(body["error"].is_string(), "{shown}: {body}");
+    }
+    assert_eq!(state(), before, "nothing written");
+}

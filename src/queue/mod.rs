@@ -176,6 +176,13 @@ impl Unique {
 /// Most tags an item may carry.
 pub const TAGS_MAX: usize = 16;
 
+/// Most metadata conditions one [`ItemFilter`] may hold ([`ItemFilter::metadata`]).
+pub const METADATA_CONDITIONS_MAX: usize = 8;
+
+/// The longest value a metadata condition may compare with, in bytes of its JSON text
+/// ([`ItemFilter::metadata`]).
+pub const METADATA_VALUE_BYTES_MAX: usize = 1024;
+
 impl NewItem {
     /// An item for `queue` carrying `payload`, due now, priority 0, 3 attempts.
     pub fn new(queue: impl Into<String>, payload: Value) -> Self {
@@ -274,7 +281,8 @@ impl NewItem {
     }
 
     /// Keeps `metadata`, a JSON object, with the item (River's metadata, Oban's meta): returned
-    /// in [`QueueItem::metadata`], never read by the store. Bounded as a payload is
+    /// in [`QueueItem::metadata`], and [`ItemFilter::metadata`] lists a queue's items by its
+    /// top-level keys; the store acts on none of it. Bounded as a payload is
     /// (`Limits::payload_bytes_max`); anything but an object is `InvalidInput` at enqueue.
     pub fn metadata(mut self, metadata: Value) -> Self {
         self.metadata = Some(metadata);
@@ -443,7 +451,8 @@ pub struct QueueStats {
 }
 
 /// Which of a queue's items [`Queue::items`] reads: those with a status and, for pending
-/// items, those due now or only those due later; with a tag, only the items that carry it.
+/// items, those due now or only those due later; with a tag, only the items that carry it;
+/// with metadata conditions, only the items whose metadata meets every one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemFilter {
     /// The items' status.
@@ -452,22 +461,25 @@ pub struct ItemFilter {
     pub due: Option<bool>,
     /// Only the items with this tag ([`NewItem::tag`]); `None`: every item.
     pub tag: Option<String>,
+    /// Only the items whose metadata ([`NewItem::metadata`]) has each of these top-level keys
+    /// with a value equal to the one given (see [`ItemFilter::metadata`]); empty: every item.
+    pub metadata: Vec<(String, Value)>,
 }
 
 impl ItemFilter {
     /// Every item with `status`.
     pub fn status(status: ItemStatus) -> Self {
-        ItemFilter { status, due: None, tag: None }
+        ItemFilter { status, due: None, tag: None, metadata: Vec::new() }
     }
 
     /// Pending items due now.
     pub fn due() -> Self {
-        ItemFilter { status: ItemStatus::Pending, due: Some(true), tag: None }
+        ItemFilter { due: Some(true), ..ItemFilter::status(ItemStatus::Pending) }
     }
 
     /// Pending items due later.
     pub fn scheduled() -> Self {
-        ItemFilter { status: ItemStatus::Pending, due: Some(false), tag: None }
+        ItemFilter { due: Some(false), ..ItemFilter::status(ItemStatus::Pending) }
     }
 
     /// The same, only the items with `tag`: read through the tag's own index (the queue's
@@ -475,6 +487,25 @@ impl ItemFilter {
     /// the queue's.
     pub fn tag(mut self, tag: impl Into<String>) -> Self {
         self.tag = Some(tag.into());
+        self
+    }
+
+    /// The same, only the items whose metadata object has the top-level `key` with a value
+    /// equal to `value`; called again, the conditions add up (all must hold). `value` is a
+    /// JSON scalar and equal keeps to JSON's types: a string equals the same string, a number
+    /// the same number (`1` equals `1.0`), `true` only `true` and `null` only a key present
+    /// with `null` (not a missing key); so `1`, `"1"` and `true` never match each other. The
+    /// same on both engines.
+    ///
+    /// There is no index on metadata: the items of the status (or of the tag, with
+    /// [`ItemFilter::tag`]) are read in id order and each is kept if its metadata matches, so
+    /// a page costs the items it passes over. Checked by `items(..)`, nothing read otherwise:
+    /// at most [`METADATA_CONDITIONS_MAX`] conditions (else `TooLarge`), an id-like key
+    /// (non-empty, at most `Limits::id_len_max` bytes, no control characters: `InvalidInput`
+    /// or `TooLarge`), a scalar value (an array or object is `InvalidInput`) of at most
+    /// [`METADATA_VALUE_BYTES_MAX`] bytes as JSON (`TooLarge`).
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.metadata.push((key.into(), value.into()));
         self
     }
 }
@@ -728,7 +759,9 @@ impl<'a> Queue<'a> {
     /// A page of a queue's items that `filter` takes, in enqueue order.
     ///
     /// # Errors
-    /// `InvalidInput` for a bad queue name; `TooLarge` for a page past the page size limit.
+    /// `InvalidInput` for a bad queue name, tag or metadata condition; `TooLarge` for a page
+    /// past the page size limit, or too many or too long metadata conditions
+    /// ([`ItemFilter::metadata`]).
     pub fn items(&self, queue: &str, filter: ItemFilter, page: Page) -> Result<Vec<QueueItem>> {
         self.store.exec(Items { queue: queue.into(), filter, page })
     }

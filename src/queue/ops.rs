@@ -8,8 +8,9 @@ use serde_json::{Value, json};
 
 use super::sql::{self, ItemRow};
 use super::{
-    Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, NewItem, OnConflict, QueueItem,
-    QueueStats, Reclaimed, TAGS_MAX, Unique,
+    Claimed, Enqueued, FailOutcome, ItemFilter, ItemStatus, METADATA_CONDITIONS_MAX,
+    METADATA_VALUE_BYTES_MAX, NewItem, OnConflict, QueueItem, QueueStats, Reclaimed, TAGS_MAX,
+    Unique,
 };
 use crate::core::counts;
 use crate::core::events::{self, Stream};
@@ -703,8 +704,10 @@ impl Op for Items {
         if let Some(tag) = tag {
             tx.limits().check_id("tag", tag)?;
         }
+        let metadata = encode_metadata_conditions(tx.limits(), &self.filter.metadata)?;
         let (db, tenant) = (tx.db(), tx.tenant());
-        let rows = sql::select_items(db, tenant, queue, status, due_by_ms, tag, (after, limit))?;
+        let which = sql::Which { status, due_by_ms, tag, metadata: &metadata };
+        let rows = sql::select_items(db, tenant, queue, which, (after, limit))?;
         rows.into_iter().map(ItemRow::into_item).collect()
     }
 }
@@ -737,15 +740,8 @@ impl Op for RequeueAll {
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
         tx.limits().check_id("queue", &self.queue)?;
         let limit = tx.limits().page_size_max;
-        let dead = sql::select_items(
-            tx.db(),
-            tx.tenant(),
-            &self.queue,
-            ItemStatus::Dead,
-            None,
-            None,
-            ("", limit),
-        )?;
+        let which = sql::Which::status(ItemStatus::Dead);
+        let dead = sql::select_items(tx.db(), tx.tenant(), &self.queue, which, ("", limit))?;
         let mut notes = Notes::default();
         let mut requeued = 0;
         for item in &dead {
@@ -1586,6 +1582,41 @@ fn check_new_item(tx: &Tx<'_>, item: &NewItem) -> Result<String> {
     }
     let encoded = serde_json::to_string(&item.payload)?;
     limits.check_payload("payload bytes", &encoded)?;
+    Ok(encoded)
+}
+
+/// A filter's metadata conditions checked ([`ItemFilter::metadata`]), each as its key and its
+/// value's JSON text.
+fn encode_metadata_conditions<'f>(
+    limits: &Limits,
+    conditions: &'f [(String, Value)],
+) -> Result<Vec<(&'f str, String)>> {
+    if conditions.len() > METADATA_CONDITIONS_MAX {
+        return Err(Error::too_large(
+            "metadata conditions",
+            METADATA_CONDITIONS_MAX,
+            conditions.len(),
+        ));
+    }
+    let mut encoded = Vec::with_capacity(conditions.len());
+    for (key, value) in conditions {
+        limits.check_id("metadata key", key)?;
+        if value.is_array() || value.is_object() {
+            return Err(Error::InvalidInput(format!(
+                "a metadata condition compares with a string, number, boolean or null, not {}",
+                if value.is_array() { "an array" } else { "an object" }
+            )));
+        }
+        let text = serde_json::to_string(value)?;
+        if text.len() > METADATA_VALUE_BYTES_MAX {
+            return Err(Error::too_large(
+                "metadata value bytes",
+                METADATA_VALUE_BYTES_MAX,
+                text.len(),
+            ));
+        }
+        encoded.push((key.as_str(), text));
+    }
     Ok(encoded)
 }
 

@@ -588,17 +588,35 @@ pub(super) fn dead_letter(
     add_to_count(db, tenant, &item.queue, ItemStatus::Dead, 1)
 }
 
-/// Up to `limit` items of `queue` with `status` (and, given `(due, now_ms)`, due by then or
-/// not) and ids after `after`, in id (enqueue) order.
+/// Which items [`select_items`] reads (an `ItemFilter` checked and encoded).
+pub(super) struct Which<'f> {
+    /// The items' status.
+    pub(super) status: ItemStatus,
+    /// Given `(due, now_ms)`, pending items due by then (`true`) or later.
+    pub(super) due_by_ms: Option<(bool, i64)>,
+    /// Only the items with this tag.
+    pub(super) tag: Option<&'f str>,
+    /// Only the items whose metadata has each key with the value (as JSON text).
+    pub(super) metadata: &'f [(&'f str, String)],
+}
+
+impl Which<'_> {
+    /// Every item with `status`.
+    pub(super) fn status(status: ItemStatus) -> Self {
+        Which { status, due_by_ms: None, tag: None, metadata: &[] }
+    }
+}
+
+/// Up to `limit` items of `queue` that `which` takes, with ids after `after`, in id (enqueue)
+/// order.
 pub(super) fn select_items(
     db: Db<'_>,
     tenant: &str,
     queue: &str,
-    status: ItemStatus,
-    due_by_ms: Option<(bool, i64)>,
-    tag: Option<&str>,
+    which: Which<'_>,
     (after, limit): (&str, usize),
 ) -> Result<Vec<ItemRow>> {
+    let Which { status, due_by_ms, tag, metadata } = which;
     // The status is written into the statement (one of five literals), so that SQLite uses
     // the partial index of that status; finished items have theirs in id order, so that a
     // page of them is a key range however many items the store holds. SQLite uses a partial
@@ -615,30 +633,69 @@ pub(super) fn select_items(
         Some((false, _)) => "AND run_at_ms > ?5",
         None => "AND CAST(?5 AS BIGINT) IS NOT NULL", // every item (the parameter is bound either way)
     };
-    let now_ms = due_by_ms.map_or(0, |(_, now_ms)| now_ms);
-    if let Some(tag) = tag {
-        // The tag's rows drive (a key range of its primary key, in id order); each is looked up
-        // by its item's key and kept if it has the status.
-        let sql = format!(
-            "SELECT {} FROM main.queue_items
-             WHERE tenant_id = ?1 AND item_id IN (
-                 SELECT item_id FROM main.queue_item_tags
-                 WHERE tenant_id = ?1 AND queue = ?2 AND tag = ?6 AND item_id > ?3)
-               AND status = '{}' {due}
-             ORDER BY item_id LIMIT ?4",
-            item_columns!(),
-            status.as_str()
-        );
-        return items(db, &sql, args![tenant, queue, after, limit as i64, now_ms, tag]);
+    let (now_ms, limit) = (due_by_ms.map_or(0, |(_, now_ms)| now_ms), limit as i64);
+    let mut all = args![tenant, queue, after, limit, now_ms].to_vec();
+    all.extend(tag.map(Arg::Text));
+    let first = all.len() + 1;
+    let (sqlite_meta, postgres_meta) = metadata_conditions(first, metadata.len());
+    for (key, value) in metadata {
+        all.extend([Arg::Text(key), Arg::Text(value)]);
     }
-    let sql = format!(
-        "SELECT {} FROM main.queue_items {index}
-         WHERE tenant_id = ?1 AND queue = ?2 AND status = '{}' {done} AND item_id > ?3 {due}
-         ORDER BY item_id LIMIT ?4",
-        item_columns!(),
-        status.as_str()
-    );
-    items(db, &sql, args![tenant, queue, after, limit as i64, now_ms])
+    let (sqlite, postgres) = if tag.is_some() {
+        // The tag's rows drive (a key range of its primary key, in id order); each is looked up
+        // by its item's key and kept if it has the status (and the metadata).
+        let sql = |meta: &str| {
+            format!(
+                "SELECT {} FROM main.queue_items
+                 WHERE tenant_id = ?1 AND item_id IN (
+                     SELECT item_id FROM main.queue_item_tags
+                     WHERE tenant_id = ?1 AND queue = ?2 AND tag = ?6 AND item_id > ?3)
+                   AND status = '{}' {due} {meta}
+                 ORDER BY item_id LIMIT ?4",
+                item_columns!(),
+                status.as_str()
+            )
+        };
+        (sql(&sqlite_meta), sql(&postgres_meta))
+    } else {
+        let sql = |meta: &str| {
+            format!(
+                "SELECT {} FROM main.queue_items {index}
+                 WHERE tenant_id = ?1 AND queue = ?2 AND status = '{}' {done} AND item_id > ?3
+                   {due} {meta}
+                 ORDER BY item_id LIMIT ?4",
+                item_columns!(),
+                status.as_str()
+            )
+        };
+        (sql(&sqlite_meta), sql(&postgres_meta))
+    };
+    items(db, Query::per_engine(&sqlite, &postgres), &all)
+}
+
+/// The `WHERE` terms of `count` metadata conditions whose key and value (JSON text) are the
+/// parameters from `?first` on, two each: SQLite's and PostgreSQL's. Each keeps an item whose
+/// metadata has the key with an equal value of the same JSON type (numbers equal as numbers,
+/// `1` and `1.0` alike). SQLite reads the top-level members with `json_each` (a key is
+/// compared as text, never parsed as a path) and compares their type (`integer` and `real`
+/// as one) and SQL value (`atom`: NULL for null, 1 and 0 for booleans, told apart from
+/// numbers by the type); PostgreSQL compares the member as `jsonb`, which is typed and
+/// compares numbers by value.
+fn metadata_conditions(first: usize, count: usize) -> (String, String) {
+    let (mut sqlite, mut postgres) = (String::new(), String::new());
+    for n in 0..count {
+        let (key, value) = (first + 2 * n, first + 2 * n + 1);
+        sqlite.push_str(&format!(
+            " AND EXISTS (SELECT 1 FROM json_each(metadata) AS m
+                 WHERE m.key = ?{key} AND m.atom IS json_extract(?{value}, '$')
+                   AND replace(m.type, 'real', 'integer')
+                       = replace(json_type(?{value}), 'real', 'integer'))"
+        ));
+        postgres.push_str(&format!(
+            " AND (CAST(metadata AS jsonb) -> CAST(?{key} AS text)) = CAST(?{value} AS jsonb)"
+        ));
+    }
+    (sqlite, postgres)
 }
 
 /// Makes a dead item pending again with fresh attempts, due now.

@@ -258,6 +258,28 @@ async function queues(page, base, token) {
   );
   await shoot(page, 'queue-requeued', rows);
 
+  // The tag and metadata boxes narrow the live items: the digests carry metadata
+  // {"digest": n, "plan": "pro"}; `digest=1` is the number (JSON), `digest="1"` a string.
+  const pending = '[data-testid=pending-table] tbody tr[data-id]';
+  const pendingCount = () => page.locator(pending).count();
+  const all = await page.evaluate(async () => (await (await fetch('/api/queues/mail/items?status=pending')).json()).items.length);
+  const narrowed = async (tag, meta, count, why) => {
+    await page.fill('[data-testid=queue-tag]', tag);
+    await page.fill('[data-testid=queue-meta]', meta);
+    await page.waitForFunction(
+      ([selector, n]) => document.querySelectorAll(selector).length === n,
+      [pending, count],
+      { timeout: WAIT_MS },
+    ).catch(async () => assert.fail(`${why}: ${await pendingCount()} rows, not ${count}`));
+  };
+  await narrowed('', 'digest=1', 1, 'the metadata box');
+  await narrowed('', 'digest="1"', 0, 'a string is not the number');
+  await narrowed('digest', 'plan=pro', 2, 'the tag and the metadata together');
+  await shoot(page, 'queue-filtered', pending);
+  const statsText = await page.locator('[data-testid=queue-stats]').textContent();
+  assert.ok(!statsText.includes('null'), `no "null" among the stats: ${statsText}`);
+  await narrowed('', '', all, 'the boxes emptied');
+
   // Pause: the button turns to Resume and the stats show the queue paused; Resume undoes it.
   const pause = page.locator('[data-testid=queue-pause]');
   assert.equal((await pause.textContent()).trim(), 'Pause');

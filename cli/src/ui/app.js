@@ -1877,15 +1877,21 @@
         ' A run\'s items are the run\'s: ', h('code', { text: `spindle retry ${name.slice(4)}` }), ' runs its failed nodes again.'));
     }
 
-    // A tag narrows the live items' tables (pending, scheduled, running) to the items with it.
+    // A tag and a metadata condition (KEY=VALUE, VALUE read as JSON if it parses, else as
+    // text, as `spindle queue items --meta` reads it) narrow the live items' tables (pending,
+    // scheduled, running) to the items with them.
     let tag = '';
+    let meta = '';
     const tagInput = searchInput('', 'tag', 'queue-tag', 'Only the live items with this tag', { size: 16 });
-    const applyTag = debounce(() => { tag = tagInput.value.trim(); reloadAll(); }, 300);
-    cx.listen(tagInput, 'input', applyTag);
-    main.appendChild(h('p', { class: 'small' }, 'Live items with the tag ', tagInput));
+    const metaInput = searchInput('', 'key=value', 'queue-meta', 'Only the live items whose metadata has this key=value (the value as JSON, else as text)', { size: 20, maxlength: 1200 });
+    const applyFilter = debounce(() => { tag = tagInput.value.trim(); meta = metaInput.value.trim(); reloadAll(); }, 300);
+    cx.listen(tagInput, 'input', applyFilter);
+    cx.listen(metaInput, 'input', applyFilter);
+    main.appendChild(h('p', { class: 'small' }, 'Live items with the tag ', tagInput, ' and the metadata ', metaInput));
+    const filterQuery = () => `${tag ? `&tag=${enc(tag)}` : ''}${meta ? `&meta=${enc(meta)}` : ''}`;
     const sections = {};
     for (const kind of Object.keys(ITEM_KINDS)) {
-      const path = kind === 'dead' ? () => `${base}/dead` : () => `${base}/items?status=${kind}${tag ? `&tag=${enc(tag)}` : ''}`;
+      const path = kind === 'dead' ? () => `${base}/dead` : () => `${base}/items?status=${kind}${filterQuery()}`;
       sections[kind] = itemSection(cx, kind, path, name);
       main.appendChild(sections[kind].el);
     }
@@ -1901,10 +1907,11 @@
         stats.replaceChildren(h('span', { class: 'muted', text: 'This queue has no items (yet).' }));
         return;
       }
+      // replaceChildren writes a null as the text "null": only the parts there are.
       stats.replaceChildren(...[['pending', q.pending], ['scheduled', q.scheduled], ['running', q.claimed], ['dead', q.dead], ['completed', q.completed]]
         .map(([label, n]) => h('span', { class: `stat${label === 'dead' && n ? ' danger' : ''}` }, h('strong', { text: String(n) }), ` ${label}`)),
-      queueState(q),
-      q.oldest_pending_age_ms !== null && q.oldest_pending_age_ms !== undefined ? h('span', { class: 'stat muted', text: `oldest pending ${duration(q.oldest_pending_age_ms)}` }) : null);
+      ...[queueState(q),
+        q.oldest_pending_age_ms !== null && q.oldest_pending_age_ms !== undefined ? h('span', { class: 'stat muted', text: `oldest pending ${duration(q.oldest_pending_age_ms)}` }) : null].filter(Boolean));
     });
 
     function reloadAll() {

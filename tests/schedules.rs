@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -386,4 +387,100 @@ fn a_tenant_keeps_at_most_the_schedules_bound() -> spindle::Result<()> {
     // Replacing one is no new schedule.
     store.queue().put_schedule(every_minute("s0000", "other"))?;
     Ok(())
+}
+
+/// The variable that makes this test binary a child process of the test below.
+const CHILD_ENV: &str = "SPINDLE_SCHEDULES_CHILD";
+const CHILD_TEST: &str = "three_processes_fire_each_tick_once_and_run_a_serial_queue_one_at_a_time";
+const SERIAL_ITEMS: usize = 30;
+const TICKS: i64 = 20;
+
+/// Three processes (this test binary run again as children) open one store, each on a clock
+/// of its own going through the same twenty minutes, and fire the schedule three times a
+/// minute; then each claims from a queue limited to one item at a time until none is left.
+/// Every tick makes one item, and no two processes hold a serial item at once.
+#[test]
+fn three_processes_fire_each_tick_once_and_run_a_serial_queue_one_at_a_time() -> spindle::Result<()>
+{
+    if let Ok(location) = std::env::var(CHILD_ENV) {
+        return schedules_child(&location);
+    }
+    let shared = SharedStore::new();
+    let clock = ManualClock::new(T0);
+    let store = shared.open_with(options(&clock));
+    store.queue().put_schedule(every_minute("m", "q").backfill(100))?;
+    store.queue().set_concurrency("serial", Some(1))?;
+    for n in 0..SERIAL_ITEMS {
+        store.queue().enqueue(NewItem::new("serial", json!({ "n": n })))?;
+    }
+    store.close()?;
+    let children: Vec<_> = (0..3)
+        .map(|_| common::spawn_child_test(CHILD_TEST, CHILD_ENV, shared.location()))
+        .collect();
+    let mut held: Vec<(u128, u128, String)> = Vec::new();
+    for mut child in children {
+        let stdout = child.stdout.take().expect("the child's output");
+        for line in BufReader::new(stdout).lines() {
+            let line = line.expect("a line");
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let ["held", id, from, to] = words[..] {
+                held.push((from.parse().expect("µs"), to.parse().expect("µs"), id.to_owned()));
+            }
+        }
+        assert!(child.wait().expect("the child ends").success(), "a child failed");
+    }
+    let store = shared.open_with(options(&clock));
+    let first = next_minute(T0);
+    let expected: Vec<i64> = (0..TICKS).map(|k| first + k * MINUTE_MS).collect();
+    assert_eq!(ticks_of(&items_of(&store, "q")?), expected, "each tick once, by one process");
+    held.sort();
+    assert_eq!(held.len(), SERIAL_ITEMS, "every serial item held once: {held:?}");
+    for pair in held.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "two serial items held at once: {pair:?}");
+    }
+    let serial = store.queue().stats()?.into_iter().find(|s| s.queue == "serial");
+    assert_eq!(serial.map(|s| s.completed), Some(SERIAL_ITEMS as u64));
+    store.close()
+}
+
+/// A child of the test above: fires the schedule through twenty minutes of its own clock,
+/// then works the serial queue, printing `held ID FROM_µs TO_µs` (wall clock) for each item
+/// it held.
+fn schedules_child(location: &str) -> spindle::Result<()> {
+    let clock = ManualClock::new(T0);
+    let store = common::open_at(location, options(&clock));
+    let first = next_minute(T0);
+    for k in 0..TICKS {
+        clock.set_ms(first + k * MINUTE_MS);
+        for _ in 0..3 {
+            store.queue().run_schedules()?;
+        }
+    }
+    let me = format!("child-{}", std::process::id());
+    let mut out = std::io::stdout().lock();
+    // The harness printed `test NAME ... ` without a line break: end its line.
+    writeln!(out).expect("print");
+    loop {
+        let Some(claimed) = store.queue().claim(&me, &["serial"], HOUR_MS)? else {
+            let stats = store.queue().stats()?;
+            if stats.iter().any(|s| s.queue == "serial" && s.pending > 0) {
+                thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            break;
+        };
+        let from = wall_us();
+        thread::sleep(Duration::from_millis(2));
+        let to = wall_us();
+        writeln!(out, "held {} {from} {to}", claimed.item.id).expect("print");
+        out.flush().expect("flush");
+        store.queue().complete(&claimed.item.id, claimed.fence, Value::Null)?;
+    }
+    store.close()
+}
+
+/// The wall clock in microseconds (the processes' one shared time).
+fn wall_us() -> u128 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.expect("after 1970").as_micros()
 }

@@ -59,6 +59,7 @@ impl TenantStatus {
 
 /// A tenant as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Tenant {
     /// Its id (what `Store::tenant` takes).
     pub id: String,
@@ -106,6 +107,7 @@ impl fmt::Debug for TokenSecret {
 
 /// An API token as stored (without its secret).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TokenInfo {
     /// Its id.
     pub id: String,

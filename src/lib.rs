@@ -92,6 +92,21 @@
 //! for a read, and a read sees every write whose reply was sent before it was sent. No SQL
 //! runs outside the store's own threads, but for a backup's read-only connection of its own
 //! ([`Store::backup_to`]). See `ARCHITECTURE.md` for the map.
+//!
+//! # How the API grows
+//!
+//! Within a major version, these keep compiling:
+//! - Enums are `#[non_exhaustive]` (match them with a `_` arm), but [`TxOutcome`], whose two
+//!   cases a closure must choose between.
+//! - What the store answers with (items, records, stats, counts, reports: [`QueueItem`],
+//!   [`QueueStats`], [`WorkerReport`](queue::WorkerReport), [`Graph`], [`Metrics`], ...) is `#[non_exhaustive]`:
+//!   read its fields; a value to compare with starts from its `Default` (or
+//!   [`QueueStats::empty`]) and sets the fields that matter. The records a model of the store
+//!   rebuilds whole ([`ProcessEvent`], [`Execution`]) stay plain.
+//! - What a caller builds comes from constructors and setters ([`NewItem::new`],
+//!   [`Schedule::cron`], [`ItemFilter::due`], ...); [`Options`] and [`Limits`] from `Default`.
+//! - An op struct's public fields are its API (see [`Op`]): a new option comes as a new op or a
+//!   builder, not as a field.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]

@@ -39,6 +39,7 @@ use crate::store::Store;
 
 /// What a migration copied and verified.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct MigrationReport {
     /// The store's tables, in the order they were copied, each verified.
     pub tables: Vec<TableReport>,
@@ -58,6 +59,7 @@ impl MigrationReport {
 
 /// One table as copied: its rows, and the digest both sides agreed on.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct TableReport {
     /// The table's name.
     pub name: String,
@@ -70,6 +72,7 @@ pub struct TableReport {
 /// An identity column of the target and the last value it was set to: the next row gets a
 /// larger one.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct SequenceReport {
     /// The table.
     pub table: String,

@@ -1297,7 +1297,7 @@ fn count_gives_each_state_and_a_waiting_process_apart_from_running_ones() {
     store.processes().set_wait("b", signal("go", 1)).expect("wait");
     store.processes().complete("c", success(json!(1))).expect("complete");
     let counts = store.processes().count().expect("count");
-    let expected =
-        spindle::ProcessCounts { running: 2, waiting: 1, completed: 1, ..Default::default() };
-    assert_eq!(counts, expected);
+    let mut expected = spindle::ProcessCounts::default();
+    (expected.running, expected.waiting, expected.completed) = (2, 1, 1);
+    assert_eq!(counts, expected, "every other state zero");
 }

@@ -130,6 +130,7 @@ impl fmt::Display for Stream {
 
 /// One committed event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Event {
     /// Global position in the log: only grows, across every stream and tenant.
     pub position: u64,
@@ -149,6 +150,7 @@ pub struct Event {
 
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Appended {
     /// The event's sequence in its stream.
     pub seq: u64,

@@ -84,6 +84,7 @@ impl TokenColor {
 
 /// A token: a colour and, optionally, data.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Token {
     /// What edges route on.
     #[serde(default)]
@@ -330,6 +331,7 @@ impl GraphStatus {
 
 /// How many of a graph's nodes are in each status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct NodeCounts {
     /// Waiting for inputs.
     pub pending: u64,
@@ -363,6 +365,7 @@ pub struct GraphFilter {
 
 /// A graph as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Graph {
     /// Its id.
     pub id: GraphId,
@@ -400,6 +403,7 @@ pub struct Graph {
 
 /// A node as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Node {
     /// Its id, unique within the graph.
     pub id: NodeId,
@@ -429,6 +433,7 @@ pub struct Node {
 
 /// An edge as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Edge {
     /// Its number within the graph, from 1 in the order edges were added.
     pub seq: u64,
@@ -472,6 +477,7 @@ impl NodeOptions {
 
 /// What a recovery pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Recovered {
     /// Running graphs visited.
     pub graphs: u64,

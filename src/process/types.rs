@@ -471,6 +471,7 @@ pub struct ExternalRef {
 
 /// A registered process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProcessRecord {
     /// The process id.
     pub id: String,
@@ -542,6 +543,7 @@ pub struct HandleDescriptor {
 
 /// A session scope's right to address a process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct HandleGrant {
     /// The session holding it.
     pub session_id: String,
@@ -555,6 +557,7 @@ pub struct HandleGrant {
 
 /// What deleting a session's process state did.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionDeleteReport {
     /// The session.
     pub session_id: String,
@@ -570,6 +573,7 @@ pub struct SessionDeleteReport {
 
 /// What pruning finished processes removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PruneReport {
     /// Processes removed.
     pub pruned_processes: u64,
@@ -579,6 +583,7 @@ pub struct PruneReport {
 
 /// How many of a tenant's processes are in each state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProcessCounts {
     /// Running and not waiting.
     pub running: u64,

@@ -333,6 +333,7 @@ impl ItemStatus {
 
 /// A queue item as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct QueueItem {
     /// The item's id (UUID v7).
     pub id: String,
@@ -387,6 +388,7 @@ pub struct QueueItem {
 
 /// What an enqueue did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Enqueued {
     /// The item's id: the new one, or the live item with the same dedupe key.
     pub id: String,
@@ -396,6 +398,7 @@ pub struct Enqueued {
 
 /// A claimed item and the lease that goes with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Claimed {
     /// The item, as it stands after the claim.
     pub item: QueueItem,
@@ -420,6 +423,7 @@ pub enum FailOutcome {
 
 /// What a sweep of expired leases did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Reclaimed {
     /// Items scheduled for another attempt.
     pub retried: u64,
@@ -429,6 +433,7 @@ pub struct Reclaimed {
 
 /// The counts of one queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct QueueStats {
     /// The queue's name.
     pub queue: String,
@@ -448,6 +453,24 @@ pub struct QueueStats {
     pub paused: bool,
     /// Its concurrency limit ([`Queue::set_concurrency`]), if it has one.
     pub concurrency_max: Option<u32>,
+}
+
+impl QueueStats {
+    /// The counts of a queue with no item, not paused and without a limit: every count zero
+    /// (a start to compare a recount with, say).
+    pub fn empty(queue: impl Into<String>) -> Self {
+        QueueStats {
+            queue: queue.into(),
+            pending: 0,
+            scheduled: 0,
+            claimed: 0,
+            dead: 0,
+            completed: 0,
+            oldest_pending_age_ms: None,
+            paused: false,
+            concurrency_max: None,
+        }
+    }
 }
 
 /// Which of a queue's items [`Queue::items`] reads: those with a status and, for pending

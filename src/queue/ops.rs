@@ -267,6 +267,7 @@ pub struct Cycle {
 
 /// What a [`Cycle`] did, each list in the order of the op's own.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Cycled {
     /// Per settlement: what it did, or why it was refused.
     pub settled: Vec<Result<Settled>>,

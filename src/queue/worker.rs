@@ -211,6 +211,7 @@ impl Job {
 
 /// What a pool did, counted per item.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerReport {
     /// Items claimed.
     pub claimed: u64,

@@ -119,6 +119,7 @@ impl WorkflowStatus {
 
 /// A workflow definition: its intermediate representation, opaque to the store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Definition {
     /// The workflow.
     pub workflow_id: String,
@@ -166,6 +167,7 @@ pub struct ExecutionFilter {
 
 /// An execution's state at a sequence of its event stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// The execution.
     pub execution_id: ExecutionId,
@@ -179,6 +181,7 @@ pub struct Snapshot {
 
 /// An execution ready to resume: its latest snapshot and every event after it.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Loaded {
     /// The execution as it is.
     pub execution: Execution,

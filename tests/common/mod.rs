@@ -462,16 +462,15 @@ pub fn assert_queue_counts(store: &Store, context: &str) {
             let rows = raw_rows(tx, &sql, &sql)?;
             let mut recount: Vec<spindle::QueueStats> = rows
                 .iter()
-                .map(|row| spindle::QueueStats {
-                    queue: row[0].text(),
-                    pending: row[1].int() as u64,
-                    scheduled: row[2].int() as u64,
-                    claimed: row[3].int() as u64,
-                    dead: row[4].int() as u64,
-                    completed: row[5].int() as u64,
-                    oldest_pending_age_ms: row[6].opt_int().map(|at| now_ms - at),
-                    paused: false,
-                    concurrency_max: None,
+                .map(|row| {
+                    let mut stats = spindle::QueueStats::empty(row[0].text());
+                    stats.pending = row[1].int() as u64;
+                    stats.scheduled = row[2].int() as u64;
+                    stats.claimed = row[3].int() as u64;
+                    stats.dead = row[4].int() as u64;
+                    stats.completed = row[5].int() as u64;
+                    stats.oldest_pending_age_ms = row[6].opt_int().map(|at| now_ms - at);
+                    stats
                 })
                 .collect();
             // Paused and limited queues are reported with their settings, items or not.
@@ -485,17 +484,7 @@ pub fn assert_queue_counts(store: &Store, context: &str) {
                 let index = match recount.binary_search_by(|s| s.queue.cmp(&queue)) {
                     Ok(index) => index,
                     Err(index) => {
-                        let empty = spindle::QueueStats {
-                            queue: queue.clone(),
-                            pending: 0,
-                            scheduled: 0,
-                            claimed: 0,
-                            dead: 0,
-                            completed: 0,
-                            oldest_pending_age_ms: None,
-                            paused: false,
-                            concurrency_max: None,
-                        };
+                        let empty = spindle::QueueStats::empty(queue.clone());
                         recount.insert(index, empty);
                         index
                     }

@@ -200,7 +200,7 @@ CREATE TABLE queue_schedules (
     cron          TEXT COLLATE "C",
     time_zone     TEXT COLLATE "C",
     interval_ms   BIGINT CHECK (interval_ms >= 1000),
-    backfill_max  BIGINT NOT NULL CHECK (backfill_max >= 1),
+    backfill_max  BIGINT NOT NULL CHECK (backfill_max BETWEEN 1 AND 100),
     template      TEXT COLLATE "C" NOT NULL,
     next_tick_ms  BIGINT,
     last_tick_ms  BIGINT,
@@ -213,6 +213,10 @@ CREATE TABLE queue_schedules (
 
 -- The schedules due next, across tenants (what the store's sweep reads).
 CREATE INDEX queue_schedules_due ON queue_schedules (next_tick_ms)
+    WHERE next_tick_ms IS NOT NULL;
+
+-- A tenant's schedules due next (what a firing for one tenant reads).
+CREATE INDEX queue_schedules_tenant_due ON queue_schedules (tenant_id, next_tick_ms)
     WHERE next_tick_ms IS NOT NULL;
 
 -- The next tick of a queue's schedules (what an idle worker pool sleeps until).

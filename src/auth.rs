@@ -278,6 +278,7 @@ impl Op for UpdateTenant {
         tx.limits().check_id("tenant id", &self.id)?;
         let current =
             select_tenant(tx, &self.id)?.ok_or_else(|| Error::not_found("tenant", &self.id))?;
+        let was_active = current.status == TenantStatus::Active;
         let name = self.update.name.unwrap_or(current.name);
         tx.limits().check_id("tenant name", &name)?;
         let status = self.update.status.unwrap_or(current.status);
@@ -287,6 +288,11 @@ impl Op for UpdateTenant {
             args![self.id, name, status.as_str(), tx.now_ms()],
         )?;
         tx.tenants_changed();
+        if status == TenantStatus::Active && !was_active {
+            // The store's sweeps passed the tenant over while it could not write (its
+            // schedules' ticks, say): they look at it again at once.
+            tx.set_alarm(tx.now_ms());
+        }
         select_tenant(tx, &self.id)?.ok_or_else(|| Error::not_found("tenant", &self.id))
     }
 }

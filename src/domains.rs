@@ -36,6 +36,9 @@ fn alarm_job() -> Job {
     Job::op(Sweeps, scope, reply)
 }
 
+/// How long after a failed sweep it runs again, in milliseconds.
+const SWEEP_RETRY_MS: i64 = 1_000;
+
 /// Every domain's sweep, in one job.
 #[derive(Debug, Clone, Copy)]
 struct Sweeps;
@@ -46,9 +49,17 @@ impl Op for Sweeps {
     fn access(&self) -> Access {
         Access::Admin
     }
+    /// Each sweep on its own: one that fails (rolled back alone) is told and tried again a
+    /// moment later, and the others' work commits.
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        tx.exec(graph::ExpireDeadlines)?;
-        tx.exec(queue::SweepSchedules)?;
+        if let Err(error) = tx.exec(graph::ExpireDeadlines) {
+            tracing::warn!(%error, "spindle: the graphs' deadline sweep failed; tried again");
+            tx.set_alarm(tx.now_ms().saturating_add(SWEEP_RETRY_MS));
+        }
+        if let Err(error) = tx.exec(queue::SweepSchedules) {
+            tracing::warn!(%error, "spindle: the schedules' sweep failed; tried again");
+            tx.set_alarm(tx.now_ms().saturating_add(SWEEP_RETRY_MS));
+        }
         Ok(())
     }
 }

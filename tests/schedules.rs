@@ -96,7 +96,7 @@ fn an_interval_schedule_enqueues_one_item_per_tick_and_no_more() -> spindle::Res
     clock.set_ms(first + MINUTE_MS + 5);
     queue.run_schedules()?;
     assert_eq!(ticks_of(&items_of(&store, "q")?), vec![first, first + MINUTE_MS]);
-    let kept = &queue.schedules()?[0];
+    let kept = &queue.schedules(Page::first(100))?[0];
     assert_eq!(kept.next_tick_ms, Some(first + 2 * MINUTE_MS));
     assert_eq!(kept.last_tick_ms, Some(first + MINUTE_MS));
     Ok(())
@@ -118,7 +118,7 @@ fn missed_ticks_skip_to_now_or_backfill_the_latest_ones_oldest_first() -> spindl
     assert_eq!(ticks_of(&items_of(&store, "b")?), filled, "backfill: the latest three");
     let claimed = queue.claim("w", &["b"], 1_000)?.expect("an item");
     assert_eq!(claimed.item.run_at_ms, latest - 2 * MINUTE_MS, "the oldest tick runs first");
-    for info in queue.schedules()? {
+    for info in queue.schedules(Page::first(100))? {
         assert_eq!(info.next_tick_ms, Some(latest + MINUTE_MS), "{}: on to now", info.name);
     }
     Ok(())
@@ -155,7 +155,11 @@ fn the_stores_sweep_fires_every_tenants_schedules_each_in_its_tenant() -> spindl
         theirs[0].metadata.as_ref().map(|m| m["schedule"]["name"].clone()),
         Some(json!("theirs"))
     );
-    assert_eq!(acme.queue().schedules()?.len(), 1, "a tenant sees its own schedules");
+    assert_eq!(
+        acme.queue().schedules(Page::first(100))?.len(),
+        1,
+        "a tenant sees its own schedules"
+    );
     Ok(())
 }
 
@@ -283,7 +287,7 @@ fn a_cron_schedule_fires_on_its_time_zones_wall_clock() -> spindle::Result<()> {
     clock.set_ms(midnight_ms + 2 * HOUR_MS);
     store.queue().run_schedules()?;
     assert_eq!(ticks_of(&items_of(&store, "reports")?), vec![midnight_ms + 2 * HOUR_MS]);
-    let next = store.queue().schedules()?[0].next_tick_ms;
+    let next = store.queue().schedules(Page::first(100))?[0].next_tick_ms;
     assert_eq!(next, Some(midnight_ms + 26 * HOUR_MS), "the next night");
     Ok(())
 }
@@ -308,7 +312,7 @@ fn putting_the_same_cadence_again_keeps_its_ticks_and_a_new_one_starts_from_now(
     let now = clock.now_ms();
     assert_eq!(changed.next_tick_ms, Some((now / HOUR_MS + 1) * HOUR_MS), "from now on");
     assert_eq!(changed.created_at_ms, T0, "still the schedule put first");
-    assert_eq!(queue.schedules()?.len(), 1);
+    assert_eq!(queue.schedules(Page::first(100))?.len(), 1);
     assert_eq!(items_of(&store, "q")?.len(), 1, "no tick fired twice or by the put");
     Ok(())
 }
@@ -324,7 +328,7 @@ fn a_removed_schedule_fires_no_more_and_its_items_stay() -> spindle::Result<()> 
     assert!(!queue.remove_schedule("m")?, "gone already");
     clock.advance_ms(10 * MINUTE_MS);
     assert_eq!(queue.run_schedules()?, 0);
-    assert!(queue.schedules()?.is_empty());
+    assert!(queue.schedules(Page::first(100))?.is_empty());
     assert_eq!(items_of(&store, "q")?.len(), 1, "what it enqueued stays");
     Ok(())
 }
@@ -363,7 +367,7 @@ fn bad_schedules_are_refused_and_write_nothing() -> spindle::Result<()> {
             "{schedule:?}: {refused:?}"
         );
     }
-    assert!(queue.schedules()?.is_empty(), "no schedule kept");
+    assert!(queue.schedules(Page::first(100))?.is_empty(), "no schedule kept");
     assert!(store.events().read_all(0, 10)?.is_empty(), "no event");
     assert!(queue.stats()?.is_empty(), "no item");
     Ok(())
@@ -383,7 +387,8 @@ fn a_tenant_keeps_at_most_the_schedules_bound() -> spindle::Result<()> {
     })?;
     let refused = store.queue().put_schedule(every_minute("one-more", "q"));
     assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
-    assert_eq!(store.queue().schedules()?.len(), spindle::queue::SCHEDULES_MAX);
+    let (first, rest) = (store.queue().schedules(Page::first(600))?, Page::after("s0599", 600));
+    assert_eq!(first.len() + store.queue().schedules(rest)?.len(), spindle::queue::SCHEDULES_MAX);
     // Replacing one is no new schedule.
     store.queue().put_schedule(every_minute("s0000", "other"))?;
     Ok(())
@@ -483,4 +488,92 @@ fn schedules_child(location: &str) -> spindle::Result<()> {
 fn wall_us() -> u128 {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
     now.expect("after 1970").as_micros()
+}
+
+#[test]
+fn a_suspended_tenants_schedules_wait_and_catch_up_once_it_is_active() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    store.auth().create_tenant("acme", "Acme")?;
+    let acme = store.tenant("acme")?;
+    acme.queue().put_schedule(every_minute("theirs", "q").backfill(5))?;
+    let status = |status| spindle::TenantUpdate { status: Some(status), ..Default::default() };
+    store.auth().update_tenant("acme", status(spindle::TenantStatus::Suspended))?;
+    clock.set_ms(next_minute(T0) + 2 * MINUTE_MS);
+    // The store's sweep runs with this write; a suspended tenant's writes are refused.
+    store.events().append(spindle::Stream::custom("other"), "e", json!({}))?;
+    assert!(items_of(&acme, "q")?.is_empty(), "nothing enqueued while suspended");
+    store.auth().update_tenant("acme", status(spindle::TenantStatus::Active))?;
+    store.events().append(spindle::Stream::custom("other"), "e", json!({}))?;
+    assert_eq!(items_of(&acme, "q")?.len(), 3, "the missed ticks, by its backfill");
+    Ok(())
+}
+
+#[test]
+fn a_schedule_that_cannot_fire_is_skipped_and_the_others_fire() -> spindle::Result<()> {
+    let shared = SharedStore::new();
+    let clock = ManualClock::new(T0);
+    let store = shared.open_with(options(&clock));
+    let big = NewItem::new("q", json!({ "blob": "x".repeat(4_000) }));
+    store.queue().put_schedule(Schedule::every("big", MINUTE_MS, big))?;
+    store.queue().put_schedule(every_minute("small", "q"))?;
+    store.close()?;
+    // Reopened with a smaller payload bound: the big template no longer enqueues.
+    let limits = spindle::Limits { payload_bytes_max: 1_000, ..spindle::Limits::default() };
+    let store = shared.open_with(Options { limits, ..options(&clock) });
+    for minute in 1..=3 {
+        clock.set_ms(next_minute(T0) + (minute - 1) * MINUTE_MS);
+        store.queue().run_schedules()?;
+        let items = items_of(&store, "q")?;
+        assert_eq!(items.len(), minute as usize, "the small one fires each minute");
+        assert!(items.iter().all(|item| item.payload == json!({ "job": "small" })));
+    }
+    let big = store.queue().schedules(Page::first(10))?.remove(0);
+    assert_eq!(big.next_tick_ms, Some(next_minute(T0) + 3 * MINUTE_MS), "moved on, no loop");
+    store.close()
+}
+
+#[test]
+fn more_schedules_and_tenants_due_than_one_pass_fires_are_all_fired() -> spindle::Result<()> {
+    let (store, clock) = setup();
+    for n in 0..40 {
+        store.queue().put_schedule(every_minute(&format!("s{n:02}"), "q"))?;
+    }
+    for n in 0..101 {
+        store.tenant(&format!("t{n:03}"))?.queue().put_schedule(every_minute("m", "q"))?;
+    }
+    clock.set_ms(next_minute(T0));
+    // Each write runs the due sweep: a pass that leaves work sets the alarm to go on at once.
+    for _ in 0..4 {
+        store.events().append(spindle::Stream::custom("other"), "e", json!({}))?;
+    }
+    assert_eq!(items_of(&store, "q")?.len(), 40, "every schedule of the tenant");
+    for n in 0..101 {
+        let tenant = store.tenant(&format!("t{n:03}"))?;
+        assert_eq!(items_of(&tenant, "q")?.len(), 1, "tenant t{n:03}");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_schedules_key_space_and_oversized_cadences_are_refused_writing_nothing()
+-> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    let theirs = NewItem::new("q", json!({})).unique(Unique::new("schedule:m:1800000060000"));
+    assert!(matches!(queue.enqueue(theirs.clone()), Err(Error::InvalidInput(_))));
+    assert!(matches!(queue.enqueue_batch(vec![theirs]), Err(Error::InvalidInput(_))));
+    let long_cron = format!("0 {} * * *", vec!["1"; 200].join(","));
+    let long_zone = "Z".repeat(300);
+    let item = || NewItem::new("q", json!({}));
+    for schedule in [
+        Schedule::cron("c", long_cron.as_str(), item()),
+        Schedule::cron("c", "0 3 * * *", item()).time_zone(long_zone.as_str()),
+    ] {
+        let refused = queue.put_schedule(schedule);
+        assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    }
+    assert!(queue.schedules(Page::first(10))?.is_empty());
+    assert!(queue.stats()?.is_empty(), "no item");
+    assert!(store.events().read_all(0, 10)?.is_empty(), "no event");
+    Ok(())
 }

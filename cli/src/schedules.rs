@@ -2,7 +2,7 @@
 
 use clap::Subcommand;
 use serde_json::{Value, json};
-use spindle::{Cadence, CatchUp, NewItem, Schedule, ScheduleInfo, Store};
+use spindle::{Cadence, CatchUp, NewItem, Page, Schedule, ScheduleInfo, Store};
 
 use crate::common::{CliError, Output, human_time, parse_duration_ms};
 use crate::pipeline::owned_by_run;
@@ -122,7 +122,7 @@ pub fn schedules(store: &Store, action: ScheduleCmd, out: &Output) -> Result<(),
 
 /// Every schedule, as a table or as JSON.
 fn list(store: &Store, out: &Output) -> Result<(), CliError> {
-    let schedules = store.queue().schedules()?;
+    let schedules = all_schedules(store)?;
     if out.json {
         out.print_json(&Value::Array(schedules.iter().map(schedule_json).collect()));
         return Ok(());
@@ -148,6 +148,27 @@ fn list(store: &Store, out: &Output) -> Result<(), CliError> {
     }
     Ok(())
 }
+
+/// Every schedule of the tenant, read a page at a time (a tenant keeps at most
+/// `SCHEDULES_MAX`).
+fn all_schedules(store: &Store) -> spindle::Result<Vec<ScheduleInfo>> {
+    let mut all: Vec<ScheduleInfo> = Vec::new();
+    loop {
+        let page = match all.last() {
+            Some(last) => Page::after(last.name.clone(), PAGE),
+            None => Page::first(PAGE),
+        };
+        let read = store.queue().schedules(page)?;
+        let done = read.len() < PAGE;
+        all.extend(read);
+        if done {
+            return Ok(all);
+        }
+    }
+}
+
+/// Schedules read per call.
+const PAGE: usize = 100;
 
 /// What `put` kept, as a line or as JSON.
 fn report(out: &Output, info: &ScheduleInfo) {

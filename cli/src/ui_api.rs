@@ -126,7 +126,7 @@ pub fn route(store: &Store, request: &Request<'_>, samples: &[Sample], allowed: 
         ["", "api", "queues"] => queues(store),
         ["", "api", "queues", queue, "dead"] => dead(store, queue, &ask),
         ["", "api", "queues", queue, "items"] => items(store, queue, &ask),
-        ["", "api", "schedules"] => schedules(store),
+        ["", "api", "schedules"] => schedules(store, &ask),
         ["", "api", "workflows"] => workflows(store, &ask),
         ["", "api", "workflows", id] => workflow(store, id, allowed),
         ["", "api", "processes"] => processes(store, &ask),
@@ -560,12 +560,14 @@ fn queues(store: &Store) -> Answer {
     Ok(Reply::ok(to_json(&store.queue().stats().map_err(store_error)?)?))
 }
 
-/// `/api/schedules`: every periodic job of the tenant (at most `SCHEDULES_MAX`), as
-/// `spindle queue schedules --json` prints them.
-fn schedules(store: &Store) -> Answer {
-    let schedules = store.queue().schedules().map_err(store_error)?;
-    let listed = schedules.iter().map(crate::schedules::schedule_json).collect();
-    Ok(Reply::ok(Value::Array(listed)))
+/// `/api/schedules?after=&limit=`: the tenant's periodic jobs by name, as
+/// `spindle queue schedules --json` prints them, a bounded page at a time.
+fn schedules(store: &Store, ask: &Ask<'_>) -> Answer {
+    let name_of = |schedule: &Value| schedule["name"].as_str().unwrap_or_default().to_owned();
+    by_id(ask, name_of, |page| {
+        let schedules = store.queue().schedules(page)?;
+        Ok(schedules.iter().map(crate::schedules::schedule_json).collect())
+    })
 }
 
 /// `/api/queues/QUEUE/dead?after=&limit=`: dead letters with their last error.

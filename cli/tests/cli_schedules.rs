@@ -9,7 +9,7 @@ use cli_common::{Scratch, stderr, stdout};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-use spindle::{Cadence, CatchUp, Clock, ManualClock, NewItem, Options, Schedule, Store};
+use spindle::{Cadence, CatchUp, Clock, ManualClock, NewItem, Options, Page, Schedule, Store};
 
 /// What only these tests ask of a scratch store.
 impl Scratch {
@@ -68,7 +68,7 @@ fn a_schedule_put_by_the_command_is_kept_listed_and_removed() {
     s.json(&["queue", "schedules", "put", "tick", "--queue", "q", "--every", "15m"]);
 
     let store = s.library();
-    let kept = store.queue().schedules().expect("schedules");
+    let kept = store.queue().schedules(Page::first(100)).expect("schedules");
     store.close().expect("close");
     assert_eq!(kept.len(), 2);
     let nightly = &kept[0];
@@ -135,7 +135,10 @@ fn bad_schedules_exit_2_and_write_nothing() {
     let output = s.spindle(&["queue", "schedules", "put", "bad", "--queue", "q"]);
     assert_eq!(output.status.code(), Some(2), "neither --cron nor --every");
     let store = s.library();
-    assert!(store.queue().schedules().expect("schedules").is_empty(), "nothing kept");
+    assert!(
+        store.queue().schedules(Page::first(100)).expect("schedules").is_empty(),
+        "nothing kept"
+    );
     assert!(store.events().read_all(0, 10).expect("events").is_empty(), "no event");
     store.close().expect("close");
 }

@@ -477,6 +477,7 @@ impl QueueStats {
 /// items, those due now or only those due later; with a tag, only the items that carry it;
 /// with metadata conditions, only the items whose metadata meets every one.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ItemFilter {
     /// The items' status.
     pub status: ItemStatus,
@@ -621,7 +622,15 @@ impl<'a> Queue<'a> {
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);
             }
-            let (fired, tick) = self.fire_due_ticks(&owned(queues))?;
+            // A schedule that cannot fire now does not fail the claim: it waits as it would.
+            let (fired, tick) = match self.fire_due_ticks(&owned(queues)) {
+                Ok(answer) => answer,
+                Err(error @ (Error::Closed | Error::Poisoned(_))) => return Err(error),
+                Err(error) => {
+                    tracing::debug!(%error, "spindle: a blocking claim could not fire a tick");
+                    (0, None)
+                }
+            };
             if fired > 0 {
                 continue;
             }
@@ -963,13 +972,15 @@ impl Queue<'_> {
 }
 
 /// What a writable store does with schedules when it opens: fires the ticks missed while it
-/// was closed (by each schedule's catch-up) and sets its alarm for the next one. Another
-/// process holding the write lock fires them itself: `Busy` is no failure.
+/// was closed (by each schedule's catch-up) and sets its alarm for the next one. A failure
+/// does not keep the store from opening: it is told, and the sweep runs again with the next
+/// write (another process holding the write lock, `Busy`, fires them itself).
 pub(crate) fn at_open(store: &Store, _recover: bool) -> Result<()> {
     match store.exec(SweepSchedules) {
-        Ok(_) | Err(Error::Busy) => Ok(()),
-        Err(error) => Err(error),
+        Ok(_) | Err(Error::Busy) => {}
+        Err(error) => tracing::warn!(%error, "spindle: the schedules' sweep at open failed"),
     }
+    Ok(())
 }
 
 impl Store {

@@ -415,6 +415,7 @@ impl Op for Enqueue {
         limits.check_depths(std::iter::once(&self.item.payload).chain(&self.item.metadata))
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Enqueued> {
+        check_callers_key(&self.item)?;
         let mut notes = Notes::default();
         let enqueued = enqueue(tx, self.item, &mut notes)?;
         notes.append(tx)?;
@@ -435,6 +436,7 @@ impl Op for EnqueueBatch {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<Enqueued>> {
         check_count(tx, "enqueue batch", self.items.len())?;
+        self.items.iter().try_for_each(check_callers_key)?;
         let mut notes = Notes::default();
         if tx.db().is_postgres() && sets::insertable_at_once(&self.items) {
             let enqueued = sets::enqueue_all(tx, &self.items, &mut notes)?;
@@ -1632,6 +1634,18 @@ fn encode_extras(tx: &Tx<'_>, item: &NewItem) -> Result<(Option<String>, Option<
         tx.limits().check_payload("metadata bytes", metadata)?;
     }
     Ok((tags, metadata))
+}
+
+/// Refuses a caller's unique key in the schedules' own space (`schedule:`): a caller's item
+/// there would stand for a tick the schedule then never enqueues.
+fn check_callers_key(item: &NewItem) -> Result<()> {
+    let prefix = crate::queue::schedule::TICK_KEY_PREFIX;
+    match &item.unique {
+        Some(unique) if unique.key.starts_with(prefix) => Err(Error::InvalidInput(format!(
+            "unique keys starting with {prefix:?} are the schedules' own"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn check_queues(tx: &Tx<'_>, queues: &[String]) -> Result<()> {

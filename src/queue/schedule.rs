@@ -21,6 +21,7 @@ use serde_json::Value;
 use super::ops::{PutSchedule, RemoveSchedule, RunSchedules, Schedules};
 use super::{NewItem, Queue};
 use crate::error::{Error, Result};
+use crate::page::Page;
 
 /// Most schedules a tenant may keep.
 pub const SCHEDULES_MAX: usize = 1_000;
@@ -36,10 +37,12 @@ pub const INTERVAL_MS_MIN: i64 = 1_000;
 #[non_exhaustive]
 pub enum Cadence {
     /// Where a cron expression matches, on the wall clock of a time zone: 5 fields as crontab
-    /// writes them (minute, hour, day of month, month, day of week), or 6 with seconds first;
-    /// names (`MON`, `JAN`), ranges, lists, steps, `L`, `W`, `#`, and nicknames (`@hourly`,
-    /// `@daily`, ...). A wall-clock time a daylight-saving change skips fires at the first
-    /// instant after the gap; one it repeats fires once, at its first occurrence.
+    /// writes them (minute, hour, day of month, month, day of week), 6 with seconds first, or 7
+    /// with a year last; names (`MON`, `JAN`), ranges, lists, steps, `L`, `W`, `#`, and
+    /// nicknames (`@hourly`, `@daily`, ...); at most 256 bytes. A wall-clock time a
+    /// daylight-saving change skips fires at the first instant after the gap. Of a wall-clock
+    /// hour it repeats, an expression that names the hour (`30 2 * * *`) fires once, at the
+    /// first pass; one that matches every hour (`*/30 * * * *`) matches both passes.
     Cron {
         /// The expression.
         expression: String,
@@ -55,12 +58,13 @@ pub enum Cadence {
     },
 }
 
-/// What a schedule does with the ticks it missed while no process ran it (the store closed).
-/// On time, one tick is due at each firing and both enqueue it.
+/// What a schedule does with the ticks it missed: while no process ran it (the store closed),
+/// or when a firing comes so late that the next tick is due too (a store busy past a whole
+/// interval). On time, one tick is due at each firing and both enqueue it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum CatchUp {
-    /// Skips to now: only the latest tick due is enqueued.
+    /// Skips to now: only the latest tick due is enqueued, the earlier ones never.
     #[default]
     Skip,
     /// Enqueues the latest `n` ticks due (1..=[`BACKFILL_MAX`]), oldest first; `Backfill(1)`
@@ -100,6 +104,7 @@ impl CatchUp {
 ///     .backfill(3);
 /// let info = store.queue().put_schedule(nightly)?;
 /// assert!(info.next_tick_ms.is_some());
+/// assert_eq!(store.queue().schedules(spindle::Page::first(10))?, vec![info]);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -196,12 +201,13 @@ impl Queue<'_> {
         self.store.exec(RemoveSchedule { name: name.to_owned() })
     }
 
-    /// Every schedule of the view's tenant, by name (at most [`SCHEDULES_MAX`]).
+    /// A page of the view's tenant's schedules, by name: `Page::first(100)`, then
+    /// `Page::after(last.name, 100)` (a tenant keeps at most [`SCHEDULES_MAX`]).
     ///
     /// # Errors
-    /// Only the store's own (closed, I/O).
-    pub fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
-        self.store.exec(Schedules)
+    /// `TooLarge` for a page past `Limits::page_size_max`.
+    pub fn schedules(&self, page: Page) -> Result<Vec<ScheduleInfo>> {
+        self.store.exec(Schedules { page })
     }
 
     /// Fires the view's tenant's due ticks now; returns how many items were enqueued. The store
@@ -304,9 +310,12 @@ pub(crate) fn fired_metadata(template: Option<&Value>, name: &str, tick_ms: i64)
     Value::Object(object)
 }
 
+/// The prefix of the unique keys of schedules' ticks, which callers' items may not use.
+pub(crate) const TICK_KEY_PREFIX: &str = "schedule:";
+
 /// The unique key of a schedule's tick: an item per tick, whoever fires it.
 pub(crate) fn tick_key(name: &str, tick_ms: i64) -> String {
-    format!("schedule:{name}:{tick_ms}")
+    format!("{TICK_KEY_PREFIX}{name}:{tick_ms}")
 }
 
 #[cfg(test)]

@@ -48,12 +48,18 @@ pub(super) fn select(db: Db<'_>, tenant: &str, name: &str) -> Result<Option<Sche
     db.query_opt(&sql, args![tenant, name], row_of)
 }
 
-/// Every schedule of `tenant`, by name, at most `limit`.
-pub(super) fn select_all(db: Db<'_>, tenant: &str, limit: usize) -> Result<Vec<ScheduleRow>> {
+/// `tenant`'s schedules named after `after`, by name, at most `limit`.
+pub(super) fn select_page(
+    db: Db<'_>,
+    tenant: &str,
+    after: &str,
+    limit: usize,
+) -> Result<Vec<ScheduleRow>> {
     let sql = format!(
-        "SELECT {COLUMNS} FROM main.queue_schedules WHERE tenant_id = ?1 ORDER BY name LIMIT ?2"
+        "SELECT {COLUMNS} FROM main.queue_schedules WHERE tenant_id = ?1 AND name > ?2
+         ORDER BY name LIMIT ?3"
     );
-    db.query_all(&sql, args![tenant, limit as i64], row_of)
+    db.query_all(&sql, args![tenant, after, crate::page::sql_limit(limit)], row_of)
 }
 
 /// How many schedules `tenant` keeps.
@@ -136,20 +142,28 @@ pub(super) fn advance(
     Ok(moved == 1)
 }
 
-/// The tenants with a schedule due at `now_ms` (at most `limit`).
+/// The tenants with a schedule due at `now_ms`, the longest due first (at most `limit`). A
+/// suspended or archived tenant's schedules wait (its writes are refused: they fire once it is
+/// active again, by their catch-up).
 pub(super) fn select_tenants_due(db: Db<'_>, now_ms: i64, limit: usize) -> Result<Vec<String>> {
     db.query_all(
-        "SELECT DISTINCT tenant_id FROM main.queue_schedules
-         WHERE next_tick_ms <= ?1 ORDER BY tenant_id LIMIT ?2",
+        "SELECT s.tenant_id FROM main.queue_schedules AS s
+         WHERE s.next_tick_ms <= ?1
+           AND NOT EXISTS (SELECT 1 FROM main.tenants AS t
+                           WHERE t.tenant_id = s.tenant_id AND t.status <> 'active')
+         GROUP BY s.tenant_id ORDER BY min(s.next_tick_ms), s.tenant_id LIMIT ?2",
         args![now_ms, limit as i64],
         |r| r.get(0),
     )
 }
 
-/// The earliest tick of every schedule of every tenant.
+/// The earliest tick of every schedule of every active tenant.
 pub(super) fn select_next_tick(db: Db<'_>) -> Result<Option<i64>> {
     db.query_one(
-        "SELECT min(next_tick_ms) FROM main.queue_schedules WHERE next_tick_ms IS NOT NULL",
+        "SELECT min(s.next_tick_ms) FROM main.queue_schedules AS s
+         WHERE s.next_tick_ms IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM main.tenants AS t
+                           WHERE t.tenant_id = s.tenant_id AND t.status <> 'active')",
         args![],
         |r| r.get(0),
     )

@@ -1766,26 +1766,26 @@
     cx.every(load, 5000);
   }
 
-  /** The periodic jobs: each schedule's cadence, queue, catch-up and ticks. */
+  /** The periodic jobs, a page at a time: each schedule's cadence, queue, catch-up and ticks. */
   async function schedulesPage(cx, main) {
-    const body = h('tbody');
-    const problem = h('div');
-    main.append(pageHead('Schedules', h('span', { class: 'muted small', text: 'every 5 s' })), problem,
-      table('schedules-table', ['Schedule', 'Cadence', 'Queue', 'Catch-up', 'Next tick', 'Last tick', 'Payload'], body),
-      h('p', { class: 'muted small', text: 'Each tick enqueues its item once, whichever process fires it. Put and remove with spindle queue schedules.' }));
-    const load = () => read(cx, problem, api('/api/schedules'), (answer) => {
-      const rows = listOf(answer).map((s) => h('tr', { data: { schedule: s.name } },
-        td(h('span', { class: 'mono strong', text: s.name })),
-        td(h('span', { class: 'mono', testid: 'schedule-cadence', text: cadenceText(s.cadence) })),
-        td(h('a', { href: `/queues/${enc(s.queue)}`, class: 'mono', text: truncate(String(s.queue), 60), title: s.queue })),
-        td(String(s.catch_up)),
-        td(s.next_tick_ms === null ? dash() : timeEl(s.next_tick_ms)),
-        td(s.last_tick_ms === null ? dash() : timeEl(s.last_tick_ms)),
-        td(compactJson(s.payload, 80))));
-      body.replaceChildren(...rowsOr(rows, 7, 'No schedules'));
+    await listPage(cx, main, {
+      title: 'Schedules',
+      fields: [],
+      path: '/api/schedules',
+      testid: 'schedules-table',
+      headers: ['Schedule', 'Cadence', 'Queue', 'Catch-up', 'Next tick', 'Last tick', 'Payload'],
+      draw(items, body) {
+        const rows = items.map((s) => h('tr', { data: { schedule: s.name } },
+          td(h('span', { class: 'mono strong', text: s.name })),
+          td(h('span', { class: 'mono', testid: 'schedule-cadence', text: cadenceText(s.cadence) })),
+          td(h('a', { href: `/queues/${enc(s.queue)}`, class: 'mono', text: truncate(String(s.queue), 60), title: s.queue })),
+          td(String(s.catch_up)),
+          td(s.next_tick_ms === null ? dash() : timeEl(s.next_tick_ms)),
+          td(s.last_tick_ms === null ? dash() : timeEl(s.last_tick_ms)),
+          td(compactJson(s.payload, 80))));
+        body.replaceChildren(...rowsOr(rows, 7, 'No schedules (spindle queue schedules put NAME --queue Q --cron EXPR)'));
+      },
     });
-    await load();
-    cx.every(load, 5000);
   }
 
   /** `cron "0 3 * * *" (Europe/Paris)` or `every 15m`. */

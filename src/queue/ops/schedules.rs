@@ -15,6 +15,7 @@ use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 use crate::limits::Limits;
+use crate::page::Page;
 use crate::queue::schedule::{
     self, BACKFILL_MAX, Cadence, CatchUp, SCHEDULES_MAX, Schedule, ScheduleInfo, Ticker,
 };
@@ -35,9 +36,13 @@ pub struct RemoveSchedule {
     pub name: String,
 }
 
-/// Lists the view's tenant's schedules ([`Queue::schedules`](crate::Queue::schedules)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Schedules;
+/// A page of the view's tenant's schedules, by name
+/// ([`Queue::schedules`](crate::Queue::schedules)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedules {
+    /// Which page (the names after `after`).
+    pub page: Page,
+}
 
 /// Fires the view's tenant's due ticks ([`Queue::run_schedules`](crate::Queue::run_schedules)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +62,9 @@ pub(crate) struct NextTick {
 /// Schedules fired per pass of a firing (each enqueues at most its backfill of items); a
 /// firing that leaves more due sets the alarm to fire them at once.
 const FIRE_PAGE: usize = 32;
+
+/// The longest cron expression a schedule takes, in bytes.
+const CRON_BYTES_MAX: usize = 256;
 
 /// Tenants a sweep fires per pass.
 const TENANT_PAGE: usize = 100;
@@ -132,7 +140,9 @@ impl Op for Schedules {
         Access::Read
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<Vec<ScheduleInfo>> {
-        let rows = sql::select_all(tx.db(), tx.tenant(), SCHEDULES_MAX)?;
+        tx.limits().check_page(self.page.limit)?;
+        let after = self.page.after.as_deref().unwrap_or("");
+        let rows = sql::select_page(tx.db(), tx.tenant(), after, self.page.limit)?;
         rows.into_iter().map(info_of).collect()
     }
 }
@@ -143,11 +153,9 @@ impl Op for RunSchedules {
     fn access(&self) -> Access {
         Access::Write
     }
+    /// Under the tenant's own write lock (on PostgreSQL a batch takes it at its start), as the
+    /// sweep's firing of the tenant is: the two never fire one tenant at once.
     fn apply(self, tx: &mut Tx<'_>) -> Result<u64> {
-        if !tx.db().try_lock_sweep("queue schedules")? {
-            // Another process fires them now.
-            return Ok(0);
-        }
         fire_due(tx)
     }
 }
@@ -167,10 +175,19 @@ impl Op for SweepSchedules {
             return Ok(0);
         }
         let (mut fired, mut passed_over) = (0, false);
-        for tenant in sql::select_tenants_due(tx.db(), tx.now_ms(), TENANT_PAGE)? {
-            match tx.as_tenant(&tenant, fire_due)? {
-                Some(count) => fired += count,
-                None => passed_over = true,
+        let tenants = sql::select_tenants_due(tx.db(), tx.now_ms(), TENANT_PAGE)?;
+        if tenants.len() == TENANT_PAGE {
+            tx.set_alarm(tx.now_ms());
+        }
+        for tenant in tenants {
+            // One tenant's failure is told and tried again; the others fire.
+            match tx.as_tenant(&tenant, fire_due) {
+                Ok(Some(count)) => fired += count,
+                Ok(None) => passed_over = true,
+                Err(error) => {
+                    tracing::warn!(%tenant, %error, "spindle: a tenant's schedules did not fire");
+                    passed_over = true;
+                }
             }
         }
         let next_ms = sql::select_next_tick(tx.db())?;
@@ -224,7 +241,7 @@ fn fire_one(tx: &mut Tx<'_>, row: &ScheduleRow) -> Result<u64> {
         Ok(ticker) => ticker,
         Err(error) => return stop(tx, row, fired_ms, &error),
     };
-    let ticks = ticker.due(fired_ms, now_ms, u32::try_from(row.backfill_max).unwrap_or(1));
+    let ticks = ticker.due(fired_ms, now_ms, ticks_max_of(row));
     let next_ms = ticker.next_after(now_ms);
     let last_ms = ticks.last().copied();
     if !sql::advance(tx.db(), tx.tenant(), &row.name, (fired_ms, next_ms, last_ms), now_ms)? {
@@ -290,6 +307,10 @@ fn check_schedule(tx: &Tx<'_>, schedule: &Schedule) -> Result<Ticker> {
             "an interval has no time zone (given {zone:?}); a cron expression has"
         )));
     }
+    if let Cadence::Cron { expression, time_zone } = &schedule.cadence {
+        check_text_len("cron expression", expression, CRON_BYTES_MAX)?;
+        check_text_len("time zone", time_zone, limits.id_len_max)?;
+    }
     let ticks_max = schedule.catch_up.ticks_max();
     if !(1..=BACKFILL_MAX).contains(&ticks_max) {
         return Err(Error::InvalidInput(format!(
@@ -298,6 +319,14 @@ fn check_schedule(tx: &Tx<'_>, schedule: &Schedule) -> Result<Ticker> {
     }
     check_template(tx, &schedule.item)?;
     Ticker::new(&schedule.cadence)
+}
+
+/// Refuses `text` past `max` bytes (before it is parsed or quoted in an error).
+fn check_text_len(what: &'static str, text: &str, max: usize) -> Result<()> {
+    if text.len() > max {
+        return Err(Error::too_large(what, max, text.len()));
+    }
+    Ok(())
 }
 
 /// Checks the item template: what `enqueue` checks, and nothing a tick gives the item.
@@ -383,7 +412,7 @@ fn row_to_put(
         let same = (&old.cron, &old.time_zone, old.interval_ms)
             == (&row.cron, &row.time_zone, row.interval_ms);
         if same {
-            row.next_tick_ms = old.next_tick_ms;
+            row.next_tick_ms = old.next_tick_ms.or(row.next_tick_ms);
         }
     }
     Ok(row)
@@ -393,7 +422,7 @@ fn row_to_put(
 fn info_of(row: ScheduleRow) -> Result<ScheduleInfo> {
     let template: Template = serde_json::from_str(&row.template)?;
     let cadence = cadence_of(&row);
-    let catch_up = CatchUp::from_ticks_max(u32::try_from(row.backfill_max).unwrap_or(1));
+    let catch_up = CatchUp::from_ticks_max(ticks_max_of(&row));
     Ok(ScheduleInfo {
         item: item_of(&row.queue, template),
         name: row.name,
@@ -404,6 +433,11 @@ fn info_of(row: ScheduleRow) -> Result<ScheduleInfo> {
         created_at_ms: row.created_at_ms,
         updated_at_ms: row.updated_at_ms,
     })
+}
+
+/// How many due ticks a firing enqueues, as stored (within 1..=BACKFILL_MAX).
+fn ticks_max_of(row: &ScheduleRow) -> u32 {
+    u32::try_from(row.backfill_max).unwrap_or(1).clamp(1, BACKFILL_MAX)
 }
 
 /// The stored cadence (a row has either a cron expression and zone, or an interval).
@@ -427,4 +461,40 @@ fn item_of(queue: &str, template: Template) -> NewItem {
     item.tags = template.tags;
     item.metadata = template.metadata;
     item
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{ManualClock, Options, Store, TxOutcome};
+
+    /// A firing that read the schedule before another fired its tick (two processes at once)
+    /// moves nothing and enqueues nothing: even once the tick's item, and with it its unique
+    /// key, has been completed and pruned.
+    #[test]
+    fn a_firing_from_a_stale_read_writes_nothing() -> Result<()> {
+        let clock = ManualClock::new(1_800_000_000_123);
+        let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+        let store = Store::open_in_memory_with(options)?;
+        let queue = store.queue();
+        queue.put_schedule(Schedule::every("m", 60_000, NewItem::new("q", json!({}))))?;
+        let read = |tx: &mut Tx<'_>| sql::select(tx.db(), tx.tenant(), "m");
+        let stale = store.transaction(move |tx| Ok(TxOutcome::Commit(read(tx)?)))?;
+        let stale = stale.ok_or_else(|| Error::not_found("schedule", "m"))?;
+        clock.set_ms(1_800_000_060_000);
+        queue.run_schedules()?;
+        let claimed =
+            queue.claim("w", &["q"], 1_000)?.ok_or_else(|| Error::not_found("item", "q"))?;
+        queue.complete(&claimed.item.id, claimed.fence, json!(null))?;
+        clock.advance_ms(1);
+        assert_eq!(queue.prune_completed(0)?, 1, "the tick's item and its key are gone");
+        let fired = store.transaction(move |tx| Ok(TxOutcome::Commit(fire_one(tx, &stale)?)))?;
+        assert_eq!(fired, 0);
+        assert!(queue.stats()?.iter().all(|stats| stats.pending + stats.scheduled == 0));
+        let kept = queue.schedules(Page::first(1))?;
+        assert_eq!(kept[0].next_tick_ms, Some(1_800_000_120_000), "moved on once");
+        Ok(())
+    }
 }

@@ -917,10 +917,13 @@ fn a_pause_holds_across_a_reopen_and_for_every_store_on_the_database() -> spindl
 #[test]
 fn a_waiting_claim_is_woken_by_the_resume_and_a_pool_claims_nothing_until_then()
 -> spindle::Result<()> {
+    const ITEMS: u64 = 200;
     let store = common::new_store();
     let queue = store.queue();
     queue.pause("q")?;
-    for n in 0..5 {
+    // More items than the pool can take before the woken waiter claims (under load, the
+    // pool's two threads could otherwise drain a handful first and leave the waiter none).
+    for n in 0..ITEMS {
         queue.enqueue(NewItem::new("q", json!(n)))?;
     }
     let pool =
@@ -934,7 +937,7 @@ fn a_waiting_claim_is_woken_by_the_resume_and_a_pool_claims_nothing_until_then()
     // Every round of the pool and the waiter meanwhile finds the queue paused.
     std::thread::sleep(Duration::from_millis(100));
     let stats = stats_of(&store, "q")?.expect("q");
-    assert_eq!((stats.pending, stats.claimed, stats.completed), (5, 0, 0));
+    assert_eq!((stats.pending, stats.claimed, stats.completed), (ITEMS, 0, 0));
     let started = Instant::now();
     queue.resume("q")?;
     let woken = waiter.join().expect("the waiter")?;
@@ -942,13 +945,13 @@ fn a_waiting_claim_is_woken_by_the_resume_and_a_pool_claims_nothing_until_then()
     assert!(started.elapsed() < Duration::from_secs(30));
     let held = woken.expect("claimed");
     queue.complete(&held.item.id, held.fence, json!(1))?;
-    while stats_of(&store, "q")?.expect("q").completed < 5 {
+    while stats_of(&store, "q")?.expect("q").completed < ITEMS {
         assert!(started.elapsed() < Duration::from_secs(60), "the pool went on after the resume");
         std::thread::sleep(Duration::from_millis(5));
     }
     pool.stop();
     let report = pool.join()?;
-    assert_eq!(report.completed, 4);
+    assert_eq!(report.completed, ITEMS - 1);
     Ok(())
 }
 
@@ -1759,4 +1762,36 @@ fn a_round_settling_an_item_cancelled_and_pruned_meanwhile_answers_it_alone() ->
     assert!(matches!(cycled.settled[1], Ok(Settled::Completed)), "{:?}", cycled.settled);
     assert!(matches!(cycled.renewed[0], Err(Error::NotFound { .. })), "{:?}", cycled.renewed);
     store.close()
+}
+
+#[test]
+fn a_metadata_filter_reads_a_bounded_number_of_items_per_page() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let queue = store.queue();
+    // 10,001 items that do not match, then one that does and one tagged that does.
+    for batch in 0..11 {
+        let items: Vec<NewItem> = (0..1_000)
+            .filter(|n| batch * 1_000 + n < 10_001)
+            .map(|n| {
+                NewItem::new("big", json!({ "n": batch * 1_000 + n })).metadata(json!({ "k": 0 }))
+            })
+            .collect();
+        queue.enqueue_batch(items)?;
+    }
+    let wanted = NewItem::new("big", json!("wanted")).metadata(json!({ "k": 1 }));
+    let wanted = queue.enqueue(wanted)?.id;
+    let tagged = NewItem::new("big", json!("tagged")).metadata(json!({ "k": 1 })).tag("t");
+    let tagged = queue.enqueue(tagged)?.id;
+    let filter = ItemFilter::due().metadata("k", json!(1));
+    let refused = queue.items("big", filter.clone(), Page::first(10));
+    assert!(matches!(refused, Err(Error::TooLarge { .. })), "{refused:?}");
+    // Narrowed by a tag, the same condition reads one item.
+    let found = queue.items("big", filter.clone().tag("t"), Page::first(10))?;
+    assert_eq!(found.iter().map(|item| item.id.clone()).collect::<Vec<_>>(), vec![tagged.clone()]);
+    // From a later key (9,003 items to read), the same filter fills its page within the bound.
+    let first_thousand = queue.items("big", ItemFilter::due(), Page::first(1_000))?;
+    let later = Page::after(first_thousand[999].id.clone(), 10);
+    let late: Vec<String> = queue.items("big", filter, later)?.into_iter().map(|i| i.id).collect();
+    assert_eq!(late, vec![wanted, tagged], "both found once the scan starts near them");
+    Ok(())
 }

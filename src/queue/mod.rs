@@ -523,7 +523,9 @@ impl ItemFilter {
     ///
     /// There is no index on metadata: the items of the status (or of the tag, with
     /// [`ItemFilter::tag`]) are read in id order and each is kept if its metadata matches, so
-    /// a page costs the items it passes over. Checked by `items(..)`, nothing read otherwise:
+    /// a page costs the items it passes over, at most 10,000: a page not filled within them
+    /// is `TooLarge` (narrow the listing with a tag). Checked by `items(..)`, nothing read
+    /// otherwise:
     /// at most [`METADATA_CONDITIONS_MAX`] conditions (else `TooLarge`), an id-like key
     /// (non-empty, at most `Limits::id_len_max` bytes, no control characters: `InvalidInput`
     /// or `TooLarge`), a scalar value (an array or object is `InvalidInput`) of at most

@@ -607,6 +607,9 @@ impl Which<'_> {
     }
 }
 
+/// Most items of a listing a metadata filter reads for one page.
+pub(super) const METADATA_SCAN_MAX: usize = 10_000;
+
 /// Up to `limit` items of `queue` that `which` takes, with ids after `after`, in id (enqueue)
 /// order.
 pub(super) fn select_items(
@@ -633,44 +636,72 @@ pub(super) fn select_items(
         Some((false, _)) => "AND run_at_ms > ?5",
         None => "AND CAST(?5 AS BIGINT) IS NOT NULL", // every item (the parameter is bound either way)
     };
-    let (now_ms, limit) = (due_by_ms.map_or(0, |(_, now_ms)| now_ms), limit as i64);
-    let mut all = args![tenant, queue, after, limit, now_ms].to_vec();
+    let (now_ms, limit_sql) = (due_by_ms.map_or(0, |(_, now_ms)| now_ms), limit as i64);
+    let mut all = args![tenant, queue, after, limit_sql, now_ms].to_vec();
     all.extend(tag.map(Arg::Text));
-    let first = all.len() + 1;
-    let (sqlite_meta, postgres_meta) = metadata_conditions(first, metadata.len());
-    for (key, value) in metadata {
-        all.extend([Arg::Text(key), Arg::Text(value)]);
-    }
-    let (sqlite, postgres) = if tag.is_some() {
-        // The tag's rows drive (a key range of its primary key, in id order); each is looked up
-        // by its item's key and kept if it has the status (and the metadata).
-        let sql = |meta: &str| {
+    let scan = all.len() + 1;
+    // One more than the bound: reading past it tells that the listing goes on.
+    all.push(Arg::Int(METADATA_SCAN_MAX as i64 + 1));
+    let listing = |limit: &str| {
+        if tag.is_some() {
+            // The tag's rows drive (a key range of its primary key, in id order); each is
+            // looked up by its item's key and kept if it has the status.
             format!(
                 "SELECT {} FROM main.queue_items
                  WHERE tenant_id = ?1 AND item_id IN (
                      SELECT item_id FROM main.queue_item_tags
                      WHERE tenant_id = ?1 AND queue = ?2 AND tag = ?6 AND item_id > ?3)
-                   AND status = '{}' {due} {meta}
-                 ORDER BY item_id LIMIT ?4",
+                   AND status = '{}' {due}
+                 ORDER BY item_id LIMIT {limit}",
                 item_columns!(),
                 status.as_str()
             )
-        };
-        (sql(&sqlite_meta), sql(&postgres_meta))
-    } else {
-        let sql = |meta: &str| {
+        } else {
             format!(
                 "SELECT {} FROM main.queue_items {index}
                  WHERE tenant_id = ?1 AND queue = ?2 AND status = '{}' {done} AND item_id > ?3
-                   {due} {meta}
-                 ORDER BY item_id LIMIT ?4",
+                   {due}
+                 ORDER BY item_id LIMIT {limit}",
                 item_columns!(),
                 status.as_str()
             )
-        };
-        (sql(&sqlite_meta), sql(&postgres_meta))
+        }
     };
-    items(db, Query::per_engine(&sqlite, &postgres), &all)
+    if metadata.is_empty() {
+        let sql = listing("?4");
+        return items(db, Query::from(&sql), &all[..scan - 1]);
+    }
+    // Metadata has no index: the conditions are kept over at most METADATA_SCAN_MAX items of
+    // the listing (in id order from the page's key), so that a filter matching little costs
+    // a bounded read; a page it cannot fill within them is refused, not cut short.
+    let scanned = listing(&format!("?{scan}"));
+    let (sqlite_meta, postgres_meta) = metadata_conditions(scan + 1, metadata.len());
+    for (key, value) in metadata {
+        all.extend([Arg::Text(key), Arg::Text(value)]);
+    }
+    let kept = |meta: &str| {
+        format!(
+            "SELECT {} FROM ({scanned}) AS scanned WHERE 1 = 1 {meta} ORDER BY item_id LIMIT ?4",
+            item_columns!()
+        )
+    };
+    let (sqlite, postgres) = (kept(&sqlite_meta), kept(&postgres_meta));
+    let rows = items(db, Query::per_engine(&sqlite, &postgres), &all)?;
+    if rows.len() < limit {
+        // The page's size is bound either way (PostgreSQL types every parameter it is given).
+        let count = format!(
+            "SELECT count(*) FROM ({scanned}) AS scanned WHERE CAST(?4 AS BIGINT) IS NOT NULL"
+        );
+        let read: i64 = db.query_one(&count, &all[..scan], |r| r.get(0))?;
+        if read > METADATA_SCAN_MAX as i64 {
+            return Err(Error::too_large(
+                "items a metadata filter reads for a page (narrow it with a tag)",
+                METADATA_SCAN_MAX,
+                METADATA_SCAN_MAX + 1,
+            ));
+        }
+    }
+    Ok(rows)
 }
 
 /// The `WHERE` terms of `count` metadata conditions whose key and value (JSON text) are the

@@ -1,5 +1,5 @@
 //! The `pipeline` fuzz harness: arbitrary bytes into the CLI's pipeline reader and validator
-//! (`cli/src/pipeline.rs`, included as it is) must never panic, and a file it accepts
+//! (`cli/src/pipeline/format.rs`, included as it is) must never panic, and a file it accepts
 //! must build, through the CLI's own `Pipeline::build`, a graph with exactly its nodes and
 //! edges.
 //!
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use spindle::{JoinType, NodeSpec, Store, TokenColor, TxOutcome};
 
 #[allow(dead_code)]
-#[path = "../../cli/src/pipeline.rs"]
+#[path = "../../cli/src/pipeline/format.rs"]
 mod cli;
 
 /// Graphs built in one store before the harness opens a fresh one (memory stays bounded over

@@ -11,8 +11,8 @@ use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
 use spindle::{Event, ItemFilter, ItemStatus, Page, Store, Stream};
 
 use crate::common::{self, CliError, Location, Output, all_graphs, parse_duration_ms};
-use crate::draw;
-use crate::draw::ShowFormat;
+use crate::pipeline::draw;
+use crate::pipeline::draw::ShowFormat;
 use crate::pipeline::owned_by_run;
 
 /// Every graph, in creation order.
@@ -468,7 +468,7 @@ pub fn prune(store: &Store, runs: &Path, older_than: &str, out: &Output) -> Resu
             break;
         }
     }
-    let runs = crate::runs::prune(store, runs, cutoff_ms)?;
+    let runs = crate::run::runs::prune(store, runs, cutoff_ms)?;
     queue_items += runs.dead_items;
     if out.json {
         out.print_json(&json!({
@@ -546,7 +546,7 @@ fn check_postgres(db: &Location, url: &str, tenant: &str, out: &Output) -> Resul
     let healthy = graph_problems.is_empty() && count_problems.is_empty();
     let report = json!({
         "engine": "postgres",
-        "meta": crate::postgres::meta(url)?,
+        "meta": crate::commands::postgres::meta(url)?,
         "graph_problems": graph_problems,
         "count_problems": count_problems,
         "ok": healthy,

@@ -15,9 +15,9 @@ use crate::common::{
     CliError, Output, all_graphs_by, human_duration, human_time, now_ms, parse_duration_ms,
     read_stream,
 };
-use crate::livelog;
-use crate::outputs::Outputs;
 use crate::pipeline::{self, Pipeline, run_filter, source_stream};
+use crate::run::livelog;
+use crate::run::outputs::Outputs;
 use crate::run::{self, Ending};
 
 /// Which runs `spindle runs` lists.

@@ -3,7 +3,7 @@
 //!
 //! Every listing pages by keyset: `?after=<the last id of the page before>&limit=<1..=500>`,
 //! and answers `{"items": [...], "next": <the after of the next page, or null>}`. A page also
-//! stops at the bytes its answer is allowed (`ui_http`'s gate: at most a few MiB; at least one
+//! stops at the bytes its answer is allowed (`http.rs`'s gate: at most a few MiB; at least one
 //! item), and is read from the store a few records at a time, so that big records are never
 //! held by the hundred. Bad parameters answer 400, unknown things 404, other methods 405; every
 //! error is `{"error": "<what to do>"}`. Nothing here writes.
@@ -20,10 +20,10 @@ use spindle::{
 };
 
 use crate::common::{parse_meta, parse_stream};
-use crate::livelog;
-use crate::logs::LogReader;
 use crate::pipeline::run_filter;
-use crate::ui_state::Sample;
+use crate::run::livelog;
+use crate::run::logs::LogReader;
+use crate::ui::state::Sample;
 
 /// The most items one page may ask for.
 const PAGE_MAX: usize = 500;
@@ -564,7 +564,7 @@ fn queues(store: &Store) -> Answer {
 /// `spindle queue schedules --json` prints them.
 fn schedules(store: &Store) -> Answer {
     let schedules = store.queue().schedules().map_err(store_error)?;
-    let listed = schedules.iter().map(crate::schedules::schedule_json).collect();
+    let listed = schedules.iter().map(crate::commands::schedules::schedule_json).collect();
     Ok(Reply::ok(Value::Array(listed)))
 }
 

@@ -18,6 +18,12 @@
 //! dropped unrun, checked where the node is taken and again where the attempt is settled. A
 //! pending item cancelled from outside fails its node (`Run::follow_cancels`).
 
+pub mod attempt;
+pub mod livelog;
+pub mod logs;
+pub mod outputs;
+pub mod runs;
+
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -38,11 +44,11 @@ use spindle::{
     Stream, Subscription, Token, Tx, TxOutcome,
 };
 
-use crate::attempt::{self, kill_group};
 use crate::common::{CliError, Output, human_duration};
-use crate::livelog::{Captured, LiveLog};
-use crate::outputs::{Outputs, output_field};
 use crate::pipeline::{Pipeline, PlanKind, Step, run_filter, run_queue};
+use crate::run::attempt::kill_group;
+use crate::run::livelog::{Captured, LiveLog};
+use crate::run::outputs::{Outputs, output_field};
 
 /// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
 /// killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short one). The

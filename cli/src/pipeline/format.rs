@@ -199,7 +199,7 @@ const MATRIX_NAME_BYTES_MAX: usize = 64;
 /// The prefix of the variables `spindle run` sets itself, which `env` may not set.
 pub const RESERVED_ENV_PREFIX: &str = "SPINDLE_";
 
-/// Checks the text of a pipeline file; `file` names it in the error. What `pipeline_file::read`
+/// Checks the text of a pipeline file; `file` names it in the error. What `file::read`
 /// does once it has read the file (the fuzz harness `fuzz/harness/pipeline.rs` calls it directly).
 pub fn parse(file: &str, text: &str) -> Result<Pipeline, BadPipeline> {
     let bad = |node: Option<&str>, reason: String| BadPipeline {

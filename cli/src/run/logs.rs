@@ -20,10 +20,10 @@ use serde_json::{Value, json};
 use spindle::{Event, Node, NodeStatus, Store, Stream};
 
 use crate::common::{CliError, Output};
-use crate::livelog::{self, PAGE_EVENTS, TAIL_BYTES, node_stream};
-use crate::outputs::output_field;
 use crate::run::attempts_of;
-use crate::runs::resolve;
+use crate::run::livelog::{self, PAGE_EVENTS, TAIL_BYTES, node_stream};
+use crate::run::outputs::output_field;
+use crate::run::runs::resolve;
 
 /// How often `--follow` reads what is new.
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
@@ -561,7 +561,7 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
-    use crate::livelog::{Captured, LiveLog};
+    use crate::run::livelog::{Captured, LiveLog};
 
     /// Writes one attempt of `node` in `run` that printed `text` and ended `how` (none: it
     /// did not end).

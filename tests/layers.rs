@@ -2,7 +2,9 @@
 //! and the handle (`src/store.rs`, `src/subscription.rs`) name no domain; no domain names
 //! another; the one place that names the domains for them is `src/domains.rs`, and the one
 //! above them all is `src/metrics.rs` (every domain's counts for `Store::metrics`); the
-//! command-line tool's modules form no circle and share their helpers through `common.rs`.
+//! command-line tool's modules (`cli/src/`, read by their paths) form no circle and share their
+//! helpers through `common.rs`, and its dashboard (`ui/`) names nothing of the runner (`run/`)
+//! or the pipeline file (`pipeline/`): what they share is in `names.rs` and `log_reader.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -347,6 +349,34 @@ fn cli_edges() -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     edges
+}
+
+/// Whether `module` is `folder` or below it.
+fn is_under(module: &str, folder: &str) -> bool {
+    module == folder || module.starts_with(&format!("{folder}::"))
+}
+
+#[test]
+fn the_dashboard_names_nothing_of_the_runner_or_the_pipeline_file() {
+    let edges = cli_edges();
+    let dashboard: Vec<&String> = edges.keys().filter(|module| is_under(module, "ui")).collect();
+    assert!(dashboard.len() > 5, "the dashboard's modules were read: {dashboard:?}");
+    let mut found = Vec::new();
+    for module in dashboard {
+        for named in &edges[module] {
+            if is_under(named, "run") || is_under(named, "pipeline") {
+                found.push(format!("{module} names {named}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "share it through names.rs or log_reader.rs: {found:#?}");
+    for shared in ["names", "log_reader"] {
+        let runner = edges[shared]
+            .iter()
+            .filter(|named| is_under(named, "run") || is_under(named, "pipeline"));
+        assert_eq!(runner.count(), 0, "{shared} names {:?}", edges[shared]);
+    }
+    assert!(edges["names"].is_empty(), "names.rs uses no module: {:?}", edges["names"]);
 }
 
 #[test]

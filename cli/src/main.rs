@@ -8,7 +8,9 @@
 
 mod commands;
 mod common;
+mod log_reader;
 mod logging;
+mod names;
 mod pipeline;
 mod run;
 mod ui;

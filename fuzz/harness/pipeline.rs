@@ -5,7 +5,9 @@
 //!
 //! Shared by the cargo-fuzz target (`fuzz/fuzz_targets/pipeline.rs`) and by the test that
 //! replays the seed corpus on stable (`tests/fuzz_corpus.rs`), so it uses only `spindle`,
-//! `serde`, `serde_json`, `sha2` and std. [`run`] panics when an invariant is violated.
+//! `serde`, `serde_json`, `sha2` and std; both declare at their root the `names` module that
+//! `format.rs` names (`cli/src/names.rs`, by `#[path]`). [`run`] panics when an invariant is
+//! violated.
 //!
 //! Input: the bytes of a pipeline file (what `spindle run FILE` reads; not UTF-8 is refused
 //! there before parsing, so such inputs end here). For an accepted file the harness reads the

@@ -11,9 +11,9 @@ use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
 use spindle::{Event, ItemFilter, ItemStatus, Page, Store, Stream};
 
 use crate::common::{self, CliError, Location, Output, all_graphs, parse_duration_ms};
+use crate::names::owned_by_run;
 use crate::pipeline::draw;
 use crate::pipeline::draw::ShowFormat;
-use crate::pipeline::owned_by_run;
 
 /// Every graph, in creation order.
 pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
@@ -415,7 +415,7 @@ fn process_status(process: &ProcessRecord) -> String {
 }
 
 /// Requeues one dead item, or every dead item of a queue; a run's items are refused (exit 2:
-/// they are the run's to settle, see `pipeline::owned_by_run`).
+/// they are the run's to settle, see `names::owned_by_run`).
 pub fn requeue(
     store: &Store,
     id: Option<&str>,

@@ -20,9 +20,8 @@ use spindle::{
 };
 
 use crate::common::{parse_meta, parse_stream};
-use crate::pipeline::run_filter;
-use crate::run::livelog;
-use crate::run::logs::LogReader;
+use crate::log_reader::LogReader;
+use crate::names::{node_stream, run_filter};
 use crate::ui::state::Sample;
 
 /// The most items one page may ask for.
@@ -502,7 +501,7 @@ fn node_detail(store: &Store, run: &str, node: &str, ask: &Ask<'_>) -> Answer {
     let (latest, total) = latest_attempts(store, run, node, before)?;
     let room = ask.allowed.saturating_sub(found.to_string().len());
     let (from, attempts) = fitting(latest, room, before.unwrap_or(total).min(total));
-    let log_stream = format!("custom:{}", livelog::node_stream(run, node).id());
+    let log_stream = format!("custom:{}", node_stream(run, node).id());
     Ok(Reply::ok(json!({
         "node": found,
         "attempts": attempts,

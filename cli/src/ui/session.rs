@@ -10,7 +10,7 @@
 use serde_json::{Value, json};
 use spindle::{Access, Store};
 
-use crate::pipeline::owned_by_run;
+use crate::names::owned_by_run;
 use crate::ui::api::{Reply, segments, store_error};
 use crate::ui::state::{Head, Session, Sessions, SignedIn, Ui};
 

@@ -9,6 +9,11 @@
 
 #[path = "../fuzz/harness/merge_patch.rs"]
 mod merge_patch;
+/// The names of a run's things, which the CLI's `pipeline/format.rs` (in the `pipeline`
+/// harness) names as `crate::names`.
+#[allow(dead_code)]
+#[path = "../cli/src/names.rs"]
+mod names;
 #[path = "../fuzz/harness/payload_schema.rs"]
 mod payload_schema;
 #[path = "../fuzz/harness/pipeline.rs"]

@@ -2,7 +2,9 @@
 //! and the handle (`src/store.rs`, `src/subscription.rs`) name no domain; no domain names
 //! another; the one place that names the domains for them is `src/domains.rs`, and the one
 //! above them all is `src/metrics.rs` (every domain's counts for `Store::metrics`); the
-//! command-line tool's modules form no circle and share their helpers through `common.rs`.
+//! command-line tool's modules (`cli/src/`, read by their paths) form no circle and share their
+//! helpers through `common.rs`, and its dashboard (`ui/`) names nothing of the runner (`run/`)
+//! or the pipeline file (`pipeline/`): what they share is in `names.rs` and `log_reader.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -231,29 +233,156 @@ fn only_the_registry_and_the_crate_root_name_every_domain() {
     assert!(naming_two.is_empty(), "{naming_two:#?}");
 }
 
-#[test]
-fn the_command_line_tools_modules_form_no_circle() {
-    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("cli").join("src");
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in rust_files(&folder) {
-        let module = file.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_owned();
-        if module == "main" {
+fn cli_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cli").join("src")
+}
+
+/// The command-line tool's module a file is, as a path: `run::attempt` for
+/// `cli/src/run/attempt.rs`, `run` for `cli/src/run/mod.rs`, empty for `main.rs`.
+fn cli_module(file: &Path) -> String {
+    let relative = file.strip_prefix(cli_src()).expect("a file below cli/src");
+    let mut names: Vec<String> = relative
+        .iter()
+        .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if names.last().is_some_and(|last| last == "mod" || last == "main") {
+        names.pop();
+    }
+    names.join("::")
+}
+
+/// The paths after each `crate::` of `code`, in full (`crate::a::{b, c::d}` gives `a::b` and
+/// `a::c::d`, over any number of lines).
+fn full_paths(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
             continue;
         }
-        let named = crate_paths(&file, &folder);
-        // A module that names an item of `main.rs` (not a module) would close a circle.
-        let modules: BTreeSet<String> = rust_files(&folder)
-            .iter()
-            .filter_map(|f| f.file_stem().and_then(|s| s.to_str()).map(str::to_owned))
-            .collect();
-        for name in &named {
-            assert!(
-                modules.contains(name),
-                "{module} names `crate::{name}`, an item of main.rs: share it through common.rs"
-            );
-        }
-        edges.insert(module, named);
+        expand("", &code[at + "crate::".len()..], &mut paths);
     }
+    paths
+}
+
+/// Reads one path (`a::b`, or `a::{..}` read item by item) at the start of `text`, after
+/// `prefix`.
+fn expand(prefix: &str, text: &str, paths: &mut Vec<String>) {
+    let mut path = prefix.to_owned();
+    let mut rest = text.trim_start();
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            let (mut level, mut start) = (0usize, 0);
+            for (index, c) in group.char_indices() {
+                match c {
+                    '{' => level += 1,
+                    '}' if level == 0 => {
+                        expand(&path, &group[start..index], paths);
+                        return;
+                    }
+                    '}' => level -= 1,
+                    ',' if level == 0 => {
+                        expand(&path, &group[start..index], paths);
+                        start = index + 1;
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let name = leading_name(rest);
+        if name.is_empty() || name == "self" {
+            break;
+        }
+        if !path.is_empty() {
+            path.push_str("::");
+        }
+        path.push_str(&name);
+        rest = rest[name.len()..].trim_start();
+        match rest.strip_prefix("::") {
+            Some(more) => rest = more.trim_start(),
+            None => break,
+        }
+    }
+    if !path.is_empty() {
+        paths.push(path);
+    }
+}
+
+/// The modules of the command-line tool each of its modules names: its `crate::` paths (with
+/// `super::` and `self::` read from where the file is), each read as the longest module it
+/// starts with. Panics at a path that names no module (an item of `main.rs`).
+fn cli_edges() -> BTreeMap<String, BTreeSet<String>> {
+    let files = rust_files(&cli_src());
+    let modules: BTreeSet<String> = files.iter().map(|file| cli_module(file)).collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let module = cli_module(file);
+        if module.is_empty() {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        // A test module's `use super::*` names the file it is in.
+        let mut code = without_comments(&text).replace("use super::*;", "");
+        let parts: Vec<&str> = module.split("::").collect();
+        for up in (1..=parts.len()).rev() {
+            let base = parts[..parts.len() - up].join("::");
+            let to =
+                if base.is_empty() { "crate::".to_owned() } else { format!("crate::{base}::") };
+            code = code.replace(&"super::".repeat(up), &to);
+        }
+        code = code.replace(" self::", &format!(" crate::{module}::"));
+        let named = edges.entry(module.clone()).or_default();
+        for path in full_paths(&code) {
+            let found = (1..=path.split("::").count()).rev().find_map(|n| {
+                let prefix = path.split("::").take(n).collect::<Vec<_>>().join("::");
+                modules.contains(&prefix).then_some(prefix)
+            });
+            let Some(found) = found else {
+                panic!(
+                    "{module} names `crate::{path}`, an item of main.rs: share it through common.rs"
+                )
+            };
+            if found != module {
+                named.insert(found);
+            }
+        }
+    }
+    edges
+}
+
+/// Whether `module` is `folder` or below it.
+fn is_under(module: &str, folder: &str) -> bool {
+    module == folder || module.starts_with(&format!("{folder}::"))
+}
+
+#[test]
+fn the_dashboard_names_nothing_of_the_runner_or_the_pipeline_file() {
+    let edges = cli_edges();
+    let dashboard: Vec<&String> = edges.keys().filter(|module| is_under(module, "ui")).collect();
+    assert!(dashboard.len() > 5, "the dashboard's modules were read: {dashboard:?}");
+    let mut found = Vec::new();
+    for module in dashboard {
+        for named in &edges[module] {
+            if is_under(named, "run") || is_under(named, "pipeline") {
+                found.push(format!("{module} names {named}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "share it through names.rs or log_reader.rs: {found:#?}");
+    for shared in ["names", "log_reader"] {
+        let runner = edges[shared]
+            .iter()
+            .filter(|named| is_under(named, "run") || is_under(named, "pipeline"));
+        assert_eq!(runner.count(), 0, "{shared} names {:?}", edges[shared]);
+    }
+    assert!(edges["names"].is_empty(), "names.rs uses no module: {:?}", edges["names"]);
+}
+
+#[test]
+fn the_command_line_tools_modules_form_no_circle() {
+    let edges = cli_edges();
+    assert!(edges.len() > 20, "the command's modules were read: {edges:?}");
     assert!(edges.contains_key("common") && edges["common"].is_empty(), "common uses no module");
     for start in edges.keys() {
         let mut seen = BTreeSet::new();

@@ -6,39 +6,26 @@
 //! Errors are one line on stderr.
 #![forbid(unsafe_code)]
 
-mod admin;
-mod attempt;
-mod backup;
+mod commands;
 mod common;
-mod draw;
-mod inspect;
-mod livelog;
+mod log_reader;
 mod logging;
-mod logs;
-mod outputs;
+mod names;
 mod pipeline;
-mod pipeline_file;
-mod postgres;
 mod run;
-mod runs;
-mod schedules;
 mod ui;
-mod ui_api;
-mod ui_assets;
-mod ui_http;
-mod ui_live;
-mod ui_session;
-mod ui_state;
-mod ui_streams;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::admin::{TenantCmd, TokenCmd};
+use crate::commands::admin::{self, TenantCmd, TokenCmd};
+use crate::commands::{backup, inspect, postgres, schedules};
 use crate::common::{Access, CliError, ColorChoice, Location, Output, open};
-use crate::draw::ShowFormat;
+use crate::pipeline::draw::{self, ShowFormat};
+use crate::pipeline::file as pipeline_file;
+use crate::run::{attempt, logs, runs};
 
 #[derive(Parser)]
 #[command(name = "spindle", version, about = "Durable pipelines and a store inspector")]
@@ -237,7 +224,7 @@ enum Cmd {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Runs one attempt of a node's command for `run` (not for people: see attempt.rs).
+    /// Runs one attempt of a node's command for `run` (not for people: see run/attempt.rs).
     #[command(name = "__guard", hide = true)]
     Guard {
         /// The command, for `sh -c`.
@@ -491,7 +478,7 @@ fn dispatch(cli: Cli, out: &Output) -> Result<u8, CliError> {
         }
         Cmd::Logs { run, node, follow } => logs::logs(&store, &run, node.as_deref(), follow, out)?,
         Cmd::Ui { addr, allow_actions, require_token, hosts } => {
-            let settings = ui_state::Settings { addr, allow_actions, require_token, hosts };
+            let settings = ui::Settings { addr, allow_actions, require_token, hosts };
             ui::serve(&store, settings, out)?;
         }
         Cmd::Graphs => inspect::graphs(&store, out)?,

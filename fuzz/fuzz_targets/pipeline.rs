@@ -5,5 +5,9 @@
 
 #[path = "../harness/pipeline.rs"]
 mod harness;
+/// The names of a run's things, which the CLI's `pipeline/format.rs` names as `crate::names`.
+#[allow(dead_code)]
+#[path = "../../cli/src/names.rs"]
+mod names;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::run(data));

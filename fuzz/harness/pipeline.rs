@@ -1,11 +1,13 @@
 //! The `pipeline` fuzz harness: arbitrary bytes into the CLI's pipeline reader and validator
-//! (`cli/src/pipeline.rs`, included as it is) must never panic, and a file it accepts
+//! (`cli/src/pipeline/format.rs`, included as it is) must never panic, and a file it accepts
 //! must build, through the CLI's own `Pipeline::build`, a graph with exactly its nodes and
 //! edges.
 //!
 //! Shared by the cargo-fuzz target (`fuzz/fuzz_targets/pipeline.rs`) and by the test that
 //! replays the seed corpus on stable (`tests/fuzz_corpus.rs`), so it uses only `spindle`,
-//! `serde`, `serde_json`, `sha2` and std. [`run`] panics when an invariant is violated.
+//! `serde`, `serde_json`, `sha2` and std; both declare at their root the `names` module that
+//! `format.rs` names (`cli/src/names.rs`, by `#[path]`). [`run`] panics when an invariant is
+//! violated.
 //!
 //! Input: the bytes of a pipeline file (what `spindle run FILE` reads; not UTF-8 is refused
 //! there before parsing, so such inputs end here). For an accepted file the harness reads the
@@ -21,7 +23,7 @@ use serde_json::{Value, json};
 use spindle::{JoinType, NodeSpec, Store, TokenColor, TxOutcome};
 
 #[allow(dead_code)]
-#[path = "../../cli/src/pipeline.rs"]
+#[path = "../../cli/src/pipeline/format.rs"]
 mod cli;
 
 /// Graphs built in one store before the harness opens a fresh one (memory stays bounded over

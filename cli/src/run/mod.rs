@@ -13,10 +13,16 @@
 //! `attempt.rs`: commands die with their runner, and a new attempt first ends what is left of
 //! the last).
 //!
-//! The run's queue is its own (`pipeline::owned_by_run`): each item names the firing of its
+//! The run's queue is its own (`names::owned_by_run`): each item names the firing of its
 //! node it was made for (its dedupe key, `NODE#FIRING`), and an item of any other firing is
 //! dropped unrun, checked where the node is taken and again where the attempt is settled. A
 //! pending item cancelled from outside fails its node (`Run::follow_cancels`).
+
+pub mod attempt;
+pub mod livelog;
+pub mod logs;
+pub mod outputs;
+pub mod runs;
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
@@ -38,11 +44,12 @@ use spindle::{
     Stream, Subscription, Token, Tx, TxOutcome,
 };
 
-use crate::attempt::{self, kill_group};
 use crate::common::{CliError, Output, human_duration};
-use crate::livelog::{Captured, LiveLog};
-use crate::outputs::{Outputs, output_field};
-use crate::pipeline::{Pipeline, PlanKind, Step, run_filter, run_queue};
+use crate::names::{run_filter, run_queue};
+use crate::pipeline::{Pipeline, PlanKind, Step};
+use crate::run::attempt::kill_group;
+use crate::run::livelog::{Captured, LiveLog};
+use crate::run::outputs::{Outputs, output_field};
 
 /// How long a claim lasts without a renewal: what a resumed run waits at most for the node a
 /// killed run was running. `SPINDLE_LEASE_MS` overrides it (the tests use a short one). The
@@ -363,7 +370,7 @@ impl Run {
     }
 
     /// Follows the run's queue for its items cancelled from outside the run (through the
-    /// library: the command and the dashboard refuse it, see `pipeline::owned_by_run`): the
+    /// library: the command and the dashboard refuse it, see `names::owned_by_run`): the
     /// node a cancelled item was to run, still waiting for it at that firing, fails as a whole,
     /// so the run goes on by its error edges instead of waiting for an item that will never
     /// come. Items this drive is still to retry (their attempt's group still stopping) are

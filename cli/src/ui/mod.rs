@@ -1,12 +1,20 @@
-//! `spindle ui`: the dashboard's HTTP server. It serves the pages (`ui_assets.rs`), the JSON
-//! API (`ui_api.rs`), live updates by Server-Sent Events (`ui_live.rs`) and, with
-//! `--allow-actions`, the queue actions of a signed-in session (`ui_session.rs`), from a view of
+//! `spindle ui`: the dashboard's HTTP server. It serves the pages (`assets.rs`), the JSON
+//! API (`api.rs`), live updates by Server-Sent Events (`live.rs`) and, with
+//! `--allow-actions`, the queue actions of a signed-in session (`session.rs`), from a view of
 //! any store (another process may be running work in it).
 //!
-//! The HTTP server is our own (`ui_http.rs`: bounded connections, deadlines and sizes against
+//! The HTTP server is our own (`http.rs`: bounded connections, deadlines and sizes against
 //! hostile clients); this file routes requests. Every request's `Host` must name this server (a
 //! page of another site cannot reach it by renaming itself, "DNS rebinding"), checked before a
 //! body is read. No answer ever holds a stack trace.
+
+mod api;
+mod assets;
+mod http;
+mod live;
+mod session;
+mod state;
+mod streams;
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpListener};
@@ -19,13 +27,11 @@ use parking_lot::Mutex;
 use spindle::Store;
 
 use crate::common::{CliError, Output, now_ms};
-use crate::ui_api::{self, Reply};
-use crate::ui_assets;
-use crate::ui_http::{self, Answer, Site, Weight};
-use crate::ui_live;
-use crate::ui_session;
-use crate::ui_state::{Head, Sample, Sessions, Settings, Ui};
-use crate::ui_streams::Streams;
+use crate::ui::api::Reply;
+use crate::ui::http::{Answer, Site, Weight};
+pub use crate::ui::state::Settings;
+use crate::ui::state::{Head, Sample, Sessions, Ui};
+use crate::ui::streams::Streams;
 
 /// How often the overview's queue chart samples the queues.
 const SAMPLE_EVERY: Duration = Duration::from_secs(5);
@@ -53,7 +59,7 @@ pub fn serve(store: &Store, settings: Settings, out: &Output) -> Result<(), CliE
         let ui = Arc::clone(&ui);
         move || sample_all(&ui)
     })?;
-    let accept = spawn("spindle-ui-accept", move || ui_http::accept_all(&listener, ui))?;
+    let accept = spawn("spindle-ui-accept", move || http::accept_all(&listener, ui))?;
     // The accept loop never ends by itself; should a bug end it, the process stops (a
     // dashboard that no longer listens must not look alive).
     accept.join().map_err(|_| CliError::Internal("the dashboard's listener failed".into()))?;
@@ -164,7 +170,7 @@ fn respond(ui: &Ui, head: &Head, allowed: usize) -> Answer {
     let live = head.path == "/api/live" && head.method == "GET";
     let answered = std::panic::catch_unwind(AssertUnwindSafe(|| {
         if live {
-            return ui_live::open(ui, head).map(Answer::Live);
+            return live::open(ui, head).map(Answer::Live);
         }
         let (reply, cookie) = answer(ui, head, allowed);
         Ok(Answer::Now(reply, cookie))
@@ -231,20 +237,20 @@ fn answer(ui: &Ui, head: &Head, allowed: usize) -> (Reply, Option<String>) {
         return (metrics(ui, head), None);
     }
     if !head.path.starts_with("/api/") {
-        return (ui_assets::page_or_asset(&head.method, &head.path), None);
+        return (assets::page_or_asset(&head.method, &head.path), None);
     }
     if head.path == "/api/session" || head.path == "/api/session/logout" {
-        return ui_session::session(ui, head);
+        return session::session(ui, head);
     }
     if head.method == "POST" {
-        return (ui_session::action(ui, head), None);
+        return (session::action(ui, head), None);
     }
-    if let Err(reply) = ui_session::may_read(ui, head) {
+    if let Err(reply) = session::may_read(ui, head) {
         return (reply, None);
     }
     let samples: Vec<Sample> = ui.samples.lock().iter().copied().collect();
-    let request = ui_api::Request { method: &head.method, path: &head.path, query: &head.query };
-    (ui_api::route(&ui.store, &request, &samples, allowed), None)
+    let request = api::Request { method: &head.method, path: &head.path, query: &head.query };
+    (api::route(&ui.store, &request, &samples, allowed), None)
 }
 
 /// `GET /metrics`: the store's metrics in the Prometheus text format.
@@ -252,12 +258,12 @@ fn metrics(ui: &Ui, head: &Head) -> Reply {
     if head.method != "GET" {
         return Reply::error(405, format!("{} is not allowed on {METRICS}", head.method));
     }
-    if let Err(reply) = ui_session::may_read(ui, head) {
+    if let Err(reply) = session::may_read(ui, head) {
         return reply;
     }
     match ui.store.metrics() {
         Ok(metrics) => Reply::text(metrics.prometheus()),
-        Err(error) => ui_api::store_error(error),
+        Err(error) => api::store_error(error),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Reading a pipeline file by its extension: `.json` as it is, `.toml` turned into the same
 //! JSON (tables in file order) and then checked by the same code, with the same errors. Kept
-//! apart from `pipeline.rs`, which the fuzz harness includes without the `toml` crate.
+//! apart from `format.rs`, which the fuzz harness includes without the `toml` crate.
 //!
 //! A pipeline is read only from a regular file (a symlink to one is followed), of at most
 //! [`FILE_BYTES_MAX`]: a FIFO, a device (`/dev/zero`) or a directory is refused before a byte

@@ -6,7 +6,7 @@
 //! newest event: a page reads what it needs first, then hears of what commits next. A browser
 //! that reconnects sends `Last-Event-ID` and misses nothing.
 //!
-//! Bounded (`ui_streams.rs`): at most `STREAMS_MAX` streams at once, `STREAMS_PER_PEER` of
+//! Bounded (`streams.rs`): at most `STREAMS_MAX` streams at once, `STREAMS_PER_PEER` of
 //! one client (IP address). A new stream past either bound ends the oldest one (of that client, or of the
 //! client with the most), whose browser reconnects and misses nothing; it is never refused
 //! for want of room. Each stream ends after its `live_for` (`STREAM_FOR` unless the server
@@ -16,7 +16,7 @@
 //! (`Sink::send` is given that deadline): a client that stays connected but reads slowly or
 //! not at all loses its stream then.
 //!
-//! The server (`ui_http.rs`) writes the answer's head, without a length; the events go
+//! The server (`http.rs`) writes the answer's head, without a length; the events go
 //! to the socket through a [`Sink`]; the body ends when the connection closes.
 
 use std::io;
@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 use spindle::{Event, Store, Subscription};
 
 use crate::common::parse_stream;
-use crate::ui_api::{Query, Reply};
-use crate::ui_session;
-use crate::ui_state::{Head, Ui};
-use crate::ui_streams::Slot;
+use crate::ui::api::{Query, Reply};
+use crate::ui::session;
+use crate::ui::state::{Head, Ui};
+use crate::ui::streams::Slot;
 
 /// How long one stream lasts before the browser is asked to reconnect.
 pub const STREAM_FOR: Duration = Duration::from_secs(300);
@@ -66,7 +66,7 @@ impl Live {
 
 /// The live stream the request asks for, or the answer that refuses it.
 pub fn open(ui: &Ui, head: &Head) -> Result<Live, Reply> {
-    ui_session::may_read(ui, head)?;
+    session::may_read(ui, head)?;
     let (subscription, by_stream) = subscribe(&ui.store, head)?;
     let slot = ui.streams.take(head.peer);
     Ok(Live { subscription, by_stream, slot })
@@ -82,7 +82,7 @@ fn subscribe(store: &Store, head: &Head) -> Result<(Subscription, bool), Reply> 
         })?),
         _ => None,
     };
-    let failed = crate::ui_api::store_error;
+    let failed = crate::ui::api::store_error;
     match query.get("stream").filter(|s| !s.is_empty()) {
         Some(stream) => {
             let stream = parse_stream(stream).map_err(|message| Reply::error(400, message))?;

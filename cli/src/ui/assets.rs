@@ -1,4 +1,4 @@
-//! The dashboard's pages, styles and scripts (`cli/src/ui/`), embedded in the binary:
+//! The dashboard's pages, styles and scripts (`assets/`), embedded in the binary:
 //! one HTML shell for every page (the script draws the page its path names) and the files under
 //! `/assets/`. `dagre.min.js` is the graph layout library `@dagrejs/dagre` as npm ships it
 //! (MIT, `dagre.LICENSE.txt`).
@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use crate::ui_api::Reply;
+use crate::ui::api::Reply;
 
 /// An embedded file: its name under `/assets/`, its content type, its bytes.
 struct Asset {
@@ -20,29 +20,29 @@ struct Asset {
 const INDEX: Asset = Asset {
     name: "index.html",
     content_type: "text/html; charset=utf-8",
-    bytes: include_bytes!("ui/index.html"),
+    bytes: include_bytes!("assets/index.html"),
 };
 
 const ASSETS: [Asset; 4] = [
     Asset {
         name: "app.js",
         content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("ui/app.js"),
+        bytes: include_bytes!("assets/app.js"),
     },
     Asset {
         name: "app.css",
         content_type: "text/css; charset=utf-8",
-        bytes: include_bytes!("ui/app.css"),
+        bytes: include_bytes!("assets/app.css"),
     },
     Asset {
         name: "dagre.min.js",
         content_type: "text/javascript; charset=utf-8",
-        bytes: include_bytes!("ui/dagre.min.js"),
+        bytes: include_bytes!("assets/dagre.min.js"),
     },
     Asset {
         name: "favicon.svg",
         content_type: "image/svg+xml",
-        bytes: include_bytes!("ui/favicon.svg"),
+        bytes: include_bytes!("assets/favicon.svg"),
     },
 ];
 

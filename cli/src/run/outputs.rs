@@ -86,7 +86,7 @@ impl Outputs {
 }
 
 /// A field of what a node that ran a command completed with (`{"attempt", "output"}`, see
-/// `run.rs`), if it completed so.
+/// `run/mod.rs`), if it completed so.
 pub fn output_field<'n>(node: &'n Node, field: &str) -> Option<&'n Value> {
     match &node.output {
         Some(NodeOutput::Single(token)) => token.data.as_ref()?.get(field),

@@ -3,7 +3,7 @@
 //! retry` (reopen a finished run at its failed nodes and run it again).
 //!
 //! A run is a graph whose metadata says `kind: spindle-run`; it keeps its pipeline's text
-//! (`pipeline::source_stream`), so a retry runs the same pipeline without the file.
+//! (`names::source_stream`), so a retry runs the same pipeline without the file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -15,9 +15,10 @@ use crate::common::{
     CliError, Output, all_graphs_by, human_duration, human_time, now_ms, parse_duration_ms,
     read_stream,
 };
-use crate::livelog;
-use crate::outputs::Outputs;
-use crate::pipeline::{self, Pipeline, run_filter, source_stream};
+use crate::names::{run_filter, run_of_queue, run_queue, source_stream};
+use crate::pipeline::{self, Pipeline};
+use crate::run::livelog;
+use crate::run::outputs::Outputs;
 use crate::run::{self, Ending};
 
 /// Which runs `spindle runs` lists.
@@ -93,7 +94,7 @@ pub fn prune(store: &Store, runs: &Path, cutoff_ms: i64) -> Result<Pruned, CliEr
         }
         pruned.log_events += livelog::delete(store, &run.id)?;
         pruned.output_dirs += u64::from(Outputs::remove(runs, &run.id)?);
-        pruned.dead_items += purge_dead(store, &pipeline::run_queue(&run.id))?;
+        pruned.dead_items += purge_dead(store, &run_queue(&run.id))?;
     }
     pruned.dead_items += purge_orphans(store)?;
     Ok(pruned)
@@ -117,7 +118,7 @@ fn purge_dead(store: &Store, queue: &str) -> spindle::Result<u64> {
 fn purge_orphans(store: &Store) -> Result<u64, CliError> {
     let mut total = 0;
     for stats in store.queue().stats()? {
-        let Some(run) = pipeline::run_of_queue(&stats.queue) else { continue };
+        let Some(run) = run_of_queue(&stats.queue) else { continue };
         if stats.dead == 0 {
             continue;
         }

@@ -11,9 +11,9 @@ use spindle::process::{ListFilter, ProcessRecord, StatusFilter};
 use spindle::{Event, ItemFilter, ItemStatus, Page, Store, Stream};
 
 use crate::common::{self, CliError, Location, Output, all_graphs, parse_duration_ms};
-use crate::draw;
-use crate::draw::ShowFormat;
-use crate::pipeline::owned_by_run;
+use crate::names::owned_by_run;
+use crate::pipeline::draw;
+use crate::pipeline::draw::ShowFormat;
 
 /// Every graph, in creation order.
 pub fn graphs(store: &Store, out: &Output) -> Result<(), CliError> {
@@ -415,7 +415,7 @@ fn process_status(process: &ProcessRecord) -> String {
 }
 
 /// Requeues one dead item, or every dead item of a queue; a run's items are refused (exit 2:
-/// they are the run's to settle, see `pipeline::owned_by_run`).
+/// they are the run's to settle, see `names::owned_by_run`).
 pub fn requeue(
     store: &Store,
     id: Option<&str>,
@@ -468,7 +468,7 @@ pub fn prune(store: &Store, runs: &Path, older_than: &str, out: &Output) -> Resu
             break;
         }
     }
-    let runs = crate::runs::prune(store, runs, cutoff_ms)?;
+    let runs = crate::run::runs::prune(store, runs, cutoff_ms)?;
     queue_items += runs.dead_items;
     if out.json {
         out.print_json(&json!({
@@ -546,7 +546,7 @@ fn check_postgres(db: &Location, url: &str, tenant: &str, out: &Output) -> Resul
     let healthy = graph_problems.is_empty() && count_problems.is_empty();
     let report = json!({
         "engine": "postgres",
-        "meta": crate::postgres::meta(url)?,
+        "meta": crate::commands::postgres::meta(url)?,
         "graph_problems": graph_problems,
         "count_problems": count_problems,
         "ok": healthy,

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use spindle::{Role, Store};
 
 use crate::common::now_ms;
-use crate::ui_streams::Streams;
+use crate::ui::streams::Streams;
 
 /// How `spindle ui` was asked to serve.
 pub struct Settings {

@@ -5,14 +5,14 @@
 //! before they touch the store: actions allowed, same origin, the session's anti-forgery
 //! token, a token of the tenant that still authenticates, with the writer or admin role.
 //!
-//! Sessions are bounded (`ui_state::Sessions`).
+//! Sessions are bounded (`state::Sessions`).
 
 use serde_json::{Value, json};
 use spindle::{Access, Store};
 
-use crate::pipeline::owned_by_run;
-use crate::ui_api::{Reply, segments, store_error};
-use crate::ui_state::{Head, Session, Sessions, SignedIn, Ui};
+use crate::names::owned_by_run;
+use crate::ui::api::{Reply, segments, store_error};
+use crate::ui::state::{Head, Session, Sessions, SignedIn, Ui};
 
 /// The session cookie's name.
 const COOKIE: &str = "spindle_ui";

@@ -20,7 +20,8 @@
 //! the node and the reason.
 //!
 //! The fuzz harness `fuzz/harness/pipeline.rs` includes this file as it is (`#[path]`), so it
-//! uses only `spindle`, `serde`, `serde_json`, `sha2` and std.
+//! uses only `spindle`, `serde`, `serde_json`, `sha2`, std and `crate::names` (`names.rs`,
+//! which the crates that include the harness declare at their root too).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -30,7 +31,9 @@ use serde::Deserialize;
 use serde::de::{MapAccess, Visitor};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use spindle::{GatherStrategy, GraphFilter, JoinType, NodeOptions, NodeSpec, TokenColor, Tx};
+use spindle::{GatherStrategy, JoinType, NodeOptions, NodeSpec, TokenColor, Tx};
+
+use crate::names::{RUN_KIND, source_stream};
 
 /// A checked pipeline.
 #[derive(Debug, Clone)]
@@ -199,7 +202,7 @@ const MATRIX_NAME_BYTES_MAX: usize = 64;
 /// The prefix of the variables `spindle run` sets itself, which `env` may not set.
 pub const RESERVED_ENV_PREFIX: &str = "SPINDLE_";
 
-/// Checks the text of a pipeline file; `file` names it in the error. What `pipeline_file::read`
+/// Checks the text of a pipeline file; `file` names it in the error. What `file::read`
 /// does once it has read the file (the fuzz harness `fuzz/harness/pipeline.rs` calls it directly).
 pub fn parse(file: &str, text: &str) -> Result<Pipeline, BadPipeline> {
     let bad = |node: Option<&str>, reason: String| BadPipeline {
@@ -687,54 +690,8 @@ pub fn output_file(node: &str) -> String {
 /// The longest name of an outputs file (file systems allow 255 bytes).
 pub const OUTPUT_FILE_BYTES_MAX: usize = 200;
 
-/// The stream that keeps a run's pipeline text: `source` events whose texts, joined, are it.
-pub fn source_stream(run: &str) -> spindle::Stream {
-    spindle::Stream::custom(format!("pipeline:{run}"))
-}
-
 /// The most of a pipeline's text one `source` event holds.
 const SOURCE_PART_BYTES: usize = 256 * 1024;
-
-/// The `kind` a run's graph carries in its metadata.
-pub const RUN_KIND: &str = "spindle-run";
-
-/// The runs of the tenant (root graphs whose metadata says `kind: spindle-run`), oldest first:
-/// what `Graphs::find` reads when asked for runs (narrow it with more fields).
-pub fn run_filter() -> GraphFilter {
-    GraphFilter {
-        metadata: vec![("kind".into(), json!(RUN_KIND))],
-        roots_only: true,
-        ..GraphFilter::default()
-    }
-}
-
-/// The queue a run's nodes are dispatched through. Its items belong to the run: only the run
-/// settles them, and an action on them from outside (requeue, cancel, purge) is refused (see
-/// [`owned_by_run`]).
-pub fn run_queue(run: &str) -> String {
-    format!("{RUN_QUEUE_PREFIX}{run}")
-}
-
-/// What every run's queue name starts with: reserved for runs (an application's own queue
-/// named so is refused to the command's and the dashboard's actions too).
-const RUN_QUEUE_PREFIX: &str = "run:";
-
-/// The run whose queue `queue` is, if it is a run's queue.
-pub fn run_of_queue(queue: &str) -> Option<&str> {
-    queue.strip_prefix(RUN_QUEUE_PREFIX)
-}
-
-/// Refuses an outside action (`what`: "requeue", "cancel", ..) on the items of `queue` when
-/// it is a run's queue: a run's items carry its nodes' firings, and only the run may decide
-/// that one runs again, or not at all (at most one attempt of a node runs at any moment).
-pub fn owned_by_run(queue: &str, what: &str) -> Result<(), String> {
-    let Some(run) = run_of_queue(queue) else { return Ok(()) };
-    Err(format!(
-        "cannot {what} items of {queue}: they belong to run {run}, which alone settles them. \
-         To run its failed nodes again: spindle retry {run}; to stop a live run: Ctrl-C its \
-         runner; to drop a finished run's items: spindle prune"
-    ))
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
@@ -976,17 +933,6 @@ mod tests {
             let (node, message) = parse(text).expect_err(text);
             assert!(message.contains(reason), "{text}: {message}");
             assert!(node.is_some(), "{text}: the node is named");
-        }
-    }
-
-    #[test]
-    fn a_runs_queue_is_its_own_and_other_queues_are_anyones() {
-        assert_eq!(run_queue("01abc"), "run:01abc");
-        let refused = owned_by_run(&run_queue("01abc"), "cancel").expect_err("a run's queue");
-        assert!(refused.starts_with("cannot cancel items of run:01abc"), "{refused}");
-        assert!(refused.contains("spindle retry 01abc"), "{refused}");
-        for queue in ["mail", "runs", "run", "Run:x", "xrun:y"] {
-            assert_eq!(owned_by_run(queue, "requeue"), Ok(()), "{queue}");
         }
     }
 

@@ -11,7 +11,7 @@
 //! and read its answer): when those are all there is, the new connection is answered 503
 //! instead; only when the process is out of file descriptors may a young one go (nobody else
 //! gets in otherwise). Connections making an answer (they end by themselves) and live streams
-//! (`ui_live` bounds them) are never shed.
+//! (`live.rs` bounds them) are never shed.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Shutdown, TcpStream};

@@ -1,6 +1,6 @@
 // spindle ui: the dashboard's pages. Plain JavaScript, no build step, no framework, nothing
 // fetched from elsewhere: one shell page (index.html) for every path, and this script draws
-// the page the path names from the JSON API under /api/ (see the server's ui_api.rs).
+// the page the path names from the JSON API under /api/ (see the server's ui/api.rs).
 //
 // Every piece of data goes into the DOM as text (textContent, attributes), never as HTML.
 // The API token typed to sign in is sent once in a POST body and then forgotten: never put in

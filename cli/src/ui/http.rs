@@ -48,16 +48,16 @@ use nix::sys::resource::{Resource, getrlimit};
 use self::connections::{Conn, Connections, Phase};
 use self::gate::Gate;
 pub use self::gate::Weight;
-use crate::ui_api::Reply;
-use crate::ui_live;
-use crate::ui_state::{Head, add_headers};
-use crate::ui_streams;
+use crate::ui::api::Reply;
+use crate::ui::live;
+use crate::ui::state::{Head, add_headers};
+use crate::ui::streams;
 
 /// Connections served at once, at most.
 const CONNECTIONS_MAX: usize = 128;
 /// Connections served at once, at least, however few file descriptors there are: room for
 /// every live stream and as many other connections.
-const CONNECTIONS_MIN: usize = 2 * ui_streams::STREAMS_MAX;
+const CONNECTIONS_MIN: usize = 2 * streams::STREAMS_MAX;
 /// File descriptors left to the rest of the process (the store's files, the standard streams,
 /// the listener, the 503s being drained) when the bound is fitted to the process's limit.
 const FDS_KEPT: u64 = 64;
@@ -123,7 +123,7 @@ impl Deadlines {
         queue: Duration::from_secs(2),
         answer: Duration::from_secs(30),
         live_write: Duration::from_secs(10),
-        live_for: ui_live::STREAM_FOR,
+        live_for: live::STREAM_FOR,
     };
 
     /// The default deadlines, or all of them `SPINDLE_UI_TIMEOUT_MS` when it is set.
@@ -144,7 +144,7 @@ impl Deadlines {
     }
 }
 
-/// What the server asks of the site it serves (the dashboard: `ui.rs`), in the order it asks:
+/// What the server asks of the site it serves (the dashboard: `ui/mod.rs`), in the order it asks:
 /// whether a request is refused before its body is read, whether its body is read at all, how
 /// heavy its answer is to make, and the answer. A trait, so that the server names nothing
 /// above it: the dashboard uses the server, never the other way round.
@@ -164,7 +164,7 @@ pub enum Answer {
     /// An answer to write at once, and the session cookie to set with it.
     Now(Reply, Option<String>),
     /// A live stream of events, written as they come.
-    Live(ui_live::Live),
+    Live(live::Live),
 }
 
 /// What every connection's thread shares.
@@ -596,7 +596,7 @@ impl Fields<'_, '_> {
             fetch_site: self.get("Sec-Fetch-Site"),
             content_type: self.get("Content-Type"),
             csrf: self.get("X-Spindle-Csrf"),
-            session: cookie.as_deref().and_then(crate::ui_session::session_cookie),
+            session: cookie.as_deref().and_then(crate::ui::session::session_cookie),
             bearer: self.get("Authorization").as_deref().and_then(bearer_token),
             last_event_id: self.get("Last-Event-ID"),
             peer: None,
@@ -689,7 +689,7 @@ fn write_answer(
 }
 
 /// Answers a live stream: its head, then its events until it ends; the connection then closes.
-fn live_stream(conn: &Conn, mut live: ui_live::Live, deadlines: Deadlines) -> Next {
+fn live_stream(conn: &Conn, mut live: live::Live, deadlines: Deadlines) -> Next {
     conn.enter(Phase::Live);
     live.attach(&conn.stream);
     let content_type = [("Content-Type", "text/event-stream; charset=utf-8")];
@@ -701,7 +701,7 @@ fn live_stream(conn: &Conn, mut live: ui_live::Live, deadlines: Deadlines) -> Ne
     let until = Instant::now() + deadlines.live_write;
     if write_within(&conn.stream, head.as_bytes(), until).is_ok() {
         let mut socket = Socket(&conn.stream);
-        ui_live::stream(&mut socket, live, deadlines.live_write, deadlines.live_for);
+        live::stream(&mut socket, live, deadlines.live_write, deadlines.live_for);
     }
     Next::Gone
 }
@@ -709,7 +709,7 @@ fn live_stream(conn: &Conn, mut live: ui_live::Live, deadlines: Deadlines) -> Ne
 /// A live stream's socket: each write by its deadline.
 struct Socket<'s>(&'s TcpStream);
 
-impl ui_live::Sink for Socket<'_> {
+impl live::Sink for Socket<'_> {
     fn send(&mut self, bytes: &[u8], until: Instant) -> io::Result<()> {
         write_within(self.0, bytes, until)
     }

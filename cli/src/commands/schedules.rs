@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use spindle::{Cadence, CatchUp, NewItem, Page, Schedule, ScheduleInfo, Store};
 
 use crate::common::{CliError, Output, human_time, parse_duration_ms};
-use crate::pipeline::owned_by_run;
+use crate::names::owned_by_run;
 
 /// What `spindle queue schedules` does (default: list).
 #[derive(Subcommand)]

@@ -1,6 +1,6 @@
 //! `spindle logs RUN [NODE] [--follow]`: what a run's commands printed.
 //!
-//! Read from the run's live log (`livelog.rs`): every attempt's output (stdout and stderr
+//! Read from the run's live log (`livelog.rs` writes it, `log_reader.rs` reads it): every attempt's output (stdout and stderr
 //! together, its last 64 KiB), attempts in the order they ended, each under a line that names
 //! the node, the attempt and how it ended. One node prints under headers, read from that node's
 //! stream alone; every node prints each line prefixed by its name, read through the run's index
@@ -11,25 +11,21 @@
 //! empty (made before there was one, or pruned) shows what its nodes kept of their last
 //! attempt.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::ops::ControlFlow;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use spindle::{Event, Node, NodeStatus, Store, Stream};
 
 use crate::common::{CliError, Output};
-use crate::livelog::{self, PAGE_EVENTS, TAIL_BYTES, node_stream};
-use crate::outputs::output_field;
+use crate::log_reader::{Attempt, LogReader, PAGE_EVENTS, is_old_layout, key_of, node_of, text_of};
+use crate::names::node_stream;
 use crate::run::attempts_of;
-use crate::runs::resolve;
+use crate::run::outputs::output_field;
+use crate::run::runs::resolve;
 
 /// How often `--follow` reads what is new.
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
-/// Events read at once from a run's index (small events, but a run of the old layout holds
-/// outputs there too).
-const INDEX_PAGE_EVENTS: usize = 4 * PAGE_EVENTS;
 
 /// Prints the output of a run's nodes (or of `node`), following the run if asked.
 pub fn logs(
@@ -73,23 +69,6 @@ struct View<'a> {
     out: &'a Output,
 }
 
-/// One attempt's output as the live log holds it.
-#[derive(Debug)]
-pub struct Attempt {
-    pub node: String,
-    pub attempt: u64,
-    pub text: String,
-    /// How it ended; `None` while it runs (or if its runner was killed).
-    pub how: Option<String>,
-}
-
-impl Attempt {
-    /// Attempt `attempt` of `node`, with no output yet and no end.
-    fn new(node: String, attempt: u64) -> Self {
-        Attempt { node, attempt, text: String::new(), how: None }
-    }
-}
-
 impl View<'_> {
     fn shows(&self, node: &str) -> bool {
         self.node.is_none_or(|wanted| wanted == node)
@@ -126,251 +105,14 @@ impl View<'_> {
     }
 }
 
-/// Reads a run's live log a page at a time, counting the events it reads from each stream.
-pub struct LogReader<'a> {
-    store: &'a Store,
-    run: String,
-    index: Stream,
-    /// Events read so far, by stream id.
-    read: RefCell<BTreeMap<String, u64>>,
-}
-
-/// What a scan of a stream does after an event: go on, or stop there.
-type Flow = spindle::Result<ControlFlow<()>>;
-
-impl<'a> LogReader<'a> {
-    /// A reader of the live log of `run`.
-    pub fn new(store: &'a Store, run: &str) -> Self {
-        let read = RefCell::new(BTreeMap::new());
-        LogReader { store, run: run.to_owned(), index: livelog::stream(run), read }
-    }
-
-    /// How many events it has read, by stream id.
-    #[cfg(test)]
-    pub fn events_read(&self) -> BTreeMap<String, u64> {
-        self.read.borrow().clone()
-    }
-
-    /// Each attempt of `node`, read from its stream (and from the run's stream where that holds
-    /// the old layout), to `each`: ended ones in the order they ended, then the others. Returns
-    /// how many.
-    pub fn node_attempts(
-        &self,
-        node: &str,
-        each: &mut dyn FnMut(Attempt),
-    ) -> spindle::Result<usize> {
-        let mut attempts = Attempts::default();
-        if self.has_old_layout()? {
-            self.scan(&self.index, 0, None, INDEX_PAGE_EVENTS, &mut |event| {
-                if is_old_layout(event) && node_of(event) == node {
-                    attempts.take(event, each);
-                }
-                Ok(ControlFlow::Continue(()))
-            })?;
-        }
-        let stream = node_stream(&self.run, node);
-        self.scan(&stream, 0, None, PAGE_EVENTS, &mut |event| {
-            if node_of(event) == node {
-                attempts.take(event, each);
-            }
-            Ok(ControlFlow::Continue(()))
-        })?;
-        Ok(attempts.finish(each))
-    }
-
-    /// Each attempt of the run, read through its index one at a time, to `each`: ended ones in
-    /// the order they ended, then the others (by node and number). Returns how many.
-    pub fn run_attempts(&self, each: &mut dyn FnMut(Attempt)) -> spindle::Result<usize> {
-        let mut old = Attempts::default();
-        let mut open: BTreeMap<(String, u64), u64> = BTreeMap::new();
-        let mut shown = 0;
-        self.scan(&self.index, 0, None, INDEX_PAGE_EVENTS, &mut |event| {
-            if is_old_layout(event) {
-                old.take(event, each);
-                return Ok(ControlFlow::Continue(()));
-            }
-            let (key, after) = (key_of(event), event.payload["after"].as_u64().unwrap_or(0));
-            match event.event_type.as_str() {
-                "started" => drop(open.insert(key, after)),
-                "ended" => {
-                    open.remove(&key);
-                    each(self.read_attempt(&key, after, event.payload["seq"].as_u64())?);
-                    shown += 1;
-                }
-                _ => {}
-            }
-            Ok(ControlFlow::Continue(()))
-        })?;
-        shown += old.shown + old.open.len() + open.len();
-        let mut unended: BTreeMap<(String, u64), Unended> =
-            old.open.into_iter().map(|(key, attempt)| (key, Unended::Read(attempt))).collect();
-        unended.extend(open.into_iter().map(|(key, after)| (key, Unended::After(after))));
-        for (key, attempt) in unended {
-            each(match attempt {
-                Unended::Read(attempt) => attempt,
-                Unended::After(after) => self.read_attempt(&key, after, None)?,
-            });
-        }
-        Ok(shown)
-    }
-
-    /// Attempt `key` (node, number) read from its node's stream after seq `after`, through seq
-    /// `until` (its `ended`), or for one that has not ended, to the stream's end.
-    fn read_attempt(
-        &self,
-        key: &(String, u64),
-        after: u64,
-        until: Option<u64>,
-    ) -> spindle::Result<Attempt> {
-        let mut attempt = Attempt::new(key.0.clone(), key.1);
-        let stream = node_stream(&self.run, &key.0);
-        self.scan(&stream, after, until, PAGE_EVENTS, &mut |event| {
-            if key_of(event) != *key {
-                return Ok(ControlFlow::Continue(()));
-            }
-            match event.event_type.as_str() {
-                "output" => keep_tail(&mut attempt.text, text_of(event)),
-                "ended" => {
-                    attempt.how = event.payload["how"].as_str().map(str::to_owned);
-                    return Ok(ControlFlow::Break(()));
-                }
-                _ => {}
-            }
-            Ok(ControlFlow::Continue(()))
-        })?;
-        Ok(attempt)
-    }
-
-    /// Whether the run's stream holds the old layout (every node's output in it): its first
-    /// event says.
-    fn has_old_layout(&self) -> spindle::Result<bool> {
-        Ok(self.page(&self.index, 0, 1)?.first().is_some_and(is_old_layout))
-    }
-
-    /// Hands `each` the events of `stream` after seq `after` (through `until`, if given), a
-    /// page of at most `limit` at a time, until it says to stop.
-    fn scan(
-        &self,
-        stream: &Stream,
-        mut after: u64,
-        until: Option<u64>,
-        limit: usize,
-        each: &mut dyn FnMut(&Event) -> Flow,
-    ) -> spindle::Result<()> {
-        loop {
-            let left = until.map_or(limit, |until| {
-                usize::try_from(until.saturating_sub(after)).unwrap_or(limit).min(limit)
-            });
-            if left == 0 {
-                return Ok(());
-            }
-            let page = self.page(stream, after, left)?;
-            let Some(last) = page.last() else { return Ok(()) };
-            after = last.seq;
-            for event in &page {
-                if each(event)?.is_break() {
-                    return Ok(());
-                }
-            }
-        }
-    }
-
-    /// One page of `stream` after seq `after`, counted.
-    fn page(&self, stream: &Stream, after: u64, limit: usize) -> spindle::Result<Vec<Event>> {
-        let page = self.store.events().read(stream, after, limit)?;
-        *self.read.borrow_mut().entry(stream.id().to_owned()).or_default() += page.len() as u64;
-        Ok(page)
-    }
-}
-
-/// An attempt of the run with no end: read already (the old layout), or still to be read from
-/// its node's stream after this seq.
-enum Unended {
-    Read(Attempt),
-    After(u64),
-}
-
-/// Attempts being read: the open ones with their text so far, and how many were handed on.
-#[derive(Default)]
-struct Attempts {
-    open: BTreeMap<(String, u64), Attempt>,
-    shown: usize,
-}
-
-impl Attempts {
-    /// Takes in an `output` or `ended` event; an attempt that ended goes to `each`.
-    fn take(&mut self, event: &Event, each: &mut dyn FnMut(Attempt)) {
-        let key = key_of(event);
-        match event.event_type.as_str() {
-            "output" => {
-                let attempt =
-                    self.open.entry(key.clone()).or_insert_with(|| Attempt::new(key.0, key.1));
-                keep_tail(&mut attempt.text, text_of(event));
-            }
-            "ended" => {
-                let mut attempt =
-                    self.open.remove(&key).unwrap_or_else(|| Attempt::new(key.0, key.1));
-                attempt.how = event.payload["how"].as_str().map(str::to_owned);
-                self.shown += 1;
-                each(attempt);
-            }
-            _ => {}
-        }
-    }
-
-    /// Hands the attempts that have not ended to `each`; returns how many there were in all.
-    fn finish(self, each: &mut dyn FnMut(Attempt)) -> usize {
-        let shown = self.shown + self.open.len();
-        self.open.into_values().for_each(each);
-        shown
-    }
-}
-
-/// Whether a run stream's event is of the old layout: an attempt's output, or its end without
-/// the node stream's place (`after`).
-fn is_old_layout(event: &Event) -> bool {
-    match event.event_type.as_str() {
-        "output" => true,
-        "ended" => event.payload.get("after").is_none(),
-        _ => false,
-    }
-}
-
-/// The node a live log event is about.
-fn node_of(event: &Event) -> &str {
-    event.payload["node"].as_str().unwrap_or("?")
-}
-
-/// The node and attempt a live log event is about.
-fn key_of(event: &Event) -> (String, u64) {
-    (node_of(event).to_owned(), event.payload["attempt"].as_u64().unwrap_or(0))
-}
-
-/// The text of an `output` event.
-fn text_of(event: &Event) -> &str {
-    event.payload["text"].as_str().unwrap_or("")
-}
-
-/// Appends `more`, keeping the last `TAIL_BYTES` (cut at a character boundary).
-fn keep_tail(text: &mut String, more: &str) {
-    text.push_str(more);
-    if text.len() > TAIL_BYTES {
-        let mut cut = text.len() - TAIL_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut += 1;
-        }
-        text.drain(..cut);
-    }
-}
-
 /// Prints the live log as it grows until the run has ended and everything before its end is
 /// printed. Partial lines wait for their end (or for their attempt's end).
 fn follow_log(reader: &LogReader<'_>, view: &View<'_>) -> Result<(), CliError> {
     let mut follower = Follower::new(reader, view)?;
     loop {
         // The status first: what committed before the run ended is then within the bound.
-        let ended = reader.store.graphs().get(&reader.run)?.status.is_terminal();
-        let bound = reader.store.events().last_position()?;
+        let ended = reader.store().graphs().get(reader.run())?.status.is_terminal();
+        let bound = reader.store().events().last_position()?;
         follower.round(bound)?;
         if ended {
             return Ok(());
@@ -431,11 +173,11 @@ impl<'r> Follower<'r> {
         let mut add =
             |stream: Stream| sources.insert(stream.id().to_owned(), Source::new(stream, 0));
         match view.node {
-            None => drop(add(reader.index.clone())),
+            None => drop(add(reader.index().clone())),
             Some(node) => {
-                add(node_stream(&reader.run, node));
+                add(node_stream(reader.run(), node));
                 if reader.has_old_layout()? {
-                    add(reader.index.clone());
+                    add(reader.index().clone());
                 }
             }
         }
@@ -467,14 +209,14 @@ impl<'r> Follower<'r> {
 
     /// Prints an attempt's event, or follows what the run's index says.
     fn handle(&mut self, source: &str, event: &Event) {
-        if source != self.reader.index.id() || is_old_layout(event) {
+        if source != self.reader.index().id() || is_old_layout(event) {
             return follow_event(event, self.view, &mut self.partial);
         }
         if self.view.node.is_some() {
             return;
         }
         let (node, attempt) = key_of(event);
-        let stream = node_stream(&self.reader.run, &node);
+        let stream = node_stream(self.reader.run(), &node);
         match event.event_type.as_str() {
             "started" => {
                 self.open.entry(node).or_default().insert(attempt);
@@ -561,7 +303,9 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
-    use crate::livelog::{Captured, LiveLog};
+    use crate::log_reader::{TAIL_BYTES, keep_tail};
+    use crate::names::log_stream;
+    use crate::run::livelog::{Captured, LiveLog};
 
     /// Writes one attempt of `node` in `run` that printed `text` and ended `how` (none: it
     /// did not end).
@@ -587,7 +331,7 @@ mod tests {
 
     /// An old-layout event in the run's stream, as runs logged before node streams hold them.
     fn old(store: &Store, run: &str, event_type: &str, payload: Value) {
-        store.events().append(livelog::stream(run), event_type, payload).expect("append");
+        store.events().append(log_stream(run), event_type, payload).expect("append");
     }
 
     #[test]
@@ -603,7 +347,7 @@ mod tests {
         assert_eq!(quiet, [("quiet".into(), 1, Some("exit 0".into()), "hello\n".into())]);
         let read = reader.events_read();
         let node = node_stream("r", "quiet").id().to_owned();
-        let index = livelog::stream("r").id().to_owned();
+        let index = log_stream("r").id().to_owned();
         assert_eq!(read.get(&node), Some(&2), "its output and its end: {read:?}");
         assert!(read.get(&index).is_none_or(|n| *n <= 1), "one event to tell the layout: {read:?}");
         assert_eq!(read.len(), 2, "no other stream was read: {read:?}");

@@ -1,7 +1,7 @@
 //! A run's live log: what its commands print, streamed into the store while they run, so that
 //! `spindle logs --follow` (in any process) shows it as it comes.
 //!
-//! Each node's attempts go to a stream of the node's own, `custom:log:RUN:NODE` ([`node_stream`];
+//! Each node's attempts go to a stream of the node's own, `custom:log:RUN:NODE` ([`names::node_stream`](crate::names::node_stream);
 //! a name past the store's id limit keeps a prefix of the node's name and a digest of it). An
 //! attempt appends `output` events (`node`, `attempt`, `text`: the output since the last one,
 //! stdout and stderr together) about four times a second while it prints, then one `ended`
@@ -9,12 +9,12 @@
 //! streams at most `LIVE_BYTES_MAX`; past it a last line says so, and the node still keeps the
 //! last 64 KiB (`TAIL_BYTES`) of all of it.
 //!
-//! The run's stream `custom:log:RUN` ([`stream`]) is the index of those, in the order things
+//! The run's stream `custom:log:RUN` ([`names::log_stream`](crate::names::log_stream)) is the index of those, in the order things
 //! happened: `started` (`node`, `attempt`, `after`: the node stream's last seq before the
 //! attempt's first event), appended before the attempt's first event, and `ended` (`node`,
 //! `attempt`, `how`, `after`, `seq`: its `ended` event's seq in the node's stream), appended
 //! after it. So one node's log is read from its stream alone, and the whole run's an attempt at
-//! a time through the index (`logs.rs`).
+//! a time through the index (`log_reader.rs`).
 //!
 //! Runs logged before there were node streams hold every node's `output` and `ended` events in
 //! the run's stream itself (such an `ended` has no `after`); the readers take those too, also
@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use spindle::{Limits, Store, Stream};
+use spindle::{Store, Stream};
 
-/// The most output a node keeps: the end of what its last attempt printed.
-pub const TAIL_BYTES: usize = 64 * 1024;
+use crate::log_reader::{PAGE_EVENTS, TAIL_BYTES};
+use crate::names::{log_stream, node_stream};
+
 /// The most output an attempt streams live.
 pub const LIVE_BYTES_MAX: usize = 1024 * 1024;
 /// The most output one `output` event holds (escaped as JSON it stays far below the store's
@@ -40,41 +40,11 @@ pub const LIVE_BYTES_MAX: usize = 1024 * 1024;
 const EVENT_BYTES_MAX: usize = 64 * 1024;
 /// How often a running command's new output is streamed.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
-/// The most of a node's name a shortened node stream name keeps.
-const NODE_PREFIX_BYTES: usize = 160;
-/// Events read at once from a stream that may hold `output` events (at most 64 KiB of text
-/// each): what reading a log holds in memory at a time.
-pub const PAGE_EVENTS: usize = 16;
-
-/// The live log stream of `run`: the index of its attempts (of a run logged before node
-/// streams, the whole log).
-pub fn stream(run: &str) -> Stream {
-    Stream::custom(format!("log:{run}"))
-}
-
-/// The stream of `node`'s attempts in `run`: `log:RUN:NODE`, or, when that would pass the
-/// store's id limit or the name holds `~` itself, `log:RUN:` with the node name's first bytes,
-/// `~` and 16 hex digits of its SHA-256. A name with `~` always takes the digest form, so no
-/// node can be named as another's shortened stream; two names share a stream only by that
-/// digest's prefix colliding, and the readers check each event's `node` anyway.
-pub fn node_stream(run: &str, node: &str) -> Stream {
-    let name = format!("log:{run}:{node}");
-    let limit = Limits::default().id_len_max;
-    if name.len() <= limit && !node.contains('~') {
-        return Stream::custom(name);
-    }
-    let head = format!("log:{run}:");
-    let digest: String =
-        Sha256::digest(node.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let room = limit.saturating_sub(head.len() + 1 + digest.len()).min(NODE_PREFIX_BYTES);
-    let cut = (0..=room).rev().find(|&i| node.is_char_boundary(i)).unwrap_or(0);
-    Stream::custom(format!("{head}{}~{digest}", &node[..cut]))
-}
 
 /// Deletes the live log of `run`: its index (or old-layout log) and every node stream the index
 /// names; returns how many events went.
 pub fn delete(store: &Store, run: &str) -> spindle::Result<u64> {
-    let index = stream(run);
+    let index = log_stream(run);
     let mut nodes = BTreeSet::new();
     let mut after = 0;
     loop {
@@ -186,7 +156,7 @@ impl LiveLog {
     ) -> Self {
         Self {
             store: store.clone(),
-            index: stream(run),
+            index: log_stream(run),
             stream: node_stream(run, node),
             node: node.to_owned(),
             attempt,
@@ -262,7 +232,7 @@ mod tests {
         let types: Vec<&str> = node.iter().map(|e| e.event_type.as_str()).collect();
         assert_eq!(types, ["output", "ended", "output", "ended"]);
         assert_eq!(node[2].payload, json!({ "node": "a", "attempt": 2, "text": "two\n" }));
-        let index = store.events().read(stream("r"), 0, 100).expect("read");
+        let index = store.events().read(log_stream("r"), 0, 100).expect("read");
         let payloads: Vec<&Value> = index.iter().map(|e| &e.payload).collect();
         assert_eq!(
             payloads,
@@ -279,7 +249,7 @@ mod tests {
     #[test]
     fn a_long_node_name_gets_a_stream_within_the_id_limit_of_its_own() {
         let run = "0195e3c2-7a1b-7c3d-8e4f-a0b1c2d3e4f5";
-        let limit = Limits::default().id_len_max;
+        let limit = spindle::Limits::default().id_len_max;
         assert_eq!(node_stream(run, "build[x86]").id(), format!("log:{run}:build[x86]"));
         let (long, other) = ("é".repeat(120), format!("{}x", "é".repeat(119)));
         let (a, b) = (node_stream(run, &long), node_stream(run, &other));
@@ -303,7 +273,7 @@ mod tests {
         attempt(&store, "r", "b", 1, b"b\n", "exit 0");
         attempt(&store, "other", "a", 1, b"kept\n", "exit 0");
         assert_eq!(delete(&store, "r").expect("delete"), 8);
-        for stream in [stream("r"), node_stream("r", "a"), node_stream("r", "b")] {
+        for stream in [log_stream("r"), node_stream("r", "a"), node_stream("r", "b")] {
             assert!(store.events().read(&stream, 0, 10).expect("read").is_empty(), "{stream}");
         }
         let kept = store.events().read(node_stream("other", "a"), 0, 10).expect("read");

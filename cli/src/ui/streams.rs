@@ -1,9 +1,9 @@
-//! The live streams the dashboard has open (`ui_live.rs` writes them): bounded at
+//! The live streams the dashboard has open (`live.rs` writes them): bounded at
 //! [`STREAMS_MAX`] at once and [`STREAMS_PER_PEER`] of one client (IP address). A new stream
 //! past either bound ends the oldest stream of the client with the most (its socket is shut
 //! down at once, its thread sees the flag): a browser reconnects with `Last-Event-ID` and
-//! loses nothing. Apart from `ui_live.rs`, so that the state every request shares
-//! (`ui_state::Ui`) holds it without naming the module that writes streams.
+//! loses nothing. Apart from `live.rs`, so that the state every request shares
+//! (`state::Ui`) holds it without naming the module that writes streams.
 
 use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

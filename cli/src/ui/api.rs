@@ -3,7 +3,7 @@
 //!
 //! Every listing pages by keyset: `?after=<the last id of the page before>&limit=<1..=500>`,
 //! and answers `{"items": [...], "next": <the after of the next page, or null>}`. A page also
-//! stops at the bytes its answer is allowed (`ui_http`'s gate: at most a few MiB; at least one
+//! stops at the bytes its answer is allowed (`http.rs`'s gate: at most a few MiB; at least one
 //! item), and is read from the store a few records at a time, so that big records are never
 //! held by the hundred. Bad parameters answer 400, unknown things 404, other methods 405; every
 //! error is `{"error": "<what to do>"}`. Nothing here writes.
@@ -20,10 +20,9 @@ use spindle::{
 };
 
 use crate::common::{parse_meta, parse_stream};
-use crate::livelog;
-use crate::logs::LogReader;
-use crate::pipeline::run_filter;
-use crate::ui_state::Sample;
+use crate::log_reader::LogReader;
+use crate::names::{node_stream, run_filter};
+use crate::ui::state::Sample;
 
 /// The most items one page may ask for.
 const PAGE_MAX: usize = 500;
@@ -502,7 +501,7 @@ fn node_detail(store: &Store, run: &str, node: &str, ask: &Ask<'_>) -> Answer {
     let (latest, total) = latest_attempts(store, run, node, before)?;
     let room = ask.allowed.saturating_sub(found.to_string().len());
     let (from, attempts) = fitting(latest, room, before.unwrap_or(total).min(total));
-    let log_stream = format!("custom:{}", livelog::node_stream(run, node).id());
+    let log_stream = format!("custom:{}", node_stream(run, node).id());
     Ok(Reply::ok(json!({
         "node": found,
         "attempts": attempts,
@@ -566,7 +565,7 @@ fn schedules(store: &Store, ask: &Ask<'_>) -> Answer {
     let name_of = |schedule: &Value| schedule["name"].as_str().unwrap_or_default().to_owned();
     by_id(ask, name_of, |page| {
         let schedules = store.queue().schedules(page)?;
-        Ok(schedules.iter().map(crate::schedules::schedule_json).collect())
+        Ok(schedules.iter().map(crate::commands::schedules::schedule_json).collect())
     })
 }
 

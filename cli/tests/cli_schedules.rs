@@ -119,7 +119,7 @@ fn a_due_tick_is_fired_once_by_the_command() {
 fn bad_schedules_exit_2_and_write_nothing() {
     let s = scratch();
     let put = ["queue", "schedules", "put", "bad", "--queue"];
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["q", "--cron", "nope"], "cron expression"),
         (&["q", "--cron", "0 3 * * *", "--tz", "Mars/Olympus_Mons"], "time zone"),
         (&["q", "--every", "5x"], "duration"),
@@ -127,6 +127,8 @@ fn bad_schedules_exit_2_and_write_nothing() {
         (&["run:abc", "--every", "5m"], "belong to run abc"),
         (&["q", "--every", "5m", "--cron", "* * * * *"], "cannot be used with"),
         (&["q", "--every", "5m", "--payload", "{"], "not JSON"),
+        (&["q", "--every", "5m", "--metadata", "[1]"], "metadata is a JSON object"),
+        (&["q", "--every", "5m", "--run-timeout", "soon"], "duration"),
     ];
     for (args, said) in cases {
         let args: Vec<&str> = put.iter().chain(args).copied().collect();

@@ -14,39 +14,7 @@ pub enum ScheduleCmd {
     List,
     /// Create or replace a schedule: its item is enqueued into QUEUE once per tick, whichever
     /// process fires it. Putting the same cadence again keeps its ticks.
-    Put {
-        /// The schedule's name.
-        name: String,
-        /// The queue its items go to (a run's queue is refused).
-        #[arg(long)]
-        queue: String,
-        /// A cron expression: 5 fields (minute hour day-of-month month day-of-week), or 6
-        /// with seconds first; or a nickname (@hourly, @daily, ..).
-        #[arg(long, conflicts_with = "every", required_unless_present = "every")]
-        cron: Option<String>,
-        /// The time zone the cron expression reads the wall clock of (an IANA name).
-        #[arg(long, requires = "cron", default_value = "UTC")]
-        tz: String,
-        /// A fixed interval instead (`30s`, `15m`, `1h`, `1d`), at its multiples since the
-        /// Unix epoch.
-        #[arg(long)]
-        every: Option<String>,
-        /// The item's payload, as JSON.
-        #[arg(long, default_value = "{}")]
-        payload: String,
-        /// The item's priority (higher first).
-        #[arg(long, default_value_t = 0)]
-        priority: i64,
-        /// The item's attempts before it is dead-lettered.
-        #[arg(long, default_value_t = 3)]
-        max_attempts: u32,
-        /// A tag of the item (repeat for more).
-        #[arg(long = "tag")]
-        tags: Vec<String>,
-        /// After downtime, enqueue the latest N missed ticks (default: only the latest).
-        #[arg(long)]
-        backfill: Option<u32>,
-    },
+    Put(PutArgs),
     /// Remove a schedule; the items it enqueued stay.
     Remove {
         /// The schedule's name.
@@ -54,6 +22,48 @@ pub enum ScheduleCmd {
     },
     /// Fire the ticks due now (the store and worker pools do so by themselves).
     Run,
+}
+
+/// What `spindle queue schedules put` takes.
+#[derive(clap::Args)]
+pub struct PutArgs {
+    /// The schedule's name.
+    name: String,
+    /// The queue its items go to (a run's queue is refused).
+    #[arg(long)]
+    queue: String,
+    /// A cron expression: 5 fields (minute hour day-of-month month day-of-week), 6 with
+    /// seconds first, 7 with a year last; or a nickname (@hourly, @daily, ..).
+    #[arg(long, conflicts_with = "every", required_unless_present = "every")]
+    cron: Option<String>,
+    /// The time zone the cron expression reads the wall clock of (an IANA name).
+    #[arg(long, requires = "cron", default_value = "UTC")]
+    tz: String,
+    /// A fixed interval instead (`30s`, `15m`, `1h`, `1d`), at its multiples since the Unix
+    /// epoch.
+    #[arg(long)]
+    every: Option<String>,
+    /// The item's payload, as JSON.
+    #[arg(long, default_value = "{}")]
+    payload: String,
+    /// The item's priority (higher first).
+    #[arg(long, default_value_t = 0)]
+    priority: i64,
+    /// The item's attempts before it is dead-lettered.
+    #[arg(long, default_value_t = 3)]
+    max_attempts: u32,
+    /// A tag of the item (repeat for more).
+    #[arg(long = "tag")]
+    tags: Vec<String>,
+    /// The item's metadata, a JSON object (each tick's item also gets `schedule`).
+    #[arg(long)]
+    metadata: Option<String>,
+    /// How long a worker pool lets one attempt of the item run (`30s`, `10m`, ..).
+    #[arg(long)]
+    run_timeout: Option<String>,
+    /// After downtime, enqueue the latest N missed ticks (default: only the latest).
+    #[arg(long)]
+    backfill: Option<u32>,
 }
 
 impl ScheduleCmd {
@@ -67,36 +77,7 @@ impl ScheduleCmd {
 pub fn schedules(store: &Store, action: ScheduleCmd, out: &Output) -> Result<(), CliError> {
     match action {
         ScheduleCmd::List => list(store, out),
-        ScheduleCmd::Put {
-            name,
-            queue,
-            cron,
-            tz,
-            every,
-            payload,
-            priority,
-            max_attempts,
-            tags,
-            backfill,
-        } => {
-            owned_by_run(&queue, "schedule").map_err(CliError::Bad)?;
-            let payload: Value = serde_json::from_str(&payload)
-                .map_err(|error| CliError::Bad(format!("--payload is not JSON: {error}")))?;
-            let mut item =
-                NewItem::new(queue, payload).priority(priority).max_attempts(max_attempts);
-            item.tags = tags;
-            let mut schedule = match (cron, every) {
-                (Some(cron), _) => Schedule::cron(name, cron, item).time_zone(tz),
-                (None, Some(every)) => Schedule::every(name, parse_duration_ms(&every)?, item),
-                (None, None) => return Err(CliError::Bad("give --cron or --every".into())),
-            };
-            if let Some(ticks) = backfill {
-                schedule = schedule.backfill(ticks);
-            }
-            let info = store.queue().put_schedule(schedule)?;
-            report(out, &info);
-            Ok(())
-        }
+        ScheduleCmd::Put(args) => put(store, args, out),
         ScheduleCmd::Remove { name } => {
             let removed = store.queue().remove_schedule(&name)?;
             if out.json {
@@ -118,6 +99,38 @@ pub fn schedules(store: &Store, action: ScheduleCmd, out: &Output) -> Result<(),
             Ok(())
         }
     }
+}
+
+/// Puts the schedule `args` describe; reports it as kept.
+fn put(store: &Store, args: PutArgs, out: &Output) -> Result<(), CliError> {
+    owned_by_run(&args.queue, "schedule").map_err(CliError::Bad)?;
+    let payload = json_arg("--payload", &args.payload)?;
+    let mut item =
+        NewItem::new(args.queue, payload).priority(args.priority).max_attempts(args.max_attempts);
+    item.tags = args.tags;
+    if let Some(metadata) = &args.metadata {
+        item = item.metadata(json_arg("--metadata", metadata)?);
+    }
+    if let Some(timeout) = &args.run_timeout {
+        item = item.run_timeout_ms(parse_duration_ms(timeout)?);
+    }
+    let mut schedule = match (args.cron, args.every) {
+        (Some(cron), _) => Schedule::cron(args.name, cron, item).time_zone(args.tz),
+        (None, Some(every)) => Schedule::every(args.name, parse_duration_ms(&every)?, item),
+        (None, None) => return Err(CliError::Bad("give --cron or --every".into())),
+    };
+    if let Some(ticks) = args.backfill {
+        schedule = schedule.backfill(ticks);
+    }
+    let info = store.queue().put_schedule(schedule)?;
+    report(out, &info);
+    Ok(())
+}
+
+/// The JSON text of the option `flag`.
+fn json_arg(flag: &str, text: &str) -> Result<Value, CliError> {
+    serde_json::from_str(text)
+        .map_err(|error| CliError::Bad(format!("{flag} is not JSON: {error}")))
 }
 
 /// Every schedule, as a table or as JSON.
@@ -203,6 +216,9 @@ pub fn schedule_json(info: &ScheduleInfo) -> Value {
         "priority": info.item.priority,
         "max_attempts": info.item.max_attempts,
         "tags": info.item.tags,
+        "metadata": info.item.metadata,
+        "run_timeout_ms": info.item.run_timeout_ms,
+        "backoff": { "base_ms": info.item.backoff.base_ms, "max_ms": info.item.backoff.max_ms },
         "next_tick_ms": info.next_tick_ms,
         "last_tick_ms": info.last_tick_ms,
         "created_at_ms": info.created_at_ms,

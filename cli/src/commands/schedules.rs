@@ -14,7 +14,7 @@ pub enum ScheduleCmd {
     List,
     /// Create or replace a schedule: its item is enqueued into QUEUE once per tick, whichever
     /// process fires it. Putting the same cadence again keeps its ticks.
-    Put(PutArgs),
+    Put(Box<PutArgs>),
     /// Remove a schedule; the items it enqueued stay.
     Remove {
         /// The schedule's name.
@@ -102,7 +102,7 @@ pub fn schedules(store: &Store, action: ScheduleCmd, out: &Output) -> Result<(),
 }
 
 /// Puts the schedule `args` describe; reports it as kept.
-fn put(store: &Store, args: PutArgs, out: &Output) -> Result<(), CliError> {
+fn put(store: &Store, args: Box<PutArgs>, out: &Output) -> Result<(), CliError> {
     owned_by_run(&args.queue, "schedule").map_err(CliError::Bad)?;
     let payload = json_arg("--payload", &args.payload)?;
     let mut item =

@@ -549,4 +549,4 @@ CREATE TABLE workflow_counts (
 ) WITHOUT ROWID;
 
 PRAGMA application_id = 1397771844; -- 'SPND'
-PRAGMA user_version = 6;
+PRAGMA user_version = 7;

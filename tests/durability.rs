@@ -98,7 +98,7 @@ fn another_connection_sees_wal_mode_and_the_schema_version() -> spindle::Result<
     let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     assert_eq!(mode, "wal");
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
     Ok(())
 }
 

@@ -148,7 +148,7 @@ mod on_postgres {
             (check["engine"].clone(), check["ok"].clone()),
             ("postgres".into(), true.into())
         );
-        assert_eq!(check["meta"]["schema_version"], 6);
+        assert_eq!(check["meta"]["schema_version"], 7);
         let mut by_env = Command::new(BIN);
         by_env.args(["--json", "graphs"]).current_dir(scratch.dir.path()).env("SPINDLE_DB", &url);
         let graphs = json(&by_env.output().expect("run spindle"));

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
 /// The schema version `schema.sql` creates; stored in `PRAGMA user_version`.
-pub(crate) const SCHEMA_VERSION: i64 = 6;
+pub(crate) const SCHEMA_VERSION: i64 = 7;
 
 /// Identifies a Spindle file (`PRAGMA application_id`, the bytes 'SPND').
 pub(crate) const APPLICATION_ID: i64 = 0x5350_4E44;
@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/0004_queue_settings_and_checks.sql"),
     include_str!("../../migrations/0005_counts.sql"),
     include_str!("../../migrations/0006_queue_controls.sql"),
+    include_str!("../../migrations/0007_claim_plan.sql"),
 ];
 
 const _: () = assert!(MIGRATIONS.len() as i64 + 1 == SCHEMA_VERSION);

@@ -1,0 +1,8 @@
+-- Schema version 7 on SQLite: nothing changes. The version moves for PostgreSQL's step
+-- (migrations/postgres/0007_claim_plan.sql: the index of pending items by due time made
+-- unusable for the claim, whose plan on a table without statistics it spoiled); SQLite's
+-- planner reads its own statistics-free estimates differently and keeps the claim's order.
+--
+-- To merge: another branch makes version 7 too (the schedules table). The two become one
+-- version: that branch's SQLite step stands alone (this file goes), and its PostgreSQL step
+-- gains the two statements of this branch's.

@@ -138,10 +138,16 @@ CREATE INDEX queue_items_pending
     ON queue_items (tenant_id, queue, priority DESC, run_at_ms, item_id)
     WHERE status = 'pending';
 
--- When the next pending item of a queue falls due (what a blocking claim sleeps until).
+-- When the next pending item of a queue falls due (what a blocking claim sleeps until), and
+-- the live counts (stats). `lease_expires_at_ms IS NULL` holds for every pending item (the
+-- table's check), and says nothing here but that the claim's `WHERE`, which does not ask it,
+-- cannot use this index: without statistics (a fresh table) the planner guesses one due row
+-- either way, and took this smaller index and sorted every pending item of the queue where
+-- queue_items_pending gives the claim order and its first rows (BENCHMARKS.md, issue 29).
+-- The statements that want this index ask the same (sql.rs, `pending_scheduled!`).
 CREATE INDEX queue_items_schedule
     ON queue_items (tenant_id, queue, run_at_ms)
-    WHERE status = 'pending';
+    WHERE status = 'pending' AND lease_expires_at_ms IS NULL;
 
 -- A dedupe key is unique among the live items of a queue.
 CREATE UNIQUE INDEX queue_items_dedupe

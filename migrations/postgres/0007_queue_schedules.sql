@@ -1,5 +1,10 @@
--- Schema version 7 on PostgreSQL (issue 31), as migrations/0007_queue_schedules.sql makes it on
--- SQLite: periodic jobs, a new table; nothing existing changes.
+-- Schema version 7 on PostgreSQL, as migrations/0007_queue_schedules.sql makes it on SQLite:
+-- periodic jobs, a new table (issue 31). And, on PostgreSQL only (issue 29), the claim's plan
+-- cannot go wrong on a table without statistics: queue_items_schedule asks, beside
+-- status = 'pending', what every pending item holds (lease_expires_at_ms IS NULL, the table's
+-- check) and the claim's WHERE does not, so queue_items_pending is the only index of pending
+-- items the claim can read, in its order with the LIMIT on the scan (schema_postgres.sql says
+-- why). The index is rebuilt in place: CREATE INDEX reads the pending items only.
 CREATE TABLE queue_schedules (
     tenant_id     TEXT COLLATE "C" NOT NULL,
     name          TEXT COLLATE "C" NOT NULL,
@@ -28,3 +33,8 @@ CREATE INDEX queue_schedules_tenant_due ON queue_schedules (tenant_id, next_tick
 
 -- The next tick of a queue's schedules (what an idle worker pool sleeps until).
 CREATE INDEX queue_schedules_queue ON queue_schedules (tenant_id, queue, next_tick_ms);
+
+DROP INDEX queue_items_schedule;
+CREATE INDEX queue_items_schedule
+    ON queue_items (tenant_id, queue, run_at_ms)
+    WHERE status = 'pending' AND lease_expires_at_ms IS NULL;

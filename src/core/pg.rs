@@ -505,6 +505,10 @@ fn open_session(url: &str, options: &Options) -> Result<PgConn> {
         "SET search_path = {}, pg_catalog, pg_temp; SET lock_timeout = {lock_timeout_ms};",
         quoted(&schema)
     );
+    // The store's statements read and write a few rows each, through indexes: compiling one
+    // (JIT, for a plan whose estimated cost passes jit_above_cost, as a generic plan's guesses
+    // over a large table do: a claim's, about 30 ms) costs more than running it ever does.
+    setup.push_str(" SET jit = off;");
     if options.durability == Durability::Normal {
         setup.push_str(" SET synchronous_commit = off;");
     }

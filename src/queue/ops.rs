@@ -1233,18 +1233,38 @@ fn claim_after(
     tx.limits().check_id("worker id", worker_id)?;
     check_queues(tx, queues)?;
     tx.limits().check_lease(lease_ms)?;
-    reclaim_after(tx, Some(queues), &mut owed)?;
     let now_ms = tx.now_ms();
     let expires_at_ms = now_ms.saturating_add(lease_ms);
     let mut claimed = Vec::new();
     let mut notes = Notes::default();
     let held = (worker_id, expires_at_ms);
-    if tx.db().is_postgres() && !sets::any_gated(tx, queues)? {
-        // No queue of these is paused or limited: one statement claims for them all.
-        for item in sets::claim_rows(tx, worker_id, queues, expires_at_ms, max_items)? {
-            note_claimed(item, held, &mut notes, &mut claimed)?;
+    let item_by_item = if tx.db().is_postgres() {
+        // One statement sweeps expired leases, looks for a gated queue and, if it found
+        // neither, claims for all the queues: one round trip. One that swept is followed by
+        // the settlements of what it swept and a claim that sweeps nothing (the sweep took a
+        // page of each queue, as SQLite's does); a gated queue sends the claim item by item.
+        let mut sweep = tx.limits().page_size_max;
+        loop {
+            let found = sets::claim_rows(tx, worker_id, queues, expires_at_ms, max_items, sweep)?;
+            let swept = !found.expired.is_empty();
+            settle_expired(tx, &found.expired, &mut owed)?;
+            if found.gated {
+                break true;
+            }
+            if swept {
+                sweep = 0;
+                continue;
+            }
+            for item in found.claimed {
+                note_claimed(item, held, &mut notes, &mut claimed)?;
+            }
+            break false;
         }
     } else {
+        reclaim_after(tx, Some(queues), &mut owed)?;
+        true
+    };
+    if item_by_item {
         // The queues still open to this claim: one whose settings refused a claim (paused, or
         // full) is left out of the next look, which takes the places its items took in this
         // one.
@@ -1383,11 +1403,21 @@ fn reclaim_after(
         }
         None => sql::select_expired(tx.db(), tx.tenant(), tx.now_ms(), limit)?,
     };
+    settle_expired(tx, &expired, owed)
+}
+
+/// Settles swept items whose lease expired (a retry, or dead), first appending `owed` (and
+/// emptying it) if there is one: their events follow those of the op's earlier work.
+fn settle_expired(
+    tx: &mut Tx<'_>,
+    expired: &[ItemRow],
+    owed: &mut Vec<QueueEvent>,
+) -> Result<Reclaimed> {
     let mut reclaimed = Reclaimed::default();
     if !expired.is_empty() {
         notes::append_events(tx, std::mem::take(owed))?;
     }
-    for item in &expired {
+    for item in expired {
         match settle_failure(tx, item, "lease expired", true)? {
             FailOutcome::Retrying { .. } => reclaimed.retried += 1,
             FailOutcome::DeadLettered => reclaimed.dead_lettered += 1,

@@ -38,6 +38,20 @@ macro_rules! to_take {
     };
 }
 
+/// A statement over the pending items of a queue read through `queue_items_schedule` (due
+/// time order, or the live counts): `$before`, the condition that picks them, `$after`. On
+/// PostgreSQL the condition also asks `lease_expires_at_ms IS NULL` (true of every pending
+/// item), which that index's predicate asks so that the claim, which does not, cannot take it
+/// (schema_postgres.sql); SQLite's index has no such predicate, and the column is not in it.
+macro_rules! pending_scheduled {
+    ($before:expr, $after:expr) => {
+        Query::per_engine(
+            concat!($before, "status = 'pending'", $after),
+            concat!($before, "status = 'pending' AND lease_expires_at_ms IS NULL", $after),
+        )
+    };
+}
+
 /// The condition a claim of an item of queue `?6` (tenant `?1`) adds to its own `WHERE`: the
 /// queue is not paused, and fewer of its items are claimed than its limit allows. A queue
 /// without a settings row (most) costs one primary-key probe; the count reads the partial
@@ -814,18 +828,21 @@ pub(super) fn select_live_of_execution(
 /// indexes of pending and claimed items. One statement; it reads no finished item.
 pub(super) fn select_stats(db: Db<'_>, tenant: &str, now_ms: i64) -> Result<Vec<QueueStats>> {
     let rows = db.query_all(
-        "SELECT queue, status, total, 0, CAST(NULL AS BIGINT) FROM main.queue_counts
+        pending_scheduled!(
+            "SELECT queue, status, total, 0, CAST(NULL AS BIGINT) FROM main.queue_counts
          WHERE tenant_id = ?1
          UNION ALL
          SELECT queue, 'pending', SUM(CASE WHEN run_at_ms <= ?2 THEN 1 ELSE 0 END),
                 SUM(CASE WHEN run_at_ms > ?2 THEN 1 ELSE 0 END),
                 MIN(CASE WHEN run_at_ms <= ?2 THEN run_at_ms END)
          FROM main.queue_items INDEXED BY queue_items_schedule
-         WHERE tenant_id = ?1 AND status = 'pending' GROUP BY queue
+         WHERE tenant_id = ?1 AND ",
+            " GROUP BY queue
          UNION ALL
          SELECT queue, 'claimed', count(*), 0, CAST(NULL AS BIGINT)
          FROM main.queue_items INDEXED BY queue_items_leases
-         WHERE tenant_id = ?1 AND status = 'claimed' GROUP BY queue",
+         WHERE tenant_id = ?1 AND status = 'claimed' GROUP BY queue"
+        ),
         args![tenant, now_ms],
         |r| {
             let count = |index: usize| -> Result<u64> { Ok(r.get::<i64>(index)?.max(0) as u64) };
@@ -972,9 +989,11 @@ pub(super) fn add_to_count(
 /// pending items, or the earliest expiry of its leases (an expired lease is retried).
 pub(super) fn select_next_due(db: Db<'_>, tenant: &str, queue: &str) -> Result<Option<i64>> {
     let due: Option<i64> = db.query_opt(
-        "SELECT run_at_ms FROM main.queue_items
-             WHERE tenant_id = ?1 AND queue = ?2 AND status = 'pending'
-             ORDER BY run_at_ms LIMIT 1",
+        pending_scheduled!(
+            "SELECT run_at_ms FROM main.queue_items
+             WHERE tenant_id = ?1 AND queue = ?2 AND ",
+            " ORDER BY run_at_ms LIMIT 1"
+        ),
         args![tenant, queue],
         |r| r.get(0),
     )?;

@@ -249,33 +249,40 @@ pub(super) fn renew_all(
     Ok(answers)
 }
 
-/// Whether any of `queues` is paused or limited, so that its claims must go item by item.
-pub(super) fn any_gated(tx: &Tx<'_>, queues: &[String]) -> Result<bool> {
-    set_sql::any_gated(tx.db(), tx.tenant(), queues)
-}
-
-/// Claims up to `max_items` due items of `queues` (none of them paused or limited) in one
-/// statement; returns them in claim order (priority desc, run_at asc, id asc), as claimed.
+/// One claiming statement (`set_sql::claim`): sweeps up to `sweep` expired leases of each of
+/// `queues`, and unless it found one or a paused or limited queue, claims up to `max_items`
+/// due items. Returns the claimed items in claim order (priority desc, run_at asc, id asc),
+/// the expired ones in the order SQLite's sweep takes them (queue by queue as `queues` names
+/// them, oldest expiry first), and whether a queue is gated.
 pub(super) fn claim_rows(
     tx: &Tx<'_>,
     worker_id: &str,
     queues: &[String],
     expires_at_ms: i64,
     max_items: usize,
-) -> Result<Vec<ItemRow>> {
-    let mut rows = set_sql::claim(
-        tx.db(),
-        tx.tenant(),
-        queues,
+    sweep: usize,
+) -> Result<set_sql::ClaimFound> {
+    let claiming = set_sql::Claiming {
         worker_id,
-        tx.now_ms(),
+        now_ms: tx.now_ms(),
         expires_at_ms,
-        max_items,
-    )?;
-    rows.sort_by(|a, b| {
+        limit: max_items,
+        sweep,
+    };
+    let mut found = set_sql::claim(tx.db(), tx.tenant(), queues, &claiming)?;
+    found.claimed.sort_by(|a, b| {
         b.priority.cmp(&a.priority).then(a.run_at_ms.cmp(&b.run_at_ms)).then(a.id.cmp(&b.id))
     });
-    Ok(rows)
+    let place = |queue: &str| queues.iter().position(|named| named == queue);
+    found.expired.sort_by(|a, b| {
+        place(&a.queue)
+            .cmp(&place(&b.queue))
+            .then(a.lease_expires_at_ms.cmp(&b.lease_expires_at_ms))
+            .then(a.id.cmp(&b.id))
+    });
+    // A queue named twice is swept twice: each item is settled once.
+    found.expired.dedup_by(|a, b| a.id == b.id);
+    Ok(found)
 }
 
 /// Whether a batch's items can be inserted in one statement: none has a dedupe key (each of

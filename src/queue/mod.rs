@@ -11,7 +11,8 @@
 //!
 //! Every change appends an event to the queue's stream (`Stream::queue(name)`), so a queue can
 //! be followed like any other stream: `enqueued`, `claimed`, `completed`, `retried`,
-//! `dead_lettered`, `released`, `requeued`, `cancelled`. An event's payload is
+//! `dead_lettered`, `released`, `requeued`, `cancelled`; and of its settings and schedules:
+//! `paused`, `resumed`, `concurrency`, `item_events`, `schedule_put`, `schedule_removed`. An event's payload is
 //! `{"items": [{"id", "attempt", "fence", ..}]}`: one entry for a single-item call, one per item
 //! for a batch call, which appends one event per queue and kind. A queue nobody follows may
 //! turn these events off ([`Queue::set_item_events`]): its item changes then write no event rows

@@ -309,7 +309,7 @@ fn check_schedule(tx: &Tx<'_>, schedule: &Schedule) -> Result<Ticker> {
     }
     if let Cadence::Cron { expression, time_zone } = &schedule.cadence {
         check_text_len("cron expression", expression, CRON_BYTES_MAX)?;
-        check_text_len("time zone", time_zone, limits.id_len_max)?;
+        limits.check_id("time zone", time_zone)?;
     }
     let ticks_max = schedule.catch_up.ticks_max();
     if !(1..=BACKFILL_MAX).contains(&ticks_max) {

@@ -25,6 +25,8 @@ pub(crate) mod op;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg;
 #[cfg(feature = "postgres")]
+pub(crate) mod pg_client;
+#[cfg(feature = "postgres")]
 pub(crate) mod pg_listen;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_sql;

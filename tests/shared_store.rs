@@ -18,7 +18,7 @@ use serde_json::json;
 use spindle::queue::{Complete, Get};
 use spindle::{
     Error, GraphEvent, GraphStatus, ItemStatus, ManualClock, NewItem, NodeOptions, NodeSpec,
-    NodeStatus, Options, Store, Stream, TxOutcome,
+    NodeStatus, Options, Store, Stream, TenantStatus, TenantUpdate, TxOutcome,
 };
 
 /// Long enough that a wait that times out is a missed wake-up, not a slow machine.
@@ -40,6 +40,36 @@ fn a_subscriber_sees_every_event_another_store_appends_in_order() -> spindle::Re
         let event = subscription.recv_timeout(PATIENCE)?.expect("an event of the other store");
         assert_eq!((event.seq, event.payload.clone()), (i + 1, json!(i)));
     }
+    Ok(())
+}
+
+/// A store's last batch saw a tenant active; another store suspends it. On PostgreSQL the
+/// first store's next write of the tenant runs before the status is read (its batch's start
+/// goes with the write's first statement): it must still be refused, and leave nothing.
+#[test]
+fn a_write_of_a_tenant_another_store_suspended_since_is_refused_and_leaves_nothing()
+-> spindle::Result<()> {
+    let shared = SharedStore::new();
+    let (writer, admin) = (shared.open(), shared.open());
+    admin.auth().create_tenant("acme", "Acme")?;
+    let acme = writer.tenant("acme")?;
+    let stream = Stream::custom("orders");
+    acme.events().append(&stream, "placed", json!(1))?;
+    let suspended = TenantUpdate { status: Some(TenantStatus::Suspended), ..Default::default() };
+    admin.auth().update_tenant("acme", suspended)?;
+    let append = acme.events().append(&stream, "placed", json!(2));
+    assert!(matches!(append, Err(Error::TenantSuspended(_))), "{append:?}");
+    let enqueue = acme.queue().enqueue(NewItem::new("q", json!({})));
+    assert!(matches!(enqueue, Err(Error::TenantSuspended(_))), "{enqueue:?}");
+    let appended: Vec<_> = acme.events().read(&stream, 0, 10)?;
+    assert_eq!(appended.len(), 1, "nothing of the refused append");
+    assert!(acme.events().read(Stream::queue("q"), 0, 10)?.is_empty(), "nor of the enqueue");
+    assert!(acme.queue().stats()?.iter().all(|queue| queue.queue != "q"), "no item");
+    writer.events().append(&stream, "placed", json!(3))?;
+    let active = TenantUpdate { status: Some(TenantStatus::Active), ..Default::default() };
+    admin.auth().update_tenant("acme", active)?;
+    acme.events().append(&stream, "placed", json!(4))?;
+    assert_eq!(acme.events().read(&stream, 0, 10)?.len(), 2, "active again");
     Ok(())
 }
 

@@ -485,16 +485,20 @@ impl Actor {
                 } else {
                     Vec::new()
                 };
-                // The crate's own op alone in its batch: its transaction's start goes to the
-                // server with its first statement, in the same round trip, and is checked after
-                // it. A caller's closure holds its tenants' writers from its start, as promised.
-                let started = if jobs.is_empty() && job.internal {
+                // A batch that starts with the crate's own op: its transaction's start goes to
+                // the server with the op's first statement, in the same round trip, and is
+                // checked after it (`read_start`). A caller's closure holds its tenants'
+                // writers from its start, as promised (see `run_job`).
+                let started = if job.internal {
                     self.conn.begin_ahead(writes, &tenants)
                 } else {
                     self.conn.begin(writes, &tenants).map(Some)
                 };
                 match started {
-                    Ok(Some(statuses)) => self.note_statuses(&tenants, statuses),
+                    Ok(Some(statuses)) => {
+                        self.unread_start.clear();
+                        self.note_statuses(&tenants, statuses);
+                    }
                     Ok(None) => self.unread_start = tenants,
                     Err(error) => {
                         // Another connection holds the lock: the rest would only wait again.
@@ -514,6 +518,13 @@ impl Actor {
             // undoes it (what an inline store's every call, and a lone caller's, saves).
             let alone = batch.applied.is_empty() && jobs.is_empty();
             self.run_job(job, now_ms, &mut batch, alone);
+            if let Some(error) = self.conn.take_start_failure() {
+                // The transaction's start, sent with the job's first statement, failed (another
+                // connection holds a tenant's lock): the rest would only wait again.
+                for job in jobs.drain(..) {
+                    job.refuse(error.replicate(), &self.state.meter);
+                }
+            }
             if !self.retries.is_empty() {
                 // A job lost to another transaction and runs again in the next one: the jobs
                 // after it wait for it there, in their order (one caller's submitted ops run
@@ -546,20 +557,24 @@ impl Actor {
     /// have been before running). A start not sent yet (the job sent nothing) is sent now only
     /// to check.
     fn read_start(&mut self, checked: Option<&Arc<str>>) -> Option<Error> {
-        if self.unread_start.is_empty() {
-            return None;
-        }
-        match self.conn.start_statuses(checked.is_some()) {
-            Ok(Some(statuses)) => {
-                let tenants = std::mem::take(&mut self.unread_start);
-                self.note_statuses(&tenants, statuses);
+        if !self.unread_start.is_empty() {
+            match self.conn.start_statuses(checked.is_some()) {
+                Ok(Some(statuses)) => {
+                    let tenants = std::mem::take(&mut self.unread_start);
+                    self.note_statuses(&tenants, statuses);
+                }
+                Ok(None) if checked.is_none() => return None,
+                // Not expected (a start sent has answered): the status is read below.
+                Ok(None) => self.unread_start.clear(),
+                Err(error) => return Some(error),
             }
-            Ok(None) => return None,
-            Err(error) => return Some(error),
         }
         let tenant = checked?;
-        let writable = self.writable.get(tenant).copied().unwrap_or(true);
-        (!writable).then(|| Error::TenantSuspended(tenant.to_string()))
+        match self.tenant_writable(tenant) {
+            Ok(true) => None,
+            Ok(false) => Some(Error::TenantSuspended(tenant.to_string())),
+            Err(error) => Some(error),
+        }
     }
 
     /// Keeps the statuses the batch's start read of `tenants` (in their order), for
@@ -624,12 +639,20 @@ impl Actor {
     /// Runs one job (under its own savepoint unless it needs none) and keeps or rolls back its
     /// work.
     fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch, alone: bool) {
+        // A caller's closure holds its tenants' writers from its start: a batch's start still
+        // waiting to go ahead of a statement goes now.
+        if !job.internal
+            && let Some(error) = self.conn.send_ahead().err().or_else(|| self.read_start(None))
+        {
+            job.refuse(error.replicate(), &self.state.meter);
+            return self.abandon(batch, &error);
+        }
         // Every write of a suspended tenant is refused, and so is the administration of a view
         // bound to it by a token (the store owner's administration is not: it reactivates).
         let checked =
             job.access == Access::Write || (job.access == Access::Admin && job.scope.bound);
         // Its batch's start, still to be sent, reads the status: the job runs, and is
-        // overruled if it may not write (`overrule_unwritable`).
+        // overruled if it may not write (see `read_start`).
         let check_after = checked && self.unread_start.contains(&job.scope.tenant);
         if checked && !check_after {
             match self.tenant_writable(&job.scope.tenant) {
@@ -672,10 +695,11 @@ impl Actor {
         let finished = tx.finish();
         self.conn.set_job_alone(false);
         self.conn.leave_job();
-        if let Some(refused) = self.read_start(check_after.then_some(&scope.tenant)) {
-            batch.applied.push(applied);
-            return self.abandon(batch, &refused);
-        }
+        // Rolled back (to its savepoint, or with the transaction when alone) and answered so.
+        let applied = match self.read_start(check_after.then_some(&scope.tenant)) {
+            Some(refused) => applied.overrule(refused),
+            None => applied,
+        };
         let (mut applied, problem) = self.conn.vet(applied, finished.caller_sql);
         if self.conn.take_conflict()
             && let Some(again) = applied.take_retry()
@@ -832,6 +856,7 @@ impl Actor {
         batch.open = false;
         // What this transaction read of tenants may have been rolled back with it.
         self.writable.clear();
+        self.unread_start.clear();
     }
 
     fn go_live(&mut self, request: LiveRequest) {

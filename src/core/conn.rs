@@ -212,6 +212,25 @@ impl Conn {
         }
     }
 
+    /// Why the last transaction's start sent ahead failed, if it did (PostgreSQL:
+    /// `PgConn::take_start_failure`).
+    pub(crate) fn take_start_failure(&self) -> Option<Error> {
+        match self {
+            Conn::Sqlite(_) => None,
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.take_start_failure(),
+        }
+    }
+
+    /// Sends what waits to go ahead of the next statement (PostgreSQL: `PgConn::send_ahead`).
+    pub(crate) fn send_ahead(&self) -> Result<()> {
+        match self {
+            Conn::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.send_ahead(),
+        }
+    }
+
     /// Whether the job about to run is alone in its transaction, undone by rolling it back
     /// (PostgreSQL sends such a job's events with its next statement: `PgConn::defer_events`).
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]

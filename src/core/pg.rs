@@ -87,6 +87,8 @@ pub(crate) struct PgConn {
     /// Whether the running job is alone in its transaction, which a rollback undoes whole
     /// (see `defer_events`).
     job_alone: Cell<bool>,
+    /// The error of the last transaction's start sent ahead, if it failed (`take_start_failure`).
+    start_failure: RefCell<Option<Error>>,
     /// Where to connect again after the server dropped the connection.
     url: String,
     /// The session's settings, applied at every connection (see `open`).
@@ -115,6 +117,7 @@ impl PgConn {
             failed_ahead: RefCell::new(None),
             statuses: RefCell::new(None),
             job_alone: Cell::new(false),
+            start_failure: RefCell::new(None),
             url: url.to_owned(),
             session: String::new(),
         })
@@ -169,7 +172,15 @@ impl PgConn {
             return Err(failed.replicate());
         }
         let statement = match &main {
-            Some(Main::Query(sql, _) | Main::Execute(sql, _)) => Some(self.prepared(sql)?),
+            Some(Main::Query(sql, _) | Main::Execute(sql, _)) => {
+                // A statement's first use (its preparing costs a round trip anyway) goes after
+                // the transaction's start: a start that finds the session dropped connects
+                // again before anything is prepared on it.
+                if self.start_unsent() && !self.statements.borrow().contains_key(*sql) {
+                    self.send(None)?;
+                }
+                Some(self.prepared(sql)?)
+            }
             _ => None,
         };
         let ahead = self.ahead.take();
@@ -180,7 +191,7 @@ impl PgConn {
             .iter()
             .zip(&ahead_args)
             .map(|(ahead, args)| match ahead {
-                Ahead::Begin { sql, .. } => Request::Simple(sql),
+                Ahead::Begin { sql, .. } | Ahead::Control(sql) => Request::Simple(sql),
                 Ahead::Events { statement, .. } => Request::Query(statement, params(args)),
             })
             .collect();
@@ -210,6 +221,11 @@ impl PgConn {
         let mut failure = None;
         for (ahead, answer) in ahead.into_iter().zip(answers) {
             let done = match (ahead, answer) {
+                (Ahead::Begin { .. }, Err(error)) => {
+                    let error = self.failed(error);
+                    *self.start_failure.borrow_mut() = Some(error.replicate());
+                    Err(error)
+                }
                 (_, Err(error)) => Err(self.failed(error)),
                 (Ahead::Begin { tenants, .. }, Ok(Answer::Messages(messages))) => {
                     self.started(&tenants, &messages)
@@ -217,6 +233,7 @@ impl PgConn {
                 (Ahead::Events { tenant, .. }, Ok(Answer::Rows(rows))) => {
                     self.events_placed(&tenant, &rows)
                 }
+                (Ahead::Control(_), Ok(Answer::Messages(_))) => Ok(()),
                 _ => Err(wrong_answer()),
             };
             if let Err(error) = done {
@@ -250,19 +267,27 @@ impl PgConn {
 
     /// Runs one of the actor's savepoint statements (`SAVEPOINT op`, `RELEASE op`,
     /// `ROLLBACK TO op`). A release is held back and sent with the next of them, or with the
-    /// commit: the work it keeps is the transaction's either way, and a job's savepoint then
-    /// costs one round trip, not two.
+    /// commit: the work it keeps is the transaction's either way. A savepoint goes ahead of
+    /// the job's first statement, in its round trip (see `send`): should it fail, that
+    /// statement answers its error. A job's savepoint then costs no round trip of its own.
     pub(crate) fn savepoint_statement(&self, sql: &str) -> Result<()> {
         if sql == RELEASE_OP {
             self.release_pending.set(true);
             return Ok(());
         }
-        match (self.release_pending.replace(false), sql) {
-            (true, SAVEPOINT_OP) => self.batch(&format!("{RELEASE_OP}; {SAVEPOINT_OP}")),
-            // Not reached: a job's rollback follows its own savepoint, which sent the release.
-            (true, _) => self.batch(RELEASE_OP).and_then(|()| self.batch(sql)),
-            (false, _) => self.batch(sql),
+        let sql = if self.release_pending.replace(false) {
+            format!("{RELEASE_OP}; {sql}")
+        } else {
+            sql.to_owned()
+        };
+        if sql.ends_with(SAVEPOINT_OP) {
+            if let Some(failed) = self.failed_ahead.borrow().as_ref() {
+                return Err(failed.replicate());
+            }
+            self.ahead.borrow_mut().push(Ahead::Control(sql));
+            return Ok(());
         }
+        self.batch(&sql)
     }
 
     /// Runs statements as they are written (no parameters, no rewrite): the schema, and
@@ -328,6 +353,7 @@ impl PgConn {
     /// statement. The tenants count as held from now: the start is the first thing the server
     /// runs of the transaction.
     fn start_ahead(&self, sql: String, tenants: Vec<Arc<str>>) {
+        self.start_failure.borrow_mut().take();
         self.in_transaction.set(true);
         self.locked_tenants.borrow_mut().extend(tenants.iter().cloned());
         self.ahead.borrow_mut().push(Ahead::Begin { sql, tenants });
@@ -360,6 +386,24 @@ impl PgConn {
             self.send(None)?;
         }
         Ok(self.statuses.take())
+    }
+
+    /// Sends what waits to go ahead of the next statement, now, in one round trip (nothing when
+    /// nothing waits).
+    ///
+    /// # Errors
+    /// The error of the first of them that failed.
+    pub(crate) fn send_ahead(&self) -> Result<()> {
+        if self.ahead.borrow().is_empty() {
+            return Ok(());
+        }
+        self.send(None).map(drop)
+    }
+
+    /// Why the last transaction's start, sent ahead of a statement, failed (a tenant's lock
+    /// not granted in time, say), if it did; taken once.
+    pub(crate) fn take_start_failure(&self) -> Option<Error> {
+        self.start_failure.borrow_mut().take()
     }
 
     /// Whether the open transaction's start has not gone to the server yet.
@@ -942,13 +986,15 @@ enum Ahead {
     Begin { sql: String, tenants: Vec<Arc<str>> },
     /// An op's events (see `PgConn::defer_events`), appended to `tenant`'s log.
     Events { statement: Statement, args: Vec<HeldArg>, tenant: Arc<str> },
+    /// A job's savepoint (with the release of the job's before it; `savepoint_statement`).
+    Control(String),
 }
 
 impl Ahead {
     /// The texts of its list arguments, as `Arg::Texts` borrows them (empty for the others).
     fn lists(&self) -> Vec<Vec<Option<&str>>> {
         match self {
-            Ahead::Begin { .. } => Vec::new(),
+            Ahead::Begin { .. } | Ahead::Control(_) => Vec::new(),
             Ahead::Events { args, .. } => args.iter().map(HeldArg::list).collect(),
         }
     }
@@ -956,7 +1002,7 @@ impl Ahead {
     /// Its arguments, its lists borrowed from `lists` (what `lists` made of them).
     fn args<'a>(&'a self, lists: &'a [Vec<Option<&'a str>>]) -> Vec<Arg<'a>> {
         match self {
-            Ahead::Begin { .. } => Vec::new(),
+            Ahead::Begin { .. } | Ahead::Control(_) => Vec::new(),
             Ahead::Events { args, .. } => {
                 args.iter().zip(lists).map(|(arg, list)| arg.as_arg(list)).collect()
             }

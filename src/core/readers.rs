@@ -199,7 +199,8 @@ impl Reader {
             let error = forbidden(job.label, job.scope.role);
             return job.refuse(error, &self.state.meter);
         }
-        if let Err(error) = self.conn.begin(false, &[]) {
+        // On PostgreSQL the start goes with the read's first statement (`PgConn::begin_ahead`).
+        if let Err(error) = self.conn.begin_ahead(false, &[]) {
             return job.refuse(error, &self.state.meter);
         }
         let scope = job.scope.clone();

@@ -168,6 +168,16 @@ impl PgConn {
     /// `failed_ahead`). A batch's start that finds the session dropped since the last batch
     /// connects again and starts there, as `begin` does.
     fn send(&self, main: Option<Main<'_, '_>>) -> Result<Option<Answer>> {
+        self.send_or_reconnect(main, true)
+    }
+
+    /// `send`, connecting again (once: `reconnect`) if the transaction's start finds the
+    /// session dropped.
+    fn send_or_reconnect(
+        &self,
+        main: Option<Main<'_, '_>>,
+        reconnect: bool,
+    ) -> Result<Option<Answer>> {
         if let Some(failed) = self.failed_ahead.borrow().as_ref() {
             return Err(failed.replicate());
         }
@@ -210,11 +220,12 @@ impl PgConn {
         let answer = if main.is_some() { answers.pop() } else { None };
         // Dropped since the last batch (found only now): connect again and start there.
         if let ([Ahead::Begin { sql, tenants }], [Err(error)]) = (ahead.as_slice(), &answers[..])
+            && reconnect
             && connection_lost(error)
         {
             self.reconnect()?;
             self.start_ahead(sql.clone(), tenants.clone());
-            return self.send(main);
+            return self.send_or_reconnect(main, false);
         }
         drop(ahead_args);
         drop(lists);

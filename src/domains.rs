@@ -148,7 +148,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use crate::Result;
-    use crate::core::fresh::tests::KEPT_HERE;
+    use crate::core::fresh_tests::KEPT_HERE;
 
     #[test]
     fn an_inline_store_that_wrote_in_every_domain_leaves_its_connection_as_a_spare() -> Result<()> {

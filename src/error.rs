@@ -207,7 +207,7 @@ impl Error {
             ErrorCode::ReadOnly => Self::ReadOnly,
             ErrorCode::DiskFull => Self::DiskFull,
             ErrorCode::NotADatabase => Self::NotADatabase,
-            // Only a caller's own SQL is ever refused (see `core::guard`).
+            // Only a caller's own SQL is ever refused (see `core::sqlite::guard`).
             ErrorCode::AuthorizationForStatementDenied => Self::Forbidden(format!(
                 "a transaction closure's SQL may not do this: {}",
                 message.clone().unwrap_or_else(|| code.to_string())

@@ -137,12 +137,12 @@ pub mod queue;
 pub mod workflow;
 
 pub use crate::auth::{Auth, Tenant, TenantStatus, TenantUpdate, TokenInfo, TokenSecret};
+#[cfg(feature = "postgres")]
+pub use crate::core::PgSql;
+pub use crate::core::Sql;
 pub use crate::core::backup::{BackupProgress, BackupReport};
 pub use crate::core::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::op::{Access, Op, Role, TxOutcome};
-#[cfg(feature = "postgres")]
-pub use crate::core::pg_sql::PgSql;
-pub use crate::core::sql::Sql;
 pub use crate::core::tx::Tx;
 pub use crate::error::{Error, Result, SqliteError};
 pub use crate::graph::{

@@ -860,7 +860,7 @@ mod tests {
     /// The actor's SQLite connection.
     fn sqlite(actor: &Actor) -> &rusqlite::Connection {
         match &actor.conn {
-            Conn::Sqlite(lite) => &lite.conn,
+            Conn::Sqlite(lite) => lite.connection(),
             #[cfg(feature = "postgres")]
             Conn::Postgres(_) => unreachable!("the tests' actor runs on SQLite"),
         }

@@ -11,7 +11,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 #[cfg(feature = "postgres")]
-use crate::core::pg::PgConn;
+use crate::core::postgres::session::PgConn;
 use crate::error::{Error, Result};
 
 /// The savepoint every job of a batch runs under (unless it needs none), and the statements
@@ -139,7 +139,7 @@ impl Row<'_> {
         match self {
             Row::Sqlite(row) => Ok(row.get(index)?),
             #[cfg(feature = "postgres")]
-            Row::Postgres(row) => crate::core::pg::column(row, index),
+            Row::Postgres(row) => crate::core::postgres::session::column(row, index),
         }
     }
 }

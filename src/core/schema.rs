@@ -13,9 +13,9 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use sha2::{Digest, Sha256};
 
-use crate::core::fresh;
-use crate::core::guard::{JobGuard, SchemaLinks};
-use crate::core::{left_behind, store_file};
+use crate::core::sqlite::fresh;
+use crate::core::sqlite::guard::{JobGuard, SchemaLinks};
+use crate::core::sqlite::{left_behind, store_file};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 

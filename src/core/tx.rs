@@ -14,11 +14,11 @@ use serde_json::Value;
 
 use crate::core::db::Db;
 use crate::core::events::{self, Appended, OwnedStreams, Stream};
-use crate::core::guard::{JobGuard, SchemaLinks};
 use crate::core::op::{Op, Role};
 use crate::core::presence::Presence;
 use crate::core::publish::Published;
-use crate::core::sql::Sql;
+use crate::core::sqlite::guard::{JobGuard, SchemaLinks};
+use crate::core::sqlite::raw::Sql;
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
@@ -276,7 +276,7 @@ impl<'a> Tx<'a> {
     ///
     /// [`PgSql`]: crate::PgSql
     #[cfg(feature = "postgres")]
-    pub fn postgres(&self) -> Result<crate::core::pg_sql::PgSql<'_>> {
+    pub fn postgres(&self) -> Result<crate::core::postgres::raw::PgSql<'_>> {
         self.writable("raw SQL (Tx::postgres)")?;
         let Db::Postgres(conn) = self.engine.db else {
             return Err(Error::WrongEngine("the PostgreSQL handle (Tx::postgres)".into()));
@@ -284,7 +284,7 @@ impl<'a> Tx<'a> {
         if self.scope.bound {
             return Err(Error::Forbidden("a view bound to its tenant runs no raw SQL".into()));
         }
-        Ok(crate::core::pg_sql::PgSql::new(conn))
+        Ok(crate::core::postgres::raw::PgSql::new(conn))
     }
 
     /// The SQLite engine's parts, once the caller's SQL is noted: before its first statement,

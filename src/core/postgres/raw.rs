@@ -13,7 +13,7 @@
 use postgres::Row;
 use postgres::types::ToSql;
 
-use crate::core::pg::PgConn;
+use crate::core::postgres::session::PgConn;
 use crate::error::{Error, Result};
 
 /// SQL of the caller's own, inside the open transaction of a [`Store::transaction`] closure on

@@ -23,8 +23,8 @@ use parking_lot::Mutex;
 use rusqlite::types::Value;
 use rusqlite::{Connection, MAIN_DB, OpenFlags};
 
-use crate::core::guard;
 use crate::core::schema::{self, Kept, Opened, quoted};
+use crate::core::sqlite::guard;
 use crate::error::Result;
 
 /// Most spare connections kept (one per thread that opens in-memory stores is plenty).

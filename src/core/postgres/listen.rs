@@ -17,7 +17,7 @@ use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 use sha2::{Digest, Sha256};
 
-use crate::core::pg::connect_client;
+use crate::core::postgres::session::connect_client;
 use crate::core::state::ActorState;
 use crate::error::{Error, Result};
 

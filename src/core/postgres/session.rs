@@ -21,7 +21,7 @@ use rusqlite::types::ValueRef;
 
 use crate::core::db::{Arg, Column, Db};
 use crate::core::db::{RELEASE_OP, SAVEPOINT_OP};
-use crate::core::pg_listen::Notices;
+use crate::core::postgres::listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION, quoted};
 use crate::core::state::ActorState;
 use crate::error::{Error, Result};
@@ -471,7 +471,7 @@ impl PgConn {
 }
 
 /// The PostgreSQL schema, applied to an empty database schema in one transaction.
-const SCHEMA_SQL: &str = include_str!("../../schema_postgres.sql");
+const SCHEMA_SQL: &str = include_str!("../../../schema_postgres.sql");
 
 /// Opens the store in the connection's current schema (a URL's `options=-csearch_path=NAME`
 /// chooses it): creates it there if the schema holds no store yet, checks its version if it
@@ -596,9 +596,9 @@ const POSTGRES_FIRST_VERSION: i64 = 4;
 /// schema adds its step here beside its SQLite one in `schema.rs` (a unit test keeps the two
 /// in step). Each is PostgreSQL's own SQL, run as written in the store's schema.
 const POSTGRES_STEPS: &[&str] = &[
-    include_str!("../../migrations/postgres/0005_counts.sql"),
-    include_str!("../../migrations/postgres/0006_queue_controls.sql"),
-    include_str!("../../migrations/postgres/0007_queue_schedules.sql"),
+    include_str!("../../../migrations/postgres/0005_counts.sql"),
+    include_str!("../../../migrations/postgres/0006_queue_controls.sql"),
+    include_str!("../../../migrations/postgres/0007_queue_schedules.sql"),
 ];
 
 /// Brings a store of an older schema version to the newest `steps` make, one step after the

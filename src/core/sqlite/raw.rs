@@ -9,7 +9,7 @@
 
 use rusqlite::{Connection, Params, Row, Statement};
 
-use crate::core::guard::JobGuard;
+use crate::core::sqlite::guard::JobGuard;
 use crate::error::{Error, Result};
 
 /// SQL of the caller's own, inside the open transaction of a [`Store::transaction`] closure.

@@ -51,7 +51,7 @@ use crate::limits::{Limits, SQL_STEPS_PER_CHECK};
 /// domain's new table is guarded without a list to keep.
 fn own_tables() -> &'static [String] {
     static TABLES: LazyLock<Vec<String>> = LazyLock::new(|| {
-        let schema = include_str!("../../schema.sql");
+        let schema = include_str!("../../../schema.sql");
         let names = schema.lines().filter_map(|line| line.trim().strip_prefix("CREATE TABLE "));
         names
             .filter_map(|rest| rest.split(|c: char| c.is_whitespace() || c == '(').next())
@@ -550,7 +550,7 @@ mod tests {
     #[test]
     fn the_own_tables_are_every_table_of_the_schema() -> Result<()> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch(include_str!("../../schema.sql"))?;
+        conn.execute_batch(include_str!("../../../schema.sql"))?;
         let mut stmt = conn.prepare(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
              ORDER BY name",
@@ -570,7 +570,7 @@ mod tests {
             "PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 1234; PRAGMA synchronous = FULL;
 ",
         )?;
-        conn.execute_batch(include_str!("../../schema.sql"))?;
+        conn.execute_batch(include_str!("../../../schema.sql"))?;
         let state = ConnectionState::read(&conn)?;
         assert_eq!(
             state,

@@ -650,7 +650,7 @@ impl Shared {
     fn call<T>(&self, message: Msg, answer: &Receiver<Result<T>>) -> Result<T> {
         let waiting = WaitingGuard::enter(&self.state);
         self.send(message)?;
-        if waiting.alone
+        if waiting.first
             && let Some(reply) = spin_recv(answer, CALLER_SPIN)
         {
             return reply;
@@ -811,13 +811,14 @@ pub(crate) fn wait_reply<T>(answer: &Receiver<Result<T>>, state: &ActorState) ->
 /// Counts a caller as waiting for the actor while it lives.
 struct WaitingGuard<'a> {
     state: &'a ActorState,
-    alone: bool,
+    /// No other caller was waiting when this one began: it spins a moment for its reply.
+    first: bool,
 }
 
 impl<'a> WaitingGuard<'a> {
     fn enter(state: &'a ActorState) -> Self {
         let before = state.waiting.fetch_add(1, Ordering::Relaxed);
-        Self { state, alone: before == 0 }
+        Self { state, first: before == 0 }
     }
 }
 

@@ -203,6 +203,10 @@ struct Actor {
     owned_streams: &'static [OwnedStreams],
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
     writable: HashMap<Arc<str>, bool>,
+    /// The tenants a transaction's start took whose statuses it has not answered yet (see
+    /// `Conn::begin_ahead`): a job of theirs runs as if they may write, and is checked once
+    /// the start has answered.
+    unread_start: Vec<Arc<str>>,
     /// Jobs that lost to another transaction (on PostgreSQL) and run again, each in the next
     /// transaction (their own batch has let go of its locks by then).
     retries: Vec<Job>,
@@ -276,6 +280,7 @@ impl Actor {
             alarm_job: hooks.alarm_job,
             owned_streams: hooks.owned_streams,
             writable: HashMap::new(),
+            unread_start: Vec::new(),
             retries: Vec::new(),
             corrupt: None,
         })
@@ -469,6 +474,7 @@ impl Actor {
         let mut batch = Batch::default();
         // Another process may have changed a tenant since the last batch.
         self.writable.clear();
+        self.unread_start.clear();
         // Whether the alarm job's work is in the transaction about to commit.
         let mut alarm_kept = false;
         let mut index = 0;
@@ -479,8 +485,17 @@ impl Actor {
                 } else {
                     Vec::new()
                 };
-                match self.conn.begin(writes, &tenants) {
-                    Ok(statuses) => self.note_statuses(&tenants, statuses),
+                // The crate's own op alone in its batch: its transaction's start goes to the
+                // server with its first statement, in the same round trip, and is checked after
+                // it. A caller's closure holds its tenants' writers from its start, as promised.
+                let started = if jobs.is_empty() && job.internal {
+                    self.conn.begin_ahead(writes, &tenants)
+                } else {
+                    self.conn.begin(writes, &tenants).map(Some)
+                };
+                match started {
+                    Ok(Some(statuses)) => self.note_statuses(&tenants, statuses),
+                    Ok(None) => self.unread_start = tenants,
                     Err(error) => {
                         // Another connection holds the lock: the rest would only wait again.
                         for job in std::iter::once(job).chain(jobs.drain(..)) {
@@ -522,6 +537,29 @@ impl Actor {
             self.retry_alarm(carried, now_ms);
         }
         committed
+    }
+
+    /// Once a start sent ahead (`Conn::begin_ahead`) has answered, keeps the statuses it read,
+    /// and returns why the job that just ran must be undone: its start failed, or `checked`, the
+    /// tenant it ran for as if it might write, may not (suspended or archived since the last
+    /// batch: the job's writes are rolled back and it is answered `TenantSuspended`, as it would
+    /// have been before running). A start not sent yet (the job sent nothing) is sent now only
+    /// to check.
+    fn read_start(&mut self, checked: Option<&Arc<str>>) -> Option<Error> {
+        if self.unread_start.is_empty() {
+            return None;
+        }
+        match self.conn.start_statuses(checked.is_some()) {
+            Ok(Some(statuses)) => {
+                let tenants = std::mem::take(&mut self.unread_start);
+                self.note_statuses(&tenants, statuses);
+            }
+            Ok(None) => return None,
+            Err(error) => return Some(error),
+        }
+        let tenant = checked?;
+        let writable = self.writable.get(tenant).copied().unwrap_or(true);
+        (!writable).then(|| Error::TenantSuspended(tenant.to_string()))
     }
 
     /// Keeps the statuses the batch's start read of `tenants` (in their order), for
@@ -588,7 +626,12 @@ impl Actor {
     fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch, alone: bool) {
         // Every write of a suspended tenant is refused, and so is the administration of a view
         // bound to it by a token (the store owner's administration is not: it reactivates).
-        if job.access == Access::Write || (job.access == Access::Admin && job.scope.bound) {
+        let checked =
+            job.access == Access::Write || (job.access == Access::Admin && job.scope.bound);
+        // Its batch's start, still to be sent, reads the status: the job runs, and is
+        // overruled if it may not write (`overrule_unwritable`).
+        let check_after = checked && self.unread_start.contains(&job.scope.tenant);
+        if checked && !check_after {
             match self.tenant_writable(&job.scope.tenant) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -623,10 +666,16 @@ impl Actor {
             tx.set_read_only();
         }
         self.conn.enter_job(job.internal, job.scope.bound);
+        self.conn.set_job_alone(undo_by_rollback);
         self.conn.take_conflict();
         let applied = job.run(&mut tx);
         let finished = tx.finish();
+        self.conn.set_job_alone(false);
         self.conn.leave_job();
+        if let Some(refused) = self.read_start(check_after.then_some(&scope.tenant)) {
+            batch.applied.push(applied);
+            return self.abandon(batch, &refused);
+        }
         let (mut applied, problem) = self.conn.vet(applied, finished.caller_sql);
         if self.conn.take_conflict()
             && let Some(again) = applied.take_retry()

@@ -136,6 +136,41 @@ impl Conn {
         }
     }
 
+    /// Opens a transaction as `begin` does; on PostgreSQL without a round trip of its own
+    /// (`PgConn::begin_ahead`): `None` then, the statuses to be read with `start_statuses`.
+    pub(crate) fn begin_ahead(
+        &self,
+        writes: bool,
+        tenants: &[Arc<str>],
+    ) -> Result<Option<Vec<Option<String>>>> {
+        match self {
+            Conn::Sqlite(_) => self.begin(writes, tenants).map(Some),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.begin_ahead(writes, tenants).map(|()| None),
+        }
+    }
+
+    /// The statuses a start opened by `begin_ahead` read, once it has answered (sent now if it
+    /// has not and `send_now`); `None` if it has not.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn start_statuses(&self, send_now: bool) -> Result<Option<Vec<Option<String>>>> {
+        match self {
+            Conn::Sqlite(_) => Ok(None),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(pg) => pg.start_statuses(send_now),
+        }
+    }
+
+    /// Whether the job about to run is alone in its transaction, undone by rolling it back
+    /// (PostgreSQL sends such a job's events with its next statement: `PgConn::defer_events`).
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn set_job_alone(&self, alone: bool) {
+        #[cfg(feature = "postgres")]
+        if let Conn::Postgres(pg) = self {
+            pg.set_job_alone(alone);
+        }
+    }
+
     /// Runs one of the actor's control statements (`BEGIN` on SQLite, and the job savepoints
     /// `SAVEPOINT_OP`, `RELEASE_OP`, `ROLLBACK_TO_OP`); on PostgreSQL a release is sent with
     /// the next of them, or with the commit (`PgConn::savepoint_statement`).

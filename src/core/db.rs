@@ -226,6 +226,19 @@ impl<'a> Db<'a> {
         }
     }
 
+    /// Hands an op's events (`insert_all_sql!`'s statement, `sql`, and its `args`, appended to
+    /// `tenant`) to the engine to send with the transaction's next statement; returns whether
+    /// it took them (PostgreSQL, for a job alone in its transaction: `PgConn::defer_events`),
+    /// else the caller runs the statement itself.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn defer_events(self, sql: &str, args: &[Arg<'_>], tenant: &str) -> Result<bool> {
+        match self {
+            Db::Sqlite(_) => Ok(false),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(conn) => conn.defer_events(sql, args, tenant),
+        }
+    }
+
     /// Runs an `INSERT` of one row and returns the row's integer key: SQLite's rowid; on
     /// PostgreSQL, the statement's text for it ends `RETURNING` that column.
     pub(crate) fn insert_rowid<'q>(

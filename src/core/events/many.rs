@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Event, Stream, append_encoded, check_header};
-use crate::core::db::{Arg, Db, args};
+use crate::core::db::{Arg, Db};
 use crate::core::publish::Published;
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
@@ -77,7 +77,11 @@ pub(crate) fn append_encoded_all(tx: &mut Tx<'_>, events: &[Encoded<'_>], sql: &
         debug_assert!(serde_json::from_str::<Value>(event.encoded).is_ok(), "not JSON");
     }
     tx.db().lock_tenant_writes(tx.tenant())?;
-    let placed = insert_all(tx.db(), tx.tenant(), tx.now_ms(), events, sql)?;
+    // Nobody reads where they go but the tenant's head: they may go with the next statement.
+    let defer = !tx.publishing();
+    let Some(placed) = insert_all(tx.db(), tx.tenant(), tx.now_ms(), events, sql, defer)? else {
+        return Ok(());
+    };
     if let Some(newest) = placed.iter().flatten().map(|(_, position)| *position).max() {
         tx.db().event_appended(tx.tenant(), newest);
     }
@@ -87,32 +91,40 @@ pub(crate) fn append_encoded_all(tx: &mut Tx<'_>, events: &[Encoded<'_>], sql: &
     Ok(())
 }
 
+/// Where an event went: its `(seq, position)`, or `None` when the statement's filter left it
+/// out.
+type Placed = Option<(i64, i64)>;
+
 /// Inserts the rows in one statement; returns each event's `(seq, position)`, in order
-/// (`None` for one the statement's filter left out).
+/// (`None` for one the statement's filter left out), or, if `defer` and the engine sends the
+/// statement with the transaction's next one (`Db::defer_events`), `None`.
 fn insert_all(
     db: Db<'_>,
     tenant: &str,
     now_ms: i64,
     events: &[Encoded<'_>],
     sql: &str,
-) -> Result<Vec<Option<(i64, i64)>>> {
+    defer: bool,
+) -> Result<Option<Vec<Placed>>> {
     let kinds: Vec<Option<&str>> = events.iter().map(|e| Some(e.stream.kind.as_str())).collect();
     let ids: Vec<Option<&str>> = events.iter().map(|e| Some(e.stream.id.as_str())).collect();
     let types: Vec<Option<&str>> = events.iter().map(|e| Some(e.event_type)).collect();
     let payloads: Vec<Option<&str>> = events.iter().map(|e| Some(e.encoded)).collect();
-    let rows: Vec<(String, String, i64, i64)> = db.query_all(
-        sql,
-        args![
-            tenant,
-            now_ms,
-            Arg::Texts(&kinds),
-            Arg::Texts(&ids),
-            Arg::Texts(&types),
-            Arg::Texts(&payloads)
-        ],
-        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
-    )?;
-    in_order(events, rows)
+    let args = [
+        Arg::Text(tenant),
+        Arg::Int(now_ms),
+        Arg::Texts(&kinds),
+        Arg::Texts(&ids),
+        Arg::Texts(&types),
+        Arg::Texts(&payloads),
+    ];
+    let args = args.as_slice();
+    if defer && db.defer_events(sql, args, tenant)? {
+        return Ok(None);
+    }
+    let rows: Vec<(String, String, i64, i64)> =
+        db.query_all(sql, args, |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?;
+    in_order(events, rows).map(Some)
 }
 
 /// Each event's `(seq, position)` from the inserted rows (`None` for a stream left out): a

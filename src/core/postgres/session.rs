@@ -21,6 +21,7 @@ use rusqlite::types::ValueRef;
 
 use crate::core::db::{Arg, Column, Db};
 use crate::core::db::{RELEASE_OP, SAVEPOINT_OP};
+use crate::core::postgres::client::{Answer, PgClient, Request};
 use crate::core::postgres::listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION, quoted};
 use crate::core::state::ActorState;
@@ -52,7 +53,7 @@ const STATEMENTS_MAX: usize = 1_000;
 
 /// The store's connection to a PostgreSQL database, owned by one actor.
 pub(crate) struct PgConn {
-    client: RefCell<Client>,
+    client: RefCell<PgClient>,
     /// Prepared statements by their text as written (before the rewrite).
     statements: RefCell<HashMap<String, Statement>>,
     /// Whether a transaction is open (the client does not say).
@@ -74,6 +75,18 @@ pub(crate) struct PgConn {
     /// A job's `RELEASE op` not sent yet: it goes with the next job's `SAVEPOINT op`, or the
     /// `COMMIT` (one round trip fewer per job).
     release_pending: Cell<bool>,
+    /// Requests that go with the next statement, in its round trip (see `send`): a batch's
+    /// start not sent yet (`begin_ahead`), an op's events whose answer nobody waits for
+    /// (`defer_events`).
+    ahead: RefCell<Vec<Ahead>>,
+    /// The error of a request sent ahead that failed: the transaction is aborted, and every
+    /// later statement of it, its commit too, answers this error (the one that says why).
+    failed_ahead: RefCell<Option<Error>>,
+    /// What a batch's start sent ahead read of its tenants' statuses, once its answer came.
+    statuses: RefCell<Option<Vec<Option<String>>>>,
+    /// Whether the running job is alone in its transaction, which a rollback undoes whole
+    /// (see `defer_events`).
+    job_alone: Cell<bool>,
     /// Where to connect again after the server dropped the connection.
     url: String,
     /// The session's settings, applied at every connection (see `open`).
@@ -86,7 +99,7 @@ impl PgConn {
     /// # Errors
     /// `Postgres` when the server cannot be reached or refuses the connection.
     pub(crate) fn connect(url: &str) -> Result<Self> {
-        let client = connect_client(url)?;
+        let client = connect_session(url)?;
         Ok(Self {
             client: RefCell::new(client),
             statements: RefCell::new(HashMap::new()),
@@ -98,6 +111,10 @@ impl PgConn {
             foreign_found: Cell::new(0),
             conflicted: Cell::new(false),
             release_pending: Cell::new(false),
+            ahead: RefCell::new(Vec::new()),
+            failed_ahead: RefCell::new(None),
+            statuses: RefCell::new(None),
+            job_alone: Cell::new(false),
             url: url.to_owned(),
             session: String::new(),
         })
@@ -116,7 +133,7 @@ impl PgConn {
     /// `Postgres` when the server cannot be reached, `Busy` when the presence lock was not
     /// granted in time (the next batch tries again either way).
     fn reconnect(&self) -> Result<()> {
-        let mut client = connect_client(&self.url)?;
+        let client = connect_session(&self.url)?;
         client.batch_execute(&self.session).map_err(Error::from_postgres)?;
         *self.client.borrow_mut() = client;
         self.statements.borrow_mut().clear();
@@ -128,30 +145,99 @@ impl PgConn {
 
     /// Runs a statement and returns how many rows it changed.
     pub(crate) fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize> {
-        let statement = self.prepared(sql)?;
-        let changed = self
-            .client
-            .borrow_mut()
-            .execute(&statement, &params(args))
-            .map_err(|error| self.failed(error))?;
-        Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+        match self.send(Some(Main::Execute(sql, args)))? {
+            Some(Answer::Count(changed)) => Ok(usize::try_from(changed).unwrap_or(usize::MAX)),
+            _ => Err(wrong_answer()),
+        }
     }
 
     /// Runs a query and returns every row.
     pub(crate) fn query(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<postgres::Row>> {
-        let statement = self.prepared(sql)?;
-        let rows = self.client.borrow_mut().query(&statement, &params(args));
-        rows.map_err(|error| self.failed(error))
+        match self.send(Some(Main::Query(sql, args)))? {
+            Some(Answer::Rows(rows)) => Ok(rows),
+            _ => Err(wrong_answer()),
+        }
+    }
+
+    /// Sends `main` (nothing: only what waits to go ahead) after the requests waiting to go
+    /// ahead of it, all in one round trip, and returns its answer. A request ahead that fails
+    /// fails the call with its own error, and every later one of the transaction (see
+    /// `failed_ahead`). A batch's start that finds the session dropped since the last batch
+    /// connects again and starts there, as `begin` does.
+    fn send(&self, main: Option<Main<'_, '_>>) -> Result<Option<Answer>> {
+        if let Some(failed) = self.failed_ahead.borrow().as_ref() {
+            return Err(failed.replicate());
+        }
+        let statement = match &main {
+            Some(Main::Query(sql, _) | Main::Execute(sql, _)) => Some(self.prepared(sql)?),
+            _ => None,
+        };
+        let ahead = self.ahead.take();
+        let lists: Vec<Vec<Vec<Option<&str>>>> = ahead.iter().map(Ahead::lists).collect();
+        let ahead_args: Vec<Vec<Arg<'_>>> =
+            ahead.iter().zip(&lists).map(|(ahead, lists)| ahead.args(lists)).collect();
+        let mut requests: Vec<Request<'_>> = ahead
+            .iter()
+            .zip(&ahead_args)
+            .map(|(ahead, args)| match ahead {
+                Ahead::Begin { sql, .. } => Request::Simple(sql),
+                Ahead::Events { statement, .. } => Request::Query(statement, params(args)),
+            })
+            .collect();
+        match (&main, &statement) {
+            (Some(Main::Simple(sql)), _) => requests.push(Request::Simple(sql)),
+            (Some(Main::Query(_, args)), Some(statement)) => {
+                requests.push(Request::Query(statement, params(args)));
+            }
+            (Some(Main::Execute(_, args)), Some(statement)) => {
+                requests.push(Request::Execute(statement, params(args)));
+            }
+            _ => {}
+        }
+        let mut answers = self.client.borrow().pipeline(&requests);
+        drop(requests);
+        let answer = if main.is_some() { answers.pop() } else { None };
+        // Dropped since the last batch (found only now): connect again and start there.
+        if let ([Ahead::Begin { sql, tenants }], [Err(error)]) = (ahead.as_slice(), &answers[..])
+            && connection_lost(error)
+        {
+            self.reconnect()?;
+            self.start_ahead(sql.clone(), tenants.clone());
+            return self.send(main);
+        }
+        drop(ahead_args);
+        drop(lists);
+        let mut failure = None;
+        for (ahead, answer) in ahead.into_iter().zip(answers) {
+            let done = match (ahead, answer) {
+                (_, Err(error)) => Err(self.failed(error)),
+                (Ahead::Begin { tenants, .. }, Ok(Answer::Messages(messages))) => {
+                    self.started(&tenants, &messages)
+                }
+                (Ahead::Events { tenant, .. }, Ok(Answer::Rows(rows))) => {
+                    self.events_placed(&tenant, &rows)
+                }
+                _ => Err(wrong_answer()),
+            };
+            if let Err(error) = done {
+                failure.get_or_insert(error);
+            }
+        }
+        if let Some(error) = failure {
+            *self.failed_ahead.borrow_mut() = Some(error.replicate());
+            return Err(error);
+        }
+        answer.map(|answer| answer.map_err(|error| self.failed(error))).transpose()
     }
 
     /// Runs a statement of a caller's own (see `PgSql`) under a savepoint of its own: a failed
     /// one is rolled back alone and leaves the batch's transaction usable.
     pub(crate) fn caller_statement<T>(
         &self,
-        statement: impl FnOnce(&mut Client) -> std::result::Result<T, postgres::Error>,
+        statement: impl FnOnce(&PgClient) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
         self.batch("SAVEPOINT caller")?;
-        let result = statement(&mut self.client.borrow_mut());
+        let result = statement(&self.client.borrow());
         let result = result.map_err(|error| self.failed(error));
         let ended = match &result {
             Ok(_) => self.batch("RELEASE caller"),
@@ -182,8 +268,7 @@ impl PgConn {
     /// Runs statements as they are written (no parameters, no rewrite): the schema, and
     /// transaction control.
     pub(crate) fn batch(&self, sql: &str) -> Result<()> {
-        let done = self.client.borrow_mut().batch_execute(sql);
-        done.map_err(|error| self.failed(error))
+        self.send(Some(Main::Simple(sql))).map(drop)
     }
 
     /// The store's error for a statement's `error`, noting a lost conflict (see
@@ -213,39 +298,115 @@ impl PgConn {
     /// Returns each tenant's status as its row says (`None` without a row), read with its
     /// head: the batch's check that its tenants may write costs no round trip of its own.
     pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<Vec<Option<String>>> {
+        self.begin_ahead(writes, tenants)?;
+        let started = self.send(None).and_then(|_| {
+            self.statuses.take().ok_or_else(|| {
+                Error::Postgres("a batch's start did not read every tenant's head".into())
+            })
+        });
+        if started.is_err() {
+            let _ = self.rollback();
+        }
+        started
+    }
+
+    /// Opens a transaction as `begin` does, without a round trip of its own: its start goes
+    /// to the server with the transaction's first statement, in the same round trip (the
+    /// server runs it first), and what it read is known once that statement has answered
+    /// (`start_statuses`). A start that fails (a tenant's lock not granted in time) fails that
+    /// first statement with its own error, and leaves the transaction to be rolled back; a
+    /// transaction that sends nothing costs no round trip at all.
+    pub(crate) fn begin_ahead(&self, writes: bool, tenants: &[Arc<str>]) -> Result<()> {
         if self.client.borrow().is_closed() {
             self.reconnect()?;
         }
-        let sql = begin_sql(writes, tenants);
-        // Whatever part of it ran, a failure is rolled back.
+        self.start_ahead(begin_sql(writes, tenants), tenants.to_vec());
+        Ok(())
+    }
+
+    /// Notes a transaction whose start `sql` (taking `tenants`) waits to go ahead of its first
+    /// statement. The tenants count as held from now: the start is the first thing the server
+    /// runs of the transaction.
+    fn start_ahead(&self, sql: String, tenants: Vec<Arc<str>>) {
         self.in_transaction.set(true);
-        let first = self.client.borrow_mut().simple_query(&sql);
-        let began = match first {
-            // Dropped since the last batch (found only now): connect again and begin there.
-            Err(error) if connection_lost(&error) => {
-                self.reconnect()?;
-                self.in_transaction.set(true);
-                self.client.borrow_mut().simple_query(&sql)
-            }
-            began => began,
-        };
-        let heads = began.map_err(Error::from_postgres).and_then(|messages| heads_of(&messages));
-        match heads {
-            Ok(heads) if heads.len() == tenants.len() => {
-                let mut statuses = Vec::with_capacity(heads.len());
-                for (tenant, (newest, status)) in tenants.iter().zip(heads) {
-                    self.held(tenant, newest);
-                    statuses.push(status);
-                }
-                Ok(statuses)
-            }
-            failed => {
-                let _ = self.rollback();
-                Err(failed.err().unwrap_or_else(|| {
-                    Error::Postgres("a batch's start did not read every tenant's head".into())
-                }))
-            }
+        self.locked_tenants.borrow_mut().extend(tenants.iter().cloned());
+        self.ahead.borrow_mut().push(Ahead::Begin { sql, tenants });
+    }
+
+    /// What the batch's start read (`messages`, see `begin_sql`) once it answered: each
+    /// tenant's head, for `notice_foreign_appends`, and its status, for `start_statuses`.
+    fn started(&self, tenants: &[Arc<str>], messages: &[SimpleQueryMessage]) -> Result<()> {
+        let heads = heads_of(messages)?;
+        if heads.len() != tenants.len() {
+            return Err(Error::Postgres("a batch's start did not read every tenant's head".into()));
         }
+        let mut statuses = Vec::with_capacity(heads.len());
+        for (tenant, (newest, status)) in tenants.iter().zip(heads) {
+            self.notice_foreign_appends(tenant, newest);
+            statuses.push(status);
+        }
+        *self.statuses.borrow_mut() = Some(statuses);
+        Ok(())
+    }
+
+    /// The statuses the start of a transaction opened by `begin_ahead` read of its tenants, in
+    /// their order, once it has gone to the server; if it has not (nothing was sent yet), it
+    /// is sent now when `send_now`, else `None`. Taken once.
+    ///
+    /// # Errors
+    /// The start's own, when it is sent now and fails.
+    pub(crate) fn start_statuses(&self, send_now: bool) -> Result<Option<Vec<Option<String>>>> {
+        if send_now && self.start_unsent() {
+            self.send(None)?;
+        }
+        Ok(self.statuses.take())
+    }
+
+    /// Whether the open transaction's start has not gone to the server yet.
+    fn start_unsent(&self) -> bool {
+        matches!(self.ahead.borrow().first(), Some(Ahead::Begin { .. }))
+    }
+
+    /// Sends an op's events (an `insert_all_sql!` statement and its arguments, appended to
+    /// `tenant`'s log) with the transaction's next statement, or its commit, instead of in a
+    /// round trip of their own; returns whether it will (else the caller runs it now).
+    ///
+    /// Only for a job alone in its transaction (`set_job_alone`) whose events nobody reads
+    /// back: the server runs the statement in its place in the order, so the job's later
+    /// statements see it, and should it fail, the transaction fails with it: the statement
+    /// after it (the commit at the latest) answers its error, and the whole transaction, the
+    /// one job, is rolled back, as a failure of the job's own statement would roll it back.
+    /// In a batch of several, a job's failure must undo that job alone: there, the events go
+    /// at once.
+    pub(crate) fn defer_events(&self, sql: &str, args: &[Arg<'_>], tenant: &str) -> Result<bool> {
+        if !self.job_alone.get() {
+            return Ok(false);
+        }
+        if let Some(failed) = self.failed_ahead.borrow().as_ref() {
+            return Err(failed.replicate());
+        }
+        let statement = self.prepared(sql)?;
+        let args = args.iter().map(HeldArg::of).collect();
+        self.ahead.borrow_mut().push(Ahead::Events { statement, args, tenant: Arc::from(tenant) });
+        Ok(true)
+    }
+
+    /// Notes where deferred events were placed (`defer_events`): their tenant's newest
+    /// position, the fourth column of the rows `insert_all_sql!` returns.
+    fn events_placed(&self, tenant: &str, rows: &[postgres::Row]) -> Result<()> {
+        let mut newest = None;
+        for row in rows {
+            newest = newest.max(Some(column::<i64>(row, 3)?));
+        }
+        if let Some(newest) = newest {
+            self.event_appended(tenant, newest);
+        }
+        Ok(())
+    }
+
+    /// Whether the job about to run is alone in its transaction (see `defer_events`).
+    pub(crate) fn set_job_alone(&self, alone: bool) {
+        self.job_alone.set(alone);
     }
 
     /// Counts a foreign commit if `tenant`'s newest event is not the one this store left (or
@@ -370,6 +531,11 @@ impl PgConn {
     /// The statements before `COMMIT` also make sure the transaction is not aborted: the
     /// server answers `COMMIT` of an aborted one with a rollback, not an error.
     pub(crate) fn commit(&self, writes: bool, rang: bool) -> Result<()> {
+        if self.start_unsent() && self.ahead.borrow().len() == 1 {
+            // Nothing was sent: there is no transaction on the server to end.
+            self.ended();
+            return Ok(());
+        }
         // One round trip: a statement that fails (in an aborted transaction) skips the COMMIT.
         let release = if self.release_pending.replace(false) {
             format!("{RELEASE_OP}; ")
@@ -389,7 +555,7 @@ impl PgConn {
         let committed = self.batch(&sql);
         match committed {
             Ok(()) => self.keep_heads(),
-            Err(_) if self.in_transaction.get() => drop(self.batch("ROLLBACK")),
+            Err(_) if self.in_transaction.get() => drop(self.rollback()),
             Err(_) => {}
         }
         self.ended();
@@ -405,8 +571,13 @@ impl PgConn {
 
     /// Rolls back the open transaction, if any.
     pub(crate) fn rollback(&self) -> Result<()> {
+        let unsent = self.start_unsent();
         self.ended();
-        let rolled_back = self.client.borrow_mut().batch_execute("ROLLBACK");
+        if unsent {
+            // Its start never went: the server has no transaction of it.
+            return Ok(());
+        }
+        let rolled_back = self.client.borrow().batch_execute("ROLLBACK");
         match rolled_back {
             // The server ended the session, and the transaction with it: the next batch
             // connects again.
@@ -421,6 +592,9 @@ impl PgConn {
         self.release_pending.set(false);
         self.locked_tenants.borrow_mut().clear();
         self.appended.borrow_mut().clear();
+        self.ahead.borrow_mut().clear();
+        self.failed_ahead.borrow_mut().take();
+        self.statuses.borrow_mut().take();
     }
 
     /// Ends the session's presence before the connection goes (see `hold_alone`): a store
@@ -458,8 +632,7 @@ impl PgConn {
             return Ok(statement.clone());
         }
         let rewritten = rewrite(sql);
-        let statement =
-            self.client.borrow_mut().prepare(&rewritten).map_err(Error::from_postgres)?;
+        let statement = self.client.borrow().prepare(&rewritten).map_err(Error::from_postgres)?;
         let mut statements = self.statements.borrow_mut();
         // Statements built at run time (filters) are many: the cache stays bounded.
         if statements.len() >= STATEMENTS_MAX {
@@ -737,6 +910,110 @@ pub(crate) fn connect_client(url: &str) -> Result<Client> {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
     config.connect(NoTls).map_err(Error::from_postgres)
+}
+
+/// A new session of the store's own (`PgClient`) with `url`, as `connect_client` makes one.
+///
+/// # Errors
+/// As `connect_client`.
+fn connect_session(url: &str) -> Result<PgClient> {
+    let mut config: tokio_postgres::Config = url.parse().map_err(|error| {
+        Error::InvalidInput(format!("a PostgreSQL URL that does not parse: {error}"))
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    PgClient::connect(&config)
+}
+
+/// The statement `PgConn::send` waits for.
+enum Main<'s, 'a> {
+    /// Statements as written (`PgConn::batch`).
+    Simple(&'s str),
+    /// A query, in the crate's conventions (`PgConn::query`).
+    Query(&'s str, &'s [Arg<'a>]),
+    /// A statement whose count of changed rows is wanted (`PgConn::execute`).
+    Execute(&'s str, &'s [Arg<'a>]),
+}
+
+/// A request that goes with the transaction's next statement (see `PgConn::send`).
+enum Ahead {
+    /// A batch's start (`begin_sql`), and the writing tenants it takes, in its order.
+    Begin { sql: String, tenants: Vec<Arc<str>> },
+    /// An op's events (see `PgConn::defer_events`), appended to `tenant`'s log.
+    Events { statement: Statement, args: Vec<HeldArg>, tenant: Arc<str> },
+}
+
+impl Ahead {
+    /// The texts of its list arguments, as `Arg::Texts` borrows them (empty for the others).
+    fn lists(&self) -> Vec<Vec<Option<&str>>> {
+        match self {
+            Ahead::Begin { .. } => Vec::new(),
+            Ahead::Events { args, .. } => args.iter().map(HeldArg::list).collect(),
+        }
+    }
+
+    /// Its arguments, its lists borrowed from `lists` (what `lists` made of them).
+    fn args<'a>(&'a self, lists: &'a [Vec<Option<&'a str>>]) -> Vec<Arg<'a>> {
+        match self {
+            Ahead::Begin { .. } => Vec::new(),
+            Ahead::Events { args, .. } => {
+                args.iter().zip(lists).map(|(arg, list)| arg.as_arg(list)).collect()
+            }
+        }
+    }
+}
+
+/// An argument kept until its statement is sent.
+enum HeldArg {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+    Texts(Vec<Option<String>>),
+    Ints(Vec<i64>),
+}
+
+impl HeldArg {
+    /// `arg`, owned.
+    fn of(arg: &Arg<'_>) -> Self {
+        match *arg {
+            Arg::Null => Self::Null,
+            Arg::Int(value) => Self::Int(value),
+            Arg::Real(value) => Self::Real(value),
+            Arg::Text(text) => Self::Text(text.to_owned()),
+            Arg::Blob(bytes) => Self::Blob(bytes.to_vec()),
+            Arg::Texts(texts) => Self::Texts(texts.iter().map(|t| t.map(str::to_owned)).collect()),
+            Arg::Ints(ints) => Self::Ints(ints.to_vec()),
+        }
+    }
+
+    /// A list of texts as `Arg::Texts` borrows it (empty for any other argument).
+    fn list(&self) -> Vec<Option<&str>> {
+        match self {
+            Self::Texts(texts) => texts.iter().map(Option::as_deref).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The argument again, a list of texts borrowed from `list` (what `list` made of it).
+    fn as_arg<'a>(&'a self, list: &'a [Option<&'a str>]) -> Arg<'a> {
+        match self {
+            Self::Null => Arg::Null,
+            Self::Int(value) => Arg::Int(*value),
+            Self::Real(value) => Arg::Real(*value),
+            Self::Text(text) => Arg::Text(text),
+            Self::Blob(bytes) => Arg::Blob(bytes),
+            Self::Texts(_) => Arg::Texts(list),
+            Self::Ints(ints) => Arg::Ints(ints),
+        }
+    }
+}
+
+/// The error for an answer of another kind than its request's (not expected of the client).
+fn wrong_answer() -> Error {
+    Error::Postgres("the server's answer was not of its request's kind".into())
 }
 
 /// Whether `error` says the connection is gone (closed, broken, or ended by the server's

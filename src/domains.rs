@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::core::actor::EngineHooks;
-use crate::core::msg::Job;
+use crate::core::msg::Call;
 use crate::core::op::{Access, Op, Role, sealed::Sealed};
 use crate::core::schema::Location;
 use crate::core::tx::{Scope, Tx};
@@ -21,25 +21,25 @@ use crate::{graph, process, queue, workflow};
 /// The domains' hooks.
 pub(crate) static HOOKS: DomainHooks = DomainHooks {
     engine: EngineHooks {
-        alarm_job: Some(alarm_job),
+        alarm_call: Some(alarm_call),
         owned_streams: &[process::owns_stream, workflow::owns_stream],
     },
     at_open: &[graph::at_open, queue::at_open],
 };
 
-/// The job the actor runs when an alarm a domain set is due: every domain's sweep, each of
+/// The call the actor runs when an alarm a domain set is due: every domain's sweep, each of
 /// which sets the alarm again for its own next time (the graphs' deadlines, the queue's
 /// schedules). Nobody waits for its answer.
-fn alarm_job() -> Job {
+fn alarm_call() -> Call {
     let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
     let (reply, _) = crossbeam_channel::bounded(1);
-    Job::op(Sweeps, scope, reply)
+    Call::op(Sweeps, scope, reply)
 }
 
 /// How long after a failed sweep it runs again, in milliseconds.
 const SWEEP_RETRY_MS: i64 = 1_000;
 
-/// Every domain's sweep, in one job.
+/// Every domain's sweep, in one call.
 #[derive(Debug, Clone, Copy)]
 struct Sweeps;
 

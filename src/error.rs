@@ -224,7 +224,7 @@ impl Error {
 thread_local! {
     /// Set when an error SQLite itself reported as corruption was mapped on this thread (an
     /// `Error::Corrupt` a caller or a row decoder makes does not set it): the actor reads it
-    /// after each job to refuse writes to a damaged file.
+    /// after each call to refuse writes to a damaged file.
     static SQLITE_FOUND_CORRUPTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 

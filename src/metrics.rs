@@ -38,8 +38,8 @@ pub struct Metrics {
     /// Transactions the writer rolled back whole since it opened: a failed commit, a
     /// transaction SQLite ended, an op alone in its transaction that failed.
     pub rollbacks: u64,
-    /// Jobs per writer transaction (committed or rolled back), since the store opened.
-    pub batch_jobs: Histogram,
+    /// Ops (and transaction closures) per writer transaction (committed or rolled back), since the store opened.
+    pub batch_ops: Histogram,
     /// Seconds from an op's sending to its answer (writer and readers), since the store opened.
     pub op_latency_seconds: Histogram,
     /// Ops run again after losing to another transaction (PostgreSQL), since the store opened.
@@ -154,8 +154,8 @@ impl Metrics {
             header(out, name, "counter", help);
             sample(out, name, "", total);
         }
-        let help = "Jobs per writer transaction.";
-        histogram(out, "spindle_batch_jobs", help, &self.batch_jobs);
+        let help = "Ops (and transaction closures) per writer transaction.";
+        histogram(out, "spindle_batch_ops", help, &self.batch_ops);
         let help = "Seconds from an op's sending to its answer.";
         histogram(out, "spindle_op_latency_seconds", help, &self.op_latency_seconds);
         if let Some(wal_bytes) = self.wal_bytes {
@@ -184,7 +184,7 @@ impl Store {
             processes: counts.processes,
             commits: meter.commits.load(Ordering::Relaxed),
             rollbacks: meter.rollbacks.load(Ordering::Relaxed),
-            batch_jobs: Histogram::read(&meter.batch_jobs, &BATCH_BOUNDS, 1.0),
+            batch_ops: Histogram::read(&meter.batch_ops, &BATCH_BOUNDS, 1.0),
             op_latency_seconds: Histogram::read(&meter.latency_us, &LATENCY_BOUNDS_US, 1e6),
             conflict_retries: meter.conflict_retries.load(Ordering::Relaxed),
             slow_batches: meter.slow_batches.load(Ordering::Relaxed),

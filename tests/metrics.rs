@@ -77,7 +77,7 @@ fn every_answered_op_and_every_transaction_is_counted_before_its_answer() -> spi
     assert_eq!(answered, 11, "ten appends and the second metrics read");
     let transactions = (after.commits + after.rollbacks) - (before.commits + before.rollbacks);
     assert!(transactions >= 10, "each append alone in its transaction: {transactions}");
-    let batches = after.batch_jobs.count() - before.batch_jobs.count();
+    let batches = after.batch_ops.count() - before.batch_ops.count();
     assert_eq!(batches, transactions, "one batch size per transaction");
     assert!(after.op_latency_seconds.sum > before.op_latency_seconds.sum);
     // A failed op alone in its transaction rolls it back, and is answered and counted.
@@ -102,7 +102,7 @@ fn histograms_keep_one_count_per_bucket_and_the_text_makes_them_cumulative() -> 
     let store = new_store();
     fill(&store)?;
     let metrics = store.metrics()?;
-    for histogram in [&metrics.batch_jobs, &metrics.op_latency_seconds] {
+    for histogram in [&metrics.batch_ops, &metrics.op_latency_seconds] {
         assert_eq!(histogram.counts.len(), histogram.bounds.len() + 1);
         assert!(histogram.bounds.windows(2).all(|pair| pair[0] < pair[1]), "ascending bounds");
     }

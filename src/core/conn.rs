@@ -83,7 +83,7 @@ impl Conn {
         }
     }
 
-    /// Whether every job must run under a savepoint of its own: on PostgreSQL a failed
+    /// Whether every call must run under a savepoint of its own: on PostgreSQL a failed
     /// statement spoils the whole transaction until it is rolled back to one.
     pub(crate) fn needs_savepoints(&self) -> bool {
         !matches!(self, Conn::Sqlite(_))
@@ -120,7 +120,7 @@ impl Conn {
 
     /// Opens the batch's transaction: one that takes the write lock at once when the batch
     /// writes, a deferred (read-only) one when it only reads. `tenants` are those the batch's
-    /// writing jobs run for: on PostgreSQL each one's writers are serialised across processes
+    /// writing calls run for: on PostgreSQL each one's writers are serialised across processes
     /// from here to the commit (SQLite's one writer lock does that for the whole file).
     ///
     /// Returns what it read of `tenants`' statuses on the way (PostgreSQL reads each one's
@@ -161,17 +161,17 @@ impl Conn {
         }
     }
 
-    /// Whether the job about to run is alone in its transaction, undone by rolling it back
-    /// (PostgreSQL sends such a job's events with its next statement: `PgConn::defer_events`).
+    /// Whether the call about to run is the only one in its transaction, undone by rolling it back
+    /// (PostgreSQL sends such a call's events with its next statement: `PgConn::defer_events`).
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    pub(crate) fn set_job_alone(&self, alone: bool) {
+    pub(crate) fn set_only_call(&self, only: bool) {
         #[cfg(feature = "postgres")]
         if let Conn::Postgres(pg) = self {
-            pg.set_job_alone(alone);
+            pg.set_only_call(only);
         }
     }
 
-    /// Runs one of the actor's control statements (`BEGIN` on SQLite, and the job savepoints
+    /// Runs one of the actor's control statements (`BEGIN` on SQLite, and the call savepoints
     /// `SAVEPOINT_OP`, `RELEASE_OP`, `ROLLBACK_TO_OP`); on PostgreSQL a release is sent with
     /// the next of them, or with the commit (`PgConn::savepoint_statement`).
     pub(crate) fn statement(&self, sql: &str) -> Result<()> {
@@ -211,21 +211,21 @@ impl Conn {
         }
     }
 
-    /// A job starts: the guard learns whose SQL runs.
-    pub(crate) fn enter_job(&self, internal: bool, confined: bool) {
+    /// A call starts: the guard learns whose SQL runs.
+    pub(crate) fn enter_call(&self, internal: bool, confined: bool) {
         if let Conn::Sqlite(lite) = self {
-            lite.enter_job(internal, confined);
+            lite.enter_call(internal, confined);
         }
     }
 
-    /// The job has ended.
-    pub(crate) fn leave_job(&self) {
+    /// The call has ended.
+    pub(crate) fn leave_call(&self) {
         if let Conn::Sqlite(lite) = self {
-            lite.leave_job();
+            lite.leave_call();
         }
     }
 
-    /// The verdict on a job that just ran, before its savepoint is settled: it is overruled
+    /// The verdict on a call that just ran, before its savepoint is settled: it is overruled
     /// (rolled back, answered with the error) if the guard refused one of its statements or
     /// cut its SQL off, or if its SQL changed the connection (the problem is returned: the
     /// connection must be put back) or made a foreign key into the store's tables. Defence in

@@ -14,7 +14,7 @@ use rusqlite::{Connection, params_from_iter};
 use crate::core::postgres::session::PgConn;
 use crate::error::{Error, Result};
 
-/// The savepoint every job of a batch runs under (unless it needs none), and the statements
+/// The savepoint every call of a batch runs under (unless it needs none), and the statements
 /// that keep or undo its work: the same text on both engines.
 pub(crate) const SAVEPOINT_OP: &str = "SAVEPOINT op";
 pub(crate) const RELEASE_OP: &str = "RELEASE op";
@@ -228,7 +228,7 @@ impl<'a> Db<'a> {
 
     /// Hands an op's events (`insert_all_sql!`'s statement, `sql`, and its `args`, appended to
     /// `tenant`) to the engine to send with the transaction's next statement; returns whether
-    /// it took them (PostgreSQL, for a job alone in its transaction: `PgConn::defer_events`),
+    /// it took them (PostgreSQL, for the only call of a transaction: `PgConn::defer_events`),
     /// else the caller runs the statement itself.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn defer_events(self, sql: &str, args: &[Arg<'_>], tenant: &str) -> Result<bool> {
@@ -258,7 +258,7 @@ impl<'a> Db<'a> {
     }
 
     /// Holds off every other connection's writers of `tenant` until this transaction ends
-    /// (a no-op for a tenant already held: a writing batch holds its jobs' tenants from its
+    /// (a no-op for a tenant already held: a writing batch holds its calls' tenants from its
     /// start, so this only waits for a tenant taken some other way). SQLite's one writer does
     /// this already.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]

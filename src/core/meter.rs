@@ -13,14 +13,14 @@ pub(crate) const LATENCY_BOUNDS_US: [u64; 16] = [
     1_000_000, 2_500_000, 10_000_000,
 ];
 
-/// Upper bounds of the batch size buckets, in jobs.
+/// Upper bounds of the batch size buckets, in calls.
 pub(crate) const BATCH_BOUNDS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
 /// The counters of one store (every handle, tenant view and thread of it).
 #[derive(Debug, Default)]
 pub(crate) struct Meter {
-    /// Jobs per transaction the writer ended (committed or rolled back).
-    pub(crate) batch_jobs: Buckets<{ BATCH_BOUNDS.len() + 1 }>,
+    /// Calls per transaction the writer ended (committed or rolled back).
+    pub(crate) batch_ops: Buckets<{ BATCH_BOUNDS.len() + 1 }>,
     /// Transactions the writer committed.
     pub(crate) commits: AtomicU64,
     /// Transactions the writer rolled back whole: a failed commit, a transaction SQLite
@@ -35,9 +35,9 @@ pub(crate) struct Meter {
 }
 
 impl Meter {
-    /// One transaction of `jobs` jobs ended, committed or rolled back.
-    pub(crate) fn transaction(&self, jobs: usize, committed: bool) {
-        self.batch_jobs.record(&BATCH_BOUNDS, u64::try_from(jobs).unwrap_or(u64::MAX));
+    /// One transaction of `calls` calls ended, committed or rolled back.
+    pub(crate) fn transaction(&self, calls: usize, committed: bool) {
+        self.batch_ops.record(&BATCH_BOUNDS, u64::try_from(calls).unwrap_or(u64::MAX));
         let counter = if committed { &self.commits } else { &self.rollbacks };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -109,9 +109,9 @@ mod tests {
         meter.transaction(2000, false);
         assert_eq!(meter.commits.load(Ordering::Relaxed), 2);
         assert_eq!(meter.rollbacks.load(Ordering::Relaxed), 1);
-        let (counts, sum) = meter.batch_jobs.read();
+        let (counts, sum) = meter.batch_ops.read();
         assert_eq!(counts[0], 1);
-        assert_eq!(counts[2], 1, "3 jobs: the bucket up to 4");
+        assert_eq!(counts[2], 1, "3 calls: the bucket up to 4");
         assert_eq!(counts[BATCH_BOUNDS.len()], 1, "above the largest bound");
         assert_eq!(sum, 2004);
     }

@@ -2,7 +2,7 @@
 //! store and publishing, opening and the schema, and time.
 //!
 //! Each engine's own code is in a folder of its own, private to this module: `sqlite/` (the
-//! connection, the job guard, the raw SQL handle, WAL checkpoints, the file's identity, fresh
+//! connection, the call guard, the raw SQL handle, WAL checkpoints, the file's identity, fresh
 //! images, backups) and `postgres/` (the session, the raw SQL handle, the listener). What
 //! differs between them reaches the batch loop through `conn` (private too) and the
 //! statements through `db` (the engine seam), so nothing above `core` can name a connection:

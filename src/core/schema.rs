@@ -14,7 +14,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use sha2::{Digest, Sha256};
 
 use crate::core::sqlite::fresh;
-use crate::core::sqlite::guard::{JobGuard, SchemaLinks};
+use crate::core::sqlite::guard::{CallGuard, SchemaLinks};
 use crate::core::sqlite::{left_behind, store_file};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
@@ -69,7 +69,7 @@ pub(crate) struct Opened {
 /// again would make SQLite prepare every cached statement again), and the schema the guard's
 /// checks know (a fresh store's).
 pub(crate) struct Kept {
-    pub(crate) guard: Arc<JobGuard>,
+    pub(crate) guard: Arc<CallGuard>,
     pub(crate) schema: SchemaLinks,
 }
 

@@ -1,6 +1,6 @@
 //! `Tx`: what an operation sees of the open transaction.
 //!
-//! A `Tx` lives for one job of a batch. It hands out the batch's timestamp, the caller's tenant
+//! A `Tx` lives for one call of a batch. It hands out the batch's timestamp, the caller's tenant
 //! and role, the limits, composition of further ops (each under its own nested savepoint), the
 //! event log, and a narrow SQL handle for the caller's own tables. Events appended through it are
 //! collected here and published by the actor only after `COMMIT` succeeds.
@@ -17,7 +17,7 @@ use crate::core::events::{self, Appended, OwnedStreams, Stream};
 use crate::core::op::{Op, Role};
 use crate::core::presence::Presence;
 use crate::core::publish::Published;
-use crate::core::sqlite::guard::{JobGuard, SchemaLinks};
+use crate::core::sqlite::guard::{CallGuard, SchemaLinks};
 use crate::core::sqlite::raw::Sql;
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
@@ -47,7 +47,7 @@ pub struct Tx<'a> {
 #[derive(Clone, Copy)]
 pub(crate) struct Engine<'a> {
     pub(crate) db: Db<'a>,
-    /// What only the SQLite engine has: the job guard and a caller's raw SQL.
+    /// What only the SQLite engine has: the call guard and a caller's raw SQL.
     pub(crate) sqlite: Option<SqliteParts<'a>>,
     pub(crate) limits: &'a Limits,
     pub(crate) ids: &'a IdGen,
@@ -55,12 +55,12 @@ pub(crate) struct Engine<'a> {
     pub(crate) owned_streams: &'a [OwnedStreams],
 }
 
-/// The SQLite engine's connection, its job guard, what the checks of a caller's SQL know
+/// The SQLite engine's connection, its call guard, what the checks of a caller's SQL know
 /// of the schema, and the store's presence on its file.
 #[derive(Clone, Copy)]
 pub(crate) struct SqliteParts<'a> {
     pub(crate) conn: &'a Connection,
-    pub(crate) guard: &'a JobGuard,
+    pub(crate) guard: &'a CallGuard,
     pub(crate) schema: &'a RefCell<SchemaLinks>,
     /// A writable file store's presence lock (`None` in memory, read-only, or on a VFS of the
     /// caller's own).
@@ -68,7 +68,7 @@ pub(crate) struct SqliteParts<'a> {
 }
 
 impl Engine<'_> {
-    /// Runs the crate's own work past the job guard (which watches only a caller's SQL).
+    /// Runs the crate's own work past the call guard (which watches only a caller's SQL).
     fn internal<T>(&self, work: impl FnOnce() -> T) -> T {
         match self.sqlite {
             Some(parts) => parts.guard.internal(work),
@@ -77,7 +77,7 @@ impl Engine<'_> {
     }
 }
 
-/// Who a job runs as: the tenant whose data it may touch and the role it holds.
+/// Who a call runs as: the tenant whose data it may touch and the role it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Scope {
     pub(crate) tenant: Arc<str>,
@@ -209,7 +209,7 @@ impl<'a> Tx<'a> {
         result.map(Some)
     }
 
-    /// Runs one of the crate's own savepoint statements, past the job guard.
+    /// Runs one of the crate's own savepoint statements, past the call guard.
     fn control(&self, sql: &str) -> Result<()> {
         let engine = self.engine;
         engine.internal(|| engine.db.execute(sql, &[]))?;
@@ -300,7 +300,7 @@ impl<'a> Tx<'a> {
         Ok(parts)
     }
 
-    /// Runs `sql` as the caller's SQL but past the job guard: what the guard would refuse,
+    /// Runs `sql` as the caller's SQL but past the call guard: what the guard would refuse,
     /// done anyway, for tests of the actor's check behind it.
     #[cfg(test)]
     pub(crate) fn sql_past_the_guard(&self, sql: &str) -> Result<()> {
@@ -400,7 +400,7 @@ impl<'a> Tx<'a> {
         self.rang = true;
     }
 
-    /// Asks the actor to run its alarm job once the clock reaches `at_ms` (a deadline that
+    /// Asks the actor to run its alarm call once the clock reaches `at_ms` (a deadline that
     /// must be acted on without a caller): before the first batch stamped at or after it, or
     /// as a batch of its own when the store is idle. Kept only if this transaction commits.
     pub(crate) fn set_alarm(&mut self, at_ms: i64) {
@@ -426,7 +426,7 @@ impl<'a> Tx<'a> {
     }
 }
 
-/// What a job left for the actor to do after commit.
+/// What a call left for the actor to do after commit.
 pub(crate) struct Finished {
     pub(crate) published: Vec<Published>,
     pub(crate) rang: bool,

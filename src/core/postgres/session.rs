@@ -70,10 +70,10 @@ pub(crate) struct PgConn {
     /// Other processes' commits found at a writing batch's start (see `begin`).
     foreign_found: Cell<i64>,
     /// Whether a statement lost to another transaction (a deadlock, a serialisation failure)
-    /// since `take_conflict` last looked: the job that ran it may run again.
+    /// since `take_conflict` last looked: the call that ran it may run again.
     conflicted: Cell<bool>,
-    /// A job's `RELEASE op` not sent yet: it goes with the next job's `SAVEPOINT op`, or the
-    /// `COMMIT` (one round trip fewer per job).
+    /// A call's `RELEASE op` not sent yet: it goes with the next call's `SAVEPOINT op`, or the
+    /// `COMMIT` (one round trip fewer per call).
     release_pending: Cell<bool>,
     /// Requests that go with the next statement, in its round trip (see `send`): a batch's
     /// start not sent yet (`begin_ahead`), an op's events whose answer nobody waits for
@@ -84,9 +84,9 @@ pub(crate) struct PgConn {
     failed_ahead: RefCell<Option<Error>>,
     /// What a batch's start sent ahead read of its tenants' statuses, once its answer came.
     statuses: RefCell<Option<Vec<Option<String>>>>,
-    /// Whether the running job is alone in its transaction, which a rollback undoes whole
+    /// Whether the running call is the only one in its transaction, which a rollback undoes whole
     /// (see `defer_events`).
-    job_alone: Cell<bool>,
+    only_call: Cell<bool>,
     /// Where to connect again after the server dropped the connection.
     url: String,
     /// The session's settings, applied at every connection (see `open`).
@@ -114,7 +114,7 @@ impl PgConn {
             ahead: RefCell::new(Vec::new()),
             failed_ahead: RefCell::new(None),
             statuses: RefCell::new(None),
-            job_alone: Cell::new(false),
+            only_call: Cell::new(false),
             url: url.to_owned(),
             session: String::new(),
         })
@@ -250,7 +250,7 @@ impl PgConn {
 
     /// Runs one of the actor's savepoint statements (`SAVEPOINT op`, `RELEASE op`,
     /// `ROLLBACK TO op`). A release is held back and sent with the next of them, or with the
-    /// commit: the work it keeps is the transaction's either way, and a job's savepoint then
+    /// commit: the work it keeps is the transaction's either way, and a call's savepoint then
     /// costs one round trip, not two.
     pub(crate) fn savepoint_statement(&self, sql: &str) -> Result<()> {
         if sql == RELEASE_OP {
@@ -259,7 +259,7 @@ impl PgConn {
         }
         match (self.release_pending.replace(false), sql) {
             (true, SAVEPOINT_OP) => self.batch(&format!("{RELEASE_OP}; {SAVEPOINT_OP}")),
-            // Not reached: a job's rollback follows its own savepoint, which sent the release.
+            // Not reached: a call's rollback follows its own savepoint, which sent the release.
             (true, _) => self.batch(RELEASE_OP).and_then(|()| self.batch(sql)),
             (false, _) => self.batch(sql),
         }
@@ -282,7 +282,7 @@ impl PgConn {
     }
 
     /// Whether a statement lost to another transaction since the last look (a deadlock, a
-    /// serialisation failure): what the actor asks after a job, to run it again.
+    /// serialisation failure): what the actor asks after a call, to run it again.
     pub(crate) fn take_conflict(&self) -> bool {
         self.conflicted.replace(false)
     }
@@ -371,15 +371,15 @@ impl PgConn {
     /// `tenant`'s log) with the transaction's next statement, or its commit, instead of in a
     /// round trip of their own; returns whether it will (else the caller runs it now).
     ///
-    /// Only for a job alone in its transaction (`set_job_alone`) whose events nobody reads
-    /// back: the server runs the statement in its place in the order, so the job's later
+    /// Only for the only call of its transaction (`set_only_call`) whose events nobody reads
+    /// back: the server runs the statement in its place in the order, so the call's later
     /// statements see it, and should it fail, the transaction fails with it: the statement
     /// after it (the commit at the latest) answers its error, and the whole transaction, the
-    /// one job, is rolled back, as a failure of the job's own statement would roll it back.
-    /// In a batch of several, a job's failure must undo that job alone: there, the events go
+    /// one call, is rolled back, as a failure of the call's own statement would roll it back.
+    /// In a batch of several, a call's failure must undo that call alone: there, the events go
     /// at once.
     pub(crate) fn defer_events(&self, sql: &str, args: &[Arg<'_>], tenant: &str) -> Result<bool> {
-        if !self.job_alone.get() {
+        if !self.only_call.get() {
             return Ok(false);
         }
         if let Some(failed) = self.failed_ahead.borrow().as_ref() {
@@ -404,9 +404,9 @@ impl PgConn {
         Ok(())
     }
 
-    /// Whether the job about to run is alone in its transaction (see `defer_events`).
-    pub(crate) fn set_job_alone(&self, alone: bool) {
-        self.job_alone.set(alone);
+    /// Whether the call about to run is the only one in its transaction (see `defer_events`).
+    pub(crate) fn set_only_call(&self, only: bool) {
+        self.only_call.set(only);
     }
 
     /// Counts a foreign commit if `tenant`'s newest event is not the one this store left (or

@@ -1,4 +1,4 @@
-//! The SQLite engine's connection as the actor owns it, and what it keeps around it: the job
+//! The SQLite engine's connection as the actor owns it, and what it keeps around it: the call
 //! guard and the connection settings a caller's SQL must leave alone, WAL checkpoints, the
 //! file's identity and presence, spare in-memory connections, and other processes' commits
 //! seen through `data_version`. `core::conn` dispatches the actor's steps here.
@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use rusqlite::wal::CheckpointMode;
 
 use super::fresh;
-use super::guard::{ConnectionState, JobGuard, SchemaLinks};
+use super::guard::{CallGuard, ConnectionState, SchemaLinks};
 use super::identity::FileWatch;
 use super::wal::WalSchedule;
 use crate::core::msg::Applied;
@@ -34,8 +34,8 @@ const READER_MMAP_BYTES: i64 = 1 << 30;
 pub(crate) struct SqliteConn {
     conn: Connection,
     wal: WalSchedule,
-    /// Keeps jobs from ending or reshaping the batch's transaction.
-    guard: std::sync::Arc<JobGuard>,
+    /// Keeps calls from ending or reshaping the batch's transaction.
+    guard: std::sync::Arc<CallGuard>,
     /// The connection's settings as opened: what a caller's SQL must leave them as.
     connection: ConnectionState,
     /// The foreign keys from callers' tables into the store's, as of a schema version
@@ -74,7 +74,7 @@ impl SqliteConn {
                 (guard, schema)
             }
             None => {
-                let guard = JobGuard::install(&mut conn, &options.limits)?;
+                let guard = CallGuard::install(&mut conn, &options.limits)?;
                 let schema = SchemaLinks::new(&conn, &guard);
                 (guard, schema)
             }
@@ -140,13 +140,13 @@ impl SqliteConn {
         Ok(self.conn.execute_batch("ROLLBACK")?)
     }
 
-    /// A job starts: the guard learns whose SQL runs.
-    pub(crate) fn enter_job(&self, internal: bool, confined: bool) {
+    /// A call starts: the guard learns whose SQL runs.
+    pub(crate) fn enter_call(&self, internal: bool, confined: bool) {
         self.guard.enter(internal, confined);
     }
 
-    /// The job has ended.
-    pub(crate) fn leave_job(&self) {
+    /// The call has ended.
+    pub(crate) fn leave_call(&self) {
         self.guard.leave();
     }
 
@@ -187,9 +187,9 @@ impl SqliteConn {
         self.conn.query_row("PRAGMA data_version", [], |row| row.get(0)).ok()
     }
 
-    /// The verdict on a job that just ran (see `Conn::vet`).
+    /// The verdict on a call that just ran (see `Conn::vet`).
     pub(crate) fn vet(&self, mut applied: Applied, caller_sql: bool) -> (Applied, Option<String>) {
-        if let Some(reason) = self.guard.take_job_refusal() {
+        if let Some(reason) = self.guard.take_call_refusal() {
             tracing::warn!(%reason, "spindle: a transaction closure's SQL was refused");
             let refused = format!("a transaction closure's SQL may not do this: {reason}");
             applied = applied.overrule(Error::Forbidden(refused));

@@ -1,4 +1,4 @@
-//! The SQLite engine: the actor's connection and what it keeps around it (the job guard, WAL
+//! The SQLite engine: the actor's connection and what it keeps around it (the call guard, WAL
 //! checkpoints, the file's identity), a transaction closure's raw SQL handle (`Sql`), fresh
 //! in-memory images for fuzz harnesses, the checks on a store file before it is opened, and
 //! backups.

@@ -672,7 +672,7 @@ fn cycles(durability: Durability, run: Duration) {
 
 fn open(durability: Durability, batch_max: usize) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options { durability, batch_max, ..Options::default() };
+    let options = Options::default().durability(durability).batch_max(batch_max);
     let store = Store::open_with(dir.path().join("queue.db"), options).expect("open");
     (dir, store)
 }

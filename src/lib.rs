@@ -103,8 +103,24 @@
 //!   read its fields; a value to compare with starts from its `Default` (or
 //!   [`QueueStats::empty`]) and sets the fields that matter. The records a model of the store
 //!   rebuilds whole ([`ProcessEvent`], [`Execution`]) stay plain.
-//! - What a caller builds comes from constructors and setters ([`NewItem::new`],
-//!   [`Schedule::cron`], [`ItemFilter::due`], ...); [`Options`] and [`Limits`] from `Default`.
+//! - What a caller builds to configure or filter is `#[non_exhaustive]` too, so a new option
+//!   or filter field is not a breaking change: it starts from `Default` or a constructor, and
+//!   one chainable setter per field, named after the field, changes it
+//!   (`Options::default().readers(0).batch_max(16)`; a setter of an `Option` field takes the
+//!   value, not `Some(value)`). The fields stay public to read, and to assign
+//!   (`options.readers = 0` on a value one holds).
+//!   - From `Default` and setters: [`Options`], [`Limits`] (given to [`Options::limits`]),
+//!     [`GraphFilter`], [`ExecutionFilter`], [`TenantUpdate`], [`ListFilter`] (also
+//!     [`ListFilter::status`]).
+//!   - From constructors (a value with required parts) and setters: [`NewItem::new`],
+//!     [`Unique::new`], [`Schedule::cron`] and [`Schedule::every`], [`ItemFilter::due`] and
+//!     [`ItemFilter::status`], [`NodeOptions::new`], [`Page::first`], [`Page::after`] and
+//!     [`Page::new`], [`Backoff::new`].
+//!   - Kept plain, whole values a caller writes out: the process registry's registration
+//!     parts ([`Registration`], [`EventType`], [`process::WakeSpec`], [`process::TerminalSpec`],
+//!     [`LeaseOwner`], ...): a registration is stored as its JSON and hashed whole to make
+//!     registering idempotent, so a field there changes what a registration is and comes
+//!     only with a major version; and the op structs below.
 //! - An op struct's public fields are its API (see [`Op`]): a new option comes as a new op or a
 //!   builder, not as a field.
 
@@ -121,6 +137,7 @@ mod limits;
 mod metrics;
 mod options;
 mod page;
+mod setters;
 mod store;
 mod subscription;
 

@@ -28,7 +28,7 @@ fn store_at(clock: &ManualClock) -> Store {
 }
 
 fn options_at(clock: &ManualClock) -> Options {
-    Options { clock: Arc::new(clock.clone()), ..Options::default() }
+    Options::default().clock(Arc::new(clock.clone()))
 }
 
 fn tool(id: &str) -> Registration {
@@ -376,7 +376,7 @@ fn wait_state_round_trips_filters_and_clears_on_terminal() {
     let waiting = store.processes().set_wait("p", signal("go", 1)).expect("wait");
     let state = waiting.wait.expect("waiting");
     assert_eq!((state.kind, state.since_ms), (signal("go", 1), T0 + 5));
-    let filter = ListFilter { waiting: Some(true), ..ListFilter::default() };
+    let filter = ListFilter::default().waiting(true);
     assert_eq!(ids(&store.processes().list(&filter).expect("list")), ["p"]);
     let cleared = store.processes().clear_wait("p").expect("clear");
     assert!(cleared.wait.is_none());
@@ -413,12 +413,12 @@ fn list_processes_filters_by_status_and_waiting() {
     assert_eq!(list(ListFilter::status(StatusFilter::Any)), "a,b,c,d", "sorted by id");
     assert_eq!(list(ListFilter::status(StatusFilter::Completed)), "c");
     assert_eq!(list(ListFilter::status(StatusFilter::Failed)), "");
-    assert_eq!(list(ListFilter { waiting: Some(false), ..ListFilter::default() }), "a,d");
-    let flows = ListFilter { definition: Some(json!({ "flow": true })), ..ListFilter::default() };
+    assert_eq!(list(ListFilter::default().waiting(false)), "a,d");
+    let flows = ListFilter::default().definition(json!({ "flow": true }));
     assert_eq!(list(flows), "a,b");
-    let paged = ListFilter { page: Page::after("a", 1), ..ListFilter::status(StatusFilter::Any) };
+    let paged = ListFilter::status(StatusFilter::Any).page(Page::after("a", 1));
     assert_eq!(list(paged), "b", "keyset pages by id");
-    let too_big = ListFilter { page: Page::first(1_000_000), ..ListFilter::default() };
+    let too_big = ListFilter::default().page(Page::first(1_000_000));
     assert!(matches!(store.processes().list(&too_big), Err(Error::TooLarge { .. })));
 }
 
@@ -880,8 +880,8 @@ fn bad_events_and_leases_are_refused_and_write_nothing() {
 #[test]
 fn prune_goes_a_page_at_a_time() {
     let clock = ManualClock::new(T0);
-    let limits = spindle::Limits { page_size_max: 3, ..spindle::Limits::default() };
-    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
+    let limits = spindle::Limits::default().page_size_max(3);
+    let store = common::new_store_with(options_at(&clock).limits(limits));
     for i in 0..5 {
         register(&store, tool(&format!("p{i}")));
         store.processes().complete(&format!("p{i}"), success(json!(i))).expect("complete");
@@ -935,13 +935,9 @@ fn a_terminal_event_of_a_custom_type_ends_the_process_with_its_selected_output()
 }
 
 fn small_limits_store(clock: &ManualClock) -> Store {
-    let limits = spindle::Limits {
-        payload_bytes_max: 2_000,
-        page_size_max: 4,
-        id_len_max: 64,
-        ..spindle::Limits::default()
-    };
-    common::new_store_with(Options { limits, ..options_at(clock) })
+    let limits =
+        spindle::Limits::default().payload_bytes_max(2_000).page_size_max(4).id_len_max(64);
+    common::new_store_with(options_at(clock).limits(limits))
 }
 
 /// A JSON string payload whose encoding is exactly `bytes` long.

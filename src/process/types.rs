@@ -615,8 +615,11 @@ pub enum StatusFilter {
     Any,
 }
 
-/// Which processes a listing shows, in id order, one page at a time.
+/// Which processes a listing shows, in id order, one page at a time. `#[non_exhaustive]`:
+/// start from `ListFilter::default()` (running processes) or [`ListFilter::status`] and chain
+/// the setters, `ListFilter::status(StatusFilter::Any).waiting(true).page(Page::first(10))`.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct ListFilter {
     /// Only processes whose identity has this definition.
     pub definition: Option<Value>,
@@ -632,6 +635,27 @@ impl ListFilter {
     /// Every process of `status`, first page.
     pub fn status(status: StatusFilter) -> Self {
         Self { status, ..Self::default() }
+    }
+
+    /// Only processes whose identity has this definition.
+    #[must_use]
+    pub fn definition(mut self, definition: Value) -> Self {
+        self.definition = Some(definition);
+        self
+    }
+
+    /// Only waiting (`true`) or not waiting (`false`) processes.
+    #[must_use]
+    pub fn waiting(mut self, waiting: bool) -> Self {
+        self.waiting = Some(waiting);
+        self
+    }
+
+    /// Which page to read.
+    #[must_use]
+    pub fn page(mut self, page: Page) -> Self {
+        self.page = page;
+        self
     }
 }
 

@@ -115,12 +115,12 @@
 //!   - From constructors (a value with required parts) and setters: [`NewItem::new`],
 //!     [`Unique::new`], [`Schedule::cron`] and [`Schedule::every`], [`ItemFilter::due`] and
 //!     [`ItemFilter::status`], [`NodeOptions::new`], [`Page::first`], [`Page::after`] and
-//!     [`Page::new`], [`Backoff::new`].
-//!   - Kept plain, whole values a caller writes out: the process registry's registration
-//!     parts ([`Registration`], [`EventType`], [`process::WakeSpec`], [`process::TerminalSpec`],
-//!     [`LeaseOwner`], ...): a registration is stored as its JSON and hashed whole to make
-//!     registering idempotent, so a field there changes what a registration is and comes
-//!     only with a major version; and the op structs below.
+//!     [`Page::new`], [`Backoff::new`]; the process registry's [`Registration::new`],
+//!     [`EventType::new`], [`process::TerminalSpec::new`], [`process::WakeSpec::new`],
+//!     [`process::Identity::new`], [`AppendRequest::new`], [`SessionScope::new`],
+//!     [`LeaseOwner::new`], [`process::ExternalRef::new`], and from `Default`
+//!     [`process::SemanticsSpec`] and [`process::HandleDescriptor`].
+//!   - Kept plain: the op structs (below), and the records a model rebuilds (above).
 //! - An op struct's public fields are its API (see [`Op`]): a new option comes as a new op or a
 //!   builder, not as a field.
 

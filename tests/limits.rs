@@ -152,11 +152,7 @@ fn values_nested_past_any_stack_are_refused_before_they_reach_the_store() -> spi
         let fields = [("x".to_owned(), selector)].into();
         selector = spindle::process::Selector::Template { template: "{x}".into(), fields };
     }
-    let wake = spindle::process::WakeSpec {
-        when: None,
-        input: selector,
-        dedupe_key: spindle::process::DedupeKey::EventIdentity,
-    };
+    let wake = spindle::process::WakeSpec::new(selector);
     let registration = spindle::Registration::new("p", "tool", json!({}))
         .event_type(spindle::EventType::new("e").wake(wake));
     assert!(deep_error(store.processes().register(registration).map(|_| ())));

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use spindle::migrate::{MigrateError, sqlite_to_postgres};
-use spindle::process::{DedupeKey, HandleDescriptor, Selector, StatusFilter, WakeSpec};
+use spindle::process::{HandleDescriptor, Selector, StatusFilter, WakeSpec};
 use spindle::{
     AppendRequest, AwaitOutput, Backoff, Error, EventType, ExecutionFilter, FailOutcome,
     ItemFilter, ItemStatus, LeaseClaim, LeaseOwner, ListFilter, ManualClock, NewItem, NodeOptions,
@@ -161,11 +161,7 @@ fn register_processes(
     let session = SessionScope::new("session-1");
     let progress = EventType::new("progress")
         .schema(json!({ "type": "object", "required": ["line"] }))
-        .wake(WakeSpec {
-            when: None,
-            input: Selector::Pointer("/line".into()),
-            dedupe_key: DedupeKey::EventIdentity,
-        });
+        .wake(WakeSpec::new(Selector::Pointer("/line".into())));
     let registration = Registration::new("build-7", "engine", json!({ "target": "dist" }))
         .event_type(progress)
         .wake_target(session.clone());

@@ -120,7 +120,9 @@
 //!     [`process::Identity::new`], [`AppendRequest::new`], [`SessionScope::new`],
 //!     [`LeaseOwner::new`], [`process::ExternalRef::new`], and from `Default`
 //!     [`process::SemanticsSpec`] and [`process::HandleDescriptor`].
-//!   - Kept plain: the op structs (below), and the records a model rebuilds (above).
+//!   - Kept plain: the op structs (below), and the records a model of the store rebuilds
+//!     (above), with their parts: [`process::WaitState`], which
+//!     [`Processes::set_wait`](crate::Processes::set_wait) also takes, among them.
 //! - An op struct's public fields are its API (see [`Op`]): a new option comes as a new op or a
 //!   builder, not as a field.
 

@@ -678,7 +678,7 @@ fn cycles(durability: Durability, run: Duration) {
 
 fn open(durability: Durability, batch_max: usize) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options { durability, batch_max, ..Options::default() };
+    let options = Options::default().durability(durability).batch_max(batch_max);
     let store = Store::open_with(dir.path().join("queue.db"), options).expect("open");
     (dir, store)
 }
@@ -886,8 +886,7 @@ fn fill(path: &std::path::Path, pending: u64) {
 /// an inline in-memory store from this thread: no actor thread, no spinning, so an instruction
 /// count (valgrind --tool=callgrind) is the store's work per job, the same in every run.
 fn counted_cycles(jobs: usize) {
-    let options = Options { inline: true, ..Options::default() };
-    let store = Store::open_in_memory_with(options).expect("open");
+    let store = Store::open_in_memory_with(Options::default().inline(true)).expect("open");
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(1_000) {
         let items = chunk.iter().map(|n| NewItem::new("counted", json!({ "n": n }))).collect();
         store.queue().enqueue_batch(items).expect("enqueue");

@@ -103,8 +103,26 @@
 //!   read its fields; a value to compare with starts from its `Default` (or
 //!   [`QueueStats::empty`]) and sets the fields that matter. The records a model of the store
 //!   rebuilds whole ([`ProcessEvent`], [`Execution`]) stay plain.
-//! - What a caller builds comes from constructors and setters ([`NewItem::new`],
-//!   [`Schedule::cron`], [`ItemFilter::due`], ...); [`Options`] and [`Limits`] from `Default`.
+//! - What a caller builds to configure or filter is `#[non_exhaustive]` too, so a new option
+//!   or filter field is not a breaking change: it starts from `Default` or a constructor, and
+//!   one chainable setter per field, named after the field, changes it
+//!   (`Options::default().readers(0).batch_max(16)`; a setter of an `Option` field takes the
+//!   value, not `Some(value)`). The fields stay public to read, and to assign
+//!   (`options.readers = 0` on a value one holds).
+//!   - From `Default` and setters: [`Options`], [`Limits`] (given to [`Options::limits`]),
+//!     [`GraphFilter`], [`ExecutionFilter`], [`TenantUpdate`], [`ListFilter`] (also
+//!     [`ListFilter::status`]).
+//!   - From constructors (a value with required parts) and setters: [`NewItem::new`],
+//!     [`Unique::new`], [`Schedule::cron`] and [`Schedule::every`], [`ItemFilter::due`] and
+//!     [`ItemFilter::status`], [`NodeOptions::new`], [`Page::first`], [`Page::after`] and
+//!     [`Page::new`], [`Backoff::new`]; the process registry's [`Registration::new`],
+//!     [`EventType::new`], [`process::TerminalSpec::new`], [`process::WakeSpec::new`],
+//!     [`process::Identity::new`], [`AppendRequest::new`], [`SessionScope::new`],
+//!     [`LeaseOwner::new`], [`process::ExternalRef::new`], and from `Default`
+//!     [`process::SemanticsSpec`] and [`process::HandleDescriptor`].
+//!   - Kept plain: the op structs (below), and the records a model of the store rebuilds
+//!     (above), with their parts: [`process::WaitState`], which
+//!     [`Processes::set_wait`](crate::Processes::set_wait) also takes, among them.
 //! - An op struct's public fields are its API (see [`Op`]): a new option comes as a new op or a
 //!   builder, not as a field.
 
@@ -121,6 +139,7 @@ mod limits;
 mod metrics;
 mod options;
 mod page;
+mod setters;
 mod store;
 mod subscription;
 

@@ -110,7 +110,7 @@ fn a_copy_under_a_write_load_holds_every_acknowledged_write_and_a_consistent_pre
     assert!(report.pages > 1000, "about 4 MiB: {report:?}");
     store.close().expect("close");
 
-    let copy = Store::open_with(&copy, Options { read_only: true, ..Options::default() })
+    let copy = Store::open_with(&copy, Options::default().read_only(true))
         .expect("the copy opens as a store");
     let events = common::read_stream(&copy, &Stream::custom("load"));
     common::assert_dense(&events);
@@ -312,7 +312,7 @@ fn a_restore_puts_the_backup_in_a_closed_stores_place_and_refuses_an_open_one() 
 
     // Open only to read: no presence lock, but SQLite's lock on the store's -shm.
     if Path::new("/proc/locks").exists() {
-        let reader = Options { read_only: true, ..Options::default() };
+        let reader = Options::default().read_only(true);
         let reading = Store::open_with(&dest, reader).expect("open to read");
         assert_eq!(reading.events().head(Stream::custom("old")).expect("head"), 7);
         let refused = Store::restore(&backup, &dest);

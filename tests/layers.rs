@@ -27,6 +27,7 @@ const NOT_DOMAINS: &[&str] = &[
     "limits",
     "options",
     "page",
+    "setters",
 ];
 
 /// The domains: every module `lib.rs` declares that is not in `NOT_DOMAINS` (a new domain is

@@ -47,7 +47,7 @@ fn assert_counts_agree(store: &Store, metrics: &Metrics) -> spindle::Result<()> 
 fn the_counts_are_each_domains_own_counts_of_the_views_tenant() -> spindle::Result<()> {
     // A clock that stands still: the oldest item's age reads the same in both counts.
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let store = new_store_with(Options { clock, ..Options::default() });
+    let store = new_store_with(Options::default().clock(clock));
     fill(&store)?;
     let other = store.tenant("other")?;
     other.queue().enqueue(NewItem::new("mail", json!("theirs")))?;

@@ -105,12 +105,7 @@ struct Harness {
 }
 
 fn options(clock: &ManualClock) -> Options {
-    Options {
-        clock: Arc::new(clock.clone()),
-        durability: Durability::Normal,
-        inline: true,
-        ..Options::default()
-    }
+    Options::default().clock(Arc::new(clock.clone())).durability(Durability::Normal).inline(true)
 }
 
 fn open(shared: Option<&SharedStore>, clock: &ManualClock) -> Store {

@@ -153,7 +153,7 @@ fn a_deadline_sweep_passes_over_a_tenant_another_process_writes_and_comes_back()
     }
     let clock = ManualClock::new(1_000_000);
     let shared = SharedStore::new();
-    let store = shared.open_with(Options { clock: Arc::new(clock.clone()), ..Options::default() });
+    let store = shared.open_with(Options::default().clock(Arc::new(clock.clone())));
     let acme = store.tenant("acme")?;
     let (ours, theirs) = (started_graph(&store, Some(5_000))?, started_graph(&acme, Some(5_000))?);
     let mut our_events = store.subscribe(Stream::graph(&ours), 0)?;
@@ -215,7 +215,7 @@ fn a_store_connects_again_after_the_server_ends_its_session() -> spindle::Result
         return Ok(());
     }
     let shared = SharedStore::new();
-    let store = shared.open_with(spindle::Options { readers: 2, ..Default::default() });
+    let store = shared.open_with(spindle::Options::default().readers(2));
     let stream = Stream::custom("dropped");
     store.events().append(&stream, "before", json!(1))?;
     // An administrator ends the store's sessions (their application_name names its schema):
@@ -406,7 +406,7 @@ fn a_read_only_store_creates_nothing_where_there_is_no_store() {
         return;
     }
     let shared = SharedStore::new();
-    let options = Options { read_only: true, ..Options::default() };
+    let options = Options::default().read_only(true);
     let refused = Store::connect_with(shared.location(), options);
     assert!(matches!(refused, Err(Error::NotADatabase)), "{refused:?}");
     let schema: Option<String> =

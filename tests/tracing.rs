@@ -87,7 +87,7 @@ fn recorded<T>(recorder: &Recorder, f: impl FnOnce() -> T) -> T {
 }
 
 fn inline_store() -> Store {
-    Store::open_in_memory_with(Options { inline: true, ..Options::default() }).expect("open")
+    Store::open_in_memory_with(Options::default().inline(true)).expect("open")
 }
 
 #[test]
@@ -111,7 +111,7 @@ fn each_batch_is_a_span_with_its_ops_outcome_and_duration() -> spindle::Result<(
 fn a_batch_slower_than_the_threshold_is_a_warning_and_counted() -> spindle::Result<()> {
     let recorder = Recorder::default();
     // Every batch takes longer than nothing.
-    let options = Options { inline: true, slow_batch: Duration::ZERO, ..Options::default() };
+    let options = Options::default().inline(true).slow_batch(Duration::ZERO);
     let store = Store::open_in_memory_with(options)?;
     recorded(&recorder, || store.events().append(Stream::custom("s"), "e", json!(1)).map(drop))?;
     let lines = recorder.lines();
@@ -159,7 +159,7 @@ fn running_graphs_recovered_at_open_are_told() -> spindle::Result<()> {
     store.graphs().start_node(&graph, &node)?;
     store.close()?;
     let recorder = Recorder::default();
-    let options = Options { inline: true, ..Options::default() };
+    let options = Options::default().inline(true);
     let reopened = recorded(&recorder, || Store::open_with(&path, options))?;
     let lines = recorder.lines();
     let told = lines.iter().find(|line| line.contains("recovered the running graphs"));

@@ -723,7 +723,7 @@ impl Run {
         let this = Try::of(job);
         if this.of_firing <= task.step.retries {
             let next = new_item(&self.queue, &self.graph, &task.id, firing, this.next());
-            let delay_ms = Backoff { base_ms: 1_000, max_ms: 30_000 }.delay_ms(attempt);
+            let delay_ms = Backoff::new(1_000, 30_000).delay_ms(attempt);
             let done = self.store.transaction(move |tx| {
                 tx.exec(Complete { id, fence, result: json!({ "failed": error }) })?;
                 still_ours(tx, &graph, &node, firing)?;

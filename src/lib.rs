@@ -102,7 +102,9 @@
 //!   [`QueueStats`], [`WorkerReport`](queue::WorkerReport), [`Graph`], [`Metrics`], ...) is `#[non_exhaustive]`:
 //!   read its fields; a value to compare with starts from its `Default` (or
 //!   [`QueueStats::empty`]) and sets the fields that matter. The records a model of the store
-//!   rebuilds whole ([`ProcessEvent`], [`Execution`]) stay plain.
+//!   rebuilds whole ([`ProcessEvent`], [`Execution`]) stay plain; a process event's meaning
+//!   ([`process::EventSemantics`], [`process::TerminalSemantics::new`]) and a lease
+//!   ([`ProcessLease::new`], kept elsewhere and presented again) are not.
 //! - What a caller builds to configure or filter is `#[non_exhaustive]` too, so a new option
 //!   or filter field is not a breaking change: it starts from `Default` or a constructor, and
 //!   one chainable setter per field, named after the field, changes it

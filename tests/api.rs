@@ -131,3 +131,47 @@ fn filters_and_requests_are_built_from_defaults_and_constructors() {
     assert_eq!((identity.kind.as_str(), identity.label.as_deref()), ("tool", Some("l")));
     assert_eq!(identity.definition, Some(json!(1)));
 }
+
+#[test]
+fn a_lease_kept_elsewhere_is_built_again_and_a_store_judges_it() {
+    let store = Store::open_in_memory().expect("open");
+    let processes = store.processes();
+    processes.register(spindle::Registration::new("p", "tool", json!({}))).expect("register");
+    let owner = spindle::LeaseOwner::new("host", "1");
+    let spindle::LeaseClaim::Acquired(granted) =
+        processes.claim_lease("p", &owner, 60_000).expect("claim")
+    else {
+        panic!("the lease was free");
+    };
+    let rebuilt = spindle::ProcessLease::new(
+        granted.process_id.clone(),
+        owner,
+        granted.lease_token.clone(),
+        granted.fencing_token,
+        granted.claimed_at_ms,
+        granted.expires_at_ms,
+    );
+    assert_eq!(rebuilt, granted);
+    let forged = rebuilt.clone().lease_token("not-the-grant".into());
+    assert_eq!(
+        (forged.lease_token.as_str(), forged.fencing_token),
+        ("not-the-grant", granted.fencing_token)
+    );
+    assert!(processes.renew_lease(&forged, 60_000).is_err(), "a token the store did not grant");
+    processes.renew_lease(&rebuilt, 60_000).expect("the rebuilt lease renews");
+    let later = rebuilt.clone().expires_at_ms(rebuilt.expires_at_ms + 1);
+    assert_eq!(
+        (later.expires_at_ms, later.lease_token),
+        (rebuilt.expires_at_ms + 1, rebuilt.lease_token)
+    );
+
+    let ended = spindle::process::TerminalSemantics::new(
+        TerminalState::Failed,
+        spindle::process::AwaitOutput::Cancelled {
+            message: "stopped".into(),
+            raw: None,
+            control: None,
+        },
+    );
+    assert_eq!(ended.state, TerminalState::Failed);
+}

@@ -647,7 +647,7 @@ fn process_lease_reclaim_contract() {
     let claimant = live_local_owner("claimant", "host-1");
     let plain = store.processes().claim_lease("p", &claimant, 60_000).expect("claim");
     assert!(matches!(plain, LeaseClaim::Busy { .. }), "a plain claim does not take a live lease");
-    let stale = ProcessLease { lease_token: "other".into(), ..dead.clone() };
+    let stale = dead.clone().lease_token("other".into());
     let refused = store.processes().reclaim_lease("p", &claimant, &stale, 60_000).expect("reclaim");
     assert_eq!(busy_holder(refused), dead, "a stale observation is busy");
     let other_host = live_local_owner("claimant", "host-2");

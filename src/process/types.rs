@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::page::Page;
+use crate::setters::setters;
 
 /// Who a session-scoped grant or wake belongs to: a session, optionally one agent frame of it.
 /// `#[non_exhaustive]`: build it with [`SessionScope::new`] or [`SessionScope::for_agent_frame`].
@@ -804,6 +805,7 @@ pub struct ProcessEvent {
 
 /// What an appended event meant.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EventSemantics {
     /// It ended the process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -815,6 +817,7 @@ pub struct EventSemantics {
 
 /// How an event ended its process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TerminalSemantics {
     /// The state.
     pub state: TerminalState,
@@ -822,8 +825,16 @@ pub struct TerminalSemantics {
     pub await_output: AwaitOutput,
 }
 
+impl TerminalSemantics {
+    /// How an event ends its process: in `state`, leaving `await_output` for those awaiting it.
+    pub fn new(state: TerminalState, await_output: AwaitOutput) -> Self {
+        Self { state, await_output }
+    }
+}
+
 /// A wake an event carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Wake {
     /// The wake's input text.
     pub input: String,
@@ -878,6 +889,7 @@ impl AppendRequest {
 
 /// What an append to a process did (the event log's own is `log::Appended`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Appended {
     /// The event (the first one, on a replay).
     pub event: ProcessEvent,
@@ -891,6 +903,7 @@ pub struct Appended {
 
 /// A wake for a session to act on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct WakeDelivery {
     /// `wake:<hash of target scope id and dedupe key>`: the same for duplicate wakes.
     pub wake_id: String,
@@ -974,6 +987,7 @@ pub enum Liveness {
 
 /// A process lease: who holds it, its token, its fencing token and its expiry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProcessLease {
     /// The process.
     pub process_id: String,
@@ -987,6 +1001,35 @@ pub struct ProcessLease {
     pub claimed_at_ms: i64,
     /// When it lapses unless renewed, in epoch milliseconds.
     pub expires_at_ms: i64,
+}
+
+impl ProcessLease {
+    /// A lease as a store grants it: for keeping one's parts elsewhere and presenting it again
+    /// (a lease also serialises whole).
+    pub fn new(
+        process_id: impl Into<String>,
+        owner: LeaseOwner,
+        lease_token: impl Into<String>,
+        fencing_token: u64,
+        claimed_at_ms: i64,
+        expires_at_ms: i64,
+    ) -> Self {
+        Self {
+            process_id: process_id.into(),
+            owner,
+            lease_token: lease_token.into(),
+            fencing_token,
+            claimed_at_ms,
+            expires_at_ms,
+        }
+    }
+
+    setters! {
+        /// Sets [`lease_token`](#structfield.lease_token): the grant presented.
+        lease_token: String;
+        /// Sets [`expires_at_ms`](#structfield.expires_at_ms): when it lapses.
+        expires_at_ms: i64;
+    }
 }
 
 /// The outcome of claiming a lease.

@@ -42,11 +42,11 @@ use crate::core::db::{RELEASE_OP, ROLLBACK_TO_OP, SAVEPOINT_OP};
 use crate::core::events::OwnedStreams;
 use crate::core::meter::Meter;
 use crate::core::msg::{Applied, Call, Msg};
-use crate::core::op::Access;
+use crate::core::op::{Access, Op, Role, sealed::Sealed};
 use crate::core::publish::{LiveRequest, Published, Publisher};
 use crate::core::schema::Location;
 use crate::core::state::{Acting, ActorState};
-use crate::core::tx::{Engine, Finished, Tx, forbidden};
+use crate::core::tx::{Engine, Finished, Scope, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
@@ -198,7 +198,7 @@ struct Actor {
     /// When the alarm call is next due (set by committed calls through `Tx::set_alarm`).
     alarm_ms: Option<i64>,
     /// Builds the call that runs when the alarm is due.
-    alarm_call: Option<AlarmCall>,
+    alarm: Option<AlarmOp>,
     /// Streams only their domain may write.
     owned_streams: &'static [OwnedStreams],
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
@@ -218,16 +218,44 @@ struct Actor {
 /// How long after a failed alarm call it runs again, in milliseconds.
 const ALARM_RETRY_MS: i64 = 1_000;
 
-/// Builds the call the actor runs when an alarm set through `Tx::set_alarm` is due. A domain
-/// supplies it; the engine does not know what it does.
-pub(crate) type AlarmCall = fn() -> Call;
+/// What the actor runs when an alarm set through `Tx::set_alarm` is due: the work of an op, as
+/// the store's admin in `tenant`. A domain supplies it (the engine does not know what it does);
+/// the actor runs it as an op of its own, whose answer nobody waits for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AlarmOp {
+    /// The tenant it runs in (the sweeps reach every tenant from there).
+    pub(crate) tenant: &'static str,
+    /// The op's work: it sets the alarm again for its own next time.
+    pub(crate) apply: fn(&mut Tx<'_>) -> Result<()>,
+}
+
+impl Sealed for AlarmOp {}
+impl Op for AlarmOp {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Admin
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        (self.apply)(tx)
+    }
+}
+
+impl AlarmOp {
+    /// The call that runs it now.
+    fn call(self) -> Call {
+        let scope = Scope { tenant: Arc::from(self.tenant), role: Role::Admin, bound: false };
+        let (reply, _) = bounded(1);
+        Call::op(self, scope, reply)
+    }
+}
 
 /// What the engine needs from the domains, which it does not name: built in one place
 /// (`crate::domains`) and handed to `spawn`.
 #[derive(Debug)]
 pub(crate) struct EngineHooks {
-    /// The call to run when an alarm is due (a domain's sweep: today the graphs' deadlines).
-    pub(crate) alarm_call: Option<AlarmCall>,
+    /// The op to run when an alarm is due (the domains' sweeps: the graphs' deadlines, the
+    /// queue's schedules).
+    pub(crate) alarm: Option<AlarmOp>,
     /// Streams only their domain may write (a registered process's, an execution's): the
     /// event log refuses callers' writes to them.
     pub(crate) owned_streams: &'static [OwnedStreams],
@@ -277,7 +305,7 @@ impl Actor {
             commit_us: 0,
             slow_batch: options.slow_batch,
             alarm_ms: None,
-            alarm_call: hooks.alarm_call,
+            alarm: hooks.alarm,
             owned_streams: hooks.owned_streams,
             writable: HashMap::new(),
             unread_start: Vec::new(),
@@ -363,7 +391,7 @@ impl Actor {
 
     /// How long until the alarm is due by the store's clock (zero if it is), if one is set.
     fn alarm_wait(&self) -> Option<Duration> {
-        let alarm_ms = self.alarm_ms.filter(|_| self.alarm_call.is_some())?;
+        let alarm_ms = self.alarm_ms.filter(|_| self.alarm.is_some())?;
         // At most a second: the clock may jump (a test's, or the system's after a suspend).
         let wait_ms = alarm_ms.saturating_sub(self.stamp.peek_ms()).clamp(0, 1_000);
         Some(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
@@ -376,7 +404,7 @@ impl Actor {
             return None;
         }
         self.alarm_ms = None;
-        self.alarm_call.as_ref().map(|make| make())
+        self.alarm.map(AlarmOp::call)
     }
 
     /// What an idle moment is used for: a checkpoint, noticing another process's writes (live
@@ -902,7 +930,7 @@ mod tests {
         let (_mailbox, inbox) = bounded(1);
         let state = Arc::new(ActorState::default());
         let conn = Conn::open(&Location::Memory, &options, &state).expect("open");
-        static NO_HOOKS: EngineHooks = EngineHooks { alarm_call: None, owned_streams: &[] };
+        static NO_HOOKS: EngineHooks = EngineHooks { alarm: None, owned_streams: &[] };
         Actor::new(conn, inbox, &Location::Memory, options, state, &NO_HOOKS).expect("actor")
     }
 

@@ -68,9 +68,9 @@ impl Conn {
     /// The connection, for statements.
     pub(crate) fn db(&self) -> Db<'_> {
         match self {
-            Conn::Sqlite(lite) => Db::Sqlite(lite.connection()),
+            Conn::Sqlite(lite) => Db::sqlite(lite.connection()),
             #[cfg(feature = "postgres")]
-            Conn::Postgres(pg) => Db::Postgres(pg),
+            Conn::Postgres(pg) => Db::postgres(pg),
         }
     }
 

@@ -32,6 +32,7 @@ pub(crate) mod schema;
 mod sqlite;
 pub(crate) mod state;
 pub(crate) mod tx;
+pub(crate) mod value;
 
 // The engines' folders are private: above `core`, only these of their parts can be named.
 

@@ -278,7 +278,7 @@ impl<'a> Tx<'a> {
     #[cfg(feature = "postgres")]
     pub fn postgres(&self) -> Result<crate::core::postgres::raw::PgSql<'_>> {
         self.writable("raw SQL (Tx::postgres)")?;
-        let Db::Postgres(conn) = self.engine.db else {
+        let Some(conn) = self.engine.db.postgres_session() else {
             return Err(Error::WrongEngine("the PostgreSQL handle (Tx::postgres)".into()));
         };
         if self.scope.bound {

@@ -19,12 +19,11 @@ use postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 use rusqlite::types::ValueRef;
 
-use crate::core::db::{Arg, Column, Db};
-use crate::core::db::{RELEASE_OP, SAVEPOINT_OP};
 use crate::core::postgres::client::{Answer, PgClient, Request};
 use crate::core::postgres::listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION, quoted};
 use crate::core::state::ActorState;
+use crate::core::value::{Arg, Column, RELEASE_OP, SAVEPOINT_OP};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -449,7 +448,8 @@ impl PgConn {
 
     /// The first column of the first row of `sql`, if there is a row.
     fn value<T: Column>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<T>> {
-        Db::Postgres(self).query_value(sql, args)
+        let rows = self.query(sql, args)?;
+        rows.first().map(|row| column(row, 0)).transpose()
     }
 
     /// Holds off the other processes' writers of `tenant` until this transaction ends,

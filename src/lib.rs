@@ -122,9 +122,15 @@
 //!     [`process::Identity::new`], [`AppendRequest::new`], [`SessionScope::new`],
 //!     [`LeaseOwner::new`], [`process::ExternalRef::new`], and from `Default`
 //!     [`process::SemanticsSpec`] and [`process::HandleDescriptor`].
-//!   - Kept plain: the op structs (below), and the records a model of the store rebuilds
-//!     (above), with their parts: [`process::WaitState`], which
-//!     [`Processes::set_wait`](crate::Processes::set_wait) also takes, among them.
+//!   - Kept plain: the op structs (below) with the parts they carry ([`queue::Completion`],
+//!     [`queue::Lease`]), and the records a model of the store rebuilds (above), with their
+//!     parts: [`process::WaitState`], which [`Processes::set_wait`](crate::Processes::set_wait)
+//!     also takes, among them.
+//! - `rusqlite` is part of the API where SQLite itself is: the handle a transaction closure
+//!   gets for its own SQL ([`Sql`]: its statements and rows are rusqlite's), and the
+//!   conversion of rusqlite's error into [`Error`] (so `?` works inside such a closure). A new
+//!   major version of rusqlite is a new major version of this crate; [`Error::Sqlite`] itself
+//!   carries an opaque [`SqliteError`] (codes, and rusqlite's error as its `source()`).
 //! - An op struct's public fields are its API (see [`Op`]): a new option comes as a new op or a
 //!   builder, not as a field.
 

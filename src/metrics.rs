@@ -36,9 +36,10 @@ pub struct Metrics {
     /// Transactions the store's writer committed since it opened (in this process).
     pub commits: u64,
     /// Transactions the writer rolled back whole since it opened: a failed commit, a
-    /// transaction SQLite ended, an op alone in its transaction that failed.
+    /// transaction SQLite ended, the only op of its transaction that failed.
     pub rollbacks: u64,
-    /// Ops (and transaction closures) per writer transaction (committed or rolled back), since the store opened.
+    /// Ops (and transaction closures) per writer transaction (committed or rolled back), since
+    /// the store opened.
     pub batch_ops: Histogram,
     /// Seconds from an op's sending to its answer (writer and readers), since the store opened.
     pub op_latency_seconds: Histogram,

@@ -5,7 +5,7 @@
 //! recovers it. Stores of one process are two stores too (`tests/shared_store.rs` has that
 //! one on every engine). A store held off by another's recovery names the presence file; a
 //! named pipe or a symbolic link put at the presence file's name is refused at once, naming
-//! it, and never followed (`tests/cli_db.rs` has the presence file and other users).
+//! it, and never followed (`cli/tests/cli_db.rs` has the presence file and other users).
 
 mod common;
 

@@ -24,7 +24,7 @@ pub(crate) struct Meter {
     /// Transactions the writer committed.
     pub(crate) commits: AtomicU64,
     /// Transactions the writer rolled back whole: a failed commit, a transaction SQLite
-    /// ended, an op alone in its transaction that failed.
+    /// ended, the only op of its transaction that failed.
     pub(crate) rollbacks: AtomicU64,
     /// From an op's sending to its answer, in microseconds, on the writer and the readers.
     pub(crate) latency_us: Buckets<{ LATENCY_BOUNDS_US.len() + 1 }>,

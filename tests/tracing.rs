@@ -1,5 +1,6 @@
 //! What the store tells `tracing` (issue 30 item 3): a span per batch with its op count, its
-//! outcome and its duration; a warning for a transaction closure refused for its SQL; the
+//! outcome and its duration; a warning for a transaction closure refused for its SQL; a WAL
+//! checkpoint; the
 //! recovery of running graphs at open. An inline store runs its batches on the caller's
 //! thread, so a subscriber set for the test's thread sees them (and no other test's).
 
@@ -166,4 +167,28 @@ fn running_graphs_recovered_at_open_are_told() -> spindle::Result<()> {
     let told = told.unwrap_or_else(|| panic!("no recovery event in {lines:#?}"));
     assert!(told.starts_with("event INFO") && told.contains("reset=1"), "{told}");
     reopened.close()
+}
+
+#[test]
+fn a_wal_checkpoint_is_told() -> spindle::Result<()> {
+    let recorder = Recorder::default();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A small WAL limit: a checkpoint is due after a few dozen kilobytes of commits.
+    let options = Options::default().inline(true).wal_bytes_max(64 * 1024);
+    let store = Store::open_with(dir.path().join("store.db"), options)?;
+    recorded(&recorder, || -> spindle::Result<()> {
+        for n in 0..200 {
+            store.events().append(
+                Stream::custom("s"),
+                "e",
+                json!({ "n": n, "pad": "x".repeat(512) }),
+            )?;
+        }
+        Ok(())
+    })?;
+    let lines = recorder.lines();
+    let told =
+        lines.iter().any(|line| line.starts_with("event DEBUG") && line.contains("WAL checkpoint"));
+    assert!(told, "{lines:#?}");
+    store.close()
 }

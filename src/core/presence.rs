@@ -274,6 +274,10 @@ impl Presence {
                 Err(TryLockError::WouldBlock) => return Err(self.held_off()),
                 Err(TryLockError::Error(error)) => return Err(cannot(&self.path, &error)),
             }
+            tracing::debug!(
+                pause_ms = pause.as_millis(),
+                "spindle: the presence lock held off; retried"
+            );
             std::thread::sleep(pause);
             pause = (pause * 2).min(PAUSE_MAX);
         }

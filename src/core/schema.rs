@@ -317,6 +317,7 @@ fn set_wal(conn: &Connection, busy_timeout: Duration) -> Result<()> {
                 }
             }
         }
+        tracing::debug!(pause_ms = pause.as_millis(), "spindle: WAL mode held off; retried");
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(50));
     }

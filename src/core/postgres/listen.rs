@@ -142,9 +142,15 @@ impl Listener {
             if self.stopped() {
                 return None;
             }
-            if let Ok(client) = listen(&self.url, &self.channel) {
-                self.heard("");
-                return Some(client);
+            match listen(&self.url, &self.channel) {
+                Ok(client) => {
+                    tracing::info!("spindle: listening again for other processes' commits");
+                    self.heard("");
+                    return Some(client);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "spindle: the commit listener cannot connect yet");
+                }
             }
         }
     }

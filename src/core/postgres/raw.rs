@@ -89,6 +89,7 @@ fn check(sql: &str) -> Result<()> {
         .collect::<String>()
         .to_ascii_uppercase();
     if REFUSED.contains(&first.as_str()) {
+        tracing::warn!(statement = %first, "spindle: a transaction closure's SQL was refused");
         return Err(Error::Forbidden(format!(
             "a transaction closure's SQL may not run {first}: compose with Tx::exec and TxOutcome"
         )));

@@ -1,6 +1,5 @@
-//! What the store tells `tracing` (issue 30 item 3): a span per batch with its op count, its
-//! outcome and its duration; a warning for a transaction closure refused for its SQL; a WAL
-//! checkpoint; the
+//! What the store tells `tracing`: a span per batch with its op count, its outcome and its
+//! duration; a warning for a transaction closure refused for its SQL; a WAL checkpoint; the
 //! recovery of running graphs at open. An inline store runs its batches on the caller's
 //! thread, so a subscriber set for the test's thread sees them (and no other test's).
 

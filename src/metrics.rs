@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
-use crate::core::meter::{BATCH_BOUNDS, Buckets, LATENCY_BOUNDS_US};
+use crate::core::meter::{BATCH_BOUNDS, Buckets, LATENCY_BOUNDS_US, Tally};
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::Result;
@@ -48,6 +48,12 @@ pub struct Metrics {
     /// Writer batches that took longer than `Options::slow_batch` (half a second unless set),
     /// since the store opened.
     pub slow_batches: u64,
+    /// Queue items completed since the store opened (every tenant, this process's commits): a
+    /// counter for a rate, where `queues`' completed count is a gauge that pruning lowers.
+    pub completions: u64,
+    /// Queue items moved to the dead letters since the store opened (every tenant, this
+    /// process's commits).
+    pub dead_letters: u64,
     /// The size of the store's write-ahead log file, in bytes (`None` for a store without one:
     /// in memory, PostgreSQL, or a file on a VFS of the caller's own).
     pub wal_bytes: Option<u64>,
@@ -150,6 +156,16 @@ impl Metrics {
                 "Writer batches over Options::slow_batch.",
                 self.slow_batches,
             ),
+            (
+                "spindle_queue_completions_total",
+                "Queue items completed since the store opened.",
+                self.completions,
+            ),
+            (
+                "spindle_queue_dead_letters_total",
+                "Queue items moved to the dead letters since the store opened.",
+                self.dead_letters,
+            ),
         ];
         for (name, help, total) in counters {
             header(out, name, "counter", help);
@@ -189,6 +205,8 @@ impl Store {
             op_latency_seconds: Histogram::read(&meter.latency_us, &LATENCY_BOUNDS_US, 1e6),
             conflict_retries: meter.conflict_retries.load(Ordering::Relaxed),
             slow_batches: meter.slow_batches.load(Ordering::Relaxed),
+            completions: meter.tally(Tally::Completed),
+            dead_letters: meter.tally(Tally::DeadLettered),
             wal_bytes: self.wal_bytes(),
         })
     }

@@ -40,7 +40,7 @@ use crate::core::conn::Conn;
 use crate::core::db::args;
 use crate::core::db::{RELEASE_OP, ROLLBACK_TO_OP, SAVEPOINT_OP};
 use crate::core::events::OwnedStreams;
-use crate::core::meter::Meter;
+use crate::core::meter::{Meter, Tallies};
 use crate::core::msg::{Applied, Call, Msg};
 use crate::core::op::{Access, Op, Role, sealed::Sealed};
 use crate::core::publish::{LiveRequest, Published, Publisher};
@@ -275,6 +275,8 @@ struct Batch {
     open: bool,
     applied: Vec<Applied>,
     events: Vec<Published>,
+    /// What the kept calls tallied for the metrics.
+    tallies: Tallies,
     /// Whether a kept call asked for the waiters to be woken after commit.
     rang: bool,
     /// The earliest alarm a kept call set.
@@ -762,6 +764,7 @@ impl Actor {
         match ended {
             Ok(()) if keep => {
                 batch.events.extend(finished.published);
+                batch.tallies.merge(finished.tallies);
                 batch.rang |= finished.rang;
                 batch.alarm_ms = earliest(batch.alarm_ms, finished.alarm_ms);
                 if finished.tenants_changed {
@@ -816,6 +819,7 @@ impl Actor {
                 self.conn.committed(writes);
                 // Counted before any reply: a caller answered sees its batch counted.
                 self.state.meter.transaction(batch.applied.len(), true);
+                self.state.meter.tallied(batch.tallies);
                 for applied in batch.applied {
                     applied.deliver(None, &self.state.meter);
                 }
@@ -855,6 +859,7 @@ impl Actor {
             applied.deliver(commit_error, &self.state.meter);
         }
         batch.events.clear();
+        batch.tallies = Tallies::default();
         batch.rang = false;
         batch.alarm_ms = None;
         batch.open = false;

@@ -32,6 +32,42 @@ pub(crate) struct Meter {
     pub(crate) conflict_retries: AtomicU64,
     /// Writer batches that took longer than `Options::slow_batch`.
     pub(crate) slow_batches: AtomicU64,
+    /// What committed ops tallied (`Tx::tally`), by [`Tally`]: counters that only grow while
+    /// the store is open, for a rate (the kept counts are gauges, lowered by pruning).
+    pub(crate) tallies: [AtomicU64; Tally::COUNT],
+}
+
+/// What an op tallies for the metrics, counted once its transaction commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// Queue items completed.
+    Completed = 0,
+    /// Queue items moved to the dead letters.
+    DeadLettered = 1,
+}
+
+impl Tally {
+    /// How many there are.
+    pub(crate) const COUNT: usize = 2;
+}
+
+/// Tallies not yet committed: what one op, or a batch, added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tallies([u64; Tally::COUNT]);
+
+impl Tallies {
+    /// `n` more of `tally`.
+    pub(crate) fn add(&mut self, tally: Tally, n: u64) {
+        let slot = &mut self.0[tally as usize];
+        *slot = slot.saturating_add(n);
+    }
+
+    /// Another's, added to these.
+    pub(crate) fn merge(&mut self, other: Tallies) {
+        for (slot, n) in self.0.iter_mut().zip(other.0) {
+            *slot = slot.saturating_add(n);
+        }
+    }
 }
 
 impl Meter {
@@ -51,6 +87,20 @@ impl Meter {
     /// One more of `counter`.
     pub(crate) fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A committed transaction's tallies.
+    pub(crate) fn tallied(&self, tallies: Tallies) {
+        for (counter, n) in self.tallies.iter().zip(tallies.0) {
+            if n > 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// What has been tallied of `tally` since the store opened.
+    pub(crate) fn tally(&self, tally: Tally) -> u64 {
+        self.tallies[tally as usize].load(Ordering::Relaxed)
     }
 }
 

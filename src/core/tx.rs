@@ -14,6 +14,8 @@ use serde_json::Value;
 
 use crate::core::db::Db;
 use crate::core::events::{self, Appended, OwnedStreams, Stream};
+use crate::core::meter::Tallies;
+pub(crate) use crate::core::meter::Tally;
 use crate::core::op::{Op, Role};
 use crate::core::presence::Presence;
 use crate::core::publish::Published;
@@ -31,6 +33,8 @@ pub struct Tx<'a> {
     now_ms: i64,
     scope: &'a Scope,
     published: Vec<Published>,
+    /// What the ops tallied for the metrics, counted after commit.
+    tallies: Tallies,
     publishing: bool,
     rang: bool,
     alarm_ms: Option<i64>,
@@ -161,7 +165,7 @@ impl<'a> Tx<'a> {
     /// back, and the error is returned.
     pub(crate) fn nested<T>(&mut self, work: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let mark = self.published.len();
-        let (rang, alarm_ms) = (self.rang, self.alarm_ms);
+        let (rang, alarm_ms, tallies) = (self.rang, self.alarm_ms, self.tallies);
         self.control("SAVEPOINT nested")?;
         let result = work(self);
         let ended = match &result {
@@ -176,6 +180,7 @@ impl<'a> Tx<'a> {
             self.published.truncate(mark);
             self.rang = rang;
             self.alarm_ms = alarm_ms;
+            self.tallies = tallies;
         }
         let output = result?;
         ended?;
@@ -201,6 +206,7 @@ impl<'a> Tx<'a> {
         let result = other.nested(work);
         let finished = other.finish();
         self.published.extend(finished.published);
+        self.tallies.merge(finished.tallies);
         self.rang |= finished.rang;
         self.tenants_changed |= finished.tenants_changed;
         if let Some(at_ms) = finished.alarm_ms {
@@ -351,6 +357,7 @@ impl<'a> Tx<'a> {
             now_ms,
             scope,
             published: Vec::new(),
+            tallies: Tallies::default(),
             publishing: true,
             rang: false,
             alarm_ms: None,
@@ -407,6 +414,12 @@ impl<'a> Tx<'a> {
         self.alarm_ms = Some(self.alarm_ms.map_or(at_ms, |ms| ms.min(at_ms)));
     }
 
+    /// Counts `n` more of `tally` for the metrics once the transaction commits (nothing if this
+    /// op, or its transaction, is rolled back).
+    pub(crate) fn tally(&mut self, tally: Tally, n: u64) {
+        self.tallies.add(tally, n);
+    }
+
     /// Tells the actor that a tenant's status may have changed: it forgets what it knew of
     /// which tenants may write.
     pub(crate) fn tenants_changed(&mut self) {
@@ -418,6 +431,7 @@ impl<'a> Tx<'a> {
     pub(crate) fn finish(self) -> Finished {
         Finished {
             published: self.published,
+            tallies: self.tallies,
             rang: self.rang,
             alarm_ms: self.alarm_ms,
             tenants_changed: self.tenants_changed,
@@ -429,6 +443,8 @@ impl<'a> Tx<'a> {
 /// What a call left for the actor to do after commit.
 pub(crate) struct Finished {
     pub(crate) published: Vec<Published>,
+    /// What the call tallied for the metrics.
+    pub(crate) tallies: Tallies,
     pub(crate) rang: bool,
     pub(crate) alarm_ms: Option<i64>,
     pub(crate) tenants_changed: bool,

@@ -131,7 +131,7 @@ fn main() {
 /// `count` appends on an inline in-memory store from this thread: no actor thread, no
 /// spinning, so an instruction count (valgrind --tool=callgrind) is the work itself.
 fn counted(count: u64) {
-    let options = Options { inline: true, ..Options::default() };
+    let options = Options::default().inline(true);
     let store = Store::open_in_memory_with(options).expect("open");
     let stream = Stream::custom("counted");
     for n in 0..count {
@@ -146,7 +146,7 @@ fn cores() -> usize {
 }
 
 fn options(durability: Durability, batch_max: usize) -> Options {
-    Options { durability, batch_max, ..Options::default() }
+    Options::default().durability(durability).batch_max(batch_max)
 }
 
 /// Appends from `threads` callers for `run`, each keeping `in_flight` appends sent

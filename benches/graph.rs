@@ -48,7 +48,7 @@ fn main() {
 /// Builds and drives one graph of `nodes` nodes; prints and returns nodes per second.
 fn run(nodes: usize, workers: usize) -> f64 {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let options = Options { durability: Durability::Full, ..Options::default() };
+    let options = Options::default().durability(Durability::Full);
     let store = Store::open_with(dir.path().join("bench.db"), options).expect("open");
     let graph = build(&store, nodes);
     let began = Instant::now();

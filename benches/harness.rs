@@ -121,12 +121,7 @@ fn sample(label: &'static str, run: Run, mut action: impl FnMut()) -> Sampled {
 }
 
 fn options(inline: bool, seed: u64) -> Options {
-    Options {
-        inline,
-        seed: Some(seed),
-        clock: Arc::new(ManualClock::new(T0)),
-        ..Options::default()
-    }
+    Options::default().inline(inline).seed(seed).clock(Arc::new(ManualClock::new(T0)))
 }
 
 /// Open, 20 operations over every domain, close: what a fuzz harness does per input.

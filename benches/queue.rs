@@ -21,6 +21,9 @@
 //!                                              # (what benches/peers/run.sh runs)
 //! cargo bench --bench queue -- --limits-only  # claim p50 on limited and serial queues
 //!                                             # against an unlimited one (issue 31)
+//! cargo bench --bench queue -- --count-cycles 20000  # 20,000 jobs through the worker pool's
+//!                                             # round op on an inline in-memory store, for
+//!                                             # instruction counts (valgrind --tool=callgrind)
 //! ```
 //!
 //! Baselines: raw rusqlite on one thread doing the same three statements (insert, claim
@@ -106,6 +109,9 @@ fn main() {
         .unwrap_or(5);
     if let Some(mode) = arg::<String>(&args, "--one") {
         return one(&args, &mode);
+    }
+    if let Some(jobs) = arg::<usize>(&args, "--count-cycles") {
+        return counted_cycles(jobs);
     }
     // --smoke: a moment per configuration and small depths, to prove the bench still runs.
     let smoke = args.iter().any(|a| a == "--smoke");
@@ -672,7 +678,7 @@ fn cycles(durability: Durability, run: Duration) {
 
 fn open(durability: Durability, batch_max: usize) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = Options { durability, batch_max, ..Options::default() };
+    let options = Options::default().durability(durability).batch_max(batch_max);
     let store = Store::open_with(dir.path().join("queue.db"), options).expect("open");
     (dir, store)
 }
@@ -873,4 +879,46 @@ fn fill(path: &std::path::Path, pending: u64) {
         params![pending as i64],
     )
     .expect("fill");
+}
+
+/// `jobs` items through the rounds a worker pool's coordinator runs (one `Cycle` op: settle
+/// the 100 items claimed last round, claim 100 more), enqueued 1,000 per call beforehand, on
+/// an inline in-memory store from this thread: no actor thread, no spinning, so an instruction
+/// count (valgrind --tool=callgrind) is the store's work per job, the same in every run.
+fn counted_cycles(jobs: usize) {
+    let store = Store::open_in_memory_with(Options::default().inline(true)).expect("open");
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(1_000) {
+        let items = chunk.iter().map(|n| NewItem::new("counted", json!({ "n": n }))).collect();
+        store.queue().enqueue_batch(items).expect("enqueue");
+    }
+    let (mut settle, mut completed) = (Vec::new(), 0);
+    loop {
+        let cycle = Cycle {
+            worker_id: "counted".into(),
+            queues: vec!["counted".to_owned()],
+            lease_ms: 60_000,
+            settle: std::mem::take(&mut settle),
+            renew: Vec::new(),
+            claim_max: 100,
+        };
+        let cycled = store.exec(cycle).expect("cycle");
+        completed += cycled.settled.iter().filter(|settled| settled.is_ok()).count();
+        if cycled.claimed.is_empty() {
+            break;
+        }
+        settle = cycled
+            .claimed
+            .into_iter()
+            .map(|c| {
+                Settlement::Complete(Completion {
+                    id: c.item.id,
+                    fence: c.fence,
+                    result: json!(null),
+                })
+            })
+            .collect();
+    }
+    assert_eq!(completed, jobs, "every job completed once");
+    store.close().expect("close");
+    println!("{jobs} jobs through Cycle rounds of 100 on an inline in-memory store");
 }

@@ -19,7 +19,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use spindle::process::{DedupeKey, Selector, WakeSpec};
+use spindle::process::{Selector, WakeSpec};
 use spindle::{AppendRequest, EventType, Options, Registration, SessionScope, Store, Stream};
 
 const THREADS: usize = 16;
@@ -67,11 +67,7 @@ fn line(i: u64) -> serde_json::Value {
 
 /// One process per thread, with a `progress` type that has a schema and a wake.
 fn prepare(store: &Store) {
-    let wake = WakeSpec {
-        when: None,
-        input: Selector::Pointer("/line".into()),
-        dedupe_key: DedupeKey::EventIdentity,
-    };
+    let wake = WakeSpec::new(Selector::Pointer("/line".into()));
     let schema = json!({
         "type": "object",
         "required": ["line", "n"],

@@ -239,7 +239,7 @@ impl Added {
 }
 
 fn options(durability: Durability, readers: usize) -> Options {
-    Options { durability, readers, ..Options::default() }
+    Options::default().durability(durability).readers(readers)
 }
 
 /// The bytes of the store's file in use: its pages (WAL included) less the free ones, read
@@ -259,7 +259,7 @@ fn used_bytes(path: &Path) -> u64 {
 fn grow(path: &Path, grown: &mut Grown, n: u64) -> Growth {
     let started = Instant::now();
     // Batches of up to 1,024 operations: the pipelined appends below fill them.
-    let loading = Options { batch_max: 1_024, ..options(Durability::Normal, 2) };
+    let loading = options(Durability::Normal, 2).batch_max(1_024);
     let store = Store::open_with(path, loading).expect("open");
     store.queue().set_item_events(BULK_QUEUE, false).expect("bulk item events off");
 
@@ -482,11 +482,7 @@ fn measure(
     f.stats = percentile(&stats, 0.5);
     f.find_failed = percentile(
         &timed_calls(samples, || {
-            let failed = GraphFilter {
-                status: Some(GraphStatus::Failed),
-                newest_first: true,
-                ..GraphFilter::default()
-            };
+            let failed = GraphFilter::default().status(GraphStatus::Failed).newest_first(true);
             store.graphs().find(&failed, Page::first(10)).expect("find failed");
         }),
         0.5,
@@ -564,7 +560,7 @@ fn measure(
     );
     f.find_newest = percentile(
         &timed_calls(samples, || {
-            let newest = GraphFilter { newest_first: true, ..GraphFilter::default() };
+            let newest = GraphFilter::default().newest_first(true);
             store.graphs().find(&newest, Page::first(LISTING_PAGE)).expect("find");
         }),
         0.5,
@@ -750,7 +746,7 @@ impl ReaderLoops {
                 let (stop, barrier) = (Arc::clone(&stop), Arc::clone(&barrier));
                 thread::spawn(move || {
                     let mut rng = Rng(0xbeef + t as u64);
-                    let newest = GraphFilter { newest_first: true, ..GraphFilter::default() };
+                    let newest = GraphFilter::default().newest_first(true);
                     let completed = ItemFilter::status(ItemStatus::Completed);
                     barrier.wait();
                     let mut loops = 0;

@@ -52,7 +52,7 @@ fn main() {
         "filled {items} completed items and {graphs} runs in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let options = Options { durability: Durability::Normal, ..Options::default() };
+    let options = Options::default().durability(Durability::Normal);
     let started = Instant::now();
     let store = Store::open_with(&path, options).expect("open");
     let what = if from_v4 { "opened (migrated from schema version 4)" } else { "opened" };
@@ -82,17 +82,12 @@ fn main() {
 
 /// The overview's graph reads: the runs by status, and the newest failed runs.
 fn overview(store: &Store, calls: usize, graphs: i64) {
-    let runs = GraphFilter {
-        metadata: vec![("kind".into(), json!("spindle-run"))],
-        roots_only: true,
-        ..GraphFilter::default()
-    };
+    let runs = GraphFilter::default().metadata("kind", json!("spindle-run")).roots_only(true);
     report(
         &format!("count_by_status(runs) among {graphs} runs"),
         &latencies(calls, || store.graphs().count_by_status(&runs).map(drop)),
     );
-    let failed =
-        GraphFilter { status: Some(GraphStatus::Failed), newest_first: true, ..runs.clone() };
+    let failed = runs.clone().status(GraphStatus::Failed).newest_first(true);
     report(
         &format!("find(failed runs, newest first, 10) among {graphs} runs"),
         &latencies(calls, || store.graphs().find(&failed, Page::first(10)).map(drop)),

@@ -73,13 +73,32 @@ pub struct Tenant {
     pub updated_at_ms: i64,
 }
 
-/// What to change of a tenant; `None` keeps the field.
+/// What to change of a tenant; `None` keeps the field. `#[non_exhaustive]`: start from
+/// `TenantUpdate::default()` (nothing changes) and chain the setters,
+/// `TenantUpdate::default().status(TenantStatus::Suspended)`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TenantUpdate {
     /// A new display name.
     pub name: Option<String>,
     /// A new status.
     pub status: Option<TenantStatus>,
+}
+
+impl TenantUpdate {
+    /// Renames the tenant.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Moves the tenant to `status`.
+    #[must_use]
+    pub fn status(mut self, status: TenantStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
 }
 
 /// An API token's secret, as handed out once. `Debug` does not print it; `expose` does. It

@@ -4,13 +4,10 @@
 //! work at open); its accessor on `Store` lives in the domain.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use crate::core::actor::EngineHooks;
-use crate::core::msg::Job;
-use crate::core::op::{Access, Op, Role, sealed::Sealed};
+use crate::core::actor::{AlarmOp, EngineHooks};
 use crate::core::schema::Location;
-use crate::core::tx::{Scope, Tx};
+use crate::core::tx::Tx;
 #[cfg(feature = "postgres")]
 use crate::error::Error;
 use crate::error::Result;
@@ -21,47 +18,29 @@ use crate::{graph, process, queue, workflow};
 /// The domains' hooks.
 pub(crate) static HOOKS: DomainHooks = DomainHooks {
     engine: EngineHooks {
-        alarm_job: Some(alarm_job),
+        alarm: Some(AlarmOp { tenant: DEFAULT_TENANT, apply: sweeps }),
         owned_streams: &[process::owns_stream, workflow::owns_stream],
     },
     at_open: &[graph::at_open, queue::at_open],
 };
 
-/// The job the actor runs when an alarm a domain set is due: every domain's sweep, each of
-/// which sets the alarm again for its own next time (the graphs' deadlines, the queue's
-/// schedules). Nobody waits for its answer.
-fn alarm_job() -> Job {
-    let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
-    let (reply, _) = crossbeam_channel::bounded(1);
-    Job::op(Sweeps, scope, reply)
-}
-
 /// How long after a failed sweep it runs again, in milliseconds.
 const SWEEP_RETRY_MS: i64 = 1_000;
 
-/// Every domain's sweep, in one job.
-#[derive(Debug, Clone, Copy)]
-struct Sweeps;
-
-impl Sealed for Sweeps {}
-impl Op for Sweeps {
-    type Output = ();
-    fn access(&self) -> Access {
-        Access::Admin
+/// What the actor runs when an alarm a domain set is due: every domain's sweep, each on its
+/// own, each setting the alarm again for its own next time (the graphs' deadlines, the queue's
+/// schedules). One that fails (rolled back alone) is told and tried again a moment later, and
+/// the others' work commits.
+fn sweeps(tx: &mut Tx<'_>) -> Result<()> {
+    if let Err(error) = tx.exec(graph::ExpireDeadlines) {
+        tracing::warn!(%error, "spindle: the graphs' deadline sweep failed; tried again");
+        tx.set_alarm(tx.now_ms().saturating_add(SWEEP_RETRY_MS));
     }
-    /// Each sweep on its own: one that fails (rolled back alone) is told and tried again a
-    /// moment later, and the others' work commits.
-    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
-        if let Err(error) = tx.exec(graph::ExpireDeadlines) {
-            tracing::warn!(%error, "spindle: the graphs' deadline sweep failed; tried again");
-            tx.set_alarm(tx.now_ms().saturating_add(SWEEP_RETRY_MS));
-        }
-        if let Err(error) = tx.exec(queue::SweepSchedules) {
-            tracing::warn!(%error, "spindle: the schedules' sweep failed; tried again");
-            tx.set_alarm(tx.now_ms().saturating_add(SWEEP_RETRY_MS));
-        }
-        Ok(())
+    if let Err(error) = tx.exec(queue::SweepSchedules) {
+        tracing::warn!(%error, "spindle: the schedules' sweep failed; tried again");
+        tx.set_alarm(tx.now_ms().saturating_add(SWEEP_RETRY_MS));
     }
+    Ok(())
 }
 
 impl Store {
@@ -148,7 +127,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use crate::Result;
-    use crate::core::fresh::tests::KEPT_HERE;
+    use crate::core::fresh_tests::KEPT_HERE;
 
     #[test]
     fn an_inline_store_that_wrote_in_every_domain_leaves_its_connection_as_a_spare() -> Result<()> {

@@ -207,7 +207,7 @@ impl Error {
             ErrorCode::ReadOnly => Self::ReadOnly,
             ErrorCode::DiskFull => Self::DiskFull,
             ErrorCode::NotADatabase => Self::NotADatabase,
-            // Only a caller's own SQL is ever refused (see `core::guard`).
+            // Only a caller's own SQL is ever refused (see `core::sqlite::guard`).
             ErrorCode::AuthorizationForStatementDenied => Self::Forbidden(format!(
                 "a transaction closure's SQL may not do this: {}",
                 message.clone().unwrap_or_else(|| code.to_string())
@@ -224,7 +224,7 @@ impl Error {
 thread_local! {
     /// Set when an error SQLite itself reported as corruption was mapped on this thread (an
     /// `Error::Corrupt` a caller or a row decoder makes does not set it): the actor reads it
-    /// after each job to refuse writes to a damaged file.
+    /// after each call to refuse writes to a damaged file.
     static SQLITE_FOUND_CORRUPTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 

@@ -4,15 +4,15 @@
 //!
 //! Only with the `fuzz` feature, hidden from the documentation, and not a stable API. The
 //! functions are thin wrappers over the very source files the store runs
-//! (`process/schema.rs`, `workflow/patch.rs`), compiled here a second time because their
+//! (`process/json_schema.rs`, `workflow/patch.rs`), compiled here a second time because their
 //! modules are private to their domains.
 
 use serde_json::Value;
 
 // The second copies are deliberate (see the header): `clippy::duplicate_mod` is allowed on them.
 #[allow(clippy::duplicate_mod)]
-#[path = "process/schema.rs"]
-mod schema;
+#[path = "process/json_schema.rs"]
+mod json_schema;
 
 #[allow(clippy::duplicate_mod)]
 #[path = "workflow/patch.rs"]
@@ -34,7 +34,7 @@ pub enum SchemaRefusal {
 /// The reason the schema is refused: an unsupported keyword, a malformed keyword value, or
 /// nesting past the bound.
 pub fn check_schema(schema: &Value) -> Result<(), String> {
-    schema::check_schema(schema)
+    json_schema::check_schema(schema)
 }
 
 /// Checks `value` against `schema` (one that [`check_schema`] accepts) in at most `steps_max`
@@ -44,9 +44,9 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
 /// [`SchemaRefusal::Mismatch`] for a value the schema refuses, [`SchemaRefusal::TooMuchWork`]
 /// when the steps ran out first.
 pub fn validate_within(schema: &Value, value: &Value, steps_max: u64) -> Result<(), SchemaRefusal> {
-    schema::validate_within(schema, value, steps_max).map_err(|refusal| match refusal {
-        schema::Refusal::Mismatch(why) => SchemaRefusal::Mismatch(why),
-        schema::Refusal::TooMuchWork => SchemaRefusal::TooMuchWork,
+    json_schema::validate_within(schema, value, steps_max).map_err(|refusal| match refusal {
+        json_schema::Refusal::Mismatch(why) => SchemaRefusal::Mismatch(why),
+        json_schema::Refusal::TooMuchWork => SchemaRefusal::TooMuchWork,
     })
 }
 

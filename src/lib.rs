@@ -102,9 +102,35 @@
 //!   [`QueueStats`], [`WorkerReport`](queue::WorkerReport), [`Graph`], [`Metrics`], ...) is `#[non_exhaustive]`:
 //!   read its fields; a value to compare with starts from its `Default` (or
 //!   [`QueueStats::empty`]) and sets the fields that matter. The records a model of the store
-//!   rebuilds whole ([`ProcessEvent`], [`Execution`]) stay plain.
-//! - What a caller builds comes from constructors and setters ([`NewItem::new`],
-//!   [`Schedule::cron`], [`ItemFilter::due`], ...); [`Options`] and [`Limits`] from `Default`.
+//!   rebuilds whole ([`ProcessEvent`], [`Execution`]) stay plain; a process event's meaning
+//!   ([`process::EventSemantics`], [`process::TerminalSemantics::new`]) and a lease
+//!   ([`ProcessLease::new`], kept elsewhere and presented again) are not.
+//! - What a caller builds to configure or filter is `#[non_exhaustive]` too, so a new option
+//!   or filter field is not a breaking change: it starts from `Default` or a constructor, and
+//!   one chainable setter per field, named after the field, changes it
+//!   (`Options::default().readers(0).batch_max(16)`; a setter of an `Option` field takes the
+//!   value, not `Some(value)`). The fields stay public to read, and to assign
+//!   (`options.readers = 0` on a value one holds).
+//!   - From `Default` and setters: [`Options`], [`Limits`] (given to [`Options::limits`]),
+//!     [`GraphFilter`], [`ExecutionFilter`], [`TenantUpdate`], [`ListFilter`] (also
+//!     [`ListFilter::status`]).
+//!   - From constructors (a value with required parts) and setters: [`NewItem::new`],
+//!     [`Unique::new`], [`Schedule::cron`] and [`Schedule::every`], [`ItemFilter::due`] and
+//!     [`ItemFilter::status`], [`NodeOptions::new`], [`Page::first`], [`Page::after`] and
+//!     [`Page::new`], [`Backoff::new`]; the process registry's [`Registration::new`],
+//!     [`EventType::new`], [`process::TerminalSpec::new`], [`process::WakeSpec::new`],
+//!     [`process::Identity::new`], [`AppendRequest::new`], [`SessionScope::new`],
+//!     [`LeaseOwner::new`], [`process::ExternalRef::new`], and from `Default`
+//!     [`process::SemanticsSpec`] and [`process::HandleDescriptor`].
+//!   - Kept plain: the op structs (below) with the parts they carry ([`queue::Completion`],
+//!     [`queue::Lease`]), and the records a model of the store rebuilds (above), with their
+//!     parts: [`process::WaitState`], which [`Processes::set_wait`](crate::Processes::set_wait)
+//!     also takes, among them.
+//! - `rusqlite` is part of the API where SQLite itself is: the handle a transaction closure
+//!   gets for its own SQL ([`Sql`]: its statements and rows are rusqlite's), and the
+//!   conversion of rusqlite's error into [`Error`] (so `?` works inside such a closure). A new
+//!   major version of rusqlite is a new major version of this crate; [`Error::Sqlite`] itself
+//!   carries an opaque [`SqliteError`] (codes, and rusqlite's error as its `source()`).
 //! - An op struct's public fields are its API (see [`Op`]): a new option comes as a new op or a
 //!   builder, not as a field.
 
@@ -121,6 +147,7 @@ mod limits;
 mod metrics;
 mod options;
 mod page;
+mod setters;
 mod store;
 mod subscription;
 
@@ -137,12 +164,12 @@ pub mod queue;
 pub mod workflow;
 
 pub use crate::auth::{Auth, Tenant, TenantStatus, TenantUpdate, TokenInfo, TokenSecret};
+#[cfg(feature = "postgres")]
+pub use crate::core::PgSql;
+pub use crate::core::Sql;
 pub use crate::core::backup::{BackupProgress, BackupReport};
 pub use crate::core::clock::{Clock, ManualClock, SystemClock};
 pub use crate::core::op::{Access, Op, Role, TxOutcome};
-#[cfg(feature = "postgres")]
-pub use crate::core::pg_sql::PgSql;
-pub use crate::core::sql::Sql;
 pub use crate::core::tx::Tx;
 pub use crate::error::{Error, Result, SqliteError};
 pub use crate::graph::{

@@ -7,12 +7,16 @@
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::setters::setters;
 
 /// How many SQLite virtual-machine steps pass between two looks at `Limits::sql_steps_max`.
 pub(crate) const SQL_STEPS_PER_CHECK: u64 = 1_000;
 
 /// The limits a store enforces. `Limits::default()` gives the documented defaults.
+/// `#[non_exhaustive]`: change one with the setter named after its field,
+/// `Limits::default().page_size_max(50)`, and hand it to [`Options::limits`](crate::Options::limits).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Longest id or name, in bytes (tenants, streams, queues, caller-chosen ids). Default 256;
     /// at least 64.
@@ -69,6 +73,35 @@ impl Default for Limits {
 }
 
 impl Limits {
+    setters! {
+        /// Sets [`id_len_max`](#structfield.id_len_max).
+        id_len_max: usize;
+        /// Sets [`payload_bytes_max`](#structfield.payload_bytes_max).
+        payload_bytes_max: usize;
+        /// Sets [`page_size_max`](#structfield.page_size_max).
+        page_size_max: usize;
+        /// Sets [`subscriber_buffer_max`](#structfield.subscriber_buffer_max).
+        subscriber_buffer_max: usize;
+        /// Sets [`subscriptions_max`](#structfield.subscriptions_max).
+        subscriptions_max: usize;
+        /// Sets [`lease_ms_min`](#structfield.lease_ms_min).
+        lease_ms_min: i64;
+        /// Sets [`lease_ms_max`](#structfield.lease_ms_max).
+        lease_ms_max: i64;
+        /// Sets [`max_attempts_max`](#structfield.max_attempts_max).
+        max_attempts_max: u32;
+        /// Sets [`graph_nodes_max`](#structfield.graph_nodes_max).
+        graph_nodes_max: usize;
+        /// Sets [`graph_edges_max`](#structfield.graph_edges_max).
+        graph_edges_max: usize;
+        /// Sets [`loop_refires_max`](#structfield.loop_refires_max).
+        loop_refires_max: u32;
+        /// Sets [`json_depth_max`](#structfield.json_depth_max).
+        json_depth_max: usize;
+        /// Sets [`sql_steps_max`](#structfield.sql_steps_max).
+        sql_steps_max: u64;
+    }
+
     /// Checks a caller-chosen id or name: non-empty, at most `id_len_max` bytes, no control
     /// characters. `what` names it in the error.
     pub fn check_id(&self, what: &'static str, id: &str) -> Result<()> {

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
-use crate::core::meter::{BATCH_BOUNDS, Buckets, LATENCY_BOUNDS_US};
+use crate::core::meter::{BATCH_BOUNDS, Buckets, LATENCY_BOUNDS_US, Tally};
 use crate::core::op::{Access, Op, sealed::Sealed};
 use crate::core::tx::Tx;
 use crate::error::Result;
@@ -36,10 +36,11 @@ pub struct Metrics {
     /// Transactions the store's writer committed since it opened (in this process).
     pub commits: u64,
     /// Transactions the writer rolled back whole since it opened: a failed commit, a
-    /// transaction SQLite ended, an op alone in its transaction that failed.
+    /// transaction SQLite ended, the only op of its transaction that failed.
     pub rollbacks: u64,
-    /// Jobs per writer transaction (committed or rolled back), since the store opened.
-    pub batch_jobs: Histogram,
+    /// Ops (and transaction closures) per writer transaction (committed or rolled back), since
+    /// the store opened.
+    pub batch_ops: Histogram,
     /// Seconds from an op's sending to its answer (writer and readers), since the store opened.
     pub op_latency_seconds: Histogram,
     /// Ops run again after losing to another transaction (PostgreSQL), since the store opened.
@@ -47,6 +48,12 @@ pub struct Metrics {
     /// Writer batches that took longer than `Options::slow_batch` (half a second unless set),
     /// since the store opened.
     pub slow_batches: u64,
+    /// Queue items completed since the store opened (every tenant, this process's commits): a
+    /// counter for a rate, where `queues`' completed count is a gauge that pruning lowers.
+    pub completions: u64,
+    /// Queue items moved to the dead letters since the store opened (every tenant, this
+    /// process's commits).
+    pub dead_letters: u64,
     /// The size of the store's write-ahead log file, in bytes (`None` for a store without one:
     /// in memory, PostgreSQL, or a file on a VFS of the caller's own).
     pub wal_bytes: Option<u64>,
@@ -149,13 +156,23 @@ impl Metrics {
                 "Writer batches over Options::slow_batch.",
                 self.slow_batches,
             ),
+            (
+                "spindle_queue_completions_total",
+                "Queue items completed since the store opened.",
+                self.completions,
+            ),
+            (
+                "spindle_queue_dead_letters_total",
+                "Queue items moved to the dead letters since the store opened.",
+                self.dead_letters,
+            ),
         ];
         for (name, help, total) in counters {
             header(out, name, "counter", help);
             sample(out, name, "", total);
         }
-        let help = "Jobs per writer transaction.";
-        histogram(out, "spindle_batch_jobs", help, &self.batch_jobs);
+        let help = "Ops (and transaction closures) per writer transaction.";
+        histogram(out, "spindle_batch_ops", help, &self.batch_ops);
         let help = "Seconds from an op's sending to its answer.";
         histogram(out, "spindle_op_latency_seconds", help, &self.op_latency_seconds);
         if let Some(wal_bytes) = self.wal_bytes {
@@ -184,10 +201,12 @@ impl Store {
             processes: counts.processes,
             commits: meter.commits.load(Ordering::Relaxed),
             rollbacks: meter.rollbacks.load(Ordering::Relaxed),
-            batch_jobs: Histogram::read(&meter.batch_jobs, &BATCH_BOUNDS, 1.0),
+            batch_ops: Histogram::read(&meter.batch_ops, &BATCH_BOUNDS, 1.0),
             op_latency_seconds: Histogram::read(&meter.latency_us, &LATENCY_BOUNDS_US, 1e6),
             conflict_retries: meter.conflict_retries.load(Ordering::Relaxed),
             slow_batches: meter.slow_batches.load(Ordering::Relaxed),
+            completions: meter.tally(Tally::Completed),
+            dead_letters: meter.tally(Tally::DeadLettered),
             wal_bytes: self.wal_bytes(),
         })
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::core::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::limits::Limits;
+use crate::setters::setters;
 
 /// What an acknowledged commit survives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,8 +25,11 @@ pub enum Durability {
     Normal,
 }
 
-/// Everything that can be chosen when opening a store.
+/// Everything that can be chosen when opening a store. `#[non_exhaustive]`: start from
+/// `Options::default()` and chain a setter per field to change, each named after its field:
+/// `Options::default().durability(Durability::Normal).readers(0)`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Options {
     /// What an acknowledged commit survives.
     pub durability: Durability,
@@ -154,6 +158,64 @@ impl Default for Options {
 }
 
 impl Options {
+    setters! {
+        /// Sets [`durability`](#structfield.durability): what an acknowledged commit survives.
+        durability: Durability;
+        /// Sets [`busy_timeout`](#structfield.busy_timeout): how long a write waits for another
+        /// connection's lock.
+        busy_timeout: Duration;
+        /// Sets [`batch_max`](#structfield.batch_max): most operations in one transaction.
+        batch_max: usize;
+        /// Sets [`mailbox_capacity`](#structfield.mailbox_capacity): most messages waiting for
+        /// the actor.
+        mailbox_capacity: usize;
+        /// Sets [`clock`](#structfield.clock): the source of `Tx::now_ms` (an
+        /// `Arc<ManualClock>` for tests).
+        clock: Arc<dyn Clock>;
+        /// Sets [`limits`](#structfield.limits): the bounds every argument is checked against.
+        limits: Limits;
+        /// Sets [`read_only`](#structfield.read_only): open the file read-only.
+        read_only: bool;
+        /// Sets [`wal_bytes_max`](#structfield.wal_bytes_max): the write-ahead log's size that
+        /// forces a truncating checkpoint.
+        wal_bytes_max: u64;
+        /// Sets [`recover_on_open`](#structfield.recover_on_open): recover running graphs when
+        /// the store opens.
+        recover_on_open: bool;
+        /// Sets [`inline`](#structfield.inline): run the store on the caller's thread.
+        inline: bool;
+        /// Sets [`readers`](#structfield.readers): how many reader threads (0: reads on the
+        /// writer).
+        readers: usize;
+        /// Sets [`slow_batch`](#structfield.slow_batch): the duration past which a writer batch
+        /// is reported as slow.
+        slow_batch: Duration;
+    }
+
+    /// Sets [`file_bytes_max`](#structfield.file_bytes_max): the most the database file may grow
+    /// to (`None`: SQLite's own bound). Takes a `u64` or an `Option<u64>`.
+    #[must_use]
+    pub fn file_bytes_max(mut self, bytes: impl Into<Option<u64>>) -> Self {
+        self.file_bytes_max = bytes.into();
+        self
+    }
+
+    /// Sets [`seed`](#structfield.seed): the seed of everything random the store makes (`None`:
+    /// from the operating system). Takes a `u64` or an `Option<u64>`.
+    #[must_use]
+    pub fn seed(mut self, seed: impl Into<Option<u64>>) -> Self {
+        self.seed = seed.into();
+        self
+    }
+
+    /// Sets [`vfs`](#structfield.vfs): the name of a registered SQLite VFS to open the file
+    /// through.
+    #[must_use]
+    pub fn vfs(mut self, name: impl Into<String>) -> Self {
+        self.vfs = Some(name.into());
+        self
+    }
+
     /// Checks that the options can be used; called by `Store::open_with`.
     pub(crate) fn validate(&self) -> Result<()> {
         if self.batch_max == 0 {

@@ -5,8 +5,10 @@
 //! last row of one page is the `after` of the next. Keyset pages stay correct while rows are
 //! added and cost the same deep into a listing.
 
-/// Which page of a listing to read.
+/// Which page of a listing to read. `#[non_exhaustive]`: build it with [`Page::first`] or
+/// [`Page::after`] (`Default`: the first 100 rows).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Page {
     /// Read rows after this id (`None` reads from the start).
     pub after: Option<String>,
@@ -15,6 +17,12 @@ pub struct Page {
 }
 
 impl Page {
+    /// The `limit` rows after `after`, or the first `limit` rows when it is `None` (a cursor
+    /// as a listing hands it back).
+    pub fn new(after: Option<String>, limit: usize) -> Self {
+        Self { after, limit }
+    }
+
     /// The first `limit` rows.
     pub fn first(limit: usize) -> Self {
         Self { after: None, limit }

@@ -1,6 +1,6 @@
 //! `Store`: the cheap, cloneable handle callers hold.
 //!
-//! A handle holds no connection: it sends typed jobs to the actor's bounded mailbox and waits
+//! A handle holds no connection: it sends typed calls to the actor's bounded mailbox and waits
 //! for the reply on a channel of its own. Clones and tenant views share one actor; the store
 //! closes when `close()` is called or when the last handle is dropped. A subscription holds only
 //! a weak reference, so it never keeps a store open.
@@ -21,7 +21,7 @@ use crate::core::backup::{self, BackupProgress, BackupReport};
 use crate::core::bell::Bell;
 use crate::core::clock::Clock;
 use crate::core::events::Stream;
-use crate::core::msg::{InFlightMark, Job, Msg};
+use crate::core::msg::{Call, InFlightMark, Msg};
 use crate::core::op::{Op, Role, TxOutcome};
 use crate::core::presence::{HoldAlone, ReleaseAlone};
 use crate::core::publish::Filter;
@@ -76,7 +76,7 @@ impl std::fmt::Debug for Store {
 /// one place, `crate::domains`.
 #[derive(Debug)]
 pub(crate) struct DomainHooks {
-    /// What the engine needs (the alarm job, the streams only their domain may write).
+    /// What the engine needs (the alarm call, the streams only their domain may write).
     pub(crate) engine: EngineHooks,
     /// Run once a writable store is open, in order; `recover` is `Options::recover_on_open`
     /// (recovering interrupted work, the graphs' for one).
@@ -183,7 +183,7 @@ impl Store {
     /// submitted before a write may run on a reader after it, and see it too. Each op stands
     /// alone: a failed one does not stop the ones after it. For
     /// all-or-nothing, compose the ops in one [`Store::transaction`] (a transaction is itself one
-    /// job, and a closure cannot submit: it runs on the store's thread, where a call into the
+    /// call, and a closure cannot submit: it runs on the store's thread, where a call into the
     /// store is refused). Dropping a `Pending` does not cancel its op. When the mailbox is full
     /// (`Options::mailbox_capacity`), `submit` blocks until there is room.
     ///
@@ -248,7 +248,7 @@ impl Store {
         F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
     {
         let (reply, answer) = bounded(1);
-        self.shared.call(Msg::Run(Job::transaction(f, self.scope.clone(), reply)), &answer)
+        self.shared.call(Msg::Run(Call::transaction(f, self.scope.clone(), reply)), &answer)
     }
 
     /// Runs a closure that only reads, as one unit: on a reader thread's read-only connection
@@ -280,7 +280,7 @@ impl Store {
         F: FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
     {
         let (reply, answer) = bounded(1);
-        self.shared.run(Job::read(f, self.scope.clone(), reply), &answer)
+        self.shared.run(Call::read(f, self.scope.clone(), reply), &answer)
     }
 
     /// Follows one stream: every event with `seq > after_seq`, the backlog first, then live.
@@ -537,26 +537,26 @@ impl Shared {
             return Err(error);
         }
         let (reply, answer) = bounded(1);
-        self.run(Job::op(op, scope.clone(), reply), &answer)
+        self.run(Call::op(op, scope.clone(), reply), &answer)
     }
 
-    /// Runs `job` on a reader if one may (see `readers.rs`), else on the writer, and waits for
+    /// Runs `call` on a reader if one may (see `readers.rs`), else on the writer, and waits for
     /// its reply.
-    pub(crate) fn run<T>(&self, job: Job, answer: &Receiver<Result<T>>) -> Result<T> {
-        match self.reader_for(&job) {
+    pub(crate) fn run<T>(&self, call: Call, answer: &Receiver<Result<T>>) -> Result<T> {
+        match self.reader_for(&call) {
             Some(readers) => {
                 self.check_open()?;
-                readers.send(job)?;
+                readers.send(call)?;
                 wait_reply(answer, &self.state)
             }
-            None => self.call(Msg::Run(job), answer),
+            None => self.call(Msg::Run(call), answer),
         }
     }
 
-    /// The readers, if they may run `job`: it only reads, the store has readers, and this
+    /// The readers, if they may run `call`: it only reads, the store has readers, and this
     /// thread has no submitted write of this store still unanswered.
-    fn reader_for(&self, job: &Job) -> Option<&Readers> {
-        let readers = self.readers.as_ref().filter(|_| job.readable)?;
+    fn reader_for(&self, call: &Call) -> Option<&Readers> {
+        let readers = self.readers.as_ref().filter(|_| call.readable)?;
         let address = self.address();
         let waiting = IN_FLIGHT.with(|in_flight| {
             let in_flight = in_flight.borrow();
@@ -566,10 +566,10 @@ impl Shared {
         (!waiting).then_some(readers)
     }
 
-    /// Counts `job`, a write this thread submits, among its unanswered ones until it is
+    /// Counts `call`, a write this thread submits, among its unanswered ones until it is
     /// answered.
-    fn mark_in_flight(&self, job: &mut Job) {
-        if !job.writes || self.readers.is_none() {
+    fn mark_in_flight(&self, call: &mut Call) {
+        if !call.writes || self.readers.is_none() {
             return;
         }
         let address = self.address();
@@ -590,7 +590,7 @@ impl Shared {
                 }
             }
         });
-        job.in_flight = Some(InFlightMark::new(&counter));
+        call.in_flight = Some(InFlightMark::new(&counter));
     }
 
     fn address(&self) -> usize {
@@ -607,15 +607,15 @@ impl Shared {
             return Err(error);
         }
         let (reply, answer) = bounded(1);
-        let mut job = Job::op(op, scope.clone(), reply);
-        match self.reader_for(&job) {
+        let mut call = Call::op(op, scope.clone(), reply);
+        match self.reader_for(&call) {
             Some(readers) => {
                 self.check_open()?;
-                readers.send(job)?;
+                readers.send(call)?;
             }
             None => {
-                self.mark_in_flight(&mut job);
-                self.send(Msg::Run(job))?;
+                self.mark_in_flight(&mut call);
+                self.send(Msg::Run(call))?;
             }
         }
         Ok(Pending { answer, shared: Arc::clone(self), taken: false })
@@ -650,7 +650,7 @@ impl Shared {
     fn call<T>(&self, message: Msg, answer: &Receiver<Result<T>>) -> Result<T> {
         let waiting = WaitingGuard::enter(&self.state);
         self.send(message)?;
-        if waiting.alone
+        if waiting.first
             && let Some(reply) = spin_recv(answer, CALLER_SPIN)
         {
             return reply;
@@ -792,7 +792,7 @@ fn taken() -> Error {
     Error::InvalidInput("this pending op's reply was already taken".into())
 }
 
-/// Waits for a reply, checking now and then that the actor is still alive: a job that reached
+/// Waits for a reply, checking now and then that the actor is still alive: a call that reached
 /// the mailbox after the actor's last look is never answered, and must not block forever.
 pub(crate) fn wait_reply<T>(answer: &Receiver<Result<T>>, state: &ActorState) -> Result<T> {
     loop {
@@ -811,13 +811,14 @@ pub(crate) fn wait_reply<T>(answer: &Receiver<Result<T>>, state: &ActorState) ->
 /// Counts a caller as waiting for the actor while it lives.
 struct WaitingGuard<'a> {
     state: &'a ActorState,
-    alone: bool,
+    /// No other caller was waiting when this one began: it spins a moment for its reply.
+    first: bool,
 }
 
 impl<'a> WaitingGuard<'a> {
     fn enter(state: &'a ActorState) -> Self {
         let before = state.waiting.fetch_add(1, Ordering::Relaxed);
-        Self { state, alone: before == 0 }
+        Self { state, first: before == 0 }
     }
 }
 

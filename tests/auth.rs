@@ -14,12 +14,12 @@ use spindle::{
 const T0: i64 = 1_700_000_000_000;
 
 fn store_at(clock: &ManualClock) -> Store {
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().clock(Arc::new(clock.clone()));
     common::new_store_with(options)
 }
 
 fn suspend(store: &Store, tenant: &str, status: TenantStatus) {
-    let update = TenantUpdate { status: Some(status), ..TenantUpdate::default() };
+    let update = TenantUpdate::default().status(status);
     store.auth().update_tenant(tenant, update).expect("update tenant");
 }
 
@@ -35,7 +35,7 @@ fn tenants_are_created_read_listed_and_updated() {
     let ids: Vec<String> =
         store.auth().tenants().expect("list").into_iter().map(|t| t.id).collect();
     assert_eq!(ids, ["acme", "default"], "nothing written by the refused calls");
-    let update = TenantUpdate { name: Some("Acme Inc".into()), ..TenantUpdate::default() };
+    let update = TenantUpdate::default().name("Acme Inc");
     let renamed = store.auth().update_tenant("acme", update).expect("rename");
     assert_eq!(renamed.name, "Acme Inc");
     assert_eq!(store.auth().tenant("acme").expect("get"), renamed);
@@ -158,7 +158,7 @@ fn a_token_view_stays_in_its_tenant_and_cannot_administer_tenants() {
     assert!(matches!(acme.tenant("globex"), Err(Error::Forbidden(_))));
     assert!(matches!(acme.auth().tenants(), Err(Error::Forbidden(_))));
     assert!(matches!(acme.auth().create_tenant("evil", "Evil"), Err(Error::Forbidden(_))));
-    let update = TenantUpdate { status: Some(TenantStatus::Suspended), ..TenantUpdate::default() };
+    let update = TenantUpdate::default().status(TenantStatus::Suspended);
     assert!(matches!(acme.auth().update_tenant("default", update), Err(Error::Forbidden(_))));
     assert_eq!(acme.auth().tenant("acme").expect("own").id, "acme");
     assert!(matches!(acme.auth().tenant("globex"), Err(Error::NotFound { .. })));
@@ -225,7 +225,7 @@ fn a_read_only_store_lists_tenants_and_tokens_and_refuses_administration() {
     acme.auth().create_token("ci", Role::Writer, None).expect("token");
     store.close().expect("close");
 
-    let options = Options { read_only: true, ..Options::default() };
+    let options = Options::default().read_only(true);
     let store = shared.open_with(options);
     let tenants = store.auth().tenants().expect("listing tenants writes nothing");
     assert!(tenants.iter().any(|tenant| tenant.id == "acme"));

@@ -5,7 +5,7 @@
 //! refused with nothing written; a restore refuses a store that is open (to write: its
 //! presence lock; or to read: the kernel's locks) and a bad backup, changing nothing, and
 //! replaces a closed store (a stale WAL beside it included) by the backup's contents. The
-//! pipeline run resumed from a restored store is `tests/cli_backup.rs`'s.
+//! pipeline run resumed from a restored store is `cli/tests/cli_backup.rs`'s.
 
 mod common;
 
@@ -110,7 +110,7 @@ fn a_copy_under_a_write_load_holds_every_acknowledged_write_and_a_consistent_pre
     assert!(report.pages > 1000, "about 4 MiB: {report:?}");
     store.close().expect("close");
 
-    let copy = Store::open_with(&copy, Options { read_only: true, ..Options::default() })
+    let copy = Store::open_with(&copy, Options::default().read_only(true))
         .expect("the copy opens as a store");
     let events = common::read_stream(&copy, &Stream::custom("load"));
     common::assert_dense(&events);
@@ -198,6 +198,15 @@ fn a_copy_killed_midway_leaves_nothing_at_its_path() {
         let left = partials(dir.path());
         let name = left[0].file_name().expect("name").to_string_lossy().into_owned();
         assert!(name.starts_with("copy.db.partial-"), "the partial file's name: {name}");
+        // What the killed copy left does not open as a copy of the store: read-only, it is
+        // refused (its hot journal cannot be rolled back); to write, SQLite rolls the journal
+        // back to the empty file the copy began with, so at most an empty store opens there.
+        let read_only = Store::open_with(&left[0], Options::default().read_only(true));
+        assert!(read_only.is_err(), "a partial copy opened read-only");
+        if let Ok(opened) = Store::open(&left[0]) {
+            let events = common::read_stream(&opened, &Stream::custom("filler"));
+            assert!(events.is_empty(), "a partial copy showed {} of the events", events.len());
+        }
         // The store itself is untouched by it, and a new copy to the same path is whole.
         let store = Store::open(&path).expect("reopen the store");
         store.backup_to(&copy).expect("a second copy");
@@ -312,7 +321,7 @@ fn a_restore_puts_the_backup_in_a_closed_stores_place_and_refuses_an_open_one() 
 
     // Open only to read: no presence lock, but SQLite's lock on the store's -shm.
     if Path::new("/proc/locks").exists() {
-        let reader = Options { read_only: true, ..Options::default() };
+        let reader = Options::default().read_only(true);
         let reading = Store::open_with(&dest, reader).expect("open to read");
         assert_eq!(reading.events().head(Stream::custom("old")).expect("head"), 7);
         let refused = Store::restore(&backup, &dest);

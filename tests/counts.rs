@@ -23,7 +23,7 @@ use spindle::{
 const T0: i64 = 1_700_000_000_000;
 
 fn store_at(clock: &ManualClock) -> Store {
-    new_store_with(Options { clock: Arc::new(clock.clone()), ..Options::default() })
+    new_store_with(Options::default().clock(Arc::new(clock.clone())))
 }
 
 #[test]
@@ -129,7 +129,7 @@ fn each_tenant_counts_its_own() -> spindle::Result<()> {
     }
     let (mine, theirs) = (store.queue().stats()?, acme.queue().stats()?);
     assert_eq!((mine[0].completed, theirs[0].completed), (1, 2));
-    let kind = GraphFilter { metadata: vec![("kind".into(), json!("k"))], ..Default::default() };
+    let kind = GraphFilter::default().metadata("kind", json!("k"));
     assert_eq!(acme.graphs().count_by_status(&kind)?, [(GraphStatus::Pending, 2)]);
     assert_eq!(store.processes().count()?.running, 1, "the second registration of p is acme's");
     for view in [&store, &acme] {
@@ -180,14 +180,10 @@ fn every_path_of_a_graph_keeps_the_graph_counts() -> spindle::Result<()> {
     graphs.create(json!({ "kind": "" }))?;
     graphs.create(json!(null))?;
     check("kinds that are not counted apart");
-    let runs = GraphFilter {
-        metadata: vec![("kind".into(), json!("run"))],
-        roots_only: true,
-        ..Default::default()
-    };
+    let runs = GraphFilter::default().metadata("kind", json!("run")).roots_only(true);
     let counted = graphs.count_by_status(&runs)?;
     assert_eq!(counted, [(GraphStatus::Complete, 1), (GraphStatus::Running, 1)], "by name");
-    let empty = GraphFilter { metadata: vec![("kind".into(), json!(""))], ..Default::default() };
+    let empty = GraphFilter::default().metadata("kind", json!(""));
     assert_eq!(graphs.count_by_status(&empty)?, [(GraphStatus::Pending, 1)], "read, not kept");
     Ok(())
 }
@@ -320,11 +316,7 @@ fn assert_version_four_rows_counted(store: &Store) -> spindle::Result<()> {
     assert!(stats[0].oldest_pending_age_ms.is_some_and(|age| age > 0));
     let acme = store.tenant("acme")?;
     assert_eq!(acme.queue().stats()?[0].completed, 2);
-    let runs = GraphFilter {
-        metadata: vec![("kind".into(), json!("spindle-run"))],
-        roots_only: true,
-        ..Default::default()
-    };
+    let runs = GraphFilter::default().metadata("kind", json!("spindle-run")).roots_only(true);
     let counted = store.graphs().count_by_status(&runs)?;
     assert_eq!(counted, [(GraphStatus::Complete, 2), (GraphStatus::Failed, 1)]);
     let processes = store.processes().count()?;

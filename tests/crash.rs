@@ -104,7 +104,7 @@ fn check(path: &std::path::Path, acked: &[(u64, u64)], round: u64) {
 fn child(spec: &str) {
     let (durability, path) = spec.split_once('|').expect("spec");
     let durability = if durability == "full" { Durability::Full } else { Durability::Normal };
-    let store = Store::open_with(path, Options { durability, ..Options::default() }).expect("open");
+    let store = Store::open_with(path, Options::default().durability(durability)).expect("open");
     let workers: Vec<_> = (0..THREADS)
         .map(|stream| {
             let store = store.clone();

@@ -31,8 +31,7 @@ struct Seen {
 /// text.
 fn run(inline: bool, seed: u64, dice_seed: u64) -> Vec<String> {
     let clock = ManualClock::new(T0);
-    let options =
-        Options { inline, seed: Some(seed), clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().inline(inline).seed(seed).clock(Arc::new(clock.clone()));
     let store = common::new_store_with(options);
     store.auth().create_tenant("acme", "Acme").expect("tenant");
     let mut dice = Dice::new(dice_seed);
@@ -203,8 +202,7 @@ fn another_seed_gives_other_ids_and_secrets() {
 /// each enqueueing three items at the same clock time: every id returned.
 fn reopened_sessions(shared: &common::SharedStore) -> Vec<String> {
     let clock = ManualClock::new(T0);
-    let options =
-        || Options { seed: Some(3), clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = || Options::default().seed(3).clock(Arc::new(clock.clone()));
     let mut ids = Vec::new();
     for _ in 0..3 {
         let store = shared.open_with(options());

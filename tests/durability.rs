@@ -81,7 +81,7 @@ fn every_call_after_close_is_closed() -> spindle::Result<()> {
 
 #[test]
 fn normal_durability_opens_and_keeps_commits_across_reopen() -> spindle::Result<()> {
-    let options = Options { durability: Durability::Normal, ..Options::default() };
+    let options = Options::default().durability(Durability::Normal);
     let t = temp_store_with(options.clone());
     let s = Stream::custom("n");
     append_n(&t.store, &s, 20);
@@ -105,7 +105,7 @@ fn another_connection_sees_wal_mode_and_the_schema_version() -> spindle::Result<
 #[test]
 fn the_actor_keeps_the_wal_under_its_limit() -> spindle::Result<()> {
     let wal_bytes_max = 1024 * 1024;
-    let options = Options { wal_bytes_max, durability: Durability::Normal, ..Options::default() };
+    let options = Options::default().wal_bytes_max(wal_bytes_max).durability(Durability::Normal);
     let t = temp_store_with(options);
     let wal = t.path.with_file_name("store.db-wal");
     let s = Stream::custom("w");
@@ -148,7 +148,7 @@ fn default_options_are_the_safe_ones_and_the_pragmas_took() -> spindle::Result<(
     let full = pragmas(&t.store)?;
     assert_eq!(full, ["Text(\"wal\")", "Integer(2)", "Integer(1)", "default"]);
     t.store.close()?;
-    let normal = Store::open_with(&t.path, Options { durability: Durability::Normal, ..defaults })?;
+    let normal = Store::open_with(&t.path, defaults.durability(Durability::Normal))?;
     assert_eq!(pragmas(&normal)?[1], "Integer(1)");
     Ok(())
 }

@@ -113,10 +113,7 @@ fn tenants_do_not_see_each_others_events() -> spindle::Result<()> {
 #[test]
 fn created_at_comes_from_the_injected_clock() -> spindle::Result<()> {
     let clock = spindle::ManualClock::new(1_700_000_000_000);
-    let options = spindle::Options {
-        clock: std::sync::Arc::new(clock.clone()),
-        ..spindle::Options::default()
-    };
+    let options = spindle::Options::default().clock(std::sync::Arc::new(clock.clone()));
     let store = common::new_store_with(options);
     let s = Stream::custom("c");
     store.events().append(&s, "a", json!(1))?;

@@ -55,12 +55,10 @@ struct Harness {
 }
 
 fn open(shared: Option<&SharedStore>, clock: &ManualClock) -> Vec<Store> {
-    let options = Options {
-        clock: Arc::new(clock.clone()),
-        durability: Durability::Normal,
-        inline: true,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .clock(Arc::new(clock.clone()))
+        .durability(Durability::Normal)
+        .inline(true);
     let store = match shared {
         Some(shared) => shared.open_with(options),
         None => common::new_store_with(options),

@@ -290,7 +290,7 @@ fn a_read_only_file_system_cannot_open_and_the_store_is_whole_once_writable_agai
     tmpfs.remount(false);
     // A WAL-mode file whose WAL and shared-memory files cannot be created cannot be read by
     // SQLite (short of `immutable=1`), read-only open or not: the open is refused, typed.
-    for options in [Options::default(), Options { read_only: true, ..Options::default() }] {
+    for options in [Options::default(), Options::default().read_only(true)] {
         match Store::open_with(&path, options) {
             Err(Error::Sqlite(error)) => {
                 assert_eq!(error.code(), Some(rusqlite::ffi::SQLITE_CANTOPEN), "{error}");

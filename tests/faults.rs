@@ -69,7 +69,7 @@ fn a_full_disk_fails_every_op_of_the_batch_and_writes_succeed_once_space_is_free
     // Reopen with the file capped at its current size: any new page is "disk full".
     t.store.close()?;
     let file_bytes = std::fs::metadata(&t.path)?.len();
-    let options = Options { file_bytes_max: Some(file_bytes), ..Options::default() };
+    let options = Options::default().file_bytes_max(file_bytes);
     t.store = Store::open_with(&t.path, options)?;
     let s = Stream::custom("victim");
     let handles: Vec<_> = (0..8)
@@ -106,7 +106,7 @@ fn a_read_only_store_reads_and_refuses_writes() -> spindle::Result<()> {
     let s = Stream::custom("ro");
     append_n(&t.store, &s, 4);
     t.store.close()?;
-    let options = Options { read_only: true, ..Options::default() };
+    let options = Options::default().read_only(true);
     let store = Store::open_with(&t.path, options)?;
     assert_eq!(store.events().head(&s)?, 4);
     assert_eq!(store.events().read(&s, 0, 10)?.len(), 4);
@@ -151,8 +151,7 @@ fn a_failed_commit_fails_the_batch_publishes_nothing_and_the_store_carries_on()
 #[test]
 fn while_another_connection_holds_the_write_lock_reads_run_and_writes_are_busy()
 -> spindle::Result<()> {
-    let options =
-        Options { busy_timeout: std::time::Duration::from_millis(100), ..Options::default() };
+    let options = Options::default().busy_timeout(std::time::Duration::from_millis(100));
     let t = common::temp_store_with(options);
     let s = Stream::custom("locked");
     append_n(&t.store, &s, 2);
@@ -170,8 +169,7 @@ fn while_another_connection_holds_the_write_lock_reads_run_and_writes_are_busy()
 
 #[test]
 fn closing_while_another_connection_reads_is_ok_and_keeps_everything() -> spindle::Result<()> {
-    let options =
-        Options { busy_timeout: std::time::Duration::from_millis(50), ..Options::default() };
+    let options = Options::default().busy_timeout(std::time::Duration::from_millis(50));
     let t = common::temp_store_with(options);
     let s = Stream::custom("shared");
     append_n(&t.store, &s, 3);

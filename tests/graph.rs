@@ -376,8 +376,8 @@ fn a_self_loop_on_error_retries_until_success() {
 
 #[test]
 fn a_loop_past_its_limit_fails_the_graph() {
-    let limits = Limits { loop_refires_max: 2, ..Limits::default() };
-    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let limits = Limits::default().loop_refires_max(2);
+    let store = common::new_store_with(Options::default().limits(limits));
     let g = store.graphs().create(json!({})).expect("create");
     node(&store, &g, "work");
     edge(&store, &g, "work", "work", Some(TokenColor::Error));
@@ -580,8 +580,8 @@ fn a_late_edge_enables_a_pending_gather_which_completes() {
 
 #[test]
 fn a_gather_feeding_itself_is_stopped_by_the_output_limit() {
-    let limits = Limits { payload_bytes_max: 4096, ..Limits::default() };
-    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let limits = Limits::default().payload_bytes_max(4096);
+    let store = common::new_store_with(Options::default().limits(limits));
     let g = store.graphs().create(json!({})).expect("create");
     node(&store, &g, "t");
     let spec = NodeSpec::Gather { strategy: GatherStrategy::All };
@@ -683,7 +683,7 @@ fn cancelling_a_finished_graph_is_a_conflict() {
 #[test]
 fn a_graph_past_its_deadline_fails_and_refuses_work() {
     let clock = ManualClock::new(T0);
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().clock(Arc::new(clock.clone()));
     let store = common::new_store_with(options);
     let g = store.graphs().create(json!({})).expect("create");
     node(&store, &g, "a");
@@ -706,7 +706,7 @@ fn a_graph_past_its_deadline_fails_and_refuses_work() {
 #[test]
 fn a_deadline_is_kept_without_any_caller_waiting() {
     let clock = ManualClock::new(T0);
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().clock(Arc::new(clock.clone()));
     let store = common::new_store_with(options);
     let g = store.graphs().create(json!({})).expect("create");
     node(&store, &g, "a");
@@ -730,11 +730,9 @@ fn a_deadline_is_kept_without_any_caller_waiting() {
 fn a_deadline_sweep_that_could_not_commit_runs_again() {
     let clock = ManualClock::new(T0);
     let shared = SharedStore::new();
-    let store = &shared.open_with(Options {
-        clock: Arc::new(clock.clone()),
-        busy_timeout: Duration::from_millis(50),
-        ..Options::default()
-    });
+    let store = &shared.open_with(
+        Options::default().clock(Arc::new(clock.clone())).busy_timeout(Duration::from_millis(50)),
+    );
     let g = store.graphs().create(json!({})).expect("create");
     node(store, &g, "a");
     store.graphs().set_timeout(&g, Some(1_000)).expect("timeout");
@@ -761,8 +759,7 @@ impl HeldWrites {
     /// Opens another handle on `shared` and starts its transaction. Its clock stays at `T0`,
     /// so it never sweeps a deadline itself.
     fn start(shared: &SharedStore) -> Self {
-        let other = shared
-            .open_with(Options { clock: Arc::new(ManualClock::new(T0)), ..Options::default() });
+        let other = shared.open_with(Options::default().clock(Arc::new(ManualClock::new(T0))));
         let (release, hold) = mpsc::channel::<()>();
         let (entered_tx, entered) = mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -803,7 +800,7 @@ fn cancelling_a_deep_chain_of_children_cancels_them_all() {
 #[test]
 fn a_deadline_that_passed_while_closed_is_kept_at_open() {
     let clock = ManualClock::new(T0);
-    let options = || Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = || Options::default().clock(Arc::new(clock.clone()));
     let shared = SharedStore::new();
     let store = shared.open_with(options());
     let g = store.graphs().create(json!({})).expect("create");
@@ -819,7 +816,7 @@ fn a_deadline_that_passed_while_closed_is_kept_at_open() {
 #[test]
 fn the_deadline_sweep_fails_every_overdue_graph_and_only_those() {
     let clock = ManualClock::new(T0);
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().clock(Arc::new(clock.clone()));
     let store = common::new_store_with(options);
     let mut graphs = Vec::new();
     for timeout_ms in [1_000, 2_000, 10_000] {
@@ -926,9 +923,9 @@ fn recovery_after_reopen_resets_running_nodes_and_announces_each_ready_node_once
 
 #[test]
 fn recovery_goes_page_by_page_and_announces_each_ready_node_once() {
-    let limits = Limits { page_size_max: 2, ..Limits::default() };
+    let limits = Limits::default().page_size_max(2);
     let shared = SharedStore::new();
-    let first = shared.open_with(Options { limits: limits.clone(), ..Options::default() });
+    let first = shared.open_with(Options::default().limits(limits.clone()));
     let mut graphs = Vec::new();
     for _ in 0..5 {
         let g = first.graphs().create(json!({})).expect("create");
@@ -938,7 +935,7 @@ fn recovery_goes_page_by_page_and_announces_each_ready_node_once() {
         graphs.push(g);
     }
     first.close().expect("close");
-    let store = shared.open_with(Options { limits, ..Options::default() });
+    let store = shared.open_with(Options::default().limits(limits));
     for g in &graphs {
         assert_eq!(status_of(&store, g, "a"), NodeStatus::Ready);
         let stream = Stream::graph(g);
@@ -959,7 +956,7 @@ fn an_inspector_that_opens_without_recovery_leaves_running_nodes_alone() {
     node(&store, &g, "a");
     store.graphs().start(&g).expect("start");
     store.graphs().start_node(&g, "a").expect("start a");
-    let options = Options { recover_on_open: false, ..Options::default() };
+    let options = Options::default().recover_on_open(false);
     let inspector = shared.open_with(options);
     assert_eq!(status_of(&inspector, &g, "a"), NodeStatus::Running);
     inspector.close().expect("close");
@@ -1022,8 +1019,8 @@ fn starting_or_finishing_a_node_in_the_wrong_status_is_a_conflict_that_writes_no
 
 #[test]
 fn bad_input_is_refused_and_writes_nothing() {
-    let limits = Limits { payload_bytes_max: 64, graph_nodes_max: 2, ..Limits::default() };
-    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let limits = Limits::default().payload_bytes_max(64).graph_nodes_max(2);
+    let store = common::new_store_with(Options::default().limits(limits));
     let big = json!({ "text": "x".repeat(100) });
     assert!(matches!(store.graphs().create(big.clone()), Err(Error::TooLarge { .. })));
     assert!(store.graphs().list(Page::first(10)).expect("list").is_empty());
@@ -1111,8 +1108,8 @@ fn value_of(store: &Store, graph: &str) -> Value {
 
 #[test]
 fn edges_and_children_stop_at_their_limits_and_write_nothing_past_them() {
-    let limits = Limits { graph_edges_max: 2, graph_nodes_max: 3, ..Limits::default() };
-    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let limits = Limits::default().graph_edges_max(2).graph_nodes_max(3);
+    let store = common::new_store_with(Options::default().limits(limits));
     let g = store.graphs().create(json!({})).expect("create");
     for id in ["a", "b", "c"] {
         node(&store, &g, id);
@@ -1143,12 +1140,11 @@ fn find_filters_by_status_metadata_and_parent_and_pages_either_way() {
     graphs.start(&ids[0]).expect("start");
     let child =
         graphs.create_child(&ids[0], json!({"kind": "run", "pipeline": "build"})).expect("child");
-    let builds = spindle::GraphFilter {
-        metadata: vec![("kind".into(), json!("run")), ("pipeline".into(), json!("build"))],
-        roots_only: true,
-        newest_first: true,
-        ..Default::default()
-    };
+    let builds = spindle::GraphFilter::default()
+        .metadata("kind", json!("run"))
+        .metadata("pipeline", json!("build"))
+        .roots_only(true)
+        .newest_first(true);
     let found: Vec<String> =
         graphs.find(&builds, Page::first(10)).expect("find").into_iter().map(|g| g.id).collect();
     assert_eq!(found, vec![ids[3].clone(), ids[2].clone(), ids[0].clone()]);
@@ -1157,33 +1153,28 @@ fn find_filters_by_status_metadata_and_parent_and_pages_either_way() {
     let rest = graphs.find(&builds, Page::after(after, 2)).expect("page 2");
     assert_eq!(rest.iter().map(|g| g.id.clone()).collect::<Vec<_>>(), vec![ids[0].clone()]);
 
-    let with_children = spindle::GraphFilter { roots_only: false, ..builds.clone() };
+    let with_children = builds.clone().roots_only(false);
     assert_eq!(graphs.find(&with_children, Page::first(10)).expect("all").len(), 4);
     assert!(
         graphs.find(&with_children, Page::first(10)).expect("all").iter().any(|g| g.id == child)
     );
-    let oldest_first = spindle::GraphFilter { newest_first: false, ..builds.clone() };
+    let oldest_first = builds.clone().newest_first(false);
     assert_eq!(graphs.find(&oldest_first, Page::first(1)).expect("oldest")[0].id, ids[0]);
-    let numbered =
-        spindle::GraphFilter { metadata: vec![("n".into(), json!(1))], ..Default::default() };
+    let numbered = spindle::GraphFilter::default().metadata("n", json!(1));
     assert_eq!(graphs.find(&numbered, Page::first(10)).expect("n")[0].id, ids[1]);
 
-    let one_as_float =
-        spindle::GraphFilter { metadata: vec![("n".into(), json!(1.0))], ..Default::default() };
+    let one_as_float = spindle::GraphFilter::default().metadata("n", json!(1.0));
     assert!(graphs.find(&one_as_float, Page::first(10)).expect("n").is_empty(), "1.0 is not 1");
     let escaped = graphs
         .create(serde_json::from_str(r#"{"name": "caf\u00e9 \"x\""}"#).expect("json"))
         .expect("g");
-    let plain = spindle::GraphFilter {
-        metadata: vec![("name".into(), json!("café \"x\""))],
-        ..Default::default()
-    };
+    let plain = spindle::GraphFilter::default().metadata("name", json!("café \"x\""));
     assert_eq!(graphs.find(&plain, Page::first(10)).expect("name")[0].id, escaped);
     let other_tenant = store.tenant("acme").expect("acme");
     other_tenant.graphs().create(json!({"kind": "run", "pipeline": "build"})).expect("theirs");
     assert_eq!(graphs.find(&builds, Page::first(10)).expect("mine").len(), 3, "tenants apart");
 
-    let running = spindle::GraphFilter { status: Some(GraphStatus::Running), ..builds.clone() };
+    let running = builds.clone().status(GraphStatus::Running);
     assert_eq!(graphs.find(&running, Page::first(10)).expect("running").len(), 1);
     let counts = graphs.count_by_status(&builds).expect("counts");
     assert_eq!(counts, vec![(GraphStatus::Pending, 2), (GraphStatus::Running, 1)]);
@@ -1194,13 +1185,12 @@ fn find_filters_by_status_metadata_and_parent_and_pages_either_way() {
 fn find_refuses_a_bad_metadata_key_or_a_value_that_is_not_a_scalar() {
     let store = store();
     store.graphs().create(json!({"kind": "run"})).expect("graph");
-    let metadata = (0..17).map(|n| (format!("k{n}"), json!(n))).collect();
-    let seventeen = spindle::GraphFilter { metadata, ..Default::default() };
+    let seventeen =
+        (0..17).fold(spindle::GraphFilter::default(), |f, n| f.metadata(format!("k{n}"), json!(n)));
     let found = store.graphs().find(&seventeen, Page::first(10));
     assert!(matches!(found, Err(Error::InvalidInput(_))), "{found:?}");
     for (key, value) in [("", json!(1)), ("a.b", json!(1)), ("a\"", json!(1)), ("k", json!({}))] {
-        let filter =
-            spindle::GraphFilter { metadata: vec![(key.into(), value)], ..Default::default() };
+        let filter = spindle::GraphFilter::default().metadata(key, value);
         let found = store.graphs().find(&filter, Page::first(10));
         assert!(matches!(found, Err(Error::InvalidInput(_))), "{key:?}: {found:?}");
         let counted = store.graphs().count_by_status(&filter);

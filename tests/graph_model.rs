@@ -35,7 +35,7 @@ const GRAPHS: u64 = 250;
 
 #[test]
 fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
-    let options = Options { inline: true, ..Options::default() };
+    let options = Options::default().inline(true);
     let store = common::new_store_with(options);
     let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
     for seed in 0..GRAPHS {
@@ -58,8 +58,8 @@ fn random_dags_with_random_outcomes_always_finish_by_the_rules() {
 
 #[test]
 fn random_graphs_with_loops_always_finish_and_keep_their_counts() {
-    let limits = Limits { loop_refires_max: 5, ..Limits::default() };
-    let options = Options { limits, inline: true, ..Options::default() };
+    let limits = Limits::default().loop_refires_max(5);
+    let options = Options::default().limits(limits).inline(true);
     let store = common::new_store_with(options);
     let mut refired = 0;
     for seed in 0..GRAPHS {
@@ -258,12 +258,10 @@ struct Sequence {
 }
 
 fn open_store(shared: Option<&SharedStore>, clock: &ManualClock) -> Store {
-    let options = Options {
-        clock: Arc::new(clock.clone()),
-        durability: Durability::Normal,
-        inline: true,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .clock(Arc::new(clock.clone()))
+        .durability(Durability::Normal)
+        .inline(true);
     match shared {
         Some(shared) => shared.open_with(options),
         None => common::new_store_with(options),

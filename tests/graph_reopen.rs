@@ -196,7 +196,7 @@ fn nodes_a_failed_graph_left_running_or_ready_are_announced_again() {
 #[test]
 fn a_reopened_graph_gets_a_new_deadline() {
     let clock = ManualClock::new(1_700_000_000_000);
-    let options = Options { clock: std::sync::Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().clock(std::sync::Arc::new(clock.clone()));
     let store = common::new_store_with(options);
     let g = store.graphs().create(json!({})).expect("create");
     store.graphs().add_node(&g, NodeSpec::task(json!({})), NodeOptions::new().id("a")).expect("a");
@@ -218,8 +218,8 @@ fn a_reopened_graph_gets_a_new_deadline() {
 
 #[test]
 fn reopening_again_and_again_ends_at_the_refire_limit_with_the_graph_failed() {
-    let limits = Limits { loop_refires_max: 2, ..Limits::default() };
-    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let limits = Limits::default().loop_refires_max(2);
+    let store = common::new_store_with(Options::default().limits(limits));
     let g = graph(&store, &["a"], &[]);
     run_fail(&store, &g, "a");
     for _ in 0..2 {

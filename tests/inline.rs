@@ -17,7 +17,7 @@ use spindle::{Error, ManualClock, NewItem, Options, Role, Store, Stream, TxOutco
 const T0: i64 = 1_700_000_000_000;
 
 fn inline_options(clock: &ManualClock) -> Options {
-    Options { inline: true, clock: Arc::new(clock.clone()), ..Options::default() }
+    Options::default().inline(true).clock(Arc::new(clock.clone()))
 }
 
 fn inline_store() -> Store {
@@ -169,7 +169,7 @@ fn closing_is_final_for_every_handle_and_closing_again_is_ok() {
 fn a_fresh_in_memory_store_never_sees_what_a_closed_one_held() {
     for inline in [true, false] {
         for _ in 0..3 {
-            let options = Options { inline, ..Options::default() };
+            let options = Options::default().inline(inline);
             let store = common::new_store_with(options);
             assert_eq!(store.events().read_all(0, 10).expect("read").len(), 0);
             assert_eq!(store.queue().stats().expect("stats").len(), 0);
@@ -202,7 +202,7 @@ fn fill(store: &Store) {
 #[test]
 fn a_call_back_into_an_outer_store_through_an_inner_one_is_refused_not_a_deadlock() {
     for outer_inline in [true, false] {
-        let options = Options { inline: outer_inline, ..Options::default() };
+        let options = Options::default().inline(outer_inline);
         let outer = common::new_store_with(options);
         let inner = inline_store();
         let back = outer.clone();

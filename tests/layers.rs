@@ -27,6 +27,7 @@ const NOT_DOMAINS: &[&str] = &[
     "limits",
     "options",
     "page",
+    "setters",
 ];
 
 /// The domains: every module `lib.rs` declares that is not in `NOT_DOMAINS` (a new domain is
@@ -444,4 +445,43 @@ fn only_the_stores_threads_name_the_actor_and_the_connection() {
         }
     }
     assert!(found.is_empty(), "what both need belongs below them (state.rs, db.rs): {found:#?}");
+}
+
+/// What of the engine the domains may name: the op contract, the transaction, the statement
+/// seam, the event store and the kept counts' audit. The rest of the engine (the actor, the
+/// mailbox, the readers, the schema) is for the handle and the registry; the connections
+/// (`core/conn.rs`, `core/sqlite/`, `core/postgres/`) are private to `core`, so the compiler
+/// refuses them to everyone above it.
+const DOMAINS_FACE: &[&str] = &["op", "tx", "db", "events", "counts"];
+
+/// Modules `lib.rs` declares beside the domains that are tools over a whole store, not
+/// domains: the copy of a store file into PostgreSQL (which reads the schema and opens the
+/// file itself), and the fuzz harnesses' second compile of pure checks.
+const TOOLS: &[&str] = &["migrate", "fuzzing"];
+
+#[test]
+fn domains_name_only_the_engines_face_for_them() {
+    let (mut found, mut seen) = (Vec::new(), 0);
+    for domain in domains().iter().filter(|name| !TOOLS.contains(&name.as_str())) {
+        for file in domain_files(domain) {
+            let text = std::fs::read_to_string(&file).expect("read a source file");
+            let mut code = without_comments(&text);
+            let up = "super::".repeat(depth(&file, &src()));
+            if !up.is_empty() {
+                code = code.replace(&up, "crate::");
+            }
+            for path in full_paths(&code) {
+                let Some(rest) = path.strip_prefix("core::") else { continue };
+                seen += 1;
+                let module = rest.split("::").next().unwrap_or_default();
+                // The queue's tests of its PostgreSQL statements run them as the server does.
+                let rewrite_in_tests = file.ends_with("queue/set_sql.rs") && rest == "pg::rewrite";
+                if !DOMAINS_FACE.contains(&module) && !rewrite_in_tests {
+                    found.push(format!("{} ({domain}) names core::{rest}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+    assert!(seen > 50, "the domains' engine paths were read: {seen}");
 }

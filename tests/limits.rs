@@ -87,8 +87,8 @@ fn subscriber_buffers_up_to_the_limit() -> spindle::Result<()> {
 
 #[test]
 fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<()> {
-    let limits = Limits { id_len_max: 64, payload_bytes_max: 10, ..Limits::default() };
-    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let limits = Limits::default().id_len_max(64).payload_bytes_max(10);
+    let store = common::new_store_with(Options::default().limits(limits));
     let long = Stream::custom("s".repeat(65));
     assert!(is_too_large(&store.events().append(long, "t", json!(1)), 64, 65));
     assert!(is_too_large(
@@ -99,15 +99,12 @@ fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<(
     nothing_written(&store);
 
     for bad in [
-        Options { batch_max: 0, ..Options::default() },
-        Options { mailbox_capacity: 0, ..Options::default() },
-        Options { busy_timeout: std::time::Duration::MAX, ..Options::default() },
-        Options { limits: Limits { page_size_max: 0, ..Limits::default() }, ..Options::default() },
-        Options { limits: Limits { id_len_max: 63, ..Limits::default() }, ..Options::default() },
-        Options {
-            limits: Limits { json_depth_max: 101, ..Limits::default() },
-            ..Options::default()
-        },
+        Options::default().batch_max(0),
+        Options::default().mailbox_capacity(0),
+        Options::default().busy_timeout(std::time::Duration::MAX),
+        Options::default().limits(Limits::default().page_size_max(0)),
+        Options::default().limits(Limits::default().id_len_max(63)),
+        Options::default().limits(Limits::default().json_depth_max(101)),
     ] {
         assert!(matches!(Store::open_in_memory_with(bad), Err(Error::InvalidInput(_))));
     }
@@ -116,8 +113,8 @@ fn configured_limits_are_enforced_and_bad_options_refused() -> spindle::Result<(
 
 #[test]
 fn open_subscriptions_are_capped_and_freed_on_drop() -> spindle::Result<()> {
-    let limits = Limits { subscriptions_max: 2, ..Limits::default() };
-    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let limits = Limits::default().subscriptions_max(2);
+    let store = common::new_store_with(Options::default().limits(limits));
     let s = Stream::custom("s");
     let first = store.subscribe(&s, 0)?;
     let _second = store.subscribe_all(0)?;
@@ -155,11 +152,7 @@ fn values_nested_past_any_stack_are_refused_before_they_reach_the_store() -> spi
         let fields = [("x".to_owned(), selector)].into();
         selector = spindle::process::Selector::Template { template: "{x}".into(), fields };
     }
-    let wake = spindle::process::WakeSpec {
-        when: None,
-        input: selector,
-        dedupe_key: spindle::process::DedupeKey::EventIdentity,
-    };
+    let wake = spindle::process::WakeSpec::new(selector);
     let registration = spindle::Registration::new("p", "tool", json!({}))
         .event_type(spindle::EventType::new("e").wake(wake));
     assert!(deep_error(store.processes().register(registration).map(|_| ())));
@@ -183,10 +176,7 @@ fn values_nested_past_any_stack_are_refused_before_they_reach_the_store() -> spi
         spindle::NewItem::new("q", nested_value(depth)),
     ];
     assert!(deep_error(store.queue().enqueue_batch(items).map(|_| ())));
-    let filter = spindle::ListFilter {
-        definition: Some(nested_value(depth)),
-        ..spindle::ListFilter::default()
-    };
+    let filter = spindle::ListFilter::default().definition(nested_value(depth));
     let listed = store.processes().list(&filter);
     assert!(deep_error(listed.map(|_| ())), "a read refuses it too");
     std::mem::forget(filter); // the caller's own value: dropping it would recurse as deep
@@ -200,8 +190,8 @@ fn values_nested_past_any_stack_are_refused_before_they_reach_the_store() -> spi
 /// three deep) are written whatever it is, so the job cycle runs under the tightest one.
 #[test]
 fn the_queues_own_events_pass_under_the_tightest_depth_limit() -> spindle::Result<()> {
-    let limits = Limits { json_depth_max: 1, ..Limits::default() };
-    let store = common::new_store_with(Options { limits, ..Options::default() });
+    let limits = Limits::default().json_depth_max(1);
+    let store = common::new_store_with(Options::default().limits(limits));
     let queue = store.queue();
     assert!(matches!(
         queue.enqueue(spindle::NewItem::new("q", json!([[1]]))),

@@ -157,7 +157,7 @@ fn enqueue_items(store: &Store) -> Vec<String> {
 
 /// An item of `queue`: attempts enough that none dies of the lapses, short backoffs.
 fn new_item(queue: &str, payload: Value) -> NewItem {
-    NewItem::new(queue, payload).max_attempts(100).backoff(Backoff { base_ms: 200, max_ms: 1_000 })
+    NewItem::new(queue, payload).max_attempts(100).backoff(Backoff::new(200, 1_000))
 }
 
 fn node_name(layer: usize, j: usize) -> String {

@@ -47,7 +47,7 @@ fn assert_counts_agree(store: &Store, metrics: &Metrics) -> spindle::Result<()> 
 fn the_counts_are_each_domains_own_counts_of_the_views_tenant() -> spindle::Result<()> {
     // A clock that stands still: the oldest item's age reads the same in both counts.
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let store = new_store_with(Options { clock, ..Options::default() });
+    let store = new_store_with(Options::default().clock(clock));
     fill(&store)?;
     let other = store.tenant("other")?;
     other.queue().enqueue(NewItem::new("mail", json!("theirs")))?;
@@ -77,7 +77,7 @@ fn every_answered_op_and_every_transaction_is_counted_before_its_answer() -> spi
     assert_eq!(answered, 11, "ten appends and the second metrics read");
     let transactions = (after.commits + after.rollbacks) - (before.commits + before.rollbacks);
     assert!(transactions >= 10, "each append alone in its transaction: {transactions}");
-    let batches = after.batch_jobs.count() - before.batch_jobs.count();
+    let batches = after.batch_ops.count() - before.batch_ops.count();
     assert_eq!(batches, transactions, "one batch size per transaction");
     assert!(after.op_latency_seconds.sum > before.op_latency_seconds.sum);
     // A failed op alone in its transaction rolls it back, and is answered and counted.
@@ -102,7 +102,7 @@ fn histograms_keep_one_count_per_bucket_and_the_text_makes_them_cumulative() -> 
     let store = new_store();
     fill(&store)?;
     let metrics = store.metrics()?;
-    for histogram in [&metrics.batch_jobs, &metrics.op_latency_seconds] {
+    for histogram in [&metrics.batch_ops, &metrics.op_latency_seconds] {
         assert_eq!(histogram.counts.len(), histogram.bounds.len() + 1);
         assert!(histogram.bounds.windows(2).all(|pair| pair[0] < pair[1]), "ascending bounds");
     }
@@ -151,4 +151,40 @@ fn the_wal_size_is_told_for_a_store_file_only() -> spindle::Result<()> {
     assert!(!memory.metrics()?.prometheus().contains("spindle_wal_bytes"));
     file.store.close()?;
     memory.close()
+}
+
+#[test]
+fn completions_and_dead_letters_are_counters_that_only_commits_move_and_pruning_does_not_lower()
+-> spindle::Result<()> {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let store = new_store_with(Options::default().clock(clock.clone()));
+    let queue = store.queue();
+    for n in 0..4 {
+        queue.enqueue(NewItem::new("mail", json!(n)).max_attempts(1))?;
+    }
+    let claimed = queue.claim_batch("w", &["mail"], 60_000, 4)?;
+    queue.complete(&claimed[0].item.id, claimed[0].fence, json!("ok"))?;
+    queue.complete(&claimed[1].item.id, claimed[1].fence, json!("ok"))?;
+    queue.fail(&claimed[2].item.id, claimed[2].fence, "boom", false)?;
+    // A completion refused (a stale fence) counts nothing.
+    let stale = queue.complete(&claimed[3].item.id, claimed[3].fence + 1, json!("late"));
+    assert!(stale.is_err(), "a stale fence is refused");
+    // A completion inside a transaction the caller rolls back counts nothing either.
+    let (id, fence) = (claimed[3].item.id.clone(), claimed[3].fence);
+    store.transaction(move |tx| {
+        tx.exec(spindle::queue::Complete { id, fence, result: json!("undone") })?;
+        Ok(spindle::TxOutcome::Rollback(()))
+    })?;
+    let metrics = store.metrics()?;
+    assert_eq!((metrics.completions, metrics.dead_letters), (2, 1));
+    let text = metrics.prometheus();
+    assert!(text.contains("spindle_queue_completions_total 2\n"), "{text}");
+    assert!(text.contains("spindle_queue_dead_letters_total 1\n"), "{text}");
+    // Pruning lowers the gauge of completed items, not the counter of completions.
+    clock.advance_ms(10_000);
+    assert_eq!(queue.prune_completed(1_000)?, 2);
+    let after = store.metrics()?;
+    assert_eq!(after.queues.iter().map(|q| q.completed).sum::<u64>(), 0);
+    assert_eq!(after.completions, 2, "a counter only grows");
+    Ok(())
 }

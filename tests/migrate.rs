@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use spindle::migrate::{MigrateError, sqlite_to_postgres};
-use spindle::process::{DedupeKey, HandleDescriptor, Selector, StatusFilter, WakeSpec};
+use spindle::process::{HandleDescriptor, Selector, StatusFilter, WakeSpec};
 use spindle::{
     AppendRequest, AwaitOutput, Backoff, Error, EventType, ExecutionFilter, FailOutcome,
     ItemFilter, ItemStatus, LeaseClaim, LeaseOwner, ListFilter, ManualClock, NewItem, NodeOptions,
@@ -66,7 +66,7 @@ fn lapse(clock: &ManualClock) {
 
 /// The options of a store on `clock`, opened without recovery.
 fn on(clock: &ManualClock) -> Options {
-    Options { recover_on_open: false, clock: Arc::new(clock.clone()), ..Options::default() }
+    Options::default().recover_on_open(false).clock(Arc::new(clock.clone()))
 }
 
 /// Builds a store file with data in every domain and two tenants (and a suspended third).
@@ -77,7 +77,7 @@ fn build_source() -> spindle::Result<Source> {
     let store = Store::open_with(&path, on(&clock))?;
     store.auth().create_tenant("acme", "Acme Corp")?;
     store.auth().create_tenant("globex", "Globex")?;
-    let suspend = TenantUpdate { status: Some(TenantStatus::Suspended), ..Default::default() };
+    let suspend = TenantUpdate::default().status(TenantStatus::Suspended);
     store.auth().update_tenant("globex", suspend)?;
     let acme = store.tenant("acme")?;
     let (secret, _) = acme.auth().create_token("ci", Role::Writer, None)?;
@@ -124,7 +124,7 @@ fn fill_queues(
     clock: &ManualClock,
 ) -> spindle::Result<(String, String)> {
     let queue = store.queue();
-    let now = Backoff { base_ms: 0, max_ms: 0 };
+    let now = Backoff::new(0, 0);
     let dead =
         queue.enqueue(NewItem::new("dead", json!({ "n": 1 })).max_attempts(2).backoff(now))?;
     for expected in 1..=2 {
@@ -161,11 +161,7 @@ fn register_processes(
     let session = SessionScope::new("session-1");
     let progress = EventType::new("progress")
         .schema(json!({ "type": "object", "required": ["line"] }))
-        .wake(WakeSpec {
-            when: None,
-            input: Selector::Pointer("/line".into()),
-            dedupe_key: DedupeKey::EventIdentity,
-        });
+        .wake(WakeSpec::new(Selector::Pointer("/line".into())));
     let registration = Registration::new("build-7", "engine", json!({ "target": "dist" }))
         .event_type(progress)
         .wake_target(session.clone());
@@ -333,7 +329,7 @@ fn every_tenant(store: &Store) -> spindle::Result<Vec<Value>> {
 
 /// The source file, opened read-only on `clock`.
 fn open_read_only(path: &Path, clock: &ManualClock) -> spindle::Result<Store> {
-    Store::open_with(path, Options { read_only: true, ..on(clock) })
+    Store::open_with(path, on(clock).read_only(true))
 }
 
 #[test]
@@ -506,7 +502,7 @@ fn a_target_that_holds_data_is_refused_and_left_as_it_was() -> spindle::Result<(
     // A tenant changed counts as data too; an existing store that is empty is taken.
     let renamed = common::new_postgres_location();
     let store = Store::connect(&renamed)?;
-    let update = TenantUpdate { name: Some("Renamed".into()), ..Default::default() };
+    let update = TenantUpdate::default().name("Renamed");
     store.auth().update_tenant("default", update)?;
     store.close()?;
     let refused = sqlite_to_postgres(&source.path, &renamed);

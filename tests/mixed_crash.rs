@@ -80,7 +80,7 @@ fn clock_at(round: u64, half: bool) -> ManualClock {
 }
 
 fn options(clock: &ManualClock, recover: bool) -> Options {
-    Options { clock: Arc::new(clock.clone()), recover_on_open: recover, ..Options::default() }
+    Options::default().clock(Arc::new(clock.clone())).recover_on_open(recover)
 }
 
 /// Every graph of the store, page by page.

@@ -25,7 +25,7 @@ fn submitted_ops_run_in_order_and_answer_after_their_commit() -> spindle::Result
         pending.into_iter().map(|p| p.wait().map(|a| a.seq)).collect::<spindle::Result<_>>()?;
     assert_eq!(seqs, (1..=200).collect::<Vec<_>>(), "in submission order");
     // Acknowledged means committed: another connection to the store sees every one.
-    let other = shared.open_with(Options { recover_on_open: false, ..Options::default() });
+    let other = shared.open_with(Options::default().recover_on_open(false));
     assert_eq!(other.events().head(&stream)?, 200);
     other.close()?;
     Ok(())
@@ -107,7 +107,7 @@ fn submit_is_refused_after_close_and_inside_a_transaction() -> spindle::Result<(
 
 #[test]
 fn an_inline_store_answers_a_submit_at_once() -> spindle::Result<()> {
-    let store = common::new_store_with(Options { inline: true, ..Options::default() });
+    let store = common::new_store_with(Options::default().inline(true));
     let pending = store.submit(append(&Stream::custom("s"), 1))?;
     assert!(pending.is_ready());
     assert_eq!(pending.wait()?.seq, 1);

@@ -69,15 +69,13 @@ fn cuts() -> u64 {
 }
 
 fn options(vfs: &CrashVfs, durability: Durability) -> Options {
-    Options {
-        durability,
-        clock: Arc::new(ManualClock::new(T0)),
-        vfs: Some(vfs.name().to_owned()),
+    Options::default()
+        .durability(durability)
+        .clock(Arc::new(ManualClock::new(T0)))
+        .vfs(vfs.name())
         // Small, so that the actor's own checkpoints (and their truncations) fall among the
         // cut points too, not only the one at close.
-        wal_bytes_max: WAL_BYTES_MAX,
-        ..Options::default()
-    }
+        .wal_bytes_max(WAL_BYTES_MAX)
 }
 
 fn stream(n: u64) -> Stream {

@@ -5,7 +5,7 @@
 //! recovers it. Stores of one process are two stores too (`tests/shared_store.rs` has that
 //! one on every engine). A store held off by another's recovery names the presence file; a
 //! named pipe or a symbolic link put at the presence file's name is refused at once, naming
-//! it, and never followed (`tests/cli_db.rs` has the presence file and other users).
+//! it, and never followed (`cli/tests/cli_db.rs` has the presence file and other users).
 
 mod common;
 
@@ -57,7 +57,7 @@ fn a_store_opening_leaves_a_live_processs_running_node_alone_and_recovers_it_onc
     assert_eq!(status(&second, &graph), NodeStatus::Running, "the live child's node stays");
     second.close().expect("close");
     // A store that may not recover waits for nothing and changes nothing either.
-    let quiet = Options { recover_on_open: false, ..Options::default() };
+    let quiet = Options::default().recover_on_open(false);
     let third = Store::open_with(&path, quiet).expect("open without recovery");
     assert_eq!(status(&third, &graph), NodeStatus::Running);
     third.close().expect("close");
@@ -87,7 +87,7 @@ fn a_store_recovering_at_open_holds_others_off_until_it_is_done() {
     store.close().expect("close");
     let held = std::fs::File::open(&presence).expect("open the presence file");
     held.lock().expect("hold it exclusively, as a recovering store does");
-    let patient = Options { busy_timeout: Duration::from_millis(200), ..Options::default() };
+    let patient = Options::default().busy_timeout(Duration::from_millis(200));
     // Held off past its busy timeout, it names the presence file and why it waited.
     match Store::open_with(&path, patient.clone()) {
         Err(Error::StoreFile { path: named, kind: std::io::ErrorKind::WouldBlock, message }) => {
@@ -97,7 +97,7 @@ fn a_store_recovering_at_open_holds_others_off_until_it_is_done() {
         other => panic!("expected StoreFile (WouldBlock), got {:?}", other.map(|_| ())),
     }
     // A read-only store is not held off: it holds nothing, and makes no file.
-    let reader = Store::open_with(&path, Options { read_only: true, ..Options::default() })
+    let reader = Store::open_with(&path, Options::default().read_only(true))
         .expect("a reader opens while another recovers");
     assert_eq!(status(&reader, &graph), NodeStatus::Running);
     reader.close().expect("close");
@@ -114,8 +114,8 @@ fn a_read_only_or_in_memory_store_makes_no_presence_file() {
     Store::open(&path).expect("create").close().expect("close");
     let presence = dir.path().join("store.db-presence");
     std::fs::remove_file(&presence).expect("remove it, for the test");
-    let reader = Store::open_with(&path, Options { read_only: true, ..Options::default() })
-        .expect("open read-only");
+    let reader =
+        Store::open_with(&path, Options::default().read_only(true)).expect("open read-only");
     reader.close().expect("close");
     assert!(!presence.exists(), "a reader makes no presence file");
     Store::open_in_memory().expect("in memory").close().expect("close");

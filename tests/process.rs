@@ -28,7 +28,7 @@ fn store_at(clock: &ManualClock) -> Store {
 }
 
 fn options_at(clock: &ManualClock) -> Options {
-    Options { clock: Arc::new(clock.clone()), ..Options::default() }
+    Options::default().clock(Arc::new(clock.clone()))
 }
 
 fn tool(id: &str) -> Registration {
@@ -51,11 +51,7 @@ fn progress_type() -> EventType {
             "required": ["line"],
             "properties": { "line": { "type": "string" } }
         }))
-        .wake(WakeSpec {
-            when: None,
-            input: Selector::Pointer("/line".into()),
-            dedupe_key: DedupeKey::EventIdentity,
-        })
+        .wake(WakeSpec::new(Selector::Pointer("/line".into())))
 }
 
 fn signal(name: &str, ordinal: u64) -> WaitKind {
@@ -109,7 +105,7 @@ fn registration_is_idempotent_and_hash_conflicts_fail() {
 #[test]
 fn external_refs_and_handle_grant_membership_round_trip() {
     let store = store_at(&ManualClock::new(T0));
-    let reference = ExternalRef { backend: "k8s".into(), id: "pod-1".into(), metadata: None };
+    let reference = ExternalRef::new("k8s", "pod-1");
     let unknown = store.processes().set_external_ref("nope", reference.clone());
     assert!(matches!(unknown, Err(Error::NotFound { .. })), "{unknown:?}");
     register(&store, tool("p1"));
@@ -117,15 +113,15 @@ fn external_refs_and_handle_grant_membership_round_trip() {
     assert_eq!(set.external_ref.as_ref(), Some(&reference));
     let repeat = store.processes().set_external_ref("p1", reference.clone()).expect("repeat");
     assert_eq!(repeat, set, "an identical repeat returns the record unchanged");
-    let other_id = ExternalRef { id: "pod-2".into(), ..reference.clone() };
-    let other_metadata = ExternalRef { metadata: Some(json!({ "ns": "x" })), ..reference };
+    let other_id = ExternalRef::new("k8s", "pod-2");
+    let other_metadata = reference.metadata(json!({ "ns": "x" }));
     for changed in [other_id, other_metadata] {
         let conflict = store.processes().set_external_ref("p1", changed);
         assert!(matches!(conflict, Err(Error::Conflict(_))), "{conflict:?}");
     }
     let scope = SessionScope::new("s1");
     assert!(!store.processes().has_handle_grant(&scope, "p1").expect("has"));
-    let descriptor = HandleDescriptor { kind: Some("tool".into()), label: Some("grep".into()) };
+    let descriptor = HandleDescriptor::default().kind("tool").label("grep");
     let grant = store.processes().grant_handle(&scope, "p1", descriptor.clone()).expect("grant");
     assert_eq!((grant.session_id.as_str(), grant.scope_id.as_str()), ("s1", "session:s1"));
     assert!(store.processes().has_handle_grant(&scope, "p1").expect("has"));
@@ -165,11 +161,7 @@ fn validates_custom_events_and_materializes_wakes() {
 #[test]
 fn custom_wake_events_preserve_typed_provenance_and_replay() {
     let store = store_at(&ManualClock::new(T0));
-    let wake_type = EventType::new("ping").wake(WakeSpec {
-        when: None,
-        input: Selector::Const(json!("ping")),
-        dedupe_key: DedupeKey::EventIdentity,
-    });
+    let wake_type = EventType::new("ping").wake(WakeSpec::new(Selector::Const(json!("ping"))));
     let registration = Registration::new("proc", "engine", json!({}))
         .originator(Originator::Session { scope: SessionScope::new("s1") })
         .event_type(wake_type)
@@ -216,40 +208,23 @@ fn wake_semantics_matrix() {
         ("n".to_owned(), Selector::Pointer("/n".into())),
     ];
     let types = vec![
-        wake(
-            "gated",
-            WakeSpec {
-                when: Some(Selector::Pointer("/go".into())),
-                input: Selector::Payload,
-                dedupe_key: DedupeKey::EventIdentity,
-            },
-        ),
+        wake("gated", WakeSpec::new(Selector::Payload).when(Selector::Pointer("/go".into()))),
         wake(
             "raw",
-            WakeSpec {
-                when: None,
-                input: Selector::Payload,
-                dedupe_key: DedupeKey::Selector(Selector::Pointer("/id".into())),
-            },
+            WakeSpec::new(Selector::Payload)
+                .dedupe_key(DedupeKey::Selector(Selector::Pointer("/id".into()))),
         ),
         wake(
             "constant",
-            WakeSpec {
-                when: None,
-                input: Selector::Const(json!({ "k": 1 })),
-                dedupe_key: DedupeKey::Const("fixed".into()),
-            },
+            WakeSpec::new(Selector::Const(json!({ "k": 1 })))
+                .dedupe_key(DedupeKey::Const("fixed".into())),
         ),
         wake(
             "templated",
-            WakeSpec {
-                when: None,
-                input: Selector::Template {
-                    template: "line {line} #{n}".into(),
-                    fields: fields.into(),
-                },
-                dedupe_key: DedupeKey::EventIdentity,
-            },
+            WakeSpec::new(Selector::Template {
+                template: "line {line} #{n}".into(),
+                fields: fields.into(),
+            }),
         ),
     ];
     register(&store, tool("p").event_types(types).wake_target(SessionScope::new("s")));
@@ -276,11 +251,7 @@ fn wake_semantics_matrix() {
 #[test]
 fn wake_payload_strings_are_taken_as_they_are() {
     let store = store_at(&ManualClock::new(T0));
-    let raw = EventType::new("say").wake(WakeSpec {
-        when: None,
-        input: Selector::Payload,
-        dedupe_key: DedupeKey::EventIdentity,
-    });
+    let raw = EventType::new("say").wake(WakeSpec::new(Selector::Payload));
     register(&store, tool("p").event_type(raw).wake_target(SessionScope::new("s")));
     let said = store.processes().append_event("p", AppendRequest::new("say", json!("hello")));
     assert_eq!(said.expect("append").wake.expect("wake").input, "hello", "not \"\\\"hello\\\"\"");
@@ -376,7 +347,7 @@ fn wait_state_round_trips_filters_and_clears_on_terminal() {
     let waiting = store.processes().set_wait("p", signal("go", 1)).expect("wait");
     let state = waiting.wait.expect("waiting");
     assert_eq!((state.kind, state.since_ms), (signal("go", 1), T0 + 5));
-    let filter = ListFilter { waiting: Some(true), ..ListFilter::default() };
+    let filter = ListFilter::default().waiting(true);
     assert_eq!(ids(&store.processes().list(&filter).expect("list")), ["p"]);
     let cleared = store.processes().clear_wait("p").expect("clear");
     assert!(cleared.wait.is_none());
@@ -413,12 +384,12 @@ fn list_processes_filters_by_status_and_waiting() {
     assert_eq!(list(ListFilter::status(StatusFilter::Any)), "a,b,c,d", "sorted by id");
     assert_eq!(list(ListFilter::status(StatusFilter::Completed)), "c");
     assert_eq!(list(ListFilter::status(StatusFilter::Failed)), "");
-    assert_eq!(list(ListFilter { waiting: Some(false), ..ListFilter::default() }), "a,d");
-    let flows = ListFilter { definition: Some(json!({ "flow": true })), ..ListFilter::default() };
+    assert_eq!(list(ListFilter::default().waiting(false)), "a,d");
+    let flows = ListFilter::default().definition(json!({ "flow": true }));
     assert_eq!(list(flows), "a,b");
-    let paged = ListFilter { page: Page::after("a", 1), ..ListFilter::status(StatusFilter::Any) };
+    let paged = ListFilter::status(StatusFilter::Any).page(Page::after("a", 1));
     assert_eq!(list(paged), "b", "keyset pages by id");
-    let too_big = ListFilter { page: Page::first(1_000_000), ..ListFilter::default() };
+    let too_big = ListFilter::default().page(Page::first(1_000_000));
     assert!(matches!(store.processes().list(&too_big), Err(Error::TooLarge { .. })));
 }
 
@@ -454,7 +425,7 @@ fn transfer_handle_grants_moves_addressability() {
     register(&store, tool("p1"));
     register(&store, tool("p2"));
     let (from, to) = (SessionScope::new("s1"), SessionScope::for_agent_frame("s2", "f"));
-    let descriptor = HandleDescriptor { kind: None, label: Some("one".into()) };
+    let descriptor = HandleDescriptor::default().label("one");
     store.processes().grant_handle(&from, "p1", descriptor.clone()).expect("grant");
     let partial = store.processes().transfer_handles(&from, &to, &["p1", "p2"]);
     assert!(matches!(partial, Err(Error::NotFound { .. })), "p2 is not granted: {partial:?}");
@@ -659,11 +630,11 @@ fn dead_local_owner(id: &str) -> LeaseOwner {
         panic!("a local process");
     };
     let liveness = Liveness::LocalProcess { host_id, boot_id, pid, process_start: "0".into() };
-    LeaseOwner { liveness, ..owner(id, "1") }
+    owner(id, "1").liveness(liveness)
 }
 
 fn live_local_owner(id: &str, host: &str) -> LeaseOwner {
-    LeaseOwner { liveness: Liveness::current_local_process(host).expect("/proc"), ..owner(id, "1") }
+    owner(id, "1").liveness(Liveness::current_local_process(host).expect("/proc"))
 }
 
 #[test]
@@ -676,7 +647,7 @@ fn process_lease_reclaim_contract() {
     let claimant = live_local_owner("claimant", "host-1");
     let plain = store.processes().claim_lease("p", &claimant, 60_000).expect("claim");
     assert!(matches!(plain, LeaseClaim::Busy { .. }), "a plain claim does not take a live lease");
-    let stale = ProcessLease { lease_token: "other".into(), ..dead.clone() };
+    let stale = dead.clone().lease_token("other".into());
     let refused = store.processes().reclaim_lease("p", &claimant, &stale, 60_000).expect("reclaim");
     assert_eq!(busy_holder(refused), dead, "a stale observation is busy");
     let other_host = live_local_owner("claimant", "host-2");
@@ -743,7 +714,7 @@ fn process_registry_survives_reopen() {
     let clock = ManualClock::new(T0);
     let shared = SharedStore::new();
     let store = shared.open_with(options_at(&clock));
-    let reference = ExternalRef { backend: "b".into(), id: "x".into(), metadata: Some(json!([1])) };
+    let reference = ExternalRef::new("b", "x").metadata(json!([1]));
     let scope = SessionScope::new("s");
     let (event, lease) = {
         let processes = store.processes();
@@ -821,11 +792,9 @@ fn bad_registrations_are_refused_and_write_nothing() {
     store.processes().register(tool(&at_limit)).expect("an id at the limit");
     let duplicate = tool("p").event_type(EventType::new("e")).event_type(EventType::new("e"));
     let bad_schema = tool("p").event_type(EventType::new("e").schema(json!({ "pattern": "x" })));
-    let unselected =
-        tool("p").event_type(EventType::new("e").terminal(spindle::process::TerminalSpec {
-            state: TerminalState::Cancelled,
-            await_output: None,
-        }));
+    let unselected = tool("p").event_type(
+        EventType::new("e").terminal(spindle::process::TerminalSpec::new(TerminalState::Cancelled)),
+    );
     for bad in [tool(&long_id), tool(""), duplicate, bad_schema, unselected] {
         let refused = store.processes().register(bad);
         assert!(
@@ -845,11 +814,7 @@ fn bad_events_and_leases_are_refused_and_write_nothing() {
     register(&store, tool("p").event_type(progress_type()));
     let before = store.processes().get("p").expect("get").expect("p");
     let limits = store.limits().clone();
-    let pointer_miss = EventType::new("w").wake(WakeSpec {
-        when: None,
-        input: Selector::Pointer("/absent".into()),
-        dedupe_key: DedupeKey::EventIdentity,
-    });
+    let pointer_miss = EventType::new("w").wake(WakeSpec::new(Selector::Pointer("/absent".into())));
     register(&store, tool("q").event_type(pointer_miss));
     let missed = store.processes().append_event("q", AppendRequest::new("w", json!({})));
     assert!(matches!(missed, Err(Error::InvalidInput(_))), "a selector that misses: {missed:?}");
@@ -880,8 +845,8 @@ fn bad_events_and_leases_are_refused_and_write_nothing() {
 #[test]
 fn prune_goes_a_page_at_a_time() {
     let clock = ManualClock::new(T0);
-    let limits = spindle::Limits { page_size_max: 3, ..spindle::Limits::default() };
-    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
+    let limits = spindle::Limits::default().page_size_max(3);
+    let store = common::new_store_with(options_at(&clock).limits(limits));
     for i in 0..5 {
         register(&store, tool(&format!("p{i}")));
         store.processes().complete(&format!("p{i}"), success(json!(i))).expect("complete");
@@ -915,10 +880,10 @@ fn a_subscriber_follows_a_process_stream() {
 #[test]
 fn a_terminal_event_of_a_custom_type_ends_the_process_with_its_selected_output() {
     let store = store_at(&ManualClock::new(T0));
-    let gave_up = EventType::new("gave_up").terminal(spindle::process::TerminalSpec {
-        state: TerminalState::Failed,
-        await_output: Some(Selector::Pointer("/why".into())),
-    });
+    let gave_up = EventType::new("gave_up").terminal(
+        spindle::process::TerminalSpec::new(TerminalState::Failed)
+            .await_output(Selector::Pointer("/why".into())),
+    );
     register(&store, tool("p").event_type(gave_up));
     store.processes().set_wait("p", signal("go", 1)).expect("wait");
     let request = AppendRequest::new("gave_up", json!({ "why": "no route" })).replay_key("end");
@@ -935,13 +900,9 @@ fn a_terminal_event_of_a_custom_type_ends_the_process_with_its_selected_output()
 }
 
 fn small_limits_store(clock: &ManualClock) -> Store {
-    let limits = spindle::Limits {
-        payload_bytes_max: 2_000,
-        page_size_max: 4,
-        id_len_max: 64,
-        ..spindle::Limits::default()
-    };
-    common::new_store_with(Options { limits, ..options_at(clock) })
+    let limits =
+        spindle::Limits::default().payload_bytes_max(2_000).page_size_max(4).id_len_max(64);
+    common::new_store_with(options_at(clock).limits(limits))
 }
 
 /// A JSON string payload whose encoding is exactly `bytes` long.
@@ -997,7 +958,7 @@ fn transfers_and_descriptors_hold_at_their_limits() {
     let at_limit = &all[..limits.page_size_max];
     store.processes().transfer_handles(&from, &to, at_limit).expect("at the limit");
     assert_eq!(store.processes().handle_grants(&to).expect("grants").len(), limits.page_size_max);
-    let label_of = |bytes: usize| HandleDescriptor { kind: None, label: Some("l".repeat(bytes)) };
+    let label_of = |bytes: usize| HandleDescriptor::default().label("l".repeat(bytes));
     let overhead = r#"{"label":""}"#.len();
     let fits = label_of(limits.payload_bytes_max - overhead);
     store.processes().grant_handle(&from, "p0", fits).expect("a descriptor at the limit");
@@ -1014,11 +975,7 @@ fn a_wake_template_cannot_grow_past_the_payload_limit_or_read_its_own_values() {
         ("b".to_owned(), Selector::Pointer("/b".into())),
     ];
     let template = Selector::Template { template: "{a}".repeat(40), fields: fields.into() };
-    let wake = EventType::new("w").wake(WakeSpec {
-        when: None,
-        input: template,
-        dedupe_key: DedupeKey::EventIdentity,
-    });
+    let wake = EventType::new("w").wake(WakeSpec::new(template));
     register(&store, tool("p").event_type(wake));
     let grows = AppendRequest::new("w", json!({ "a": "y".repeat(100), "b": "" }));
     let refused = store.processes().append_event("p", grows);
@@ -1064,7 +1021,7 @@ fn scopes_and_owners_are_checked_like_ids() {
         pid: 1,
         process_start: "1".into(),
     };
-    let big_owner = LeaseOwner { liveness, ..owner("a", "1") };
+    let big_owner = owner("a", "1").liveness(liveness);
     let claim = store.processes().claim_lease("p", &big_owner, 1_000);
     assert!(matches!(claim, Err(Error::TooLarge { .. })), "{claim:?}");
     let first = acquired(store.processes().claim_lease("p", &owner("a", "1"), 1_000).expect("ok"));

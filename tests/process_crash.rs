@@ -110,7 +110,7 @@ fn payload(key: &str) -> Value {
 }
 
 fn options(clock: &ManualClock, durability: Durability) -> Options {
-    Options { clock: Arc::new(clock.clone()), durability, ..Options::default() }
+    Options::default().clock(Arc::new(clock.clone())).durability(durability)
 }
 
 fn check(path: &Path, round: u64, acked: &Acked) {

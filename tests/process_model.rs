@@ -105,12 +105,7 @@ struct Harness {
 }
 
 fn options(clock: &ManualClock) -> Options {
-    Options {
-        clock: Arc::new(clock.clone()),
-        durability: Durability::Normal,
-        inline: true,
-        ..Options::default()
-    }
+    Options::default().clock(Arc::new(clock.clone())).durability(Durability::Normal).inline(true)
 }
 
 fn open(shared: Option<&SharedStore>, clock: &ManualClock) -> Store {
@@ -566,13 +561,8 @@ fn claim(
     let holder = h.model.leases.get(&p).and_then(|row| row.holder.clone());
     let observed = match (dice.below(3), holder) {
         (0 | 1, Some(holder)) => holder,
-        _ => h.pick_lease(dice, p).unwrap_or_else(|| ProcessLease {
-            process_id: PROCESSES[p].to_owned(),
-            owner: LeaseOwner::new("nobody", "0"),
-            lease_token: "none".into(),
-            fencing_token: 0,
-            claimed_at_ms: 0,
-            expires_at_ms: 0,
+        _ => h.pick_lease(dice, p).unwrap_or_else(|| {
+            ProcessLease::new(PROCESSES[p], LeaseOwner::new("nobody", "0"), "none", 0, 0, 0)
         }),
     };
     let what = if reclaim { "reclaim" } else { "claim" };
@@ -598,7 +588,7 @@ fn claim(
             let LeaseClaim::Acquired(lease) = claim else {
                 panic!("{context}: expected a new grant {expected:?}, got {claim:?}");
             };
-            let without_token = ProcessLease { lease_token: String::new(), ..lease.clone() };
+            let without_token = lease.clone().lease_token(String::new());
             assert_eq!(without_token, expected, "{context}: the new grant");
             h.new_grant(p, &lease, now_ms, &context);
             h.model.granted(p, lease.clone());

@@ -336,11 +336,7 @@ impl Worker {
 #[test]
 fn eight_contenders_on_four_processes_leases_fenced_and_replay_keys_exact() {
     let clock = ManualClock::new(T0);
-    let options = Options {
-        clock: Arc::new(clock.clone()),
-        durability: Durability::Normal,
-        ..Options::default()
-    };
+    let options = Options::default().clock(Arc::new(clock.clone())).durability(Durability::Normal);
     let dir = tempfile::tempdir().expect("tempdir");
     // A file on SQLite; a schema of its own on PostgreSQL (`SPINDLE_TEST_ENGINE`).
     let store = if common::on_postgres() {

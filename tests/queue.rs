@@ -16,15 +16,15 @@ use spindle::{
 const T0: i64 = 1_700_000_000_000;
 
 fn store_at(clock: &ManualClock) -> Store {
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().clock(Arc::new(clock.clone()));
     common::new_store_with(options)
 }
 
 /// A store whose page size limit is 2, so that bounds show with a handful of items.
 fn setup_with_pages_of_two() -> (Store, ManualClock) {
     let clock = ManualClock::new(T0);
-    let limits = spindle::Limits { page_size_max: 2, ..spindle::Limits::default() };
-    let options = Options { clock: Arc::new(clock.clone()), limits, ..Options::default() };
+    let limits = spindle::Limits::default().page_size_max(2);
+    let options = Options::default().clock(Arc::new(clock.clone())).limits(limits);
     (common::new_store_with(options), clock)
 }
 
@@ -429,7 +429,7 @@ fn bad_input_is_refused_and_writes_nothing() -> spindle::Result<()> {
         NewItem::new("q", json!(1)).max_attempts(1001),
         NewItem::new("q", json!(1)).dedupe_key("bad\nkey"),
         NewItem::new("q", json!("x".repeat(1024 * 1024))),
-        NewItem::new("q", json!(1)).backoff(spindle::Backoff { base_ms: 10, max_ms: 5 }),
+        NewItem::new("q", json!(1)).backoff(spindle::Backoff::new(10, 5)),
     ];
     for item in bad_items {
         assert!(queue.enqueue(item).is_err());
@@ -567,7 +567,7 @@ fn priorities_outside_the_range_are_refused() -> spindle::Result<()> {
 fn a_claim_reclaims_its_own_queues_leases_whatever_other_queues_hold() -> spindle::Result<()> {
     let (store, clock) = setup_with_pages_of_two();
     let queue = store.queue();
-    let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
+    let zero = spindle::Backoff::new(0, 0);
     for n in 0..3 {
         queue.enqueue(NewItem::new("b", json!(n)).backoff(zero))?;
         queue.claim("w", &["b"], 1_000)?.expect("claimed");
@@ -584,7 +584,7 @@ fn a_claim_reclaims_its_own_queues_leases_whatever_other_queues_hold() -> spindl
 #[test]
 fn claim_wait_wakes_when_a_lease_lapses() -> spindle::Result<()> {
     let store = common::new_store();
-    let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
+    let zero = spindle::Backoff::new(0, 0);
     let id = store.queue().enqueue(NewItem::new("q", json!(1)).backoff(zero))?.id;
     store.queue().claim("dying worker", &["q"], 100)?.expect("claimed");
     let started = Instant::now();
@@ -656,13 +656,13 @@ fn a_batch_naming_an_item_twice_is_invalid() -> spindle::Result<()> {
 #[test]
 fn fences_keep_growing_across_a_restart() -> spindle::Result<()> {
     let clock = ManualClock::new(T0);
-    let options = || Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = || Options::default().clock(Arc::new(clock.clone()));
     let shared = common::SharedStore::new();
     let id;
     let before;
     {
         let store = shared.open_with(options());
-        let zero = spindle::Backoff { base_ms: 0, max_ms: 0 };
+        let zero = spindle::Backoff::new(0, 0);
         id = store.queue().enqueue(NewItem::new("q", json!(1)).backoff(zero))?.id;
         let first = store.queue().claim("w", &["q"], 1_000)?.expect("claimed");
         store.queue().release(&id, first.fence)?;
@@ -1734,7 +1734,7 @@ fn a_batch_keeps_each_items_tags_metadata_and_run_timeout() -> spindle::Result<(
 fn a_round_settling_an_item_cancelled_and_pruned_meanwhile_answers_it_alone() -> spindle::Result<()>
 {
     let clock = ManualClock::new(T0);
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().clock(Arc::new(clock.clone()));
     let store = common::new_store_with(options);
     let queue = store.queue();
     for n in 0..2 {

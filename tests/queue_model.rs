@@ -70,12 +70,10 @@ struct Harness {
 }
 
 fn open(shared: Option<&SharedStore>, clock: &ManualClock) -> Store {
-    let options = Options {
-        clock: Arc::new(clock.clone()),
-        durability: Durability::Normal,
-        inline: true,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .clock(Arc::new(clock.clone()))
+        .durability(Durability::Normal)
+        .inline(true);
     match shared {
         Some(shared) => shared.open_with(options),
         None => common::new_store_with(options),

@@ -113,11 +113,7 @@ fn three_stores_of_eight_workers_on_one_database_nothing_lost_or_doubled() {
 }
 
 fn options(clock: &ManualClock) -> Options {
-    Options {
-        clock: Arc::new(clock.clone()),
-        durability: spindle::Durability::Normal,
-        ..Options::default()
-    }
+    Options::default().clock(Arc::new(clock.clone())).durability(spindle::Durability::Normal)
 }
 
 /// Enqueues the items through `store`, runs eight workers on each of `stores` until nothing is

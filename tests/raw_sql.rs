@@ -373,8 +373,8 @@ fn a_token_view_may_not_read_the_stores_tables_or_check_their_integrity() -> spi
 
 #[test]
 fn sql_that_would_hold_the_stores_thread_is_cut_off_and_refused() -> spindle::Result<()> {
-    let limits = spindle::Limits { sql_steps_max: 1_000_000, ..spindle::Limits::default() };
-    let options = spindle::Options { limits, ..spindle::Options::default() };
+    let limits = spindle::Limits::default().sql_steps_max(1_000_000);
+    let options = spindle::Options::default().limits(limits);
     let store = Store::open_in_memory_with(options)?;
     let stream = Stream::custom("budget");
     // Within the budget: a short recursive count.
@@ -408,8 +408,8 @@ fn sql_that_would_hold_the_stores_thread_is_cut_off_and_refused() -> spindle::Re
 
 #[test]
 fn a_closure_that_swallows_a_cut_off_is_still_refused() -> spindle::Result<()> {
-    let limits = spindle::Limits { sql_steps_max: 1_000_000, ..spindle::Limits::default() };
-    let store = Store::open_in_memory_with(spindle::Options { limits, ..Default::default() })?;
+    let limits = spindle::Limits::default().sql_steps_max(1_000_000);
+    let store = Store::open_in_memory_with(spindle::Options::default().limits(limits))?;
     let stream = Stream::custom("swallow");
     let s = stream.clone();
     let result = store.transaction(move |tx| {
@@ -426,10 +426,9 @@ fn a_closure_that_swallows_a_cut_off_is_still_refused() -> spindle::Result<()> {
 
 #[test]
 fn the_step_budget_must_allow_one_check() {
-    let at = spindle::Limits { sql_steps_max: 1_000, ..spindle::Limits::default() };
-    let below = spindle::Limits { sql_steps_max: 999, ..spindle::Limits::default() };
-    let open =
-        |limits| Store::open_in_memory_with(spindle::Options { limits, ..Default::default() });
+    let at = spindle::Limits::default().sql_steps_max(1_000);
+    let below = spindle::Limits::default().sql_steps_max(999);
+    let open = |limits| Store::open_in_memory_with(spindle::Options::default().limits(limits));
     assert!(open(at).is_ok());
     assert!(matches!(open(below), Err(Error::InvalidInput(_))));
 }

@@ -19,7 +19,7 @@ use spindle::{Error, Options, READERS_MAX, Role, Store, Stream, TenantStatus, Te
 /// A file store with `readers` reader threads, in its own directory.
 fn file_store(readers: usize) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().expect("a directory");
-    let options = Options { readers, ..Options::default() };
+    let options = Options::default().readers(readers);
     let store = Store::open_with(dir.path().join("readers.db"), options).expect("open");
     (dir, store)
 }
@@ -45,7 +45,7 @@ fn a_read_held_open_on_postgres_does_not_hold_a_write_back() {
         return;
     }
     let shared = common::SharedStore::new();
-    let store = shared.open_with(Options { readers: 2, ..Options::default() });
+    let store = shared.open_with(Options::default().readers(2));
     assert_eq!(hold_a_read_while_writing(&store), (0, 0), "one snapshot");
     store.close().expect("close");
 }
@@ -86,12 +86,10 @@ fn a_read_held_open_never_makes_the_writers_checkpoint_wait() {
     // A small WAL bound forces truncating checkpoints, which wait for readers up to the busy
     // timeout (long here): the writer must not wait for the held read at all.
     let dir = tempfile::tempdir().expect("a directory");
-    let options = Options {
-        readers: 2,
-        wal_bytes_max: 64 * 1024,
-        busy_timeout: Duration::from_secs(60),
-        ..Options::default()
-    };
+    let options = Options::default()
+        .readers(2)
+        .wal_bytes_max(64 * 1024)
+        .busy_timeout(Duration::from_secs(60));
     let store = Store::open_with(dir.path().join("wal.db"), options).expect("open");
     let stream = Stream::custom("grows");
     let (started_tx, started) = bounded(1);
@@ -138,7 +136,7 @@ fn a_bound_views_administration_of_a_suspended_tenant_is_refused_wherever_reads_
         let (secret, _) = acme.auth().create_token("ops", Role::Admin, None).expect("token");
         let bound = store.authenticate(secret.expose()).expect("a bound view");
         assert!(bound.auth().tenant("acme").is_ok(), "active: it reads");
-        let suspend = TenantUpdate { status: Some(TenantStatus::Suspended), ..Default::default() };
+        let suspend = TenantUpdate::default().status(TenantStatus::Suspended);
         store.auth().update_tenant("acme", suspend).expect("suspend");
         let refused = bound.auth().tenant("acme");
         assert!(matches!(refused, Err(Error::TenantSuspended(_))), "{refused:?}");
@@ -215,7 +213,7 @@ fn reads_work_without_readers_and_the_bound_is_checked() {
     none.events().append(&stream, "n", json!(1)).expect("append");
     assert_eq!(none.read(move |tx| tx.exec(Head { stream })).expect("read"), 1);
     let dir = tempfile::tempdir().expect("a directory");
-    let options = Options { readers: READERS_MAX + 1, ..Options::default() };
+    let options = Options::default().readers(READERS_MAX + 1);
     let refused = Store::open_with(dir.path().join("x.db"), options);
     assert!(matches!(refused, Err(Error::InvalidInput(_))), "{refused:?}");
     assert!(!dir.path().join("x.db").exists(), "nothing was created");

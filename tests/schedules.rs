@@ -28,7 +28,7 @@ const HOUR_MS: i64 = 3_600_000;
 const PATIENCE: Duration = Duration::from_secs(60);
 
 fn options(clock: &ManualClock) -> Options {
-    Options { clock: Arc::new(clock.clone()), ..Options::default() }
+    Options::default().clock(Arc::new(clock.clone()))
 }
 
 fn setup() -> (Store, ManualClock) {
@@ -496,7 +496,7 @@ fn a_suspended_tenants_schedules_wait_and_catch_up_once_it_is_active() -> spindl
     store.auth().create_tenant("acme", "Acme")?;
     let acme = store.tenant("acme")?;
     acme.queue().put_schedule(every_minute("theirs", "q").backfill(5))?;
-    let status = |status| spindle::TenantUpdate { status: Some(status), ..Default::default() };
+    let status = |status| spindle::TenantUpdate::default().status(status);
     store.auth().update_tenant("acme", status(spindle::TenantStatus::Suspended))?;
     clock.set_ms(next_minute(T0) + 2 * MINUTE_MS);
     // The store's sweep runs with this write; a suspended tenant's writes are refused.
@@ -518,8 +518,8 @@ fn a_schedule_that_cannot_fire_is_skipped_and_the_others_fire() -> spindle::Resu
     store.queue().put_schedule(every_minute("small", "q"))?;
     store.close()?;
     // Reopened with a smaller payload bound: the big template no longer enqueues.
-    let limits = spindle::Limits { payload_bytes_max: 1_000, ..spindle::Limits::default() };
-    let store = shared.open_with(Options { limits, ..options(&clock) });
+    let limits = spindle::Limits::default().payload_bytes_max(1_000);
+    let store = shared.open_with(options(&clock).limits(limits));
     for minute in 1..=3 {
         clock.set_ms(next_minute(T0) + (minute - 1) * MINUTE_MS);
         store.queue().run_schedules()?;

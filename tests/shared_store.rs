@@ -55,7 +55,7 @@ fn a_write_of_a_tenant_another_store_suspended_since_is_refused_and_leaves_nothi
     let acme = writer.tenant("acme")?;
     let stream = Stream::custom("orders");
     acme.events().append(&stream, "placed", json!(1))?;
-    let suspended = TenantUpdate { status: Some(TenantStatus::Suspended), ..Default::default() };
+    let suspended = TenantUpdate::default().status(TenantStatus::Suspended);
     admin.auth().update_tenant("acme", suspended)?;
     let append = acme.events().append(&stream, "placed", json!(2));
     assert!(matches!(append, Err(Error::TenantSuspended(_))), "{append:?}");
@@ -66,7 +66,7 @@ fn a_write_of_a_tenant_another_store_suspended_since_is_refused_and_leaves_nothi
     assert!(acme.events().read(Stream::queue("q"), 0, 10)?.is_empty(), "nor of the enqueue");
     assert!(acme.queue().stats()?.iter().all(|queue| queue.queue != "q"), "no item");
     writer.events().append(&stream, "placed", json!(3))?;
-    let active = TenantUpdate { status: Some(TenantStatus::Active), ..Default::default() };
+    let active = TenantUpdate::default().status(TenantStatus::Active);
     admin.auth().update_tenant("acme", active)?;
     acme.events().append(&stream, "placed", json!(4))?;
     assert_eq!(acme.events().read(&stream, 0, 10)?.len(), 2, "active again");
@@ -183,7 +183,7 @@ fn a_deadline_sweep_passes_over_a_tenant_another_process_writes_and_comes_back()
     }
     let clock = ManualClock::new(1_000_000);
     let shared = SharedStore::new();
-    let store = shared.open_with(Options { clock: Arc::new(clock.clone()), ..Options::default() });
+    let store = shared.open_with(Options::default().clock(Arc::new(clock.clone())));
     let acme = store.tenant("acme")?;
     let (ours, theirs) = (started_graph(&store, Some(5_000))?, started_graph(&acme, Some(5_000))?);
     let mut our_events = store.subscribe(Stream::graph(&ours), 0)?;
@@ -245,7 +245,7 @@ fn a_store_connects_again_after_the_server_ends_its_session() -> spindle::Result
         return Ok(());
     }
     let shared = SharedStore::new();
-    let store = shared.open_with(spindle::Options { readers: 2, ..Default::default() });
+    let store = shared.open_with(spindle::Options::default().readers(2));
     let stream = Stream::custom("dropped");
     store.events().append(&stream, "before", json!(1))?;
     // An administrator ends the store's sessions (their application_name names its schema):
@@ -436,7 +436,7 @@ fn a_read_only_store_creates_nothing_where_there_is_no_store() {
         return;
     }
     let shared = SharedStore::new();
-    let options = Options { read_only: true, ..Options::default() };
+    let options = Options::default().read_only(true);
     let refused = Store::connect_with(shared.location(), options);
     assert!(matches!(refused, Err(Error::NotADatabase)), "{refused:?}");
     let schema: Option<String> =

@@ -1,5 +1,5 @@
-//! What the store tells `tracing` (issue 30 item 3): a span per batch with its op count, its
-//! outcome and its duration; a warning for a transaction closure refused for its SQL; the
+//! What the store tells `tracing`: a span per batch with its op count, its outcome and its
+//! duration; a warning for a transaction closure refused for its SQL; a WAL checkpoint; the
 //! recovery of running graphs at open. An inline store runs its batches on the caller's
 //! thread, so a subscriber set for the test's thread sees them (and no other test's).
 
@@ -87,7 +87,7 @@ fn recorded<T>(recorder: &Recorder, f: impl FnOnce() -> T) -> T {
 }
 
 fn inline_store() -> Store {
-    Store::open_in_memory_with(Options { inline: true, ..Options::default() }).expect("open")
+    Store::open_in_memory_with(Options::default().inline(true)).expect("open")
 }
 
 #[test]
@@ -111,7 +111,7 @@ fn each_batch_is_a_span_with_its_ops_outcome_and_duration() -> spindle::Result<(
 fn a_batch_slower_than_the_threshold_is_a_warning_and_counted() -> spindle::Result<()> {
     let recorder = Recorder::default();
     // Every batch takes longer than nothing.
-    let options = Options { inline: true, slow_batch: Duration::ZERO, ..Options::default() };
+    let options = Options::default().inline(true).slow_batch(Duration::ZERO);
     let store = Store::open_in_memory_with(options)?;
     recorded(&recorder, || store.events().append(Stream::custom("s"), "e", json!(1)).map(drop))?;
     let lines = recorder.lines();
@@ -159,11 +159,35 @@ fn running_graphs_recovered_at_open_are_told() -> spindle::Result<()> {
     store.graphs().start_node(&graph, &node)?;
     store.close()?;
     let recorder = Recorder::default();
-    let options = Options { inline: true, ..Options::default() };
+    let options = Options::default().inline(true);
     let reopened = recorded(&recorder, || Store::open_with(&path, options))?;
     let lines = recorder.lines();
     let told = lines.iter().find(|line| line.contains("recovered the running graphs"));
     let told = told.unwrap_or_else(|| panic!("no recovery event in {lines:#?}"));
     assert!(told.starts_with("event INFO") && told.contains("reset=1"), "{told}");
     reopened.close()
+}
+
+#[test]
+fn a_wal_checkpoint_is_told() -> spindle::Result<()> {
+    let recorder = Recorder::default();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A small WAL limit: a checkpoint is due after a few dozen kilobytes of commits.
+    let options = Options::default().inline(true).wal_bytes_max(64 * 1024);
+    let store = Store::open_with(dir.path().join("store.db"), options)?;
+    recorded(&recorder, || -> spindle::Result<()> {
+        for n in 0..200 {
+            store.events().append(
+                Stream::custom("s"),
+                "e",
+                json!({ "n": n, "pad": "x".repeat(512) }),
+            )?;
+        }
+        Ok(())
+    })?;
+    let lines = recorder.lines();
+    let told =
+        lines.iter().any(|line| line.starts_with("event DEBUG") && line.contains("WAL checkpoint"));
+    assert!(told, "{lines:#?}");
+    store.close()
 }

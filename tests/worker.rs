@@ -20,7 +20,7 @@ const T0: i64 = 1_700_000_000_000;
 
 fn setup() -> (Store, ManualClock) {
     let clock = ManualClock::new(T0);
-    let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+    let options = Options::default().clock(Arc::new(clock.clone()));
     (common::new_store_with(options), clock)
 }
 

@@ -18,7 +18,7 @@ use common::SharedStore;
 const T0: i64 = 1_700_000_000_000;
 
 fn options_at(clock: &ManualClock) -> Options {
-    Options { clock: Arc::new(clock.clone()), ..Options::default() }
+    Options::default().clock(Arc::new(clock.clone()))
 }
 
 fn store_at(clock: &ManualClock) -> Store {
@@ -239,9 +239,9 @@ fn snapshots_are_immutable_and_load_returns_the_events_after_the_latest() {
 
 #[test]
 fn load_pages_through_a_long_stream() {
-    let limits = spindle::Limits { page_size_max: 3, ..spindle::Limits::default() };
+    let limits = spindle::Limits::default().page_size_max(3);
     let clock = ManualClock::new(T0);
-    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
+    let store = common::new_store_with(options_at(&clock).limits(limits));
     store.workflows().put_definition("build", "v1", json!({})).expect("put");
     let id = start(&store);
     for i in 0..10 {
@@ -276,14 +276,12 @@ fn listings_filter_by_status_and_workflow_newest_first() {
     };
     let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
     assert_eq!(list(ExecutionFilter::default(), Page::default()), newest_first);
-    let running = ExecutionFilter { status: Some(WorkflowStatus::Running), workflow_id: None };
+    let running = ExecutionFilter::default().status(WorkflowStatus::Running);
     assert_eq!(list(running, Page::default()), [ids[3].clone(), ids[0].clone()]);
-    let builds = ExecutionFilter { status: None, workflow_id: Some("build".into()) };
+    let builds = ExecutionFilter::default().workflow_id("build");
     assert_eq!(list(builds, Page::default()), [ids[2].clone(), ids[0].clone()]);
-    let running_builds = ExecutionFilter {
-        status: Some(WorkflowStatus::Running),
-        workflow_id: Some("build".into()),
-    };
+    let running_builds =
+        ExecutionFilter::default().status(WorkflowStatus::Running).workflow_id("build");
     assert_eq!(list(running_builds, Page::default()), [ids[0].clone()]);
     let second_page = list(ExecutionFilter::default(), Page::after(ids[2].clone(), 1));
     assert_eq!(second_page, [ids[1].clone()], "keyset pages go on from the last id");
@@ -391,10 +389,9 @@ fn delete_removes_the_execution_its_snapshots_and_its_events() {
 
 #[test]
 fn sizes_hold_at_the_limit_and_refuse_one_past_it() {
-    let limits =
-        spindle::Limits { payload_bytes_max: 100, id_len_max: 64, ..spindle::Limits::default() };
+    let limits = spindle::Limits::default().payload_bytes_max(100).id_len_max(64);
     let clock = ManualClock::new(T0);
-    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
+    let store = common::new_store_with(options_at(&clock).limits(limits));
     let id_at = "w".repeat(64);
     store.workflows().put_definition(&id_at, &id_at, json!({})).expect("ids at the limit");
     let id_past = "w".repeat(65);
@@ -512,9 +509,9 @@ fn another_tenants_execution_behaves_as_missing_for_every_operation() {
 
 #[test]
 fn every_value_a_workflow_keeps_is_bounded() {
-    let limits = spindle::Limits { payload_bytes_max: 100, ..spindle::Limits::default() };
+    let limits = spindle::Limits::default().payload_bytes_max(100);
     let clock = ManualClock::new(T0);
-    let store = common::new_store_with(Options { limits, ..options_at(&clock) });
+    let store = common::new_store_with(options_at(&clock).limits(limits));
     let text_of = |bytes: usize| json!({ "t": "x".repeat(bytes - r#"{"t":""}"#.len()) });
     store.workflows().put_definition("w", "at", text_of(100)).expect("an ir at the limit");
     let ir = store.workflows().put_definition("w", "past", text_of(101));

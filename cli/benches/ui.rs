@@ -43,12 +43,10 @@ fn main() {
 
     let store = Store::open(&db).expect("open");
     let ui = Ui::start(&db);
-    let filter = GraphFilter {
-        metadata: vec![("kind".into(), json!("spindle-run"))],
-        roots_only: true,
-        newest_first: true,
-        ..GraphFilter::default()
-    };
+    let filter = GraphFilter::default()
+        .metadata("kind", json!("spindle-run"))
+        .roots_only(true)
+        .newest_first(true);
     let cases: [Case; 3] = [
         (
             "runs list, first page",
@@ -89,7 +87,7 @@ fn main() {
 /// nodes in layers of 100, each node after one of the layer before. Returns the big run's id
 /// and the id of a run halfway down the list.
 fn fill(db: &Path, runs: usize, nodes: usize) -> (String, String) {
-    let options = Options { durability: Durability::Normal, ..Options::default() };
+    let options = Options::default().durability(Durability::Normal);
     let store = Store::open_with(db, options).expect("open");
     let mut ids = Vec::with_capacity(runs);
     for chunk in 0..runs.div_ceil(RUNS_PER_TX) {

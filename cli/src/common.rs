@@ -299,11 +299,9 @@ fn value_end(value: &str) -> usize {
 /// without a store) with exit 2.
 pub fn open(db: &Location, tenant: &str, access: Access) -> Result<Store, CliError> {
     let creates = matches!(access, Access::Runner | Access::Administrator);
-    let options = Options {
-        recover_on_open: matches!(access, Access::Runner),
-        read_only: matches!(access, Access::Reader),
-        ..Options::default()
-    };
+    let options = Options::default()
+        .recover_on_open(matches!(access, Access::Runner))
+        .read_only(matches!(access, Access::Reader));
     let store = match db {
         Location::File(path) => open_file(path, creates, options)?,
         Location::Postgres(url) => connect(url, creates, options)?,

@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -29,7 +30,12 @@ pub(crate) fn install(verbose: u8, rust_log: Option<String>) -> Option<String> {
         None if verbose == 0 => return warning,
         None => Targets::new().with_target("spindle", level(verbose)),
     };
-    let printer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(false);
+    // A batch's span is printed as it closes, with what it recorded by then: its outcome and
+    // duration (at the span's level, debug: `-vv`).
+    let printer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_span_events(FmtSpan::CLOSE);
     // Only fails if a subscriber is installed already, which nothing else here does.
     let _ = tracing_subscriber::registry().with(printer).with(targets).try_init();
     warning

@@ -18,11 +18,7 @@ pub const RUN_KIND: &str = "spindle-run";
 /// The runs of the tenant (root graphs whose metadata says `kind: spindle-run`), oldest first:
 /// what `Graphs::find` reads when asked for runs (narrow it with more fields).
 pub fn run_filter() -> GraphFilter {
-    GraphFilter {
-        metadata: vec![("kind".into(), json!(RUN_KIND))],
-        roots_only: true,
-        ..GraphFilter::default()
-    }
+    GraphFilter::default().metadata("kind", json!(RUN_KIND)).roots_only(true)
 }
 
 /// The stream that keeps a run's pipeline text: `source` events whose texts, joined, are it.

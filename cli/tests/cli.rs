@@ -760,6 +760,9 @@ fn v_and_rust_log_tell_the_stores_work_on_stderr_only() {
     assert_eq!(told.status.code(), Some(0), "{told:?}");
     let stderr = String::from_utf8_lossy(&told.stderr);
     assert!(stderr.contains("spindle: op") && stderr.contains("TRACE"), "{stderr}");
+    // Each batch's span, as it closed: how it ended and how long it took.
+    assert!(stderr.contains("spindle.batch") && stderr.contains("outcome="), "{stderr}");
+    assert!(stderr.contains("duration_us="), "{stderr}");
     assert!(!String::from_utf8_lossy(&told.stdout).contains("spindle: op"), "stdout stays clean");
     let filtered = s.command().env("RUST_LOG", "spindle=warn").args(["-vvv", "runs"]).output();
     let filtered = filtered.expect("runs");

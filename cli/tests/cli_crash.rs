@@ -114,7 +114,7 @@ fn note_finished(lines: &[String], finished: &mut BTreeMap<String, String>, chai
 }
 
 fn graph_nodes(db: &Path) -> BTreeMap<String, NodeStatus> {
-    let options = Options { read_only: true, ..Options::default() };
+    let options = Options::default().read_only(true);
     let store = Store::open_with(db, options).expect("open read-only");
     let graphs = all_graphs(&store);
     assert_eq!(graphs.len(), 1, "one run, resumed");

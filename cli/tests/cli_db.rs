@@ -237,7 +237,7 @@ fn another_users_read_of_a_store_nobody_has_open_is_refused_and_the_owner_still_
     let presence = side(&db, "-presence");
     assert_eq!(std::fs::metadata(&presence).expect("made by the owner's run").uid(), OWNER);
     std::fs::remove_file(&presence).expect("remove it, for the test");
-    let writer = Options { recover_on_open: false, ..Options::default() };
+    let writer = Options::default().recover_on_open(false);
     Store::open_with(&db, writer).expect("root opens to write").close().expect("close");
     let made = std::fs::metadata(&presence).expect("made by root's open");
     assert_eq!((made.uid(), made.gid(), made.mode() & 0o777), (OWNER, OWNER, 0o600));
@@ -299,7 +299,7 @@ fn a_second_runner_leaves_a_live_runners_node_running_and_a_later_open_recovers_
     let second = s.run(&quick(&s, "other"));
     assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
 
-    let reader = Options { read_only: true, ..Options::default() };
+    let reader = Options::default().read_only(true);
     let store = Store::open_with(s.db(), reader.clone()).expect("read the store");
     let runs = store.graphs().list(Page::first(10)).expect("graphs");
     let graph = runs
@@ -463,7 +463,7 @@ fn a_directory_this_user_may_not_write_is_named_for_a_new_store_and_for_a_missin
     Store::open(&db).expect("create").close().expect("close");
     std::os::unix::fs::chown(&db, Some(OWNER), Some(OWNER)).expect("chown");
     std::fs::remove_file(side(&db, "-presence")).expect("as before any writable open");
-    let reader = Options { read_only: true, ..Options::default() };
+    let reader = Options::default().read_only(true);
     let open = Store::open_with(&db, reader).expect("root reads");
     // Where runs keep their outputs, the owner's (a directory of its own, made beforehand).
     let runs = PathBuf::from(format!("{}.runs", db.display()));

@@ -42,7 +42,7 @@ impl Scratch {
     /// The store, opened by a library user beside the runner (no recovery at open: it would
     /// take a live run's running node back to ready).
     fn library(&self) -> Store {
-        let options = Options { recover_on_open: false, ..Options::default() };
+        let options = Options::default().recover_on_open(false);
         Store::open_with(self.db(), options).expect("open the store")
     }
 

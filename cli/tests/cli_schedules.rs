@@ -98,7 +98,7 @@ fn a_due_tick_is_fired_once_by_the_command() {
     let s = scratch();
     // Put an hour ago (a clock of the library's own): sixty ticks are due for the command.
     let an_hour_ago = spindle::SystemClock.now_ms() - 3_600_000;
-    let options = Options { clock: Arc::new(ManualClock::new(an_hour_ago)), ..Options::default() };
+    let options = Options::default().clock(Arc::new(ManualClock::new(an_hour_ago)));
     let store = Store::open_with(s.db(), options).expect("open");
     let item = NewItem::new("q", json!({}));
     store.queue().put_schedule(Schedule::every("often", 60_000, item)).expect("put");

@@ -423,8 +423,7 @@ impl Session {
 }
 
 fn dead_count(db: &Path) -> usize {
-    let store = Store::open_with(db, spindle::Options { read_only: true, ..Default::default() })
-        .expect("open");
+    let store = Store::open_with(db, spindle::Options::default().read_only(true)).expect("open");
     store.queue().dead_letters("mail", spindle::Page::first(10)).expect("dead").len()
 }
 

@@ -592,8 +592,8 @@ fn a_deeply_nested_event_is_answered_on_a_connection_threads_small_stack() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ui = Ui::start(dir.path(), None);
     // As deep as a store may be told to keep (`Limits::json_depth_max` at most 100).
-    let limits = Limits { json_depth_max: 100, ..Limits::default() };
-    let options = Options { limits, ..Options::default() };
+    let limits = Limits::default().json_depth_max(100);
+    let options = Options::default().limits(limits);
     let store = Store::open_with(dir.path().join("spindle.db"), options).expect("open");
     let nested = (0..100).fold(json!(0), |inner, _| json!([inner]));
     let deeper = json!([nested.clone()]);

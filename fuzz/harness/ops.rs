@@ -166,13 +166,11 @@ struct Harness {
 /// secrets repeat from run to run (a reopened file folds what it holds into the seed, so its
 /// new ids do not collide with stored ones).
 fn options(clock: &ManualClock) -> Options {
-    Options {
-        clock: Arc::new(clock.clone()),
-        durability: Durability::Normal,
-        inline: true,
-        seed: Some(0x5EED),
-        ..Options::default()
-    }
+    Options::default()
+        .clock(Arc::new(clock.clone()))
+        .durability(Durability::Normal)
+        .inline(true)
+        .seed(0x5EED)
 }
 
 impl Harness {
@@ -896,7 +894,7 @@ impl Harness {
                 let Ok(LeaseClaim::Acquired(lease)) = got else {
                     panic!("{context}: {got:?}, expected {expected:?}")
                 };
-                let blank = ProcessLease { lease_token: String::new(), ..lease.clone() };
+                let blank = lease.clone().lease_token(String::new());
                 assert_eq!(blank, expected, "{context}: the grant");
                 self.sides[t].processes.granted(p, lease.clone());
                 self.sides[t].leases.push((p, lease));
@@ -1136,7 +1134,7 @@ impl Harness {
         let status = if self.suspended { TenantStatus::Active } else { TenantStatus::Suspended };
         self.now();
         self.context(&format!("t1 becomes {status:?}"));
-        let update = TenantUpdate { name: None, status: Some(status) };
+        let update = TenantUpdate::default().status(status);
         let tenant = self.owner.auth().update_tenant(TENANTS[1], update).expect("update tenant");
         assert_eq!(tenant.status, status);
         self.suspended = !self.suspended;

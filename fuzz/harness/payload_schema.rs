@@ -1,5 +1,5 @@
 //! The `payload_schema` fuzz harness: the process registry's payload validator
-//! (`src/process/schema.rs`, reached through `spindle::fuzzing`) against `boon`, a JSON Schema
+//! (`src/process/json_schema.rs`, reached through `spindle::fuzzing`) against `boon`, a JSON Schema
 //! validator (draft 2020-12), on the keywords ours supports: the same verdict for every schema
 //! ours accepts, and the step bound holds.
 //!

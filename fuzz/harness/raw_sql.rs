@@ -244,7 +244,7 @@ pub fn run(data: &[u8]) {
         "owner-only-{}",
         dir.path().file_name().map(|name| name.to_string_lossy()).unwrap_or_default()
     );
-    let options = Options { durability: Durability::Normal, ..Options::default() };
+    let options = Options::default().durability(Durability::Normal);
     let store = Store::open_with(&path, options).expect("open the store");
     store.auth().create_tenant("acme", "Acme").expect("create tenant acme");
     let acme = store.tenant("acme").expect("acme's view");

@@ -90,13 +90,11 @@ pub fn outcome(data: &[u8]) -> Outcome {
     let dir = scratch_dir();
     let path = dir.path().join("store.db");
     std::fs::write(&path, &bytes).expect("write the copy");
-    let options = Options {
-        clock: Arc::new(ManualClock::new(START_MS)),
-        busy_timeout: Duration::from_millis(50),
-        durability: Durability::Normal,
-        read_only: flags & READ_ONLY != 0,
-        ..Options::default()
-    };
+    let options = Options::default()
+        .clock(Arc::new(ManualClock::new(START_MS)))
+        .busy_timeout(Duration::from_millis(50))
+        .durability(Durability::Normal)
+        .read_only(flags & READ_ONLY != 0);
     let mut outcome = Outcome::default();
     let store = match Store::open_with(&path, options) {
         Ok(store) => store,
@@ -204,7 +202,7 @@ fn template() -> &'static Template {
         let dir = tempfile::tempdir().expect("temporary directory");
         let path = dir.path().join("template.db");
         let clock = ManualClock::new(START_MS);
-        let options = Options { clock: Arc::new(clock.clone()), ..Options::default() };
+        let options = Options::default().clock(Arc::new(clock.clone()));
         let store = Store::open_with(&path, options).expect("open the template");
         let mut template = fill(&store, &clock).expect("fill the template");
         store.close().expect("close the template");

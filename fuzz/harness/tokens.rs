@@ -54,7 +54,7 @@ fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
         let clock = ManualClock::new(1_000_000);
-        let options = Options { clock: std::sync::Arc::new(clock.clone()), ..Options::default() };
+        let options = Options::default().clock(std::sync::Arc::new(clock.clone()));
         let store = Store::open_in_memory_with(options).expect("open the store");
         let mut issued = Vec::new();
         for tenant in ["acme", "beta"] {

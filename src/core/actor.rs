@@ -1,23 +1,23 @@
-//! The actor: one thread that owns the connection and runs every job, in batches.
+//! The actor: one thread that owns the connection and runs every call, in batches.
 //!
-//! Loop: take one message; for a job, drain up to `batch_max - 1` more jobs without waiting;
-//! run them in one transaction (`BEGIN IMMEDIATE`, or deferred when every job only reads), one
-//! savepoint per job (none for a job that only reads or writes with one statement, which is
-//! atomic by itself, or that is alone in its transaction, which a rollback undoes); one
+//! Loop: take one message; for a call, drain up to `batch_max - 1` more calls without waiting;
+//! run them in one transaction (`BEGIN IMMEDIATE`, or deferred when every call only reads), one
+//! savepoint per call (none for a call that only reads or writes with one statement, which is
+//! atomic by itself, or that is the only one in its transaction, which a rollback undoes); one
 //! `COMMIT`; then every reply; then every event to the subscribers. Subscribe requests and
 //! close are handled between batches, never inside one.
 //!
 //! Failure handling, from the smallest scope out:
-//! - a job that returns `Err`, returns `Rollback` or panics is rolled back to its savepoint and
+//! - a call that returns `Err`, returns `Rollback` or panics is rolled back to its savepoint and
 //!   the rest of the batch goes on;
 //! - an op that lost to another transaction (a deadlock or a serialisation failure, PostgreSQL
-//!   only) is not answered: it runs again in the next transaction, with the jobs after it in
+//!   only) is not answered: it runs again in the next transaction, with the calls after it in
 //!   its batch (so one caller's ops keep their order), at most `CONFLICT_RETRIES` more times;
-//! - if SQLite ends the whole transaction under a job (disk full, I/O error), every job of the
-//!   batch so far is answered with that error and the remaining jobs start a new transaction;
-//! - a failed `COMMIT` answers every job of the batch with the error and publishes nothing;
+//! - if SQLite ends the whole transaction under a call (disk full, I/O error), every call of the
+//!   batch so far is answered with that error and the remaining calls start a new transaction;
+//! - a failed `COMMIT` answers every call of the batch with the error and publishes nothing;
 //! - only when the connection cannot be brought back to "no transaction open" does the store
-//!   poison itself: every later job is answered `Poisoned`.
+//!   poison itself: every later call is answered `Poisoned`.
 //!
 //! The actor also schedules WAL checkpoints (auto-checkpoint is off): a passive one when the
 //! mailbox is idle or the WAL passes a quarter of its limit, a truncating one past the limit.
@@ -40,13 +40,13 @@ use crate::core::conn::Conn;
 use crate::core::db::args;
 use crate::core::db::{RELEASE_OP, ROLLBACK_TO_OP, SAVEPOINT_OP};
 use crate::core::events::OwnedStreams;
-use crate::core::meter::Meter;
-use crate::core::msg::{Applied, Job, Msg};
-use crate::core::op::Access;
+use crate::core::meter::{Meter, Tallies};
+use crate::core::msg::{Applied, Call, Msg};
+use crate::core::op::{Access, Op, Role, sealed::Sealed};
 use crate::core::publish::{LiveRequest, Published, Publisher};
 use crate::core::schema::Location;
 use crate::core::state::{Acting, ActorState};
-use crate::core::tx::{Engine, Finished, Tx, forbidden};
+use crate::core::tx::{Engine, Finished, Scope, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
@@ -134,7 +134,7 @@ impl Inline {
         Ok(Self { actor: Mutex::new(Some(actor)), state })
     }
 
-    /// Handles `message` on this thread: runs a job (replying on its channel before this
+    /// Handles `message` on this thread: runs a call (replying on its channel before this
     /// returns) or registers a subscriber. A panic of the store's own code (not an op's: those
     /// are answered as `OpPanicked`) closes the store, as it would stop the store's thread.
     ///
@@ -195,39 +195,67 @@ struct Actor {
     commit_us: u64,
     /// A batch longer than this is told and counted (`Options::slow_batch`).
     slow_batch: Duration,
-    /// When the alarm job is next due (set by committed jobs through `Tx::set_alarm`).
+    /// When the alarm call is next due (set by committed calls through `Tx::set_alarm`).
     alarm_ms: Option<i64>,
-    /// Builds the job that runs when the alarm is due.
-    alarm_job: Option<AlarmJob>,
+    /// Builds the call that runs when the alarm is due.
+    alarm: Option<AlarmOp>,
     /// Streams only their domain may write.
     owned_streams: &'static [OwnedStreams],
     /// Which tenants may write, as read in this batch (a suspended or archived one may not).
     writable: HashMap<Arc<str>, bool>,
     /// The tenants a transaction's start took whose statuses it has not answered yet (see
-    /// `Conn::begin_ahead`): a job of theirs runs as if they may write, and is checked once
+    /// `Conn::begin_ahead`): a call of theirs runs as if they may write, and is checked once
     /// the start has answered.
     unread_start: Vec<Arc<str>>,
-    /// Jobs that lost to another transaction (on PostgreSQL) and run again, each in the next
+    /// Calls that lost to another transaction (on PostgreSQL) and run again, each in the next
     /// transaction (their own batch has let go of its locks by then).
-    retries: Vec<Job>,
+    retries: Vec<Call>,
     /// Why writes are refused after SQLite found the file corrupt (reads go on: what is
     /// undamaged still reads).
     corrupt: Option<String>,
 }
 
-/// How long after a failed alarm job it runs again, in milliseconds.
+/// How long after a failed alarm call it runs again, in milliseconds.
 const ALARM_RETRY_MS: i64 = 1_000;
 
-/// Builds the job the actor runs when an alarm set through `Tx::set_alarm` is due. A domain
-/// supplies it; the engine does not know what it does.
-pub(crate) type AlarmJob = fn() -> Job;
+/// What the actor runs when an alarm set through `Tx::set_alarm` is due: the work of an op, as
+/// the store's admin in `tenant`. A domain supplies it (the engine does not know what it does);
+/// the actor runs it as an op of its own, whose answer nobody waits for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AlarmOp {
+    /// The tenant it runs in (the sweeps reach every tenant from there).
+    pub(crate) tenant: &'static str,
+    /// The op's work: it sets the alarm again for its own next time.
+    pub(crate) apply: fn(&mut Tx<'_>) -> Result<()>,
+}
+
+impl Sealed for AlarmOp {}
+impl Op for AlarmOp {
+    type Output = ();
+    fn access(&self) -> Access {
+        Access::Admin
+    }
+    fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
+        (self.apply)(tx)
+    }
+}
+
+impl AlarmOp {
+    /// The call that runs it now.
+    fn call(self) -> Call {
+        let scope = Scope { tenant: Arc::from(self.tenant), role: Role::Admin, bound: false };
+        let (reply, _) = bounded(1);
+        Call::op(self, scope, reply)
+    }
+}
 
 /// What the engine needs from the domains, which it does not name: built in one place
 /// (`crate::domains`) and handed to `spawn`.
 #[derive(Debug)]
 pub(crate) struct EngineHooks {
-    /// The job to run when an alarm is due (a domain's sweep: today the graphs' deadlines).
-    pub(crate) alarm_job: Option<AlarmJob>,
+    /// The op to run when an alarm is due (the domains' sweeps: the graphs' deadlines, the
+    /// queue's schedules).
+    pub(crate) alarm: Option<AlarmOp>,
     /// Streams only their domain may write (a registered process's, an execution's): the
     /// event log refuses callers' writes to them.
     pub(crate) owned_streams: &'static [OwnedStreams],
@@ -241,15 +269,17 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     }
 }
 
-/// The jobs of the open transaction, waiting for its `COMMIT`.
+/// The calls of the open transaction, waiting for its `COMMIT`.
 #[derive(Default)]
 struct Batch {
     open: bool,
     applied: Vec<Applied>,
     events: Vec<Published>,
-    /// Whether a kept job asked for the waiters to be woken after commit.
+    /// What the kept calls tallied for the metrics.
+    tallies: Tallies,
+    /// Whether a kept call asked for the waiters to be woken after commit.
     rang: bool,
-    /// The earliest alarm a kept job set.
+    /// The earliest alarm a kept call set.
     alarm_ms: Option<i64>,
 }
 
@@ -277,7 +307,7 @@ impl Actor {
             commit_us: 0,
             slow_batch: options.slow_batch,
             alarm_ms: None,
-            alarm_job: hooks.alarm_job,
+            alarm: hooks.alarm,
             owned_streams: hooks.owned_streams,
             writable: HashMap::new(),
             unread_start: Vec::new(),
@@ -286,15 +316,15 @@ impl Actor {
         })
     }
 
-    /// One message of an inline store: a job runs in a batch of its own (after a due alarm, which
+    /// One message of an inline store: a call runs in a batch of its own (after a due alarm, which
     /// an idle store's thread would have run by now); a subscriber goes live.
     fn handle_inline(&mut self, message: Msg) {
         match message {
-            Msg::Run(job) => {
-                if !job.writes && self.alarm_wait().is_some_and(|w| w.is_zero()) {
+            Msg::Run(call) => {
+                if !call.writes && self.alarm_wait().is_some_and(|w| w.is_zero()) {
                     self.run_batch(Vec::new());
                 }
-                self.run_batch(vec![job]);
+                self.run_batch(vec![call]);
                 self.conn.schedule_checkpoint();
             }
             Msg::GoLive(request) => self.go_live(request),
@@ -317,9 +347,9 @@ impl Actor {
                 },
             };
             match message {
-                Msg::Run(job) => {
-                    let (jobs, stopped_at) = self.gather(job);
-                    self.run_batch(jobs);
+                Msg::Run(call) => {
+                    let (calls, stopped_at) = self.gather(call);
+                    self.run_batch(calls);
                     self.conn.schedule_checkpoint();
                     held = stopped_at;
                 }
@@ -363,20 +393,20 @@ impl Actor {
 
     /// How long until the alarm is due by the store's clock (zero if it is), if one is set.
     fn alarm_wait(&self) -> Option<Duration> {
-        let alarm_ms = self.alarm_ms.filter(|_| self.alarm_job.is_some())?;
+        let alarm_ms = self.alarm_ms.filter(|_| self.alarm.is_some())?;
         // At most a second: the clock may jump (a test's, or the system's after a suspend).
         let wait_ms = alarm_ms.saturating_sub(self.stamp.peek_ms()).clamp(0, 1_000);
         Some(Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)))
     }
 
-    /// The alarm job, if the alarm is due at `now_ms`; the alarm is then cleared (the job sets
+    /// The alarm call, if the alarm is due at `now_ms`; the alarm is then cleared (the call sets
     /// the next one).
-    fn take_due_alarm(&mut self, now_ms: i64) -> Option<Job> {
+    fn take_due_alarm(&mut self, now_ms: i64) -> Option<Call> {
         if self.alarm_ms.is_none_or(|alarm_ms| alarm_ms > now_ms) {
             return None;
         }
         self.alarm_ms = None;
-        self.alarm_job.as_ref().map(|make| make())
+        self.alarm.map(AlarmOp::call)
     }
 
     /// What an idle moment is used for: a checkpoint, noticing another process's writes (live
@@ -390,33 +420,33 @@ impl Actor {
         }
     }
 
-    /// Takes up to `batch_max` jobs; a message of another kind ends the batch and is returned.
-    fn gather(&mut self, first: Job) -> (Vec<Job>, Option<Msg>) {
-        let mut jobs = vec![first];
-        while jobs.len() < self.batch_max {
+    /// Takes up to `batch_max` calls; a message of another kind ends the batch and is returned.
+    fn gather(&mut self, first: Call) -> (Vec<Call>, Option<Msg>) {
+        let mut calls = vec![first];
+        while calls.len() < self.batch_max {
             match self.inbox.try_recv() {
-                Ok(Msg::Run(job)) => jobs.push(job),
-                Ok(other) => return (jobs, Some(other)),
+                Ok(Msg::Run(call)) => calls.push(call),
+                Ok(other) => return (calls, Some(other)),
                 Err(_) => break,
             }
         }
-        let stopped_at = self.linger(&mut jobs);
-        (jobs, stopped_at)
+        let stopped_at = self.linger(&mut calls);
+        (calls, stopped_at)
     }
 
     /// Waits a little for the callers that are about to send (they were answered a moment
     /// ago and are waking up), when a commit costs much more than the wait: one fsync for
     /// all of them instead of one for each half. Waits at most a quarter of a recent commit.
-    fn linger(&mut self, jobs: &mut Vec<Job>) -> Option<Msg> {
+    fn linger(&mut self, calls: &mut Vec<Call>) -> Option<Msg> {
         let callers = self.state.waiting.load(Ordering::Relaxed).min(self.batch_max);
         let linger = Duration::from_micros(self.commit_us / 4);
-        if jobs.len() >= callers || linger < LINGER_MIN {
+        if calls.len() >= callers || linger < LINGER_MIN {
             return None;
         }
         let deadline = Instant::now() + linger;
-        while jobs.len() < callers {
+        while calls.len() < callers {
             match self.inbox.recv_deadline(deadline) {
-                Ok(Msg::Run(job)) => jobs.push(job),
+                Ok(Msg::Run(call)) => calls.push(call),
                 Ok(other) => return Some(other),
                 Err(_) => break,
             }
@@ -424,30 +454,30 @@ impl Actor {
         None
     }
 
-    /// Runs `jobs` in one transaction, then a job of it that lost to another transaction (and
-    /// may run again, at most `CONFLICT_RETRIES` more times) with the jobs after it, in the
+    /// Runs `calls` in one transaction, then a call of it that lost to another transaction (and
+    /// may run again, at most `CONFLICT_RETRIES` more times) with the calls after it, in the
     /// next.
-    fn run_batch(&mut self, jobs: Vec<Job>) {
-        self.run_one_batch(jobs);
+    fn run_batch(&mut self, calls: Vec<Call>) {
+        self.run_one_batch(calls);
         while !self.retries.is_empty() {
             let again = std::mem::take(&mut self.retries);
             self.run_one_batch(again);
         }
     }
 
-    /// Runs `jobs` in one transaction (or, after one is lost midway, the rest in another) under
+    /// Runs `calls` in one transaction (or, after one is lost midway, the rest in another) under
     /// a `tracing` span of the batch: its ops, whether its last transaction committed, and how
     /// long it took; a slow one is told and counted.
-    fn run_one_batch(&mut self, jobs: Vec<Job>) {
+    fn run_one_batch(&mut self, calls: Vec<Call>) {
         let started = Instant::now();
-        let ops = jobs.len();
+        let ops = calls.len();
         let span = tracing::debug_span!(
             "spindle.batch",
             ops,
             outcome = tracing::field::Empty,
             duration_us = tracing::field::Empty
         );
-        let committed = span.in_scope(|| self.run_jobs(jobs));
+        let committed = span.in_scope(|| self.run_calls(calls));
         let spent = started.elapsed();
         let outcome = if committed { "committed" } else { "not committed" };
         span.record("outcome", outcome);
@@ -460,36 +490,36 @@ impl Actor {
     }
 
     /// The work of `run_one_batch`; returns whether the batch committed.
-    fn run_jobs(&mut self, jobs: Vec<Job>) -> bool {
+    fn run_calls(&mut self, calls: Vec<Call>) -> bool {
         let now_ms = self.stamp.next_ms();
         self.state.stamp_ms.fetch_max(now_ms, Ordering::SeqCst);
-        // A due alarm joins a batch that writes anyway (or runs alone when idle): a batch of
+        // A due alarm joins a batch that writes anyway (or runs by itself when idle): a batch of
         // reads stays a deferred transaction that another process's writer cannot block.
-        let writing = jobs.iter().any(|job| job.writes);
-        let alarm = (writing || jobs.is_empty()).then(|| self.take_due_alarm(now_ms)).flatten();
+        let writing = calls.iter().any(|call| call.writes);
+        let alarm = (writing || calls.is_empty()).then(|| self.take_due_alarm(now_ms)).flatten();
         let carried = alarm.is_some();
-        let jobs = alarm.into_iter().chain(jobs);
-        let mut jobs: VecDeque<Job> = jobs.filter_map(|job| self.admit(job)).collect();
-        let writes = jobs.iter().any(|job| job.writes);
+        let calls = alarm.into_iter().chain(calls);
+        let mut calls: VecDeque<Call> = calls.filter_map(|call| self.admit(call)).collect();
+        let writes = calls.iter().any(|call| call.writes);
         let mut batch = Batch::default();
         // Another process may have changed a tenant since the last batch.
         self.writable.clear();
         self.unread_start.clear();
-        // Whether the alarm job's work is in the transaction about to commit.
+        // Whether the alarm call's work is in the transaction about to commit.
         let mut alarm_kept = false;
         let mut index = 0;
-        while let Some(job) = jobs.pop_front() {
+        while let Some(call) = calls.pop_front() {
             if !batch.open {
                 let tenants = if self.conn.locks_tenants() {
-                    writing_tenants(std::iter::once(&job).chain(&jobs))
+                    writing_tenants(std::iter::once(&call).chain(&calls))
                 } else {
                     Vec::new()
                 };
                 // A batch that starts with the crate's own op: its transaction's start goes to
                 // the server with the op's first statement, in the same round trip, and is
                 // checked after it (`read_start`). A caller's closure holds its tenants'
-                // writers from its start, as promised (see `run_job`).
-                let started = if job.internal {
+                // writers from its start, as promised (see `run_call`).
+                let started = if call.internal {
                     self.conn.begin_ahead(writes, &tenants)
                 } else {
                     self.conn.begin(writes, &tenants).map(Some)
@@ -502,8 +532,8 @@ impl Actor {
                     Ok(None) => self.unread_start = tenants,
                     Err(error) => {
                         // Another connection holds the lock: the rest would only wait again.
-                        for job in std::iter::once(job).chain(jobs.drain(..)) {
-                            job.refuse(error.replicate(), &self.state.meter);
+                        for call in std::iter::once(call).chain(calls.drain(..)) {
+                            call.refuse(error.replicate(), &self.state.meter);
                         }
                         self.retry_alarm(carried, now_ms);
                         return false;
@@ -514,33 +544,33 @@ impl Actor {
             }
             let is_alarm = carried && index == 0;
             index += 1;
-            // A job alone in its transaction needs no savepoint: rolling back the transaction
+            // The only call of its transaction needs no savepoint: rolling back the transaction
             // undoes it (what an inline store's every call, and a lone caller's, saves).
-            let alone = batch.applied.is_empty() && jobs.is_empty();
-            self.run_job(job, now_ms, &mut batch, alone);
+            let only_call = batch.applied.is_empty() && calls.is_empty();
+            self.run_call(call, now_ms, &mut batch, only_call);
             if let Some(error) = self.conn.take_start_failure() {
-                // The transaction's start, sent with the job's first statement, failed (another
+                // The transaction's start, sent with the call's first statement, failed (another
                 // connection holds a tenant's lock): the rest would only wait again.
-                for job in jobs.drain(..) {
-                    job.refuse(error.replicate(), &self.state.meter);
+                for call in calls.drain(..) {
+                    call.refuse(error.replicate(), &self.state.meter);
                 }
             }
             if !self.retries.is_empty() {
-                // A job lost to another transaction and runs again in the next one: the jobs
+                // A call lost to another transaction and runs again in the next one: the calls
                 // after it wait for it there, in their order (one caller's submitted ops run
                 // in the order it sent them).
-                self.retries.extend(jobs.drain(..));
+                self.retries.extend(calls.drain(..));
             }
             if let Some(reason) = &self.poisoned {
                 // Nothing more runs on a connection the store cannot trust.
-                for job in jobs.drain(..) {
-                    job.refuse(Error::Poisoned(reason.clone()), &self.state.meter);
+                for call in calls.drain(..) {
+                    call.refuse(Error::Poisoned(reason.clone()), &self.state.meter);
                 }
             }
             if is_alarm {
                 alarm_kept = batch.applied.last().is_some_and(|applied| applied.keep);
             }
-            // An abandoned transaction took the alarm job's work with it.
+            // An abandoned transaction took the alarm call's work with it.
             alarm_kept &= batch.open;
         }
         let committed = batch.open && self.commit(batch, writes);
@@ -551,10 +581,10 @@ impl Actor {
     }
 
     /// Once a start sent ahead (`Conn::begin_ahead`) has answered, keeps the statuses it read,
-    /// and returns why the job that just ran must be undone: its start failed, or `checked`, the
+    /// and returns why the call that just ran must be undone: its start failed, or `checked`, the
     /// tenant it ran for as if it might write, may not (suspended or archived since the last
-    /// batch: the job's writes are rolled back and it is answered `TenantSuspended`, as it would
-    /// have been before running). A start not sent yet (the job sent nothing) is sent now only
+    /// batch: the call's writes are rolled back and it is answered `TenantSuspended`, as it would
+    /// have been before running). A start not sent yet (the call sent nothing) is sent now only
     /// to check.
     fn read_start(&mut self, checked: Option<&Arc<str>>) -> Option<Error> {
         if !self.unread_start.is_empty() {
@@ -601,7 +631,7 @@ impl Actor {
         Ok(writable)
     }
 
-    /// An alarm job whose work did not commit runs again a little later.
+    /// An alarm call whose work did not commit runs again a little later.
     fn retry_alarm(&mut self, carried: bool, now_ms: i64) {
         if carried {
             let retry_ms = now_ms.saturating_add(ALARM_RETRY_MS);
@@ -609,71 +639,71 @@ impl Actor {
         }
     }
 
-    /// Refuses a job that must not run (poisoned store, role, read-only) and passes the rest.
-    fn admit(&self, job: Job) -> Option<Job> {
+    /// Refuses a call that must not run (poisoned store, role, read-only) and passes the rest.
+    fn admit(&self, call: Call) -> Option<Call> {
         if let Some(reason) = &self.poisoned {
-            job.refuse(Error::Poisoned(reason.clone()), &self.state.meter);
+            call.refuse(Error::Poisoned(reason.clone()), &self.state.meter);
             return None;
         }
-        if !job.scope.role.allows(job.access) {
-            let error = forbidden(job.label, job.scope.role);
-            job.refuse(error, &self.state.meter);
+        if !call.scope.role.allows(call.access) {
+            let error = forbidden(call.label, call.scope.role);
+            call.refuse(error, &self.state.meter);
             return None;
         }
-        if self.read_only && job.writes {
-            job.refuse(Error::ReadOnly, &self.state.meter);
+        if self.read_only && call.writes {
+            call.refuse(Error::ReadOnly, &self.state.meter);
             return None;
         }
         // A reader may have found it corrupt too.
         let corrupt = || self.corrupt.clone().or_else(|| self.state.corrupt.lock().clone());
-        if job.writes
+        if call.writes
             && let Some(found) = corrupt()
         {
             let refused = format!("writes are refused since the file was found corrupt: {found}");
-            job.refuse(Error::Corrupt(refused), &self.state.meter);
+            call.refuse(Error::Corrupt(refused), &self.state.meter);
             return None;
         }
-        Some(job)
+        Some(call)
     }
 
-    /// Runs one job (under its own savepoint unless it needs none) and keeps or rolls back its
+    /// Runs one call (under its own savepoint unless it needs none) and keeps or rolls back its
     /// work.
-    fn run_job(&mut self, job: Job, now_ms: i64, batch: &mut Batch, alone: bool) {
+    fn run_call(&mut self, call: Call, now_ms: i64, batch: &mut Batch, only_call: bool) {
         // A caller's closure holds its tenants' writers from its start: a batch's start still
         // waiting to go ahead of a statement goes now.
-        if !job.internal
+        if !call.internal
             && let Some(error) = self.conn.send_ahead().err().or_else(|| self.read_start(None))
         {
-            job.refuse(error.replicate(), &self.state.meter);
+            call.refuse(error.replicate(), &self.state.meter);
             return self.abandon(batch, &error);
         }
         // Every write of a suspended tenant is refused, and so is the administration of a view
         // bound to it by a token (the store owner's administration is not: it reactivates).
         let checked =
-            job.access == Access::Write || (job.access == Access::Admin && job.scope.bound);
-        // Its batch's start, still to be sent, reads the status: the job runs, and is
+            call.access == Access::Write || (call.access == Access::Admin && call.scope.bound);
+        // Its batch's start, still to be sent, reads the status: the call runs, and is
         // overruled if it may not write (see `read_start`).
-        let check_after = checked && self.unread_start.contains(&job.scope.tenant);
+        let check_after = checked && self.unread_start.contains(&call.scope.tenant);
         if checked && !check_after {
-            match self.tenant_writable(&job.scope.tenant) {
+            match self.tenant_writable(&call.scope.tenant) {
                 Ok(true) => {}
                 Ok(false) => {
-                    let tenant = job.scope.tenant.to_string();
-                    return job.refuse(Error::TenantSuspended(tenant), &self.state.meter);
+                    let tenant = call.scope.tenant.to_string();
+                    return call.refuse(Error::TenantSuspended(tenant), &self.state.meter);
                 }
-                Err(error) => return job.refuse(error, &self.state.meter),
+                Err(error) => return call.refuse(error, &self.state.meter),
             }
         }
-        tracing::trace!(op = job.label, writes = job.writes, "spindle: op");
-        let needs_savepoint = job.savepoint || self.conn.needs_savepoints();
-        let savepoint = needs_savepoint && !alone;
-        let undo_by_rollback = needs_savepoint && alone;
+        tracing::trace!(op = call.label, writes = call.writes, "spindle: op");
+        let needs_savepoint = call.savepoint || self.conn.needs_savepoints();
+        let savepoint = needs_savepoint && !only_call;
+        let undo_by_rollback = needs_savepoint && only_call;
         if savepoint && let Err(error) = self.conn.statement(SAVEPOINT_OP) {
-            job.refuse(error.replicate(), &self.state.meter);
+            call.refuse(error.replicate(), &self.state.meter);
             return self.abandon(batch, &error);
         }
-        let scope = job.scope.clone();
-        // Only what SQLite reports while this job runs counts against the file.
+        let scope = call.scope.clone();
+        // Only what SQLite reports while this call runs counts against the file.
         crate::error::take_sqlite_corruption();
         let engine = Engine {
             db: self.conn.db(),
@@ -684,18 +714,18 @@ impl Actor {
         };
         let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(self.publisher.has_live());
-        if !job.writes {
-            // A job that only reads (a `Store::read` closure among them) stays so.
+        if !call.writes {
+            // A call that only reads (a `Store::read` closure among them) stays so.
             tx.set_read_only();
         }
-        self.conn.enter_job(job.internal, job.scope.bound);
-        self.conn.set_job_alone(undo_by_rollback);
+        self.conn.enter_call(call.internal, call.scope.bound);
+        self.conn.set_only_call(undo_by_rollback);
         self.conn.take_conflict();
-        let applied = job.run(&mut tx);
+        let applied = call.run(&mut tx);
         let finished = tx.finish();
-        self.conn.set_job_alone(false);
-        self.conn.leave_job();
-        // Rolled back (to its savepoint, or with the transaction when alone) and answered so.
+        self.conn.set_only_call(false);
+        self.conn.leave_call();
+        // Rolled back (to its savepoint, or with the transaction when it is the only call) and answered so.
         let applied = match self.read_start(check_after.then_some(&scope.tenant)) {
             Some(refused) => applied.overrule(refused),
             None => applied,
@@ -719,10 +749,10 @@ impl Actor {
         }
     }
 
-    /// Keeps a job's work in the batch (releasing its savepoint) or rolls it back; abandons the
+    /// Keeps a call's work in the batch (releasing its savepoint) or rolls it back; abandons the
     /// batch if its transaction was lost.
-    /// `undo` is `(savepoint, by_rollback)`: whether the job ran under a savepoint of its own,
-    /// and whether, alone in its transaction without one, it is undone by rolling that back.
+    /// `undo` is `(savepoint, by_rollback)`: whether the call ran under a savepoint of its own,
+    /// and whether, as the only call of its transaction and without one, it is undone by rolling that back.
     fn settle(
         &mut self,
         applied: Applied,
@@ -735,7 +765,7 @@ impl Actor {
         if by_rollback && !applied.keep && self.conn.in_transaction() {
             // Answered with its own result: `abandon` delivers work it did not keep that way.
             batch.applied.push(applied);
-            return self.abandon(batch, &Error::InvalidInput("the job was rolled back".into()));
+            return self.abandon(batch, &Error::InvalidInput("the call was rolled back".into()));
         }
         if !self.conn.in_transaction() {
             let cause = applied.failure.as_ref().map_or_else(
@@ -746,7 +776,7 @@ impl Actor {
             return self.abandon(batch, &cause);
         }
         let ended = match (savepoint, applied.keep) {
-            // Without a savepoint there is nothing to release, and a failed job wrote nothing.
+            // Without a savepoint there is nothing to release, and a failed call wrote nothing.
             (false, _) => Ok(()),
             (true, true) => self.conn.statement(RELEASE_OP),
             (true, false) => {
@@ -758,6 +788,7 @@ impl Actor {
         match ended {
             Ok(()) if keep => {
                 batch.events.extend(finished.published);
+                batch.tallies.merge(finished.tallies);
                 batch.rang |= finished.rang;
                 batch.alarm_ms = earliest(batch.alarm_ms, finished.alarm_ms);
                 if finished.tenants_changed {
@@ -812,6 +843,7 @@ impl Actor {
                 self.conn.committed(writes);
                 // Counted before any reply: a caller answered sees its batch counted.
                 self.state.meter.transaction(batch.applied.len(), true);
+                self.state.meter.tallied(batch.tallies);
                 for applied in batch.applied {
                     applied.deliver(None, &self.state.meter);
                 }
@@ -830,7 +862,7 @@ impl Actor {
         }
     }
 
-    /// The transaction is lost: roll back whatever is left of it, answer every job of the
+    /// The transaction is lost: roll back whatever is left of it, answer every call of the
     /// batch (kept work with `cause`, rolled-back work with its own result), publish nothing.
     fn abandon(&mut self, batch: &mut Batch, cause: &Error) {
         self.notice_corruption(Some(cause));
@@ -851,6 +883,7 @@ impl Actor {
             applied.deliver(commit_error, &self.state.meter);
         }
         batch.events.clear();
+        batch.tallies = Tallies::default();
         batch.rang = false;
         batch.alarm_ms = None;
         batch.open = false;
@@ -869,9 +902,9 @@ impl Actor {
     fn shutdown(mut self) -> Result<()> {
         while let Ok(message) = self.inbox.try_recv() {
             match message {
-                Msg::Run(job) => {
-                    let (jobs, stopped_at) = self.gather(job);
-                    self.run_batch(jobs);
+                Msg::Run(call) => {
+                    let (calls, stopped_at) = self.gather(call);
+                    self.run_batch(calls);
                     if let Some(Msg::Close(reply)) = stopped_at {
                         let _ = reply.send(Ok(()));
                     }
@@ -887,11 +920,11 @@ impl Actor {
     }
 }
 
-/// The tenants the writing jobs among `jobs` run for, sorted and each once (locked in this
+/// The tenants the writing calls among `calls` run for, sorted and each once (locked in this
 /// order by an engine that serialises a tenant's writers across processes).
-fn writing_tenants<'a>(jobs: impl Iterator<Item = &'a Job>) -> Vec<Arc<str>> {
+fn writing_tenants<'a>(calls: impl Iterator<Item = &'a Call>) -> Vec<Arc<str>> {
     let mut tenants: Vec<Arc<str>> =
-        jobs.filter(|job| job.writes).map(|job| Arc::clone(&job.scope.tenant)).collect();
+        calls.filter(|call| call.writes).map(|call| Arc::clone(&call.scope.tenant)).collect();
     tenants.sort_unstable();
     tenants.dedup();
     tenants
@@ -912,7 +945,7 @@ pub(crate) fn spin_recv<T>(inbox: &Receiver<T>, spin: Duration) -> Option<T> {
 
 #[cfg(test)]
 mod tests {
-    //! Batches built by hand, so that "these jobs share one transaction" is certain rather
+    //! Batches built by hand, so that "these calls share one transaction" is certain rather
     //! than likely.
 
     use super::*;
@@ -927,14 +960,14 @@ mod tests {
         let (_mailbox, inbox) = bounded(1);
         let state = Arc::new(ActorState::default());
         let conn = Conn::open(&Location::Memory, &options, &state).expect("open");
-        static NO_HOOKS: EngineHooks = EngineHooks { alarm_job: None, owned_streams: &[] };
+        static NO_HOOKS: EngineHooks = EngineHooks { alarm: None, owned_streams: &[] };
         Actor::new(conn, inbox, &Location::Memory, options, state, &NO_HOOKS).expect("actor")
     }
 
     /// The actor's SQLite connection.
     fn sqlite(actor: &Actor) -> &rusqlite::Connection {
         match &actor.conn {
-            Conn::Sqlite(lite) => &lite.conn,
+            Conn::Sqlite(lite) => lite.connection(),
             #[cfg(feature = "postgres")]
             Conn::Postgres(_) => unreachable!("the tests' actor runs on SQLite"),
         }
@@ -944,7 +977,7 @@ mod tests {
         Scope { tenant: Arc::from("default"), role: Role::Admin, bound: false }
     }
 
-    fn append(i: i64) -> (Job, Receiver<Result<Appended>>) {
+    fn append(i: i64) -> (Call, Receiver<Result<Appended>>) {
         let (reply, answer) = bounded(1);
         let op = Append {
             stream: Stream::custom("batch"),
@@ -952,15 +985,15 @@ mod tests {
             payload: json!({ "i": i, "pad": "p".repeat(10_000) }),
             idem_key: None,
         };
-        (Job::op(op, scope(), reply), answer)
+        (Call::op(op, scope(), reply), answer)
     }
 
-    fn transaction<F>(f: F) -> (Job, Receiver<Result<()>>)
+    fn transaction<F>(f: F) -> (Call, Receiver<Result<()>>)
     where
         F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<()>> + Send + 'static,
     {
         let (reply, answer) = bounded(1);
-        (Job::transaction(f, scope(), reply), answer)
+        (Call::transaction(f, scope(), reply), answer)
     }
 
     fn events_in(actor: &Actor) -> i64 {
@@ -996,8 +1029,8 @@ mod tests {
     }
 
     fn commit_appends(actor: &mut Actor, n: i64) {
-        let (jobs, answers): (Vec<_>, Vec<_>) = (0..n).map(append).unzip();
-        actor.run_batch(jobs);
+        let (calls, answers): (Vec<_>, Vec<_>) = (0..n).map(append).unzip();
+        actor.run_batch(calls);
         for answer in answers {
             answer.recv().expect("reply").expect("appended");
         }
@@ -1042,7 +1075,7 @@ mod tests {
         let (_feed, token) = go_live(&mut actor, 0, 8);
         drop(token);
         let (reply, answer) = bounded(1);
-        actor.run_batch(vec![Job::op(
+        actor.run_batch(vec![Call::op(
             crate::core::events::Head { stream: Stream::custom("q") },
             scope(),
             reply,
@@ -1052,7 +1085,7 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_through_raw_sql_is_refused_and_costs_only_its_job() {
+    fn a_commit_through_raw_sql_is_refused_and_costs_only_its_call() {
         let mut actor = actor();
         let (feed, _token) = live_subscriber(&mut actor);
         let (first, first_answer) = append(1);
@@ -1124,13 +1157,13 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_outside_the_actor_is_vetoed_while_a_job_runs() {
+    fn a_commit_outside_the_actor_is_vetoed_while_a_call_runs() {
         let actor = actor();
         sqlite(&actor).execute_batch("CREATE TABLE t (x INTEGER)").expect("table");
-        // Simulate a job whose transaction SQLite already ended: a statement now autocommits.
-        actor.conn.enter_job(true, false);
+        // Simulate a call whose transaction SQLite already ended: a statement now autocommits.
+        actor.conn.enter_call(true, false);
         let vetoed = sqlite(&actor).execute("INSERT INTO t VALUES (1)", []);
-        actor.conn.leave_job();
+        actor.conn.leave_call();
         assert!(vetoed.is_err(), "the commit hook turned the autocommit into a rollback");
         let rows: i64 =
             sqlite(&actor).query_row("SELECT count(*) FROM t", [], |r| r.get(0)).expect("count");
@@ -1151,33 +1184,33 @@ mod tests {
     }
 
     #[test]
-    fn a_panicking_job_in_a_batch_of_20_leaves_the_other_19_committed() {
+    fn a_panicking_call_in_a_batch_of_20_leaves_the_other_19_committed() {
         let mut actor = actor();
         let (panicker, panic_answer) = transaction(|tx| {
             tx.append_event(Stream::custom("batch"), "doomed", json!(null))?;
-            panic!("job 9 panics");
+            panic!("call 9 panics");
         });
-        let (mut jobs, answers): (Vec<_>, Vec<_>) = (0..19).map(append).unzip();
-        jobs.insert(9, panicker);
+        let (mut calls, answers): (Vec<_>, Vec<_>) = (0..19).map(append).unzip();
+        calls.insert(9, panicker);
         let (feed, _token) = live_subscriber(&mut actor);
-        actor.run_batch(jobs);
+        actor.run_batch(calls);
         let seqs: Vec<u64> =
             answers.iter().map(|a| a.recv().expect("reply").expect("ok").seq).collect();
         assert_eq!(seqs, (1..=19).collect::<Vec<_>>());
         assert!(matches!(panic_answer.recv().expect("reply"), Err(Error::OpPanicked(_))));
         assert_eq!(events_in(&actor), 19);
-        assert_eq!(feed.try_iter().count(), 19, "the panicked job published nothing");
+        assert_eq!(feed.try_iter().count(), 19, "the panicked call published nothing");
     }
 
     #[test]
-    fn a_full_disk_fails_every_job_of_the_batch_and_the_next_batch_recovers() {
+    fn a_full_disk_fails_every_call_of_the_batch_and_the_next_batch_recovers() {
         let mut actor = actor();
         let pages: i64 =
             sqlite(&actor).query_row("PRAGMA page_count", [], |r| r.get(0)).expect("pages");
         sqlite(&actor).pragma_update(None, "max_page_count", pages).expect("cap");
-        let (jobs, answers): (Vec<_>, Vec<_>) = (0..10).map(append).unzip();
+        let (calls, answers): (Vec<_>, Vec<_>) = (0..10).map(append).unzip();
         let (feed, _token) = live_subscriber(&mut actor);
-        actor.run_batch(jobs);
+        actor.run_batch(calls);
         for answer in answers {
             let reply = answer.recv().expect("reply");
             assert!(matches!(reply, Err(Error::DiskFull)), "got {reply:?}");
@@ -1187,14 +1220,14 @@ mod tests {
         assert!(actor.poisoned.is_none());
 
         sqlite(&actor).pragma_update(None, "max_page_count", 1_000_000).expect("uncap");
-        let (job, answer) = append(99);
-        actor.run_batch(vec![job]);
+        let (call, answer) = append(99);
+        actor.run_batch(vec![call]);
         assert_eq!(answer.recv().expect("reply").expect("ok").seq, 1);
         assert_eq!(feed.try_iter().count(), 1);
     }
 
     #[test]
-    fn a_failed_commit_answers_every_job_with_the_error_and_publishes_nothing() {
+    fn a_failed_commit_answers_every_call_with_the_error_and_publishes_nothing() {
         let mut actor = actor();
         sqlite(&actor)
             .execute_batch(
@@ -1221,8 +1254,8 @@ mod tests {
         assert_eq!(feed.try_iter().count(), 0);
         assert!(sqlite(&actor).is_autocommit(), "no transaction left open");
 
-        let (job, answer) = append(3);
-        actor.run_batch(vec![job]);
+        let (call, answer) = append(3);
+        actor.run_batch(vec![call]);
         assert_eq!(answer.recv().expect("reply").expect("ok").seq, 1);
     }
 
@@ -1244,7 +1277,7 @@ mod tests {
         };
         assert!(refused_op.single_write(), "a plain append runs without a savepoint");
         let (reply, refused_answer) = bounded(1);
-        let refused = Job::op(refused_op, scope(), reply);
+        let refused = Call::op(refused_op, scope(), reply);
         let (first, first_answer) = append(1);
         let (last, last_answer) = append(2);
         actor.run_batch(vec![first, refused, last]);
@@ -1260,12 +1293,12 @@ mod tests {
         let mut actor = actor();
         let (reply, answer) = bounded(1);
         let read = crate::core::events::Head { stream: Stream::custom("x") };
-        actor.run_batch(vec![Job::op(read, scope(), reply)]);
+        actor.run_batch(vec![Call::op(read, scope(), reply)]);
         assert_eq!(answer.recv().expect("reply").expect("ok"), 0);
 
         actor.poisoned = Some("simulated".into());
-        let (job, answer) = append(1);
-        actor.run_batch(vec![job]);
+        let (call, answer) = append(1);
+        actor.run_batch(vec![call]);
         assert!(matches!(answer.recv().expect("reply"), Err(Error::Poisoned(_))));
         assert_eq!(events_in(&actor), 0);
     }

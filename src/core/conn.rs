@@ -1,7 +1,5 @@
-//! The connection an actor owns, of either engine: transaction control, and what only the SQLite
-//! engine has around it (the job guard and the connection settings a caller's SQL must leave
-//! alone, WAL checkpoints, the file's identity, spare in-memory connections, other processes'
-//! commits seen through `data_version`).
+//! The connection an actor owns, of either engine: each step of the batch loop, sent to the
+//! engine's own connection (`sqlite::conn::SqliteConn`, `postgres::session::PgConn`).
 //!
 //! The actor's batch loop is the same for both engines; it asks this module for every step
 //! that differs.
@@ -9,72 +7,27 @@
 // Without the `postgres` feature the SQLite engine is the only one.
 #![cfg_attr(not(feature = "postgres"), allow(irrefutable_let_patterns))]
 
-use std::cell::RefCell;
 use std::sync::Arc;
 
-use rusqlite::Connection;
-use rusqlite::wal::CheckpointMode;
 use sha2::{Digest, Sha256};
 
-use crate::core::checkpoint::WalSchedule;
 use crate::core::db::Db;
-use crate::core::fresh;
-use crate::core::guard::{ConnectionState, JobGuard, SchemaLinks};
-use crate::core::identity::FileWatch;
 use crate::core::msg::Applied;
 #[cfg(feature = "postgres")]
-use crate::core::pg::PgConn;
-use crate::core::presence::Presence;
+use crate::core::postgres::session::PgConn;
 use crate::core::publish::{LiveRequest, Publisher};
-use crate::core::schema::{self, Kept, Location};
+use crate::core::schema::Location;
+use crate::core::sqlite::conn::SqliteConn;
 use crate::core::state::ActorState;
 use crate::core::tx::SqliteParts;
 use crate::error::{Error, Result};
 use crate::options::Options;
-
-/// The page cache of a read-only connection (a reader's), in KiB (SQLite reads a negative
-/// `cache_size` as KiB): 16 MiB, pages allocated as they are used.
-const READER_CACHE_KIB: i64 = -16 * 1024;
-
-/// How much of the file a read-only connection reads through a memory map instead of a
-/// `pread` per page: 1 GiB of address space, mapped as it is read (the operating system's
-/// page cache, shared, not the process's own memory). A stream's page of events at a million
-/// events read 1.7x faster (scale bench, BENCHMARKS.md). The cost: an I/O error while reading a
-/// mapped page is a SIGBUS rather than an error; readers only read, so no write is lost by it.
-const READER_MMAP_BYTES: i64 = 1 << 30;
 
 /// The actor's connection.
 pub(crate) enum Conn {
     Sqlite(Box<SqliteConn>),
     #[cfg(feature = "postgres")]
     Postgres(Box<PgConn>),
-}
-
-/// The SQLite engine's connection and what the actor keeps with it.
-pub(crate) struct SqliteConn {
-    pub(crate) conn: Connection,
-    wal: WalSchedule,
-    /// Keeps jobs from ending or reshaping the batch's transaction.
-    guard: std::sync::Arc<JobGuard>,
-    /// The connection's settings as opened: what a caller's SQL must leave them as.
-    connection: ConnectionState,
-    /// The foreign keys from callers' tables into the store's, as of a schema version
-    /// (refreshed by a closure's first `Tx::sqlite`, read again after it).
-    schema: RefCell<SchemaLinks>,
-    /// The store's file as opened: a writing batch commits only while its path still names it
-    /// (`None` in memory, read-only, or where identities cannot be read).
-    file: Option<FileWatch>,
-    /// A writable file store's presence on its file, held from the open to the close (see
-    /// `core::presence`); `None` in memory, read-only, or on a VFS of the caller's own.
-    presence: Option<Presence>,
-    /// Whether the connection is a writable in-memory store's, which serves the next one once
-    /// this one closes (see `fresh`). One capped by `Options::file_bytes_max`, or on another
-    /// VFS, is not.
-    spare_at_close: bool,
-    read_only: bool,
-    /// How long a statement waits for a lock another connection holds (`Options::busy_timeout`):
-    /// put back after a checkpoint, which waits for nobody.
-    busy_timeout: std::time::Duration,
 }
 
 impl Conn {
@@ -90,7 +43,8 @@ impl Conn {
         match location {
             #[cfg(feature = "postgres")]
             Location::Postgres(url) => {
-                let conn = crate::core::pg::open(url, options, Arc::downgrade(state))?;
+                let conn =
+                    crate::core::postgres::session::open(url, options, Arc::downgrade(state))?;
                 Ok(Conn::Postgres(Box::new(conn)))
             }
             _ => Ok(Conn::Sqlite(Box::new(SqliteConn::open(location, options)?))),
@@ -104,9 +58,9 @@ impl Conn {
         let options = Options { read_only: true, ..options.clone() };
         match location {
             #[cfg(feature = "postgres")]
-            Location::Postgres(url) => {
-                Ok(Conn::Postgres(Box::new(crate::core::pg::open_reader(url, &options)?)))
-            }
+            Location::Postgres(url) => Ok(Conn::Postgres(Box::new(
+                crate::core::postgres::session::open_reader(url, &options)?,
+            ))),
             _ => Ok(Conn::Sqlite(Box::new(SqliteConn::open(location, &options)?))),
         }
     }
@@ -114,27 +68,22 @@ impl Conn {
     /// The connection, for statements.
     pub(crate) fn db(&self) -> Db<'_> {
         match self {
-            Conn::Sqlite(lite) => Db::Sqlite(&lite.conn),
+            Conn::Sqlite(lite) => Db::sqlite(lite.connection()),
             #[cfg(feature = "postgres")]
-            Conn::Postgres(pg) => Db::Postgres(pg),
+            Conn::Postgres(pg) => Db::postgres(pg),
         }
     }
 
     /// What a `Tx` gets of the SQLite engine's own parts (none on another engine).
     pub(crate) fn sqlite_parts(&self) -> Option<SqliteParts<'_>> {
         match self {
-            Conn::Sqlite(lite) => Some(SqliteParts {
-                conn: &lite.conn,
-                guard: &lite.guard,
-                schema: &lite.schema,
-                presence: lite.presence.as_ref(),
-            }),
+            Conn::Sqlite(lite) => Some(lite.parts()),
             #[cfg(feature = "postgres")]
             Conn::Postgres(_) => None,
         }
     }
 
-    /// Whether every job must run under a savepoint of its own: on PostgreSQL a failed
+    /// Whether every call must run under a savepoint of its own: on PostgreSQL a failed
     /// statement spoils the whole transaction until it is rolled back to one.
     pub(crate) fn needs_savepoints(&self) -> bool {
         !matches!(self, Conn::Sqlite(_))
@@ -158,7 +107,7 @@ impl Conn {
         let mut hasher = Sha256::new();
         hasher.update(seed.to_le_bytes());
         match self {
-            Conn::Sqlite(lite) => hasher.update(schema::content_digest(&lite.conn)?),
+            Conn::Sqlite(lite) => hasher.update(lite.content_digest()?),
             // Many processes open one database at once: each opening makes ids of its own.
             #[cfg(feature = "postgres")]
             Conn::Postgres(pg) => hasher.update(pg.next_opening()?.to_le_bytes()),
@@ -171,7 +120,7 @@ impl Conn {
 
     /// Opens the batch's transaction: one that takes the write lock at once when the batch
     /// writes, a deferred (read-only) one when it only reads. `tenants` are those the batch's
-    /// writing jobs run for: on PostgreSQL each one's writers are serialised across processes
+    /// writing calls run for: on PostgreSQL each one's writers are serialised across processes
     /// from here to the commit (SQLite's one writer lock does that for the whole file).
     ///
     /// Returns what it read of `tenants`' statuses on the way (PostgreSQL reads each one's
@@ -231,17 +180,17 @@ impl Conn {
         }
     }
 
-    /// Whether the job about to run is alone in its transaction, undone by rolling it back
-    /// (PostgreSQL sends such a job's events with its next statement: `PgConn::defer_events`).
+    /// Whether the call about to run is the only one of its transaction, undone by rolling it back
+    /// (PostgreSQL sends such a call's events with its next statement: `PgConn::defer_events`).
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    pub(crate) fn set_job_alone(&self, alone: bool) {
+    pub(crate) fn set_only_call(&self, only: bool) {
         #[cfg(feature = "postgres")]
         if let Conn::Postgres(pg) = self {
-            pg.set_job_alone(alone);
+            pg.set_only_call(only);
         }
     }
 
-    /// Runs one of the actor's control statements (`BEGIN` on SQLite, and the job savepoints
+    /// Runs one of the actor's control statements (`BEGIN` on SQLite, and the call savepoints
     /// `SAVEPOINT_OP`, `RELEASE_OP`, `ROLLBACK_TO_OP`); on PostgreSQL a release is sent with
     /// the next of them, or with the commit (`PgConn::savepoint_statement`).
     pub(crate) fn statement(&self, sql: &str) -> Result<()> {
@@ -255,7 +204,7 @@ impl Conn {
     /// Whether a transaction is open (SQLite ends one by itself on some failures).
     pub(crate) fn in_transaction(&self) -> bool {
         match self {
-            Conn::Sqlite(lite) => !lite.conn.is_autocommit(),
+            Conn::Sqlite(lite) => lite.in_transaction(),
             #[cfg(feature = "postgres")]
             Conn::Postgres(pg) => pg.in_transaction(),
         }
@@ -275,27 +224,27 @@ impl Conn {
     /// Rolls back the open transaction.
     pub(crate) fn rollback(&self) -> Result<()> {
         match self {
-            Conn::Sqlite(lite) => Ok(lite.conn.execute_batch("ROLLBACK")?),
+            Conn::Sqlite(lite) => lite.rollback(),
             #[cfg(feature = "postgres")]
             Conn::Postgres(pg) => pg.rollback(),
         }
     }
 
-    /// A job starts: the guard learns whose SQL runs.
-    pub(crate) fn enter_job(&self, internal: bool, confined: bool) {
+    /// A call starts: the guard learns whose SQL runs.
+    pub(crate) fn enter_call(&self, internal: bool, confined: bool) {
         if let Conn::Sqlite(lite) = self {
-            lite.guard.enter(internal, confined);
+            lite.enter_call(internal, confined);
         }
     }
 
-    /// The job has ended.
-    pub(crate) fn leave_job(&self) {
+    /// The call has ended.
+    pub(crate) fn leave_call(&self) {
         if let Conn::Sqlite(lite) = self {
-            lite.guard.leave();
+            lite.leave_call();
         }
     }
 
-    /// The verdict on a job that just ran, before its savepoint is settled: it is overruled
+    /// The verdict on a call that just ran, before its savepoint is settled: it is overruled
     /// (rolled back, answered with the error) if the guard refused one of its statements or
     /// cut its SQL off, or if its SQL changed the connection (the problem is returned: the
     /// connection must be put back) or made a foreign key into the store's tables. Defence in
@@ -321,10 +270,7 @@ impl Conn {
     /// Whether a writing batch may commit: the store's file must still be at its path.
     pub(crate) fn check_before_commit(&self, writes: bool) -> Result<()> {
         match self {
-            Conn::Sqlite(lite) => match lite.file.as_ref().filter(|_| writes) {
-                Some(file) => file.check(),
-                None => Ok(()),
-            },
+            Conn::Sqlite(lite) => lite.check_before_commit(writes),
             #[cfg(feature = "postgres")]
             Conn::Postgres(_) => Ok(()),
         }
@@ -333,14 +279,14 @@ impl Conn {
     /// A batch committed.
     pub(crate) fn committed(&mut self, writes: bool) {
         if let Conn::Sqlite(lite) = self {
-            lite.wal.dirty |= writes;
+            lite.committed(writes);
         }
     }
 
     /// Whether an idle moment has work to do (a checkpoint).
     pub(crate) fn idle_work(&self) -> bool {
         match self {
-            Conn::Sqlite(lite) => lite.wal.dirty,
+            Conn::Sqlite(lite) => lite.idle_work(),
             #[cfg(feature = "postgres")]
             Conn::Postgres(_) => false,
         }
@@ -348,20 +294,15 @@ impl Conn {
 
     /// What an idle moment is for: a passive checkpoint.
     pub(crate) fn idle(&mut self) {
-        if let Conn::Sqlite(lite) = self
-            && lite.wal.dirty
-            && lite.wal.may_retry()
-        {
-            lite.checkpoint(CheckpointMode::PASSIVE);
+        if let Conn::Sqlite(lite) = self {
+            lite.idle();
         }
     }
 
     /// Runs a checkpoint if the WAL has grown past its schedule.
     pub(crate) fn schedule_checkpoint(&mut self) {
-        if let Conn::Sqlite(lite) = self
-            && let Some(mode) = lite.wal.due()
-        {
-            lite.checkpoint(mode);
+        if let Conn::Sqlite(lite) = self {
+            lite.schedule_checkpoint();
         }
     }
 
@@ -403,9 +344,7 @@ impl Conn {
     /// (heard as notices, and found at a writing batch's start).
     fn foreign_version(&self) -> Option<i64> {
         match self {
-            Conn::Sqlite(lite) => {
-                lite.conn.query_row("PRAGMA data_version", [], |row| row.get(0)).ok()
-            }
+            Conn::Sqlite(lite) => lite.foreign_version(),
             #[cfg(feature = "postgres")]
             Conn::Postgres(pg) => pg.foreign_commits(),
         }
@@ -418,169 +357,6 @@ impl Conn {
             Conn::Sqlite(lite) => lite.close(poisoned),
             #[cfg(feature = "postgres")]
             Conn::Postgres(pg) => pg.close(),
-        }
-    }
-}
-
-impl SqliteConn {
-    fn open(location: &Location, options: &Options) -> Result<Self> {
-        let opened = schema::open(location, options)?;
-        let mut conn = opened.conn;
-        let wal = WalSchedule::install(&mut conn, location, options.wal_bytes_max)?;
-        let spare_at_close = matches!(location, Location::Memory)
-            && !options.read_only
-            && options.vfs.is_none()
-            && options.file_bytes_max.is_none();
-        let (guard, schema) = match opened.kept {
-            Some(Kept { guard, schema }) => {
-                guard.configure(&conn, &options.limits)?;
-                (guard, schema)
-            }
-            None => {
-                let guard = JobGuard::install(&mut conn, &options.limits)?;
-                let schema = SchemaLinks::new(&conn, &guard);
-                (guard, schema)
-            }
-        };
-        if options.read_only {
-            // What would write fails in SQLite itself, whatever asked for it.
-            conn.pragma_update(None, "query_only", true)?;
-            // A reader pages through tables larger than SQLite's default 2 MiB cache (a
-            // stream's page of events spread over as many table pages): keep more of them,
-            // and read the rest through a memory map.
-            conn.pragma_update(None, "cache_size", READER_CACHE_KIB)?;
-            conn.pragma_update(None, "mmap_size", READER_MMAP_BYTES)?;
-        }
-        let connection = ConnectionState::read(&conn)?;
-        // A VFS of the caller's own need not keep its files in the operating system's.
-        let (file, presence) = match location {
-            Location::File(path) if !options.read_only && options.vfs.is_none() => {
-                (FileWatch::new(path), Some(Presence::join(path, options.busy_timeout)?))
-            }
-            _ => (None, None),
-        };
-        Ok(Self {
-            conn,
-            wal,
-            guard,
-            connection,
-            schema: RefCell::new(schema),
-            file,
-            presence,
-            spare_at_close,
-            read_only: options.read_only,
-            busy_timeout: options.busy_timeout,
-        })
-    }
-
-    fn vet(&self, mut applied: Applied, caller_sql: bool) -> (Applied, Option<String>) {
-        if let Some(reason) = self.guard.take_job_refusal() {
-            tracing::warn!(%reason, "spindle: a transaction closure's SQL was refused");
-            let refused = format!("a transaction closure's SQL may not do this: {reason}");
-            applied = applied.overrule(Error::Forbidden(refused));
-        } else if self.guard.take_exhausted() {
-            applied = applied.overrule(self.guard.too_many_steps());
-        }
-        if !caller_sql {
-            return (applied, None);
-        }
-        let problem = self.connection_problem();
-        if let Some(changed) = problem.clone().or_else(|| self.new_foreign_key()) {
-            tracing::warn!(%changed, "spindle: a transaction closure changed the connection; refused");
-            let refused =
-                format!("a transaction closure's SQL changed the store's connection: {changed}");
-            applied = applied.overrule(Error::Forbidden(refused));
-        }
-        (applied, problem)
-    }
-
-    /// What a caller's SQL changed of the connection that every later batch runs on, if
-    /// anything: a setting, an attached database, a temporary object.
-    fn connection_problem(&self) -> Option<String> {
-        match ConnectionState::read(&self.conn) {
-            Ok(state) if state == self.connection => None,
-            Ok(state) => Some(format!("{state:?}, expected {:?}", self.connection)),
-            Err(error) => Some(format!("its state cannot be read: {error}")),
-        }
-    }
-
-    /// A foreign key from a caller's table into the store's that the closure just made, if
-    /// any: such a key would let the caller's rows block or probe the store's own writes. The
-    /// closure's first `Tx::sqlite` brought the schema up to date, so keys that were there
-    /// before (another connection's) are not counted.
-    fn new_foreign_key(&self) -> Option<String> {
-        let mut schema = self.schema.borrow_mut();
-        let before = schema.refresh(&self.conn, &self.guard)?;
-        let made = schema.made_since(&before)?;
-        Some(format!("a foreign key into the store's tables ({made})"))
-    }
-
-    /// Puts the connection's settings back after a refused closure (its savepoint, with any
-    /// temporary object it made, is rolled back already) and checks that they took.
-    fn restore_connection(&mut self) -> Result<()> {
-        let now = ConnectionState::read(&self.conn)?;
-        self.connection.restore(&self.conn, &now)?;
-        match self.connection_problem() {
-            None => Ok(()),
-            Some(problem) => Err(Error::Poisoned(problem)),
-        }
-    }
-
-    /// Runs a checkpoint. One that cannot finish (a reader, of this store's own or another
-    /// process's, holds a snapshot older than the WAL's end) is tried again once the WAL has
-    /// grown further; committed data is safe in the WAL either way. The writer never waits for
-    /// a reader here: a truncating checkpoint would wait up to `busy_timeout` for readers to
-    /// let go (holding every write back), so it runs with no wait at all, and when readers are
-    /// there it copies what it can, passively, instead.
-    fn checkpoint(&mut self, mode: CheckpointMode) {
-        if self.read_only || !self.wal.enabled {
-            return;
-        }
-        let waits = !matches!(mode, CheckpointMode::PASSIVE);
-        if waits {
-            let _ = self.conn.busy_timeout(std::time::Duration::ZERO);
-        }
-        let mut result = self.conn.wal_checkpoint_v2(None::<&str>, mode);
-        if waits {
-            let _ = self.conn.busy_timeout(self.busy_timeout);
-            if result.is_err() {
-                result = self.conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE);
-            }
-        }
-        let complete = matches!(result, Ok((log_pages, done_pages)) if log_pages == done_pages);
-        match &result {
-            Ok((log_pages, done_pages)) => {
-                tracing::debug!(waits, log_pages, done_pages, "spindle: WAL checkpoint");
-            }
-            Err(error) => tracing::debug!(waits, %error, "spindle: WAL checkpoint failed"),
-        }
-        self.wal.checkpointed(complete);
-    }
-
-    fn close(self, poisoned: bool) -> Result<()> {
-        let checkpointed = self.final_checkpoint(poisoned);
-        // A connection serves the next store only as it was opened (tests, and a closure the
-        // guard missed, could have changed it behind the checks).
-        let unchanged = !poisoned && self.connection_problem().is_none();
-        let closed = if self.spare_at_close && unchanged {
-            let kept = Kept { guard: self.guard, schema: self.schema.into_inner() };
-            fresh::retire(self.conn, kept)
-        } else {
-            self.conn.close().map_err(|(_, error)| Error::from(error))
-        };
-        checkpointed.and(closed)
-    }
-
-    fn final_checkpoint(&self, poisoned: bool) -> Result<()> {
-        if self.read_only || !self.wal.enabled || poisoned {
-            return Ok(());
-        }
-        match self.conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::TRUNCATE) {
-            // Another connection (another process) is using the file: everything committed is
-            // safe in the WAL, which that connection, or the next open, checkpoints.
-            Err(error) if matches!(Error::from_sqlite_ref(&error), Error::Busy) => Ok(()),
-            Err(error) => Err(error.into()),
-            Ok(_) => Ok(()),
         }
     }
 }

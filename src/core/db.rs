@@ -7,22 +7,26 @@
 //! [`Arg`]s (built by `args![]` the way `rusqlite::params![]` is used) and rows are read
 //! through [`Row::get`], so a domain decodes its rows once for both engines.
 
-use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 #[cfg(feature = "postgres")]
-use crate::core::pg::PgConn;
+use crate::core::postgres::session::PgConn;
+pub(crate) use crate::core::value::{
+    Arg, Column, OwnedArg, RELEASE_OP, ROLLBACK_TO_OP, SAVEPOINT_OP, args, borrow_args,
+};
 use crate::error::{Error, Result};
 
-/// The savepoint every job of a batch runs under (unless it needs none), and the statements
-/// that keep or undo its work: the same text on both engines.
-pub(crate) const SAVEPOINT_OP: &str = "SAVEPOINT op";
-pub(crate) const RELEASE_OP: &str = "RELEASE op";
-pub(crate) const ROLLBACK_TO_OP: &str = "ROLLBACK TO op";
-
-/// The connection of the open transaction, for the crate's own statements.
+/// The connection of the open transaction, for the crate's own statements. Opaque above the
+/// engine: a domain runs statements through it and never reaches the connection itself (only
+/// `core` builds one or looks inside).
 #[derive(Clone, Copy)]
-pub(crate) enum Db<'a> {
+pub(crate) struct Db<'a> {
+    engine: Engine<'a>,
+}
+
+/// Which engine's connection a [`Db`] runs on.
+#[derive(Clone, Copy)]
+enum Engine<'a> {
     /// The store's SQLite connection.
     Sqlite(&'a Connection),
     /// The store's PostgreSQL connection.
@@ -64,65 +68,6 @@ impl<'q> From<&'q String> for Query<'q> {
     }
 }
 
-/// One argument of a statement, borrowed from the caller.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Arg<'a> {
-    /// SQL's NULL (a `None`).
-    Null,
-    /// An integer (also a `bool`, as 0 or 1).
-    Int(i64),
-    /// A floating-point number.
-    Real(f64),
-    /// Text (ids, JSON).
-    Text(&'a str),
-    /// Bytes.
-    Blob(&'a [u8]),
-    /// Texts (NULLs among them) as one PostgreSQL array, for a set-based statement's
-    /// `unnest`: only in PostgreSQL's own texts (SQLite refuses it).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    Texts(&'a [Option<&'a str>]),
-    /// Integers as one PostgreSQL array (see `Texts`).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    Ints(&'a [i64]),
-}
-
-/// An argument owned, for statements built at run time with a varying number of arguments.
-#[derive(Debug, Clone)]
-pub(crate) enum OwnedArg {
-    Int(i64),
-    Real(f64),
-    Text(String),
-}
-
-impl ToArg for OwnedArg {
-    fn to_arg(&self) -> Arg<'_> {
-        match self {
-            OwnedArg::Int(value) => Arg::Int(*value),
-            OwnedArg::Real(value) => Arg::Real(*value),
-            OwnedArg::Text(text) => Arg::Text(text),
-        }
-    }
-}
-
-/// Borrows owned arguments as a statement's.
-pub(crate) fn borrow_args(values: &[OwnedArg]) -> Vec<Arg<'_>> {
-    values.iter().map(ToArg::to_arg).collect()
-}
-
-/// A value that can be a statement's argument.
-pub(crate) trait ToArg {
-    /// The value as an argument.
-    fn to_arg(&self) -> Arg<'_>;
-}
-
-/// The arguments of a statement, each borrowed: `args![tenant, id, now_ms]`.
-macro_rules! args {
-    ($($value:expr),* $(,)?) => {
-        &[$($crate::core::db::ToArg::to_arg(&$value)),*] as &[$crate::core::db::Arg<'_>]
-    };
-}
-pub(crate) use args;
-
 /// A row of a result, of either engine.
 pub(crate) enum Row<'r> {
     Sqlite(&'r rusqlite::Row<'r>),
@@ -130,30 +75,47 @@ pub(crate) enum Row<'r> {
     Postgres(&'r postgres::Row),
 }
 
-/// A value a column can be read as.
-pub(crate) trait Column: rusqlite::types::FromSql {}
-
 impl Row<'_> {
     /// Column `index` (from 0) as a `T`.
     pub(crate) fn get<T: Column>(&self, index: usize) -> Result<T> {
         match self {
             Row::Sqlite(row) => Ok(row.get(index)?),
             #[cfg(feature = "postgres")]
-            Row::Postgres(row) => crate::core::pg::column(row, index),
+            Row::Postgres(row) => crate::core::postgres::session::column(row, index),
         }
     }
 }
 
 impl<'a> Db<'a> {
+    /// The seam over a SQLite connection.
+    pub(in crate::core) fn sqlite(conn: &'a Connection) -> Self {
+        Self { engine: Engine::Sqlite(conn) }
+    }
+
+    /// The seam over a PostgreSQL session.
+    #[cfg(feature = "postgres")]
+    pub(in crate::core) fn postgres(conn: &'a PgConn) -> Self {
+        Self { engine: Engine::Postgres(conn) }
+    }
+
+    /// The PostgreSQL session under the seam, if that is its engine (`Tx::postgres`).
+    #[cfg(feature = "postgres")]
+    pub(in crate::core) fn postgres_session(self) -> Option<&'a PgConn> {
+        match self.engine {
+            Engine::Postgres(conn) => Some(conn),
+            Engine::Sqlite(_) => None,
+        }
+    }
+
     /// Runs a statement that returns no rows; the number of rows it changed.
     pub(crate) fn execute<'q>(self, sql: impl Into<Query<'q>>, args: &[Arg<'_>]) -> Result<usize> {
         let sql = sql.into();
-        match self {
-            Db::Sqlite(conn) => {
+        match self.engine {
+            Engine::Sqlite(conn) => {
                 Ok(conn.prepare_cached(sql.sqlite)?.execute(params_from_iter(args))?)
             }
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => conn.execute(sql.postgres_text(), args),
+            Engine::Postgres(conn) => conn.execute(sql.postgres_text(), args),
         }
     }
 
@@ -165,14 +127,14 @@ impl<'a> Db<'a> {
         map: impl FnOnce(&Row<'_>) -> Result<T>,
     ) -> Result<Option<T>> {
         let sql = sql.into();
-        match self {
-            Db::Sqlite(conn) => {
+        match self.engine {
+            Engine::Sqlite(conn) => {
                 let mut stmt = conn.prepare_cached(sql.sqlite)?;
                 let mut rows = stmt.query(params_from_iter(args))?;
                 rows.next()?.map(|row| map(&Row::Sqlite(row))).transpose()
             }
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => {
+            Engine::Postgres(conn) => {
                 let rows = conn.query(sql.postgres_text(), args)?;
                 rows.first().map(|row| map(&Row::Postgres(row))).transpose()
             }
@@ -198,8 +160,8 @@ impl<'a> Db<'a> {
         mut map: impl FnMut(&Row<'_>) -> Result<T>,
     ) -> Result<Vec<T>> {
         let sql = sql.into();
-        match self {
-            Db::Sqlite(conn) => {
+        match self.engine {
+            Engine::Sqlite(conn) => {
                 let mut stmt = conn.prepare_cached(sql.sqlite)?;
                 let mut rows = stmt.query(params_from_iter(args))?;
                 let mut out = Vec::new();
@@ -209,7 +171,7 @@ impl<'a> Db<'a> {
                 Ok(out)
             }
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => {
+            Engine::Postgres(conn) => {
                 let rows = conn.query(sql.postgres_text(), args)?;
                 rows.iter().map(|row| map(&Row::Postgres(row))).collect()
             }
@@ -221,21 +183,21 @@ impl<'a> Db<'a> {
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn event_appended(self, tenant: &str, position: i64) {
         #[cfg(feature = "postgres")]
-        if let Db::Postgres(conn) = self {
+        if let Engine::Postgres(conn) = self.engine {
             conn.event_appended(tenant, position);
         }
     }
 
     /// Hands an op's events (`insert_all_sql!`'s statement, `sql`, and its `args`, appended to
     /// `tenant`) to the engine to send with the transaction's next statement; returns whether
-    /// it took them (PostgreSQL, for a job alone in its transaction: `PgConn::defer_events`),
+    /// it took them (PostgreSQL, for the only call of a transaction: `PgConn::defer_events`),
     /// else the caller runs the statement itself.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn defer_events(self, sql: &str, args: &[Arg<'_>], tenant: &str) -> Result<bool> {
-        match self {
-            Db::Sqlite(_) => Ok(false),
+        match self.engine {
+            Engine::Sqlite(_) => Ok(false),
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => conn.defer_events(sql, args, tenant),
+            Engine::Postgres(conn) => conn.defer_events(sql, args, tenant),
         }
     }
 
@@ -247,26 +209,26 @@ impl<'a> Db<'a> {
         args: &[Arg<'_>],
     ) -> Result<i64> {
         let sql = sql.into();
-        match self {
-            Db::Sqlite(conn) => {
+        match self.engine {
+            Engine::Sqlite(conn) => {
                 conn.prepare_cached(sql.sqlite)?.execute(params_from_iter(args))?;
                 Ok(conn.last_insert_rowid())
             }
             #[cfg(feature = "postgres")]
-            Db::Postgres(_) => self.query_one(sql, args, |row| row.get(0)),
+            Engine::Postgres(_) => self.query_one(sql, args, |row| row.get(0)),
         }
     }
 
     /// Holds off every other connection's writers of `tenant` until this transaction ends
-    /// (a no-op for a tenant already held: a writing batch holds its jobs' tenants from its
+    /// (a no-op for a tenant already held: a writing batch holds its calls' tenants from its
     /// start, so this only waits for a tenant taken some other way). SQLite's one writer does
     /// this already.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn lock_tenant_writes(self, tenant: &str) -> Result<()> {
-        match self {
-            Db::Sqlite(_) => Ok(()),
+        match self.engine {
+            Engine::Sqlite(_) => Ok(()),
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => conn.lock_tenant(tenant),
+            Engine::Postgres(conn) => conn.lock_tenant(tenant),
         }
     }
 
@@ -280,10 +242,10 @@ impl<'a> Db<'a> {
     /// one writer does this already.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn try_lock_tenant_writes(self, tenant: &str) -> Result<bool> {
-        match self {
-            Db::Sqlite(_) => Ok(true),
+        match self.engine {
+            Engine::Sqlite(_) => Ok(true),
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => conn.try_lock_tenant(tenant),
+            Engine::Postgres(conn) => conn.try_lock_tenant(tenant),
         }
     }
 
@@ -292,10 +254,10 @@ impl<'a> Db<'a> {
     /// makes every sweep the only one already.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn try_lock_sweep(self, name: &str) -> Result<bool> {
-        match self {
-            Db::Sqlite(_) => Ok(true),
+        match self.engine {
+            Engine::Sqlite(_) => Ok(true),
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => conn.try_lock_sweep(name),
+            Engine::Postgres(conn) => conn.try_lock_sweep(name),
         }
     }
 
@@ -305,19 +267,19 @@ impl<'a> Db<'a> {
     /// interrupted. A SQLite file store asks its presence lock instead (`Tx::hold_alone`);
     /// one that has none (in memory, on a VFS of the caller's own) is alone.
     pub(crate) fn hold_alone(self) -> Result<bool> {
-        match self {
-            Db::Sqlite(_) => Ok(true),
+        match self.engine {
+            Engine::Sqlite(_) => Ok(true),
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => conn.hold_alone(),
+            Engine::Postgres(conn) => conn.hold_alone(),
         }
     }
 
     /// Lets other stores open again after [`Db::hold_alone`] returned `true`.
     pub(crate) fn release_alone(self) -> Result<()> {
-        match self {
-            Db::Sqlite(_) => Ok(()),
+        match self.engine {
+            Engine::Sqlite(_) => Ok(()),
             #[cfg(feature = "postgres")]
-            Db::Postgres(conn) => conn.release_alone(),
+            Engine::Postgres(conn) => conn.release_alone(),
         }
     }
 
@@ -325,7 +287,7 @@ impl<'a> Db<'a> {
     /// differs in shape, not only in text (one round trip on PostgreSQL where SQLite, with no
     /// round trips, keeps two simpler statements).
     pub(crate) fn is_postgres(self) -> bool {
-        !matches!(self, Db::Sqlite(_))
+        !matches!(self.engine, Engine::Sqlite(_))
     }
 
     /// The value of the first column of the first row, if there is a row.
@@ -337,94 +299,3 @@ impl<'a> Db<'a> {
         self.query_opt(sql, args, |row| row.get(0))
     }
 }
-
-impl rusqlite::ToSql for Arg<'_> {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::Borrowed(match *self {
-            Arg::Null => ValueRef::Null,
-            Arg::Int(value) => ValueRef::Integer(value),
-            Arg::Real(value) => ValueRef::Real(value),
-            Arg::Text(text) => ValueRef::Text(text.as_bytes()),
-            Arg::Blob(bytes) => ValueRef::Blob(bytes),
-            Arg::Texts(_) | Arg::Ints(_) => {
-                return Err(rusqlite::Error::ToSqlConversionFailure(
-                    "an array is a PostgreSQL statement's argument only".into(),
-                ));
-            }
-        }))
-    }
-}
-
-impl ToArg for Arg<'_> {
-    fn to_arg(&self) -> Arg<'_> {
-        *self
-    }
-}
-
-impl ToArg for str {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Text(self)
-    }
-}
-
-impl ToArg for String {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Text(self)
-    }
-}
-
-impl ToArg for [u8] {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Blob(self)
-    }
-}
-
-impl ToArg for Vec<u8> {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Blob(self)
-    }
-}
-
-impl ToArg for bool {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Int(i64::from(*self))
-    }
-}
-
-impl ToArg for f64 {
-    fn to_arg(&self) -> Arg<'_> {
-        Arg::Real(*self)
-    }
-}
-
-/// Integers that always fit an `i64`.
-macro_rules! int_args {
-    ($($ty:ty),*) => {$(
-        impl ToArg for $ty {
-            fn to_arg(&self) -> Arg<'_> {
-                Arg::Int(i64::from(*self))
-            }
-        }
-    )*};
-}
-int_args!(i64, i32, u32, u16, u8);
-
-impl<T: ToArg + ?Sized> ToArg for &T {
-    fn to_arg(&self) -> Arg<'_> {
-        (**self).to_arg()
-    }
-}
-
-impl<T: ToArg> ToArg for Option<T> {
-    fn to_arg(&self) -> Arg<'_> {
-        self.as_ref().map_or(Arg::Null, ToArg::to_arg)
-    }
-}
-
-impl<T: Column> Column for Option<T> {}
-impl Column for i64 {}
-impl Column for u32 {}
-impl Column for bool {}
-impl Column for f64 {}
-impl Column for String {}
-impl Column for Vec<u8> {}

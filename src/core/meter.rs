@@ -13,18 +13,18 @@ pub(crate) const LATENCY_BOUNDS_US: [u64; 16] = [
     1_000_000, 2_500_000, 10_000_000,
 ];
 
-/// Upper bounds of the batch size buckets, in jobs.
+/// Upper bounds of the batch size buckets, in calls.
 pub(crate) const BATCH_BOUNDS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
 /// The counters of one store (every handle, tenant view and thread of it).
 #[derive(Debug, Default)]
 pub(crate) struct Meter {
-    /// Jobs per transaction the writer ended (committed or rolled back).
-    pub(crate) batch_jobs: Buckets<{ BATCH_BOUNDS.len() + 1 }>,
+    /// Calls per transaction the writer ended (committed or rolled back).
+    pub(crate) batch_ops: Buckets<{ BATCH_BOUNDS.len() + 1 }>,
     /// Transactions the writer committed.
     pub(crate) commits: AtomicU64,
     /// Transactions the writer rolled back whole: a failed commit, a transaction SQLite
-    /// ended, an op alone in its transaction that failed.
+    /// ended, the only op of its transaction that failed.
     pub(crate) rollbacks: AtomicU64,
     /// From an op's sending to its answer, in microseconds, on the writer and the readers.
     pub(crate) latency_us: Buckets<{ LATENCY_BOUNDS_US.len() + 1 }>,
@@ -32,12 +32,48 @@ pub(crate) struct Meter {
     pub(crate) conflict_retries: AtomicU64,
     /// Writer batches that took longer than `Options::slow_batch`.
     pub(crate) slow_batches: AtomicU64,
+    /// What committed ops tallied (`Tx::tally`), by [`Tally`]: counters that only grow while
+    /// the store is open, for a rate (the kept counts are gauges, lowered by pruning).
+    pub(crate) tallies: [AtomicU64; Tally::COUNT],
+}
+
+/// What an op tallies for the metrics, counted once its transaction commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tally {
+    /// Queue items completed.
+    Completed = 0,
+    /// Queue items moved to the dead letters.
+    DeadLettered = 1,
+}
+
+impl Tally {
+    /// How many there are.
+    pub(crate) const COUNT: usize = 2;
+}
+
+/// Tallies not yet committed: what one op, or a batch, added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tallies([u64; Tally::COUNT]);
+
+impl Tallies {
+    /// `n` more of `tally`.
+    pub(crate) fn add(&mut self, tally: Tally, n: u64) {
+        let slot = &mut self.0[tally as usize];
+        *slot = slot.saturating_add(n);
+    }
+
+    /// Another's, added to these.
+    pub(crate) fn merge(&mut self, other: Tallies) {
+        for (slot, n) in self.0.iter_mut().zip(other.0) {
+            *slot = slot.saturating_add(n);
+        }
+    }
 }
 
 impl Meter {
-    /// One transaction of `jobs` jobs ended, committed or rolled back.
-    pub(crate) fn transaction(&self, jobs: usize, committed: bool) {
-        self.batch_jobs.record(&BATCH_BOUNDS, u64::try_from(jobs).unwrap_or(u64::MAX));
+    /// One transaction of `calls` calls ended, committed or rolled back.
+    pub(crate) fn transaction(&self, calls: usize, committed: bool) {
+        self.batch_ops.record(&BATCH_BOUNDS, u64::try_from(calls).unwrap_or(u64::MAX));
         let counter = if committed { &self.commits } else { &self.rollbacks };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -51,6 +87,20 @@ impl Meter {
     /// One more of `counter`.
     pub(crate) fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A committed transaction's tallies.
+    pub(crate) fn tallied(&self, tallies: Tallies) {
+        for (counter, n) in self.tallies.iter().zip(tallies.0) {
+            if n > 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// What has been tallied of `tally` since the store opened.
+    pub(crate) fn tally(&self, tally: Tally) -> u64 {
+        self.tallies[tally as usize].load(Ordering::Relaxed)
     }
 }
 
@@ -109,9 +159,9 @@ mod tests {
         meter.transaction(2000, false);
         assert_eq!(meter.commits.load(Ordering::Relaxed), 2);
         assert_eq!(meter.rollbacks.load(Ordering::Relaxed), 1);
-        let (counts, sum) = meter.batch_jobs.read();
+        let (counts, sum) = meter.batch_ops.read();
         assert_eq!(counts[0], 1);
-        assert_eq!(counts[2], 1, "3 jobs: the bucket up to 4");
+        assert_eq!(counts[2], 1, "3 calls: the bucket up to 4");
         assert_eq!(counts[BATCH_BOUNDS.len()], 1, "above the largest bound");
         assert_eq!(sum, 2004);
     }

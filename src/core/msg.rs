@@ -1,6 +1,6 @@
-//! The mailbox: the closed set of messages the actor handles, and the type-erased job envelope.
+//! The mailbox: the closed set of messages the actor handles, and the type-erased call envelope.
 //!
-//! A `Job` can only be built from an [`Op`] or from a transaction closure. It carries the op's
+//! A `Call` can only be built from an [`Op`] or from a transaction closure. It carries the op's
 //! name (for errors and tracing), what it accesses, who it runs as, and the reply channel, kept
 //! beside the work so that a panic inside the work still gets answered.
 
@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 
 /// Everything the actor can be asked to do.
 pub(crate) enum Msg {
-    /// Run one job in the next batch.
-    Run(Job),
+    /// Run one call in the next batch.
+    Run(Call),
     /// Register a subscriber from its cursor, between two commits.
     GoLive(LiveRequest),
     /// Finish what is queued, checkpoint, close the connection and stop.
@@ -29,28 +29,28 @@ pub(crate) enum Msg {
 }
 
 /// One unit of work for a batch: an op or a transaction closure, with its reply channel.
-pub(crate) struct Job {
+pub(crate) struct Call {
     pub(crate) label: &'static str,
     pub(crate) access: Access,
-    /// Whether the job may write (`Op::writes`; a transaction closure may).
+    /// Whether the call may write (`Op::writes`; a transaction closure may).
     pub(crate) writes: bool,
-    /// Whether the job runs under a savepoint of its own (see `Op::single_write`).
+    /// Whether the call runs under a savepoint of its own (see `Op::single_write`).
     pub(crate) savepoint: bool,
-    /// Whether the job is the crate's own op (its SQL is trusted), not a caller's closure.
+    /// Whether the call is the crate's own op (its SQL is trusted), not a caller's closure.
     pub(crate) internal: bool,
     /// Whether a reader may run it: it only reads, and needs nothing of the writer's own
     /// connection (`Op::on_writer`).
     pub(crate) readable: bool,
     pub(crate) scope: Scope,
-    /// Counts the job among its sender's unanswered writes until it is answered (see
+    /// Counts the call among its sender's unanswered writes until it is answered (see
     /// `store::InFlight`).
     pub(crate) in_flight: Option<InFlightMark>,
-    /// When the job was made (sent): its answer's latency counts from here.
+    /// When the call was made (sent): its answer's latency counts from here.
     sent_at: Instant,
     work: Box<dyn Work>,
 }
 
-/// What a job may do and how it runs (see the fields of the same names in [`Job`]).
+/// What a call may do and how it runs (see the fields of the same names in [`Call`]).
 struct Shape {
     writes: bool,
     savepoint: bool,
@@ -58,7 +58,7 @@ struct Shape {
     readable: bool,
 }
 
-/// One unanswered write of a thread, counted in its `counter` until dropped: when the job is
+/// One unanswered write of a thread, counted in its `counter` until dropped: when the call is
 /// answered (after its reply is sent), or when it is dropped unanswered (the store closed).
 pub(crate) struct InFlightMark(Arc<AtomicUsize>);
 
@@ -76,14 +76,14 @@ impl Drop for InFlightMark {
     }
 }
 
-impl Job {
-    /// A job that applies `op` and replies with its output.
+impl Call {
+    /// A call that applies `op` and replies with its output.
     pub(crate) fn op<O: Op>(op: O, scope: Scope, reply: Sender<Result<O::Output>>) -> Self {
         let access = op.access();
         let writes = op.writes();
         let savepoint = writes && !op.single_write();
         // A bound view's administration (reads too) is refused while its tenant is suspended:
-        // the writer checks that (see `Actor::run_job`), so it runs there.
+        // the writer checks that (see `Actor::run_call`), so it runs there.
         let bound_admin = access == Access::Admin && scope.bound;
         let readable = !writes && !op.on_writer() && !bound_admin;
         let label = std::any::type_name::<O>();
@@ -92,7 +92,7 @@ impl Job {
         Self::new(label, access, shape, scope, work)
     }
 
-    /// A job that runs a read closure (`Store::read`) and replies with its value.
+    /// A call that runs a read closure (`Store::read`) and replies with its value.
     pub(crate) fn read<T, F>(f: F, scope: Scope, reply: Sender<Result<T>>) -> Self
     where
         T: Send + 'static,
@@ -104,7 +104,7 @@ impl Job {
         Self::new("read", Access::Read, shape, scope, work)
     }
 
-    /// A job that runs a transaction closure and replies with the value of its outcome.
+    /// A call that runs a transaction closure and replies with the value of its outcome.
     pub(crate) fn transaction<T, F>(f: F, scope: Scope, reply: Sender<Result<T>>) -> Self
     where
         T: Send + 'static,
@@ -115,7 +115,7 @@ impl Job {
         Self::new("transaction", Access::Write, shape, scope, work)
     }
 
-    /// A job sent now.
+    /// A call sent now.
     fn new(
         label: &'static str,
         access: Access,
@@ -142,7 +142,7 @@ impl Job {
 
     /// Runs the work, catching a panic.
     pub(crate) fn run(self, tx: &mut Tx<'_>) -> Applied {
-        let Job {
+        let Call {
             label,
             access,
             writes,
@@ -156,8 +156,8 @@ impl Job {
         } = self;
         let (mut applied, spare) = work.run(tx, label, writes);
         applied.sent_at = Some(sent_at);
-        // A job that runs again stays in flight until that run is answered.
-        applied.again = spare.map(|work| Job {
+        // A call that runs again stays in flight until that run is answered.
+        applied.again = spare.map(|work| Call {
             label,
             access,
             writes,
@@ -176,34 +176,34 @@ impl Job {
         applied
     }
 
-    /// Answers the job with `error` without running it, counting its latency in `meter` first.
+    /// Answers the call with `error` without running it, counting its latency in `meter` first.
     pub(crate) fn refuse(self, error: Error, meter: &Meter) {
-        let Job { work, in_flight, sent_at, .. } = self;
+        let Call { work, in_flight, sent_at, .. } = self;
         meter.answered(sent_at.elapsed());
         work.refuse(error);
         drop(in_flight);
     }
 }
 
-/// The result of running a job, waiting for the batch's `COMMIT` before it is delivered.
+/// The result of running a call, waiting for the batch's `COMMIT` before it is delivered.
 pub(crate) struct Applied {
-    /// Whether the job's writes are kept (`Ok` and `Commit`), or were rolled back.
+    /// Whether the call's writes are kept (`Ok` and `Commit`), or were rolled back.
     pub(crate) keep: bool,
-    /// A copy of the job's own error, if it failed.
+    /// A copy of the call's own error, if it failed.
     pub(crate) failure: Option<Error>,
     deliver: Box<dyn FnOnce(Option<Error>) + Send>,
-    /// The job once more, for a later transaction, if it may run again (see `take_retry`).
-    again: Option<Job>,
-    /// The job's place among its sender's unanswered writes, let go once the reply is sent.
+    /// The call once more, for a later transaction, if it may run again (see `take_retry`).
+    again: Option<Call>,
+    /// The call's place among its sender's unanswered writes, let go once the reply is sent.
     in_flight: Option<InFlightMark>,
-    /// When the job was sent, for the latency counted at its answer.
+    /// When the call was sent, for the latency counted at its answer.
     sent_at: Option<Instant>,
 }
 
 impl Applied {
-    /// The job once more, to run in a later transaction, if it failed after losing to another
+    /// The call once more, to run in a later transaction, if it failed after losing to another
     /// transaction (the actor knows) and has tries left: it is then not answered now.
-    pub(crate) fn take_retry(&mut self) -> Option<Job> {
+    pub(crate) fn take_retry(&mut self) -> Option<Call> {
         if self.keep {
             return None;
         }
@@ -215,7 +215,7 @@ impl Applied {
     }
 
     /// Sends the reply and counts its latency in `meter`. `commit_error` is the batch's
-    /// failure, if its writes were lost (the actor passes none for a job that kept nothing: it
+    /// failure, if its writes were lost (the actor passes none for a call that kept nothing: it
     /// is answered with its own result).
     pub(crate) fn deliver(self, commit_error: Option<Error>, meter: &Meter) {
         let Applied { deliver, in_flight, sent_at, .. } = self;
@@ -227,7 +227,7 @@ impl Applied {
         drop(in_flight);
     }
 
-    /// Refuses the job after it ran (the actor found it changed what it may not): its work is
+    /// Refuses the call after it ran (the actor found it changed what it may not): its work is
     /// rolled back and it is answered with `error`, whatever it returned.
     pub(crate) fn overrule(self, error: Error) -> Self {
         let deliver = self.deliver;
@@ -246,7 +246,7 @@ impl Applied {
             Ok((keep, value)) => Self {
                 keep,
                 failure: None,
-                // The actor passes an error only for a job whose writes it cannot keep.
+                // The actor passes an error only for a call whose writes it cannot keep.
                 deliver: Box::new(move |error| {
                     let answer = match error {
                         Some(error) => Err(error),
@@ -279,11 +279,11 @@ impl Applied {
 /// answered `Busy`.
 pub(crate) const CONFLICT_RETRIES: u32 = 3;
 
-/// What a job runs: the work, and a copy of it to run again if it may (see `Applied`).
+/// What a call runs: the work, and a copy of it to run again if it may (see `Applied`).
 type Ran = (Applied, Option<Box<dyn Work>>);
 
 trait Work: Send {
-    /// `writes`: whether the job may write (a reading one never loses to another).
+    /// `writes`: whether the call may write (a reading one never loses to another).
     fn run(self: Box<Self>, tx: &mut Tx<'_>, label: &'static str, writes: bool) -> Ran;
     fn refuse(self: Box<Self>, error: Error);
 }
@@ -345,7 +345,7 @@ where
     }
 }
 
-/// The error for a panic inside a job, with the panic's message when it has one.
+/// The error for a panic inside a call, with the panic's message when it has one.
 fn panicked(label: &str, payload: &(dyn Any + Send)) -> Error {
     let message = payload
         .downcast_ref::<&str>()

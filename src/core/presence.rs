@@ -48,7 +48,7 @@
 //!   SQLite warns against opening a database through more than one name). On NFS, Linux
 //!   emulates `flock` with POSIX byte-range locks, which belong to the process: two stores of
 //!   one process may then both take the lock exclusively, and each sees itself alone.
-//! - Work that replaces the store's file (`core::backup`'s restore) holds the lock exclusively
+//! - Work that replaces the store's file (`core::sqlite::backup`'s restore) holds the lock exclusively
 //!   from start to end, without waiting for it ([`Presence::hold_exclusive`]): refused while
 //!   any store is open to write, and no store opens to write meanwhile.
 //! - A read-only store does no work recovery could interrupt: it holds nothing and creates no
@@ -61,7 +61,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::core::op::{Access, Op, sealed::Sealed};
-use crate::core::store_file::{self, Credentials};
+use crate::core::sqlite::store_file::{self, Credentials};
 use crate::core::tx::Tx;
 use crate::error::{Error, Result};
 
@@ -236,7 +236,7 @@ impl Presence {
     }
 
     /// Holds the presence lock of the store file `db` exclusively, without waiting, for work
-    /// that must not run while any store has the file open to write (`core::backup`'s
+    /// that must not run while any store has the file open to write (`core::sqlite::backup`'s
     /// restore, which replaces the file). `db` is the store file's resolved path, and may not
     /// exist yet: `store_file` is then the metadata of the file about to take its place (the
     /// presence file's mode and the owners it trusts are judged from it). Let go when dropped.
@@ -274,6 +274,10 @@ impl Presence {
                 Err(TryLockError::WouldBlock) => return Err(self.held_off()),
                 Err(TryLockError::Error(error)) => return Err(cannot(&self.path, &error)),
             }
+            tracing::debug!(
+                pause_ms = pause.as_millis(),
+                "spindle: the presence lock held off; retried"
+            );
             std::thread::sleep(pause);
             pause = (pause * 2).min(PAUSE_MAX);
         }

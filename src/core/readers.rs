@@ -1,16 +1,16 @@
-//! Reader threads: the jobs that only read run here, on read-only connections of their own,
+//! Reader threads: the calls that only read run here, on read-only connections of their own,
 //! so that a read never waits for the writer's batch and a write never waits behind a read.
 //!
 //! Each reader owns one connection opened read-only (SQLite: `SQLITE_OPEN_READ_ONLY` and
 //! `query_only`, so a statement that would write fails instead; PostgreSQL: a session of its
-//! own whose transactions are read-only) and takes one job at a time from a channel the
-//! readers share. A job runs in a transaction of its own, begun after the job was sent: on
+//! own whose transactions are read-only) and takes one call at a time from a channel the
+//! readers share. A call runs in a transaction of its own, begun after the call was sent: on
 //! SQLite in WAL mode that is a snapshot taken then, so it sees every write whose reply was
 //! sent before it (a reply leaves only after its commit), and nothing of a batch that has not
 //! committed. Readers never publish, ring the bell or set alarms: what only reads has none of
 //! that to do.
 //!
-//! What stays on the writer: every job that may write, a transaction closure, the jobs that
+//! What stays on the writer: every call that may write, a transaction closure, the calls that
 //! must run on the writer's own connection (`Op::on_writer`: a session lock), and a read sent
 //! by a thread whose submitted writes are not answered yet (it must see them: see
 //! `store::InFlight`). An in-memory store, an inline one, and a store opened with
@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use crate::core::actor::EngineHooks;
 use crate::core::clock::Stamp;
 use crate::core::conn::Conn;
-use crate::core::msg::Job;
+use crate::core::msg::Call;
 use crate::core::schema::Location;
 use crate::core::state::{Acting, ActorState};
 use crate::core::tx::{Engine, Tx, forbidden};
@@ -44,9 +44,9 @@ pub(crate) struct Readers {
 
 /// What a reader is sent.
 enum Message {
-    /// Run this job.
-    Run(Job),
-    /// Stop (after the jobs sent before).
+    /// Run this call.
+    Run(Call),
+    /// Stop (after the calls sent before).
     Stop,
 }
 
@@ -63,10 +63,10 @@ impl Readers {
         if !reads_apart(location, options) {
             return Ok(None);
         }
-        let (inbox, jobs) = bounded(options.mailbox_capacity);
+        let (inbox, calls) = bounded(options.mailbox_capacity);
         let readers = Readers { inbox, threads: Mutex::new(Vec::with_capacity(options.readers)) };
         for index in 0..options.readers {
-            match spawn_reader(index, location, options, state, hooks, jobs.clone()) {
+            match spawn_reader(index, location, options, state, hooks, calls.clone()) {
                 Ok(thread) => readers.threads.lock().push(thread),
                 Err(error) => {
                     readers.close();
@@ -77,15 +77,15 @@ impl Readers {
         Ok(Some(readers))
     }
 
-    /// Hands `job` to the next free reader (blocking while `mailbox_capacity` jobs wait).
+    /// Hands `call` to the next free reader (blocking while `mailbox_capacity` calls wait).
     ///
     /// # Errors
     /// `Closed` once the readers have stopped.
-    pub(crate) fn send(&self, job: Job) -> Result<()> {
-        self.inbox.send(Message::Run(job)).map_err(|_| Error::Closed)
+    pub(crate) fn send(&self, call: Call) -> Result<()> {
+        self.inbox.send(Message::Run(call)).map_err(|_| Error::Closed)
     }
 
-    /// Lets the readers finish the jobs sent so far, then stops them and closes their
+    /// Lets the readers finish the calls sent so far, then stops them and closes their
     /// connections. Closing again does nothing.
     pub(crate) fn close(&self) {
         let threads = std::mem::take(&mut *self.threads.lock());
@@ -110,14 +110,14 @@ fn reads_apart(location: &Location, options: &Options) -> bool {
         && !matches!(location, Location::Memory)
 }
 
-/// Opens one reader's connection on a thread of its own, then serves `jobs` there.
+/// Opens one reader's connection on a thread of its own, then serves `calls` there.
 fn spawn_reader(
     index: usize,
     location: &Location,
     options: &Options,
     state: &Arc<ActorState>,
     hooks: &'static EngineHooks,
-    jobs: Receiver<Message>,
+    calls: Receiver<Message>,
 ) -> Result<JoinHandle<()>> {
     let (location, options, state) = (location.clone(), options.clone(), Arc::clone(state));
     let (opened_tx, opened_rx) = bounded::<Result<()>>(1);
@@ -126,7 +126,7 @@ fn spawn_reader(
             match Reader::open(&location, options, state, hooks) {
                 Ok(reader) => {
                     let _ = opened_tx.send(Ok(()));
-                    reader.serve(&jobs);
+                    reader.serve(&calls);
                 }
                 Err(error) => {
                     let _ = opened_tx.send(Err(error));
@@ -146,7 +146,7 @@ fn spawn_reader(
     }
 }
 
-/// One reader: its connection and what its jobs' `Tx` lends them.
+/// One reader: its connection and what its calls' `Tx` lends them.
 struct Reader {
     conn: Conn,
     stamp: Stamp,
@@ -169,14 +169,14 @@ impl Reader {
         Ok(Self { conn, stamp, limits: options.limits, ids, hooks, state })
     }
 
-    /// Answers jobs until told to stop (or the store is gone), then closes the connection.
-    fn serve(mut self, jobs: &Receiver<Message>) {
+    /// Answers calls until told to stop (or the store is gone), then closes the connection.
+    fn serve(mut self, calls: &Receiver<Message>) {
         {
-            // A job that calls back into its own store would wait for itself: refused.
+            // A call that calls back into its own store would wait for itself: refused.
             let _acting = Acting::enter(&self.state);
-            for message in jobs {
+            for message in calls {
                 match message {
-                    Message::Run(job) => self.answer(job),
+                    Message::Run(call) => self.answer(call),
                     Message::Stop => break,
                 }
             }
@@ -184,26 +184,26 @@ impl Reader {
         let _ = self.conn.close(false);
     }
 
-    /// Runs one job in a read transaction of its own and answers it.
-    fn answer(&mut self, job: Job) {
+    /// Runs one call in a read transaction of its own and answers it.
+    fn answer(&mut self, call: Call) {
         if self.state.poisoned.load(Ordering::SeqCst) {
-            return job.refuse(
+            return call.refuse(
                 Error::Poisoned("the store's writer stopped: reopen it".into()),
                 &self.state.meter,
             );
         }
         if self.state.exited.load(Ordering::SeqCst) {
-            return job.refuse(Error::Closed, &self.state.meter);
+            return call.refuse(Error::Closed, &self.state.meter);
         }
-        if !job.scope.role.allows(job.access) {
-            let error = forbidden(job.label, job.scope.role);
-            return job.refuse(error, &self.state.meter);
+        if !call.scope.role.allows(call.access) {
+            let error = forbidden(call.label, call.scope.role);
+            return call.refuse(error, &self.state.meter);
         }
         // On PostgreSQL the start goes with the read's first statement (`PgConn::begin_ahead`).
         if let Err(error) = self.conn.begin_ahead(false, &[]) {
-            return job.refuse(error, &self.state.meter);
+            return call.refuse(error, &self.state.meter);
         }
-        let scope = job.scope.clone();
+        let scope = call.scope.clone();
         let engine = Engine {
             db: self.conn.db(),
             sqlite: self.conn.sqlite_parts(),
@@ -216,12 +216,12 @@ impl Reader {
         let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(false);
         tx.set_read_only();
-        self.conn.enter_job(job.internal, job.scope.bound);
-        // Only what SQLite reports while this job runs counts against the file.
+        self.conn.enter_call(call.internal, call.scope.bound);
+        // Only what SQLite reports while this call runs counts against the file.
         crate::error::take_sqlite_corruption();
-        let applied = job.run(&mut tx);
+        let applied = call.run(&mut tx);
         drop(tx.finish());
-        self.conn.leave_job();
+        self.conn.leave_call();
         if crate::error::take_sqlite_corruption() {
             let found = match &applied.failure {
                 Some(Error::Corrupt(found)) => found.clone(),

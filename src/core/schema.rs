@@ -13,9 +13,9 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use sha2::{Digest, Sha256};
 
-use crate::core::fresh;
-use crate::core::guard::{JobGuard, SchemaLinks};
-use crate::core::{left_behind, store_file};
+use crate::core::sqlite::fresh;
+use crate::core::sqlite::guard::{CallGuard, SchemaLinks};
+use crate::core::sqlite::{left_behind, store_file};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -69,7 +69,7 @@ pub(crate) struct Opened {
 /// again would make SQLite prepare every cached statement again), and the schema the guard's
 /// checks know (a fresh store's).
 pub(crate) struct Kept {
-    pub(crate) guard: Arc<JobGuard>,
+    pub(crate) guard: Arc<CallGuard>,
     pub(crate) schema: SchemaLinks,
 }
 
@@ -317,6 +317,7 @@ fn set_wal(conn: &Connection, busy_timeout: Duration) -> Result<()> {
                 }
             }
         }
+        tracing::debug!(pause_ms = pause.as_millis(), "spindle: WAL mode held off; retried");
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(50));
     }

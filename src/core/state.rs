@@ -17,7 +17,7 @@ pub(crate) struct ActorState {
     pub(crate) waiting: AtomicUsize,
     /// Set when the actor has stopped: nobody will answer any more.
     pub(crate) exited: AtomicBool,
-    /// Set when the writer poisoned itself: the readers refuse their jobs too.
+    /// Set when the writer poisoned itself: the readers refuse their calls too.
     pub(crate) poisoned: AtomicBool,
     /// The writer's newest batch stamp: a reader's time is never earlier than the batch of a
     /// write it can see.

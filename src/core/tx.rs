@@ -1,6 +1,6 @@
 //! `Tx`: what an operation sees of the open transaction.
 //!
-//! A `Tx` lives for one job of a batch. It hands out the batch's timestamp, the caller's tenant
+//! A `Tx` lives for one call of a batch. It hands out the batch's timestamp, the caller's tenant
 //! and role, the limits, composition of further ops (each under its own nested savepoint), the
 //! event log, and a narrow SQL handle for the caller's own tables. Events appended through it are
 //! collected here and published by the actor only after `COMMIT` succeeds.
@@ -14,11 +14,13 @@ use serde_json::Value;
 
 use crate::core::db::Db;
 use crate::core::events::{self, Appended, OwnedStreams, Stream};
-use crate::core::guard::{JobGuard, SchemaLinks};
+use crate::core::meter::Tallies;
+pub(crate) use crate::core::meter::Tally;
 use crate::core::op::{Op, Role};
 use crate::core::presence::Presence;
 use crate::core::publish::Published;
-use crate::core::sql::Sql;
+use crate::core::sqlite::guard::{CallGuard, SchemaLinks};
+use crate::core::sqlite::raw::Sql;
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
@@ -31,6 +33,8 @@ pub struct Tx<'a> {
     now_ms: i64,
     scope: &'a Scope,
     published: Vec<Published>,
+    /// What the ops tallied for the metrics, counted after commit.
+    tallies: Tallies,
     publishing: bool,
     rang: bool,
     alarm_ms: Option<i64>,
@@ -47,7 +51,7 @@ pub struct Tx<'a> {
 #[derive(Clone, Copy)]
 pub(crate) struct Engine<'a> {
     pub(crate) db: Db<'a>,
-    /// What only the SQLite engine has: the job guard and a caller's raw SQL.
+    /// What only the SQLite engine has: the call guard and a caller's raw SQL.
     pub(crate) sqlite: Option<SqliteParts<'a>>,
     pub(crate) limits: &'a Limits,
     pub(crate) ids: &'a IdGen,
@@ -55,12 +59,12 @@ pub(crate) struct Engine<'a> {
     pub(crate) owned_streams: &'a [OwnedStreams],
 }
 
-/// The SQLite engine's connection, its job guard, what the checks of a caller's SQL know
+/// The SQLite engine's connection, its call guard, what the checks of a caller's SQL know
 /// of the schema, and the store's presence on its file.
 #[derive(Clone, Copy)]
 pub(crate) struct SqliteParts<'a> {
     pub(crate) conn: &'a Connection,
-    pub(crate) guard: &'a JobGuard,
+    pub(crate) guard: &'a CallGuard,
     pub(crate) schema: &'a RefCell<SchemaLinks>,
     /// A writable file store's presence lock (`None` in memory, read-only, or on a VFS of the
     /// caller's own).
@@ -68,7 +72,7 @@ pub(crate) struct SqliteParts<'a> {
 }
 
 impl Engine<'_> {
-    /// Runs the crate's own work past the job guard (which watches only a caller's SQL).
+    /// Runs the crate's own work past the call guard (which watches only a caller's SQL).
     fn internal<T>(&self, work: impl FnOnce() -> T) -> T {
         match self.sqlite {
             Some(parts) => parts.guard.internal(work),
@@ -77,7 +81,7 @@ impl Engine<'_> {
     }
 }
 
-/// Who a job runs as: the tenant whose data it may touch and the role it holds.
+/// Who a call runs as: the tenant whose data it may touch and the role it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Scope {
     pub(crate) tenant: Arc<str>,
@@ -161,7 +165,7 @@ impl<'a> Tx<'a> {
     /// back, and the error is returned.
     pub(crate) fn nested<T>(&mut self, work: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         let mark = self.published.len();
-        let (rang, alarm_ms) = (self.rang, self.alarm_ms);
+        let (rang, alarm_ms, tallies) = (self.rang, self.alarm_ms, self.tallies);
         self.control("SAVEPOINT nested")?;
         let result = work(self);
         let ended = match &result {
@@ -176,6 +180,7 @@ impl<'a> Tx<'a> {
             self.published.truncate(mark);
             self.rang = rang;
             self.alarm_ms = alarm_ms;
+            self.tallies = tallies;
         }
         let output = result?;
         ended?;
@@ -201,6 +206,7 @@ impl<'a> Tx<'a> {
         let result = other.nested(work);
         let finished = other.finish();
         self.published.extend(finished.published);
+        self.tallies.merge(finished.tallies);
         self.rang |= finished.rang;
         self.tenants_changed |= finished.tenants_changed;
         if let Some(at_ms) = finished.alarm_ms {
@@ -209,7 +215,7 @@ impl<'a> Tx<'a> {
         result.map(Some)
     }
 
-    /// Runs one of the crate's own savepoint statements, past the job guard.
+    /// Runs one of the crate's own savepoint statements, past the call guard.
     fn control(&self, sql: &str) -> Result<()> {
         let engine = self.engine;
         engine.internal(|| engine.db.execute(sql, &[]))?;
@@ -276,15 +282,15 @@ impl<'a> Tx<'a> {
     ///
     /// [`PgSql`]: crate::PgSql
     #[cfg(feature = "postgres")]
-    pub fn postgres(&self) -> Result<crate::core::pg_sql::PgSql<'_>> {
+    pub fn postgres(&self) -> Result<crate::core::postgres::raw::PgSql<'_>> {
         self.writable("raw SQL (Tx::postgres)")?;
-        let Db::Postgres(conn) = self.engine.db else {
+        let Some(conn) = self.engine.db.postgres_session() else {
             return Err(Error::WrongEngine("the PostgreSQL handle (Tx::postgres)".into()));
         };
         if self.scope.bound {
             return Err(Error::Forbidden("a view bound to its tenant runs no raw SQL".into()));
         }
-        Ok(crate::core::pg_sql::PgSql::new(conn))
+        Ok(crate::core::postgres::raw::PgSql::new(conn))
     }
 
     /// The SQLite engine's parts, once the caller's SQL is noted: before its first statement,
@@ -300,7 +306,7 @@ impl<'a> Tx<'a> {
         Ok(parts)
     }
 
-    /// Runs `sql` as the caller's SQL but past the job guard: what the guard would refuse,
+    /// Runs `sql` as the caller's SQL but past the call guard: what the guard would refuse,
     /// done anyway, for tests of the actor's check behind it.
     #[cfg(test)]
     pub(crate) fn sql_past_the_guard(&self, sql: &str) -> Result<()> {
@@ -351,6 +357,7 @@ impl<'a> Tx<'a> {
             now_ms,
             scope,
             published: Vec::new(),
+            tallies: Tallies::default(),
             publishing: true,
             rang: false,
             alarm_ms: None,
@@ -400,11 +407,17 @@ impl<'a> Tx<'a> {
         self.rang = true;
     }
 
-    /// Asks the actor to run its alarm job once the clock reaches `at_ms` (a deadline that
+    /// Asks the actor to run its alarm call once the clock reaches `at_ms` (a deadline that
     /// must be acted on without a caller): before the first batch stamped at or after it, or
     /// as a batch of its own when the store is idle. Kept only if this transaction commits.
     pub(crate) fn set_alarm(&mut self, at_ms: i64) {
         self.alarm_ms = Some(self.alarm_ms.map_or(at_ms, |ms| ms.min(at_ms)));
+    }
+
+    /// Counts `n` more of `tally` for the metrics once the transaction commits (nothing if this
+    /// op, or its transaction, is rolled back).
+    pub(crate) fn tally(&mut self, tally: Tally, n: u64) {
+        self.tallies.add(tally, n);
     }
 
     /// Tells the actor that a tenant's status may have changed: it forgets what it knew of
@@ -418,6 +431,7 @@ impl<'a> Tx<'a> {
     pub(crate) fn finish(self) -> Finished {
         Finished {
             published: self.published,
+            tallies: self.tallies,
             rang: self.rang,
             alarm_ms: self.alarm_ms,
             tenants_changed: self.tenants_changed,
@@ -426,9 +440,11 @@ impl<'a> Tx<'a> {
     }
 }
 
-/// What a job left for the actor to do after commit.
+/// What a call left for the actor to do after commit.
 pub(crate) struct Finished {
     pub(crate) published: Vec<Published>,
+    /// What the call tallied for the metrics.
+    pub(crate) tallies: Tallies,
     pub(crate) rang: bool,
     pub(crate) alarm_ms: Option<i64>,
     pub(crate) tenants_changed: bool,

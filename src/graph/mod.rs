@@ -348,8 +348,10 @@ pub struct NodeCounts {
 }
 
 /// Which graphs [`Graphs::find`] and [`Graphs::count_by_status`] read; the default is every
-/// graph, oldest first.
+/// graph, oldest first. `#[non_exhaustive]`: start from `GraphFilter::default()` and chain the
+/// setters, `GraphFilter::default().status(GraphStatus::Running).metadata("kind", "run")`.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct GraphFilter {
     /// Only graphs with this status.
     pub status: Option<GraphStatus>,
@@ -361,6 +363,37 @@ pub struct GraphFilter {
     pub roots_only: bool,
     /// Newest first (descending id) instead of oldest first.
     pub newest_first: bool,
+}
+
+impl GraphFilter {
+    /// Only graphs with `status`.
+    #[must_use]
+    pub fn status(mut self, status: GraphStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only graphs whose metadata has the top-level `key` with exactly this scalar `value`
+    /// (added to the pairs already given; see [`metadata`](#structfield.metadata)).
+    #[must_use]
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.metadata.push((key.into(), value.into()));
+        self
+    }
+
+    /// Only graphs that are not a SubGraph node's child (`true`), or every graph.
+    #[must_use]
+    pub fn roots_only(mut self, roots_only: bool) -> Self {
+        self.roots_only = roots_only;
+        self
+    }
+
+    /// Newest first (`true`) or oldest first.
+    #[must_use]
+    pub fn newest_first(mut self, newest_first: bool) -> Self {
+        self.newest_first = newest_first;
+        self
+    }
 }
 
 /// A graph as stored.
@@ -447,8 +480,10 @@ pub struct Edge {
     pub tokens: u64,
 }
 
-/// How a node is added: its id (generated when `None`) and its join.
+/// How a node is added: its id (generated when `None`) and its join. `#[non_exhaustive]`:
+/// build it with [`NodeOptions::new`] and the setters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeOptions {
     /// The node's id, unique within the graph.
     pub id: Option<NodeId>,

@@ -22,7 +22,7 @@ use crate::limits::Limits;
 
 /// How a node finished.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Outcome {
+pub(super) enum NodeEnd {
     /// With an output (`None`: one `ok` token).
     Done(Option<NodeOutput>),
     /// With an error.
@@ -46,7 +46,7 @@ pub(super) struct Net<'t, 'a> {
     tx: &'t mut Tx<'a>,
     state: GraphState,
     stream: Stream,
-    work: Vec<(String, Outcome)>,
+    work: Vec<(String, NodeEnd)>,
     ended: Option<Ended>,
 }
 
@@ -218,7 +218,7 @@ impl<'t, 'a> Net<'t, 'a> {
     }
 
     /// Finishes a ready or running node as a caller (or a child graph) says.
-    pub(super) fn finish_node(&mut self, node: &NodeState, outcome: Outcome) -> Result<()> {
+    pub(super) fn finish_node(&mut self, node: &NodeState, outcome: NodeEnd) -> Result<()> {
         if !matches!(node.status, NodeStatus::Ready | NodeStatus::Running) {
             return Err(Error::Conflict(format!(
                 "node {} is {}, not ready or running",
@@ -248,7 +248,7 @@ impl<'t, 'a> Net<'t, 'a> {
             return self.fire(node);
         }
         if disabled(&node) {
-            self.work.push((node.id, Outcome::Skipped));
+            self.work.push((node.id, NodeEnd::Skipped));
         }
         Ok(())
     }
@@ -288,7 +288,7 @@ impl<'t, 'a> Net<'t, 'a> {
             if node.in_edges > 0 && enabled(&node) {
                 self.fire(node)?;
             } else if node.in_edges > 0 && disabled(&node) {
-                self.work.push((node.id, Outcome::Skipped));
+                self.work.push((node.id, NodeEnd::Skipped));
             }
         }
         Ok(())
@@ -307,7 +307,7 @@ impl<'t, 'a> Net<'t, 'a> {
         for node in left {
             if node.kind == "gather" {
                 let output = self.gather(&node)?;
-                self.work.push((node.id, Outcome::Done(Some(output))));
+                self.work.push((node.id, NodeEnd::Done(Some(output))));
             } else {
                 self.announce(&node)?;
             }
@@ -378,20 +378,20 @@ impl<'t, 'a> Net<'t, 'a> {
     }
 
     /// Records how a node finished and routes its tokens.
-    fn finish(&mut self, node_id: &str, outcome: Outcome) -> Result<()> {
+    fn finish(&mut self, node_id: &str, outcome: NodeEnd) -> Result<()> {
         if self.state.status != GraphStatus::Running {
             return Ok(());
         }
         let mut node = self.node(node_id)?;
         let tokens = match outcome {
-            Outcome::Skipped if node.status != NodeStatus::Pending => return Ok(()),
-            Outcome::Skipped => {
+            NodeEnd::Skipped if node.status != NodeStatus::Pending => return Ok(()),
+            NodeEnd::Skipped => {
                 self.set_status(&mut node, NodeStatus::Skipped)?;
                 self.emit(&GraphEvent::NodeSkipped { node_id: node.id.clone() })?;
                 Vec::new()
             }
-            Outcome::Done(output) => self.record_done(&mut node, output)?,
-            Outcome::Failed(error) => self.record_failed(&mut node, &error)?,
+            NodeEnd::Done(output) => self.record_done(&mut node, output)?,
+            NodeEnd::Failed(error) => self.record_failed(&mut node, &error)?,
         };
         self.route(&node, &tokens)
     }
@@ -526,7 +526,7 @@ impl<'t, 'a> Net<'t, 'a> {
             target.in_dead += 1;
             self.save(&target)?;
             if target.status == NodeStatus::Pending && disabled(&target) {
-                self.work.push((target.id, Outcome::Skipped));
+                self.work.push((target.id, NodeEnd::Skipped));
             }
         }
         Ok(())
@@ -554,7 +554,7 @@ impl<'t, 'a> Net<'t, 'a> {
                 let error = too_large.to_string();
                 return self.end(GraphStatus::Failed, Some(&node.id), Some(error));
             }
-            self.work.push((node.id, Outcome::Done(Some(output))));
+            self.work.push((node.id, NodeEnd::Done(Some(output))));
             return Ok(());
         }
         self.set_status(&mut node, NodeStatus::Ready)?;

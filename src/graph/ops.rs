@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::net::{self, Ended, Net, Outcome};
+use super::net::{self, Ended, Net, NodeEnd};
 use super::sql::{self, Key, NodeState};
 use super::{
     Edge, GatherStrategy, Graph, GraphFilter, GraphId, GraphStatus, JoinType, Node, NodeId,
@@ -525,7 +525,7 @@ impl Op for CompleteNode {
         if let Some(output) = &self.output {
             tx.limits().check_json("node output bytes", output)?;
         }
-        finish_node(tx, &self.graph, &self.node, Outcome::Done(self.output))
+        finish_node(tx, &self.graph, &self.node, NodeEnd::Done(self.output))
     }
 }
 
@@ -537,7 +537,7 @@ impl Op for FailNode {
     }
     fn apply(self, tx: &mut Tx<'_>) -> Result<()> {
         tx.limits().check_payload("node error bytes", &self.error)?;
-        finish_node(tx, &self.graph, &self.node, Outcome::Failed(self.error))
+        finish_node(tx, &self.graph, &self.node, NodeEnd::Failed(self.error))
     }
 }
 
@@ -798,7 +798,7 @@ impl Op for RunningTenants {
 
 /// Finishes a node as its caller says, then settles the graph and its ancestors. A SubGraph
 /// node is finished by its child graph, never by a caller.
-fn finish_node(tx: &mut Tx<'_>, graph: &str, node: &str, outcome: Outcome) -> Result<()> {
+fn finish_node(tx: &mut Tx<'_>, graph: &str, node: &str, outcome: NodeEnd) -> Result<()> {
     let mut net = Net::open(tx, graph)?;
     net.require_running()?;
     let node = net.node(node)?;
@@ -850,11 +850,11 @@ fn finish_parent_node(tx: &mut Tx<'_>, child: &Ended) -> Result<Option<Ended>> {
         return Ok(None);
     }
     let outcome = match child.status {
-        GraphStatus::Complete => Outcome::Done(Some(net::child_output(&child.graph_id))),
+        GraphStatus::Complete => NodeEnd::Done(Some(net::child_output(&child.graph_id))),
         GraphStatus::Cancelled => {
-            Outcome::Failed(format!("child graph {} was cancelled", child.graph_id))
+            NodeEnd::Failed(format!("child graph {} was cancelled", child.graph_id))
         }
-        _ => Outcome::Failed(format!(
+        _ => NodeEnd::Failed(format!(
             "child graph {} failed: {}",
             child.graph_id,
             child.error.as_deref().unwrap_or("")

@@ -29,12 +29,12 @@
 //! repeat one. Keep `Durability::Full` (the default) where fencing must hold across power loss.
 //!
 //! Ops live in `ops.rs` and `lease.rs`, event meaning in `semantics.rs`, payload schemas in
-//! `schema.rs`, SQL in `sql.rs`; the facade is [`Processes`], reached with
+//! `json_schema.rs`, SQL in `sql.rs`; the facade is [`Processes`], reached with
 //! `store.processes()`.
 
+mod json_schema;
 mod lease;
 mod ops;
-mod schema;
 mod semantics;
 mod sql;
 mod types;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-use super::schema;
+use super::json_schema;
 use super::types::{
     AwaitOutput, DedupeKey, EventSemantics, EventType, Originator, Registration, Selector,
     SemanticsSpec, SessionScope, TerminalSemantics, TerminalSpec, TerminalState, Wake, WakeSpec,
@@ -139,7 +139,7 @@ fn check_registration(registration: &Registration, limits: &Limits) -> Result<()
 }
 
 fn check_event_type(event_type: &EventType) -> Result<()> {
-    schema::check_schema(&event_type.payload_schema).map_err(|why| {
+    json_schema::check_schema(&event_type.payload_schema).map_err(|why| {
         invalid(format!("event type {:?}: payload schema: {why}", event_type.name))
     })?;
     let Some(terminal) = &event_type.semantics.terminal else {
@@ -197,12 +197,12 @@ const SCHEMA_STEPS_MAX: u64 = 1_000_000;
 
 /// Checks `payload` against the event type's schema, within `SCHEMA_STEPS_MAX` steps.
 pub(crate) fn check_payload(event_type: &EventType, payload: &Value) -> Result<()> {
-    match schema::validate_within(&event_type.payload_schema, payload, SCHEMA_STEPS_MAX) {
+    match json_schema::validate_within(&event_type.payload_schema, payload, SCHEMA_STEPS_MAX) {
         Ok(()) => Ok(()),
-        Err(schema::Refusal::Mismatch(why)) => {
+        Err(json_schema::Refusal::Mismatch(why)) => {
             Err(invalid(format!("{} payload does not meet its schema: {why}", event_type.name)))
         }
-        Err(schema::Refusal::TooMuchWork) => Err(Error::TooLarge {
+        Err(json_schema::Refusal::TooMuchWork) => Err(Error::TooLarge {
             what: "payload schema validation steps",
             limit: SCHEMA_STEPS_MAX,
             actual: SCHEMA_STEPS_MAX + 1,

@@ -10,9 +10,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::page::Page;
+use crate::setters::setters;
 
 /// Who a session-scoped grant or wake belongs to: a session, optionally one agent frame of it.
+/// `#[non_exhaustive]`: build it with [`SessionScope::new`] or [`SessionScope::for_agent_frame`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionScope {
     /// The session (an id without `/`, so that scope ids cannot collide).
     pub session_id: String,
@@ -68,8 +71,10 @@ impl Originator {
     }
 }
 
-/// What a process is, for listings and filters.
+/// What a process is, for listings and filters. `#[non_exhaustive]`: build it with
+/// [`Identity::new`] and the setters (a [`Registration`] sets its own through its setters).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Identity {
     /// Its kind (`tool`, `engine`, ...), chosen by the caller.
     pub kind: String,
@@ -81,9 +86,32 @@ pub struct Identity {
     pub definition: Option<Value>,
 }
 
+impl Identity {
+    /// A process of `kind`, with no label or definition.
+    pub fn new(kind: impl Into<String>) -> Self {
+        Self { kind: kind.into(), label: None, definition: None }
+    }
+
+    /// Sets the label.
+    #[must_use]
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Sets the definition.
+    #[must_use]
+    pub fn definition(mut self, definition: Value) -> Self {
+        self.definition = Some(definition);
+        self
+    }
+}
+
 /// A process to register. Registering the same content again returns the first record;
-/// different content under the same id is `Conflict`.
+/// different content under the same id is `Conflict`. `#[non_exhaustive]`: build it with
+/// [`Registration::new`] and the setters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Registration {
     /// The process id, chosen by the caller.
     pub id: String,
@@ -172,8 +200,10 @@ impl Registration {
 }
 
 /// An event type a process declares: its name, the schema its payloads must meet, and what
-/// its events mean (end the process, wake a session).
+/// its events mean (end the process, wake a session). `#[non_exhaustive]`: build it with
+/// [`EventType::new`] and the setters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EventType {
     /// The event type's name.
     pub name: String,
@@ -214,8 +244,10 @@ impl EventType {
     }
 }
 
-/// What an event type's events mean.
+/// What an event type's events mean. `#[non_exhaustive]`: start from `Default` (nothing) and
+/// chain the setters, or set them through [`EventType::terminal`] and [`EventType::wake`].
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SemanticsSpec {
     /// Its events end the process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,8 +257,26 @@ pub struct SemanticsSpec {
     pub wake: Option<WakeSpec>,
 }
 
-/// How an event ends its process.
+impl SemanticsSpec {
+    /// Its events end the process.
+    #[must_use]
+    pub fn terminal(mut self, spec: TerminalSpec) -> Self {
+        self.terminal = Some(spec);
+        self
+    }
+
+    /// Its events wake a session.
+    #[must_use]
+    pub fn wake(mut self, spec: WakeSpec) -> Self {
+        self.wake = Some(spec);
+        self
+    }
+}
+
+/// How an event ends its process. `#[non_exhaustive]`: build it with [`TerminalSpec::new`]
+/// and [`TerminalSpec::await_output`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TerminalSpec {
     /// The state it ends in.
     pub state: TerminalState,
@@ -236,8 +286,25 @@ pub struct TerminalSpec {
     pub await_output: Option<Selector>,
 }
 
-/// How an event wakes a session.
+impl TerminalSpec {
+    /// Its events end the process in `state`, with no output selected (a completion awaits
+    /// the whole payload).
+    pub fn new(state: TerminalState) -> Self {
+        Self { state, await_output: None }
+    }
+
+    /// Where the output awaited by callers is in the payload.
+    #[must_use]
+    pub fn await_output(mut self, selector: Selector) -> Self {
+        self.await_output = Some(selector);
+        self
+    }
+}
+
+/// How an event wakes a session. `#[non_exhaustive]`: build it with [`WakeSpec::new`] and the
+/// setters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct WakeSpec {
     /// Wake only when this selects a truthy value (not null, false, "", [] or {}).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,6 +314,28 @@ pub struct WakeSpec {
     /// What makes two wakes the same one.
     #[serde(default)]
     pub dedupe_key: DedupeKey,
+}
+
+impl WakeSpec {
+    /// Every event wakes, with the text `input` selects, one wake per event
+    /// ([`DedupeKey::EventIdentity`]).
+    pub fn new(input: Selector) -> Self {
+        Self { when: None, input, dedupe_key: DedupeKey::EventIdentity }
+    }
+
+    /// Wakes only when `selector` selects a truthy value.
+    #[must_use]
+    pub fn when(mut self, selector: Selector) -> Self {
+        self.when = Some(selector);
+        self
+    }
+
+    /// Sets what makes two wakes the same one.
+    #[must_use]
+    pub fn dedupe_key(mut self, key: DedupeKey) -> Self {
+        self.dedupe_key = key;
+        self
+    }
 }
 
 /// What makes two wakes the same one: their id is a hash of the target scope and this key.
@@ -457,8 +546,10 @@ pub enum WaitKind {
 }
 
 /// Where a process lives in another system. Set once: the same value again is a no-op,
-/// another is `Conflict`.
+/// another is `Conflict`. `#[non_exhaustive]`: build it with [`ExternalRef::new`] and
+/// [`ExternalRef::metadata`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ExternalRef {
     /// The other system.
     pub backend: String,
@@ -467,6 +558,20 @@ pub struct ExternalRef {
     /// Anything else worth keeping.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+}
+
+impl ExternalRef {
+    /// The process is `id` in the system `backend`.
+    pub fn new(backend: impl Into<String>, id: impl Into<String>) -> Self {
+        Self { backend: backend.into(), id: id.into(), metadata: None }
+    }
+
+    /// Keeps `metadata` with the reference.
+    #[must_use]
+    pub fn metadata(mut self, metadata: Value) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
 }
 
 /// A registered process.
@@ -530,8 +635,10 @@ impl ProcessRecord {
     }
 }
 
-/// How a session refers to a process it may address.
+/// How a session refers to a process it may address. `#[non_exhaustive]`: start from
+/// `Default` (neither) and chain the setters.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct HandleDescriptor {
     /// What kind of handle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -539,6 +646,22 @@ pub struct HandleDescriptor {
     /// A label for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+}
+
+impl HandleDescriptor {
+    /// Sets what kind of handle it is.
+    #[must_use]
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Sets its label.
+    #[must_use]
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
 }
 
 /// A session scope's right to address a process.
@@ -615,8 +738,11 @@ pub enum StatusFilter {
     Any,
 }
 
-/// Which processes a listing shows, in id order, one page at a time.
+/// Which processes a listing shows, in id order, one page at a time. `#[non_exhaustive]`:
+/// start from `ListFilter::default()` (running processes) or [`ListFilter::status`] and chain
+/// the setters, `ListFilter::status(StatusFilter::Any).waiting(true).page(Page::first(10))`.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct ListFilter {
     /// Only processes whose identity has this definition.
     pub definition: Option<Value>,
@@ -632,6 +758,27 @@ impl ListFilter {
     /// Every process of `status`, first page.
     pub fn status(status: StatusFilter) -> Self {
         Self { status, ..Self::default() }
+    }
+
+    /// Only processes whose identity has this definition.
+    #[must_use]
+    pub fn definition(mut self, definition: Value) -> Self {
+        self.definition = Some(definition);
+        self
+    }
+
+    /// Only waiting (`true`) or not waiting (`false`) processes.
+    #[must_use]
+    pub fn waiting(mut self, waiting: bool) -> Self {
+        self.waiting = Some(waiting);
+        self
+    }
+
+    /// Which page to read.
+    #[must_use]
+    pub fn page(mut self, page: Page) -> Self {
+        self.page = page;
+        self
     }
 }
 
@@ -658,6 +805,7 @@ pub struct ProcessEvent {
 
 /// What an appended event meant.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EventSemantics {
     /// It ended the process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -669,6 +817,7 @@ pub struct EventSemantics {
 
 /// How an event ended its process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TerminalSemantics {
     /// The state.
     pub state: TerminalState,
@@ -676,8 +825,16 @@ pub struct TerminalSemantics {
     pub await_output: AwaitOutput,
 }
 
+impl TerminalSemantics {
+    /// How an event ends its process: in `state`, leaving `await_output` for those awaiting it.
+    pub fn new(state: TerminalState, await_output: AwaitOutput) -> Self {
+        Self { state, await_output }
+    }
+}
+
 /// A wake an event carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Wake {
     /// The wake's input text.
     pub input: String,
@@ -685,8 +842,10 @@ pub struct Wake {
     pub dedupe_key: String,
 }
 
-/// An event to append to a process.
+/// An event to append to a process. `#[non_exhaustive]`: build it with [`AppendRequest::new`]
+/// and the setters.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AppendRequest {
     /// A declared event type.
     pub event_type: String,
@@ -730,6 +889,7 @@ impl AppendRequest {
 
 /// What an append to a process did (the event log's own is `log::Appended`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Appended {
     /// The event (the first one, on a replay).
     pub event: ProcessEvent,
@@ -743,6 +903,7 @@ pub struct Appended {
 
 /// A wake for a session to act on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct WakeDelivery {
     /// `wake:<hash of target scope id and dedupe key>`: the same for duplicate wakes.
     pub wake_id: String,
@@ -765,8 +926,10 @@ pub struct WakeDelivery {
 }
 
 /// Who holds (or wants) a process lease: an owner, one incarnation of it, and how to tell
-/// whether it is still alive.
+/// whether it is still alive. `#[non_exhaustive]`: build it with [`LeaseOwner::new`] and
+/// [`LeaseOwner::liveness`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LeaseOwner {
     /// The owner.
     pub owner_id: String,
@@ -785,6 +948,13 @@ impl LeaseOwner {
             incarnation_id: incarnation_id.into(),
             liveness: Liveness::Opaque,
         }
+    }
+
+    /// Sets how to tell whether it is alive.
+    #[must_use]
+    pub fn liveness(mut self, liveness: Liveness) -> Self {
+        self.liveness = liveness;
+        self
     }
 
     /// Whether `other` is the same owner and incarnation (liveness is not compared).
@@ -817,6 +987,7 @@ pub enum Liveness {
 
 /// A process lease: who holds it, its token, its fencing token and its expiry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProcessLease {
     /// The process.
     pub process_id: String,
@@ -830,6 +1001,35 @@ pub struct ProcessLease {
     pub claimed_at_ms: i64,
     /// When it lapses unless renewed, in epoch milliseconds.
     pub expires_at_ms: i64,
+}
+
+impl ProcessLease {
+    /// A lease as a store grants it: for keeping one's parts elsewhere and presenting it again
+    /// (a lease also serialises whole).
+    pub fn new(
+        process_id: impl Into<String>,
+        owner: LeaseOwner,
+        lease_token: impl Into<String>,
+        fencing_token: u64,
+        claimed_at_ms: i64,
+        expires_at_ms: i64,
+    ) -> Self {
+        Self {
+            process_id: process_id.into(),
+            owner,
+            lease_token: lease_token.into(),
+            fencing_token,
+            claimed_at_ms,
+            expires_at_ms,
+        }
+    }
+
+    setters! {
+        /// Sets [`lease_token`](#structfield.lease_token): the grant presented.
+        lease_token: String;
+        /// Sets [`expires_at_ms`](#structfield.expires_at_ms): when it lapses.
+        expires_at_ms: i64;
+    }
 }
 
 /// The outcome of claiming a lease.

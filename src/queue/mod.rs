@@ -53,8 +53,10 @@ pub use schedule::{
 pub use worker::{Job, Outcome, WORKER_THREADS_MAX, Worker, WorkerPool, WorkerReport};
 
 /// How long a failed attempt waits before its retry: `base_ms` doubled per attempt, at most
-/// `max_ms`. The default is 1 s doubling to 64 s.
+/// `max_ms`. The default is 1 s doubling to 64 s. `#[non_exhaustive]`: build it with
+/// [`Backoff::new`] (or `Default`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Backoff {
     /// The delay after the first failed attempt, in milliseconds.
     pub base_ms: i64,
@@ -69,6 +71,12 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// Retries `base_ms` after the first failed attempt, doubling per attempt up to `max_ms`
+    /// (both checked when an item is enqueued: `0 <= base_ms <= max_ms`).
+    pub fn new(base_ms: i64, max_ms: i64) -> Self {
+        Self { base_ms, max_ms }
+    }
+
     /// The delay before the retry that follows failed attempt number `attempt` (1-based).
     pub fn delay_ms(&self, attempt: u32) -> i64 {
         let doublings = attempt.saturating_sub(1).min(62);
@@ -76,8 +84,10 @@ impl Backoff {
     }
 }
 
-/// An item to enqueue; build it with [`NewItem::new`] and the setters.
+/// An item to enqueue; build it with [`NewItem::new`] and the setters (it is
+/// `#[non_exhaustive]`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct NewItem {
     /// The queue's name.
     pub queue: String,
@@ -114,8 +124,9 @@ pub struct NewItem {
 /// A key an item holds in its queue over a window of time, against later enqueues with the same
 /// key (River's unique jobs, Oban's `unique`, graphile-worker's `job_key`); see
 /// [`NewItem::unique`]. Beside [`NewItem::dedupe_key`], which holds only while the item is live
-/// and compares payloads.
+/// and compares payloads. `#[non_exhaustive]`: build it with [`Unique::new`] and the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Unique {
     /// The key (id-like: non-empty, at most `Limits::id_len_max` bytes).
     pub key: String,

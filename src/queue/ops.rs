@@ -15,7 +15,7 @@ use super::{
 use crate::core::counts;
 use crate::core::events::{self, Stream};
 use crate::core::op::{Access, Op, sealed::Sealed};
-use crate::core::tx::Tx;
+use crate::core::tx::{Tally, Tx};
 use crate::error::{Error, Result};
 use crate::hash::content_hash;
 use crate::limits::Limits;
@@ -1440,6 +1440,7 @@ fn settle_failure(
         FailOutcome::Retrying { run_at_ms }
     } else {
         sql::dead_letter(tx.db(), tx.tenant(), item, now_ms, error)?;
+        tx.tally(Tally::DeadLettered, 1);
         FailOutcome::DeadLettered
     };
     // The event carries the start of the error; the item keeps all of it.

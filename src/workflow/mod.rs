@@ -156,13 +156,32 @@ pub struct Execution {
     pub completed_at_ms: Option<i64>,
 }
 
-/// Which executions a listing shows (newest first).
+/// Which executions a listing shows (newest first). `#[non_exhaustive]`: start from
+/// `ExecutionFilter::default()` (every execution) and chain the setters,
+/// `ExecutionFilter::default().status(WorkflowStatus::Running).workflow_id("build")`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ExecutionFilter {
     /// Only this status.
     pub status: Option<WorkflowStatus>,
     /// Only this workflow.
     pub workflow_id: Option<String>,
+}
+
+impl ExecutionFilter {
+    /// Only executions with `status`.
+    #[must_use]
+    pub fn status(mut self, status: WorkflowStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only executions of the workflow `workflow_id`.
+    #[must_use]
+    pub fn workflow_id(mut self, workflow_id: impl Into<String>) -> Self {
+        self.workflow_id = Some(workflow_id.into());
+        self
+    }
 }
 
 /// An execution's state at a sequence of its event stream.

@@ -522,11 +522,10 @@ pub fn assert_graph_counts(store: &Store, kinds: &[&str], context: &str) {
             let mut pairs = Vec::new();
             for (kind, roots_only) in &asked {
                 let metadata = kind.iter().map(|kind| ("kind".to_owned(), json!(kind)));
-                let filter = spindle::GraphFilter {
-                    metadata: metadata.collect(),
-                    roots_only: *roots_only,
-                    ..Default::default()
-                };
+                let filter = metadata.fold(
+                    spindle::GraphFilter::default().roots_only(*roots_only),
+                    |filter, (key, value)| filter.metadata(key, value),
+                );
                 let counted = tx.exec(spindle::graph::CountByStatus { filter })?;
                 let counted: StatusCounts = counted
                     .into_iter()

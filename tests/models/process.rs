@@ -143,7 +143,7 @@ impl Model {
                 return Err(Refusal::Conflict);
             }
             let state = output.terminal_state();
-            semantics.terminal = Some(TerminalSemantics { state, await_output: output.clone() });
+            semantics.terminal = Some(TerminalSemantics::new(state, output.clone()));
             process.record.status = ProcessStatus::from_output(output);
             process.record.wait = None;
         }
@@ -212,14 +212,14 @@ impl Model {
                 Ok(ExpectClaim::Reentered(holder.clone()))
             }
             Some(holder) => Ok(ExpectClaim::Busy(holder.clone())),
-            None => Ok(ExpectClaim::Granted(ProcessLease {
-                process_id: PROCESSES[p].to_owned(),
-                owner: owner.clone(),
-                lease_token: String::new(),
-                fencing_token: lease.last_fence + 1,
-                claimed_at_ms: now_ms,
-                expires_at_ms: now_ms + ttl_ms,
-            })),
+            None => Ok(ExpectClaim::Granted(ProcessLease::new(
+                PROCESSES[p],
+                owner.clone(),
+                "",
+                lease.last_fence + 1,
+                now_ms,
+                now_ms + ttl_ms,
+            ))),
         }
     }
 
@@ -243,7 +243,7 @@ impl Model {
         match row.holder.as_mut() {
             Some(holder) if same_grant(holder, lease) && holder.expires_at_ms > now_ms => {
                 holder.expires_at_ms = now_ms + ttl_ms;
-                Ok(ProcessLease { expires_at_ms: now_ms + ttl_ms, ..lease.clone() })
+                Ok(lease.clone().expires_at_ms(now_ms + ttl_ms))
             }
             _ => Err(Refusal::LeaseLost),
         }

@@ -45,7 +45,7 @@ pub enum TokenCmd {
 /// Lists tenants, or creates, suspends or activates one.
 pub fn tenants(store: &Store, action: TenantCmd, out: &Output) -> Result<(), CliError> {
     let auth = store.auth();
-    let status = |status| TenantUpdate { status: Some(status), ..TenantUpdate::default() };
+    let status = |status| TenantUpdate::default().status(status);
     let changed = match action {
         TenantCmd::List => {
             let tenants = auth.tenants()?;

@@ -393,9 +393,8 @@ pub fn all_processes(store: &Store, status: StatusFilter) -> spindle::Result<Vec
     let limit = store.limits().page_size_max;
     let mut all: Vec<ProcessRecord> = Vec::new();
     loop {
-        let page = Page { after: all.last().map(|last| last.id.clone()), limit };
-        let processes =
-            store.processes().list(&ListFilter { status, page, ..Default::default() })?;
+        let page = Page::new(all.last().map(|last| last.id.clone()), limit);
+        let processes = store.processes().list(ListFilter::status(status).page(page))?;
         let short = processes.is_empty() || processes.len() < limit;
         all.extend(processes);
         if short {

@@ -17,6 +17,12 @@
 //! node it was made for (its dedupe key, `NODE#FIRING`), and an item of any other firing is
 //! dropped unrun, checked where the node is taken and again where the attempt is settled. A
 //! pending item cancelled from outside fails its node (`Run::follow_cancels`).
+//!
+//! The folder: this file (a run: the dispatcher, the pool's handlers, the end), `attempt.rs`
+//! (one attempt of a node's command, its process group, what is left of the last one),
+//! `outputs.rs` (the outputs directory commands read their predecessors' output from),
+//! `livelog.rs` (what commands print, streamed into the store while they run), `logs.rs`
+//! (`spindle logs`), and `runs.rs` (`spindle runs`, a `RUN` argument, `spindle retry`).
 
 pub mod attempt;
 pub mod livelog;
@@ -723,7 +729,7 @@ impl Run {
         let this = Try::of(job);
         if this.of_firing <= task.step.retries {
             let next = new_item(&self.queue, &self.graph, &task.id, firing, this.next());
-            let delay_ms = Backoff { base_ms: 1_000, max_ms: 30_000 }.delay_ms(attempt);
+            let delay_ms = Backoff::new(1_000, 30_000).delay_ms(attempt);
             let done = self.store.transaction(move |tx| {
                 tx.exec(Complete { id, fence, result: json!({ "failed": error }) })?;
                 still_ours(tx, &graph, &node, firing)?;

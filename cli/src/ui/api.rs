@@ -330,7 +330,7 @@ impl<R, K, E> Listing<R, K, E> {
     }
 }
 
-/// A page of records keyed by their `id` (`Page { after, limit }` reads), each shown as it
+/// A page of records keyed by their `id` (`Page::new(after, limit)` reads), each shown as it
 /// is stored.
 fn by_id<T: serde::Serialize>(
     ask: &Ask<'_>,
@@ -339,7 +339,7 @@ fn by_id<T: serde::Serialize>(
 ) -> Answer {
     let (after, limit) = ask.query.page()?;
     let listing = Listing {
-        read: |after, limit| read(Page { after, limit }).map_err(store_error),
+        read: |after, limit| read(Page::new(after, limit)).map_err(store_error),
         cursor: id_of,
         encode: encoded,
         first: CHUNK_FIRST,
@@ -408,7 +408,11 @@ fn chart(samples: &[Sample]) -> Vec<Value> {
 
 /// The runs the CLI made, newest first, with `status`.
 fn runs_newest_first(status: Option<GraphStatus>) -> GraphFilter {
-    GraphFilter { status, newest_first: true, ..run_filter() }
+    let filter = run_filter().newest_first(true);
+    match status {
+        Some(status) => filter.status(status),
+        None => filter,
+    }
 }
 
 /// What the runs list shows of a run.
@@ -443,7 +447,7 @@ fn runs(store: &Store, ask: &Ask<'_>) -> Answer {
     }
     let listing = Listing {
         read: |after, limit| {
-            store.graphs().find(&filter, Page { after, limit }).map_err(store_error)
+            store.graphs().find(&filter, Page::new(after, limit)).map_err(store_error)
         },
         cursor: |run: &Graph| run.id.clone(),
         encode: |run: &Graph| encoded(&run_summary(run)),
@@ -614,7 +618,9 @@ fn workflows(store: &Store, ask: &Ask<'_>) -> Answer {
         Some(text) => Some(enum_of::<WorkflowStatus>("status", text)?),
     };
     let workflow_id = ask.query.get("workflow").filter(|w| !w.is_empty()).map(str::to_owned);
-    let filter = ExecutionFilter { status, workflow_id };
+    let mut filter = ExecutionFilter::default();
+    filter.status = status;
+    filter.workflow_id = workflow_id;
     by_id(
         ask,
         |execution: &Execution| execution.id.clone(),
@@ -690,7 +696,7 @@ fn processes(store: &Store, ask: &Ask<'_>) -> Answer {
     by_id(
         ask,
         |process: &ProcessRecord| process.id.clone(),
-        |page| store.processes().list(&ListFilter { status, page, ..ListFilter::default() }),
+        |page| store.processes().list(ListFilter::status(status).page(page)),
     )
 }
 

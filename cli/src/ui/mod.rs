@@ -7,6 +7,11 @@
 //! hostile clients); this file routes requests. Every request's `Host` must name this server (a
 //! page of another site cannot reach it by renaming itself, "DNS rebinding"), checked before a
 //! body is read. No answer ever holds a stack trace.
+//!
+//! The folder: this file (routing), `http.rs` and `http/` (the server: connections, the gate
+//! that bounds them), `state.rs` (what the handlers share: options, the store view, sessions,
+//! samples, common headers), `api.rs`, `live.rs` and `streams.rs` (the open live streams and
+//! their bounds), `session.rs`, and `assets.rs` with `assets/` (the pages, scripts and styles).
 
 mod api;
 mod assets;

@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use crate::core::events::{self, Encoded, Stream, insert_all_sql};
-use crate::core::tx::Tx;
+use crate::core::tx::{Tally, Tx};
 use crate::error::Result;
 use crate::queue::ItemStatus;
 use crate::queue::sql;
@@ -100,6 +100,7 @@ impl Notes {
     pub(super) fn into_events(mut self, tx: &mut Tx<'_>) -> Result<Vec<QueueEvent>> {
         for (queue, total) in &self.completed {
             sql::add_to_count(tx.db(), tx.tenant(), queue, ItemStatus::Completed, *total)?;
+            tx.tally(Tally::Completed, u64::try_from(*total).unwrap_or(0));
         }
         self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));
         let events = self.pending.into_iter().map(|noted| QueueEvent {

@@ -15,7 +15,7 @@ use super::{
     CompletedEntry, EVENT_ERROR_BYTES_MAX, EnqueuedEntry, Notes, QueueEvent, check_new_item,
     check_text, entry, item_level, lease_lost_reason, lost_answer, shortened,
 };
-use crate::core::tx::Tx;
+use crate::core::tx::{Tally, Tx};
 use crate::error::{Error, Result};
 use crate::queue::set_sql::{self, Failure, Fenced, NewRows};
 use crate::queue::sql::ItemRow;
@@ -97,6 +97,7 @@ pub(super) fn complete_all(
         completions.iter().map(|(_, c, _)| Fenced { id: &c.id, fence: c.fence }).collect();
     let results: Vec<&str> = completions.iter().map(|(_, _, result)| result.as_str()).collect();
     let done = set_sql::complete(tx.db(), tx.tenant(), tx.now_ms(), &held, &results)?;
+    tx.tally(Tally::Completed, done.len() as u64);
     let done: HashMap<&str, &set_sql::Changed> = done.iter().map(|c| (c.id.as_str(), c)).collect();
     let mut answers = Vec::with_capacity(completions.len());
     for (index, completion, _) in completions {
@@ -156,6 +157,9 @@ fn fail_all(
     for (index, failure, item, outcome) in writes {
         if !changed.contains(&failure.id) {
             Error::expect_one(0, "item", &failure.id)?;
+        }
+        if outcome == FailOutcome::DeadLettered {
+            tx.tally(Tally::DeadLettered, 1);
         }
         singles.push((index, failure_event(item, &failure.error, outcome)?));
         // A retry is work again, and a dead letter frees a limited queue's place: either

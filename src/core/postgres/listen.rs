@@ -17,7 +17,7 @@ use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 use sha2::{Digest, Sha256};
 
-use crate::core::pg::connect_client;
+use crate::core::postgres::session::connect_client;
 use crate::core::state::ActorState;
 use crate::error::{Error, Result};
 
@@ -142,9 +142,15 @@ impl Listener {
             if self.stopped() {
                 return None;
             }
-            if let Ok(client) = listen(&self.url, &self.channel) {
-                self.heard("");
-                return Some(client);
+            match listen(&self.url, &self.channel) {
+                Ok(client) => {
+                    tracing::info!("spindle: listening again for other processes' commits");
+                    self.heard("");
+                    return Some(client);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "spindle: the commit listener cannot connect yet");
+                }
             }
         }
     }

@@ -1,7 +1,7 @@
 //! `Sql`: the narrow handle a transaction closure gets for its own SQL (`Tx::sqlite`).
 //!
 //! The store's connection serves every batch of every caller, so a closure never holds it: the
-//! handle offers statements only (prepare, execute, query), each seen by the job guard's
+//! handle offers statements only (prepare, execute, query), each seen by the call guard's
 //! authorizer as it is prepared. Connection-level methods (limits, configuration flags, busy
 //! timeout, user functions, interrupts, the statement cache) stay with the engine. Statements
 //! are prepared afresh, never taken from the store's cache, where an already authorized
@@ -9,7 +9,7 @@
 
 use rusqlite::{Connection, Params, Row, Statement};
 
-use crate::core::guard::JobGuard;
+use crate::core::sqlite::guard::CallGuard;
 use crate::error::{Error, Result};
 
 /// SQL of the caller's own, inside the open transaction of a [`Store::transaction`] closure.
@@ -53,7 +53,7 @@ use crate::error::{Error, Result};
 /// [`Tx::exec`]: crate::Tx::exec
 pub struct Sql<'a> {
     conn: &'a Connection,
-    guard: &'a JobGuard,
+    guard: &'a CallGuard,
 }
 
 impl std::fmt::Debug for Sql<'_> {
@@ -63,7 +63,7 @@ impl std::fmt::Debug for Sql<'_> {
 }
 
 impl<'a> Sql<'a> {
-    pub(crate) fn new(conn: &'a Connection, guard: &'a JobGuard) -> Self {
+    pub(crate) fn new(conn: &'a Connection, guard: &'a CallGuard) -> Self {
         Self { conn, guard }
     }
 

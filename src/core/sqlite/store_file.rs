@@ -22,7 +22,7 @@
 //! refused unless they would be writable by the owner anyway: its group's (a group-writable
 //! store, in a directory that gives new files the store file's group: set-group-ID), or
 //! everyone's. One race is left to the check, and looked at after the open instead: see
-//! `core::left_behind`.
+//! `core::sqlite::left_behind`.
 //!
 //! After SQLite failed to open or to write ([`explain`]), the store's file and the files beside
 //! it (`-wal`, `-shm`, `-journal`) are looked at to say why, naming the files, their owners and

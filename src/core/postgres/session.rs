@@ -19,12 +19,11 @@ use postgres::types::{FromSql, IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, SimpleQueryMessage, Statement};
 use rusqlite::types::ValueRef;
 
-use crate::core::db::{Arg, Column, Db};
-use crate::core::db::{RELEASE_OP, SAVEPOINT_OP};
-use crate::core::pg_client::{Answer, PgClient, Request};
-use crate::core::pg_listen::Notices;
+use crate::core::postgres::client::{Answer, PgClient, Request};
+use crate::core::postgres::listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION, quoted};
 use crate::core::state::ActorState;
+use crate::core::value::{Arg, Column, RELEASE_OP, SAVEPOINT_OP};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -70,10 +69,10 @@ pub(crate) struct PgConn {
     /// Other processes' commits found at a writing batch's start (see `begin`).
     foreign_found: Cell<i64>,
     /// Whether a statement lost to another transaction (a deadlock, a serialisation failure)
-    /// since `take_conflict` last looked: the job that ran it may run again.
+    /// since `take_conflict` last looked: the call that ran it may run again.
     conflicted: Cell<bool>,
-    /// A job's `RELEASE op` not sent yet: it goes with the next job's `SAVEPOINT op`, or the
-    /// `COMMIT` (one round trip fewer per job).
+    /// A call's `RELEASE op` not sent yet: it goes with the next call's `SAVEPOINT op`, or the
+    /// `COMMIT` (one round trip fewer per call).
     release_pending: Cell<bool>,
     /// Requests that go with the next statement, in its round trip (see `send`): a batch's
     /// start not sent yet (`begin_ahead`), an op's events whose answer nobody waits for
@@ -84,9 +83,9 @@ pub(crate) struct PgConn {
     failed_ahead: RefCell<Option<Error>>,
     /// What a batch's start sent ahead read of its tenants' statuses, once its answer came.
     statuses: RefCell<Option<Vec<Option<String>>>>,
-    /// Whether the running job is alone in its transaction, which a rollback undoes whole
+    /// Whether the running call is the only one in its transaction, which a rollback undoes whole
     /// (see `defer_events`).
-    job_alone: Cell<bool>,
+    only_call: Cell<bool>,
     /// The error of the last transaction's start sent ahead, if it failed (`take_start_failure`).
     start_failure: RefCell<Option<Error>>,
     /// Where to connect again after the server dropped the connection.
@@ -116,7 +115,7 @@ impl PgConn {
             ahead: RefCell::new(Vec::new()),
             failed_ahead: RefCell::new(None),
             statuses: RefCell::new(None),
-            job_alone: Cell::new(false),
+            only_call: Cell::new(false),
             start_failure: RefCell::new(None),
             url: url.to_owned(),
             session: String::new(),
@@ -279,8 +278,8 @@ impl PgConn {
     /// Runs one of the actor's savepoint statements (`SAVEPOINT op`, `RELEASE op`,
     /// `ROLLBACK TO op`). A release is held back and sent with the next of them, or with the
     /// commit: the work it keeps is the transaction's either way. A savepoint goes ahead of
-    /// the job's first statement, in its round trip (see `send`): should it fail, that
-    /// statement answers its error. A job's savepoint then costs no round trip of its own.
+    /// the call's first statement, in its round trip (see `send`): should it fail, that
+    /// statement answers its error. A call's savepoint then costs no round trip of its own.
     pub(crate) fn savepoint_statement(&self, sql: &str) -> Result<()> {
         if sql == RELEASE_OP {
             self.release_pending.set(true);
@@ -318,7 +317,7 @@ impl PgConn {
     }
 
     /// Whether a statement lost to another transaction since the last look (a deadlock, a
-    /// serialisation failure): what the actor asks after a job, to run it again.
+    /// serialisation failure): what the actor asks after a call, to run it again.
     pub(crate) fn take_conflict(&self) -> bool {
         self.conflicted.replace(false)
     }
@@ -426,15 +425,15 @@ impl PgConn {
     /// `tenant`'s log) with the transaction's next statement, or its commit, instead of in a
     /// round trip of their own; returns whether it will (else the caller runs it now).
     ///
-    /// Only for a job alone in its transaction (`set_job_alone`) whose events nobody reads
-    /// back: the server runs the statement in its place in the order, so the job's later
+    /// Only for the only call of its transaction (`set_only_call`) whose events nobody reads
+    /// back: the server runs the statement in its place in the order, so the call's later
     /// statements see it, and should it fail, the transaction fails with it: the statement
     /// after it (the commit at the latest) answers its error, and the whole transaction, the
-    /// one job, is rolled back, as a failure of the job's own statement would roll it back.
-    /// In a batch of several, a job's failure must undo that job alone: there, the events go
+    /// one call, is rolled back, as a failure of the call's own statement would roll it back.
+    /// In a batch of several, a call's failure must undo that call alone: there, the events go
     /// at once.
     pub(crate) fn defer_events(&self, sql: &str, args: &[Arg<'_>], tenant: &str) -> Result<bool> {
-        if !self.job_alone.get() {
+        if !self.only_call.get() {
             return Ok(false);
         }
         if let Some(failed) = self.failed_ahead.borrow().as_ref() {
@@ -459,9 +458,9 @@ impl PgConn {
         Ok(())
     }
 
-    /// Whether the job about to run is alone in its transaction (see `defer_events`).
-    pub(crate) fn set_job_alone(&self, alone: bool) {
-        self.job_alone.set(alone);
+    /// Whether the call about to run is the only one in its transaction (see `defer_events`).
+    pub(crate) fn set_only_call(&self, only: bool) {
+        self.only_call.set(only);
     }
 
     /// Counts a foreign commit if `tenant`'s newest event is not the one this store left (or
@@ -504,7 +503,8 @@ impl PgConn {
 
     /// The first column of the first row of `sql`, if there is a row.
     fn value<T: Column>(&self, sql: &str, args: &[Arg<'_>]) -> Result<Option<T>> {
-        Db::Postgres(self).query_value(sql, args)
+        let rows = self.query(sql, args)?;
+        rows.first().map(|row| column(row, 0)).transpose()
     }
 
     /// Holds off the other processes' writers of `tenant` until this transaction ends,
@@ -699,7 +699,7 @@ impl PgConn {
 }
 
 /// The PostgreSQL schema, applied to an empty database schema in one transaction.
-const SCHEMA_SQL: &str = include_str!("../../schema_postgres.sql");
+const SCHEMA_SQL: &str = include_str!("../../../schema_postgres.sql");
 
 /// Opens the store in the connection's current schema (a URL's `options=-csearch_path=NAME`
 /// chooses it): creates it there if the schema holds no store yet, checks its version if it
@@ -824,9 +824,9 @@ const POSTGRES_FIRST_VERSION: i64 = 4;
 /// schema adds its step here beside its SQLite one in `schema.rs` (a unit test keeps the two
 /// in step). Each is PostgreSQL's own SQL, run as written in the store's schema.
 const POSTGRES_STEPS: &[&str] = &[
-    include_str!("../../migrations/postgres/0005_counts.sql"),
-    include_str!("../../migrations/postgres/0006_queue_controls.sql"),
-    include_str!("../../migrations/postgres/0007_queue_schedules.sql"),
+    include_str!("../../../migrations/postgres/0005_counts.sql"),
+    include_str!("../../../migrations/postgres/0006_queue_controls.sql"),
+    include_str!("../../../migrations/postgres/0007_queue_schedules.sql"),
 ];
 
 /// Brings a store of an older schema version to the newest `steps` make, one step after the
@@ -997,7 +997,7 @@ enum Ahead {
     Begin { sql: String, tenants: Vec<Arc<str>> },
     /// An op's events (see `PgConn::defer_events`), appended to `tenant`'s log.
     Events { statement: Statement, args: Vec<HeldArg>, tenant: Arc<str> },
-    /// A job's savepoint (with the release of the job's before it; `savepoint_statement`).
+    /// A call's savepoint (with the release of the call's before it; `savepoint_statement`).
     Control(String),
 }
 

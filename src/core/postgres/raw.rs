@@ -13,7 +13,7 @@
 use postgres::Row;
 use postgres::types::ToSql;
 
-use crate::core::pg::PgConn;
+use crate::core::postgres::session::PgConn;
 use crate::error::{Error, Result};
 
 /// SQL of the caller's own, inside the open transaction of a [`Store::transaction`] closure on
@@ -89,6 +89,7 @@ fn check(sql: &str) -> Result<()> {
         .collect::<String>()
         .to_ascii_uppercase();
     if REFUSED.contains(&first.as_str()) {
+        tracing::warn!(statement = %first, "spindle: a transaction closure's SQL was refused");
         return Err(Error::Forbidden(format!(
             "a transaction closure's SQL may not run {first}: compose with Tx::exec and TxOutcome"
         )));

@@ -1,11 +1,11 @@
-//! `JobGuard`: keeps a caller's own SQL (`Tx::sqlite` in a transaction closure) to the caller's
+//! `CallGuard`: keeps a caller's own SQL (`Tx::sqlite` in a transaction closure) to the caller's
 //! own tables and to its own transaction, and checks afterwards that the connection every later
 //! batch runs on is still the one the store relies on.
 //!
-//! While a job runs, an authorizer looks at every statement as it is prepared. Statements of the
+//! While a call runs, an authorizer looks at every statement as it is prepared. Statements of the
 //! crate's own ops run as *internal* and are trusted; statements a closure runs through
-//! `Tx::sqlite` are the caller's. A commit hook also turns any commit during a job into a rollback
-//! (a statement running in autocommit after SQLite rolled the transaction back under the job).
+//! `Tx::sqlite` are the caller's. A commit hook also turns any commit during a call into a rollback
+//! (a statement running in autocommit after SQLite rolled the transaction back under the call).
 //!
 //! The store's connection outlives every transaction and serves every tenant, so the rule for
 //! the caller's SQL is: it may read and write its own tables, inside this transaction, and
@@ -30,10 +30,10 @@
 //! | anything else (an action code newer than this list) | refused | unknown |
 //!
 //! Integrity checks (`integrity_check`, `quick_check`) read every table, so only the store
-//! owner's views may run them. A job with a refused statement is refused whole: the actor
+//! owner's views may run them. A call with a refused statement is refused whole: the actor
 //! rolls it back and answers `Forbidden` even if the closure swallowed the error. After a closure that used `Tx::sqlite`, the actor reads the
 //! connection's state back ([`ConnectionState`]) and refuses the closure if anything changed
-//! (see `Actor::run_job`); this is defence in depth behind the authorizer.
+//! (see `Actor::run_call`); this is defence in depth behind the authorizer.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -51,7 +51,7 @@ use crate::limits::{Limits, SQL_STEPS_PER_CHECK};
 /// domain's new table is guarded without a list to keep.
 fn own_tables() -> &'static [String] {
     static TABLES: LazyLock<Vec<String>> = LazyLock::new(|| {
-        let schema = include_str!("../../schema.sql");
+        let schema = include_str!("../../../schema.sql");
         let names = schema.lines().filter_map(|line| line.trim().strip_prefix("CREATE TABLE "));
         names
             .filter_map(|rest| rest.split(|c: char| c.is_whitespace() || c == '(').next())
@@ -107,41 +107,41 @@ const REFUSED_FUNCTIONS: &[&str] = &["load_extension", "fts3_tokenizer"];
 
 /// The flags the hooks read.
 #[derive(Debug, Default)]
-pub(crate) struct JobGuard {
-    in_job: AtomicBool,
+pub(crate) struct CallGuard {
+    in_call: AtomicBool,
     internal: AtomicBool,
-    /// The job's view is bound to a tenant by a token: its raw SQL may not even read the
+    /// The call's view is bound to a tenant by a token: its raw SQL may not even read the
     /// store's tables (they hold every tenant's rows).
     confined: AtomicBool,
     /// Why the caller's last refused statement was refused, for its error.
     refusal: Mutex<Option<String>>,
-    /// The first refusal of the running job: the job is refused whole, whatever it returns.
-    job_refusal: Mutex<Option<String>>,
+    /// The first refusal of the running call: the call is refused whole, whatever it returns.
+    call_refusal: Mutex<Option<String>>,
     /// The virtual tables of the schema (lowercase names): a view bound to a tenant may not
     /// read them, since a module may read the store's tables with statements it prepared for
     /// another caller (an fts table with `content='events'`, say).
     virtual_tables: Mutex<BTreeSet<String>>,
-    /// Checks of the running caller job's steps so far (one per `SQL_STEPS_PER_CHECK`).
+    /// Checks of the running caller call's steps so far (one per `SQL_STEPS_PER_CHECK`).
     checks: AtomicU64,
-    /// The most checks a caller job may take (`Limits::sql_steps_max`).
+    /// The most checks a caller call may take (`Limits::sql_steps_max`).
     checks_max: AtomicU64,
-    /// Whether the running job's SQL was interrupted for taking too many steps.
+    /// Whether the running call's SQL was interrupted for taking too many steps.
     exhausted: AtomicBool,
     /// The connection's longest string or blob.
     string_bytes_max: AtomicI64,
 }
 
-impl JobGuard {
+impl CallGuard {
     /// Installs the hooks on `conn`; they stay idle until `enter`. A caller's SQL may take at
-    /// most `limits.sql_steps_max` steps per job, and handle values of at most
+    /// most `limits.sql_steps_max` steps per call, and handle values of at most
     /// `string_bytes_max(limits)` bytes.
-    pub(crate) fn install(conn: &mut Connection, limits: &Limits) -> Result<Arc<JobGuard>> {
-        let guard = Arc::new(JobGuard::default());
+    pub(crate) fn install(conn: &mut Connection, limits: &Limits) -> Result<Arc<CallGuard>> {
+        let guard = Arc::new(CallGuard::default());
         let for_progress = Arc::clone(&guard);
         let every = i32::try_from(SQL_STEPS_PER_CHECK).unwrap_or(i32::MAX);
         conn.progress_handler(every, Some(move || for_progress.past_its_steps()))?;
         let for_commits = Arc::clone(&guard);
-        conn.commit_hook(Some(move || for_commits.in_job.load(Ordering::Relaxed)))?;
+        conn.commit_hook(Some(move || for_commits.in_call.load(Ordering::Relaxed)))?;
         let for_statements = Arc::clone(&guard);
         conn.authorizer(Some(move |context: AuthContext<'_>| for_statements.authorize(&context)))?;
         guard.configure(conn, limits)?;
@@ -159,25 +159,25 @@ impl JobGuard {
         Ok(())
     }
 
-    /// A job starts running: an op's (`internal`) or a transaction closure's, for a view
+    /// A call starts running: an op's (`internal`) or a transaction closure's, for a view
     /// that is `confined` to its tenant or not.
     pub(crate) fn enter(&self, internal: bool, confined: bool) {
-        self.job_refusal.lock().take();
+        self.call_refusal.lock().take();
         self.checks.store(0, Ordering::Relaxed);
         self.exhausted.store(false, Ordering::Relaxed);
         self.internal.store(internal, Ordering::Relaxed);
         self.confined.store(confined, Ordering::Relaxed);
-        self.in_job.store(true, Ordering::Relaxed);
+        self.in_call.store(true, Ordering::Relaxed);
     }
 
-    /// The job is done.
+    /// The call is done.
     pub(crate) fn leave(&self) {
-        self.in_job.store(false, Ordering::Relaxed);
+        self.in_call.store(false, Ordering::Relaxed);
         self.internal.store(false, Ordering::Relaxed);
         self.refusal.lock().take();
     }
 
-    /// Runs the crate's own work inside a job (an op composed into a closure, say).
+    /// Runs the crate's own work inside a call (an op composed into a closure, say).
     pub(crate) fn internal<T>(&self, f: impl FnOnce() -> T) -> T {
         let was = self.internal.swap(true, Ordering::Relaxed);
         let result = f();
@@ -190,10 +190,10 @@ impl JobGuard {
         self.refusal.lock().take()
     }
 
-    /// Why the job that just ran had a statement refused, if it had: a closure that swallowed
+    /// Why the call that just ran had a statement refused, if it had: a closure that swallowed
     /// the error still does not commit.
-    pub(crate) fn take_job_refusal(&self) -> Option<String> {
-        self.job_refusal.lock().take()
+    pub(crate) fn take_call_refusal(&self) -> Option<String> {
+        self.call_refusal.lock().take()
     }
 
     /// The longest string or blob a statement may make (see `string_bytes_max`).
@@ -201,7 +201,7 @@ impl JobGuard {
         self.string_bytes_max.load(Ordering::Relaxed)
     }
 
-    /// Whether the job that just ran had its SQL interrupted for taking too many steps.
+    /// Whether the call that just ran had its SQL interrupted for taking too many steps.
     pub(crate) fn take_exhausted(&self) -> bool {
         self.exhausted.swap(false, Ordering::Relaxed)
     }
@@ -217,7 +217,7 @@ impl JobGuard {
     /// runs unbounded).
     fn past_its_steps(&self) -> bool {
         let from_caller =
-            self.in_job.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
+            self.in_call.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
         if !from_caller {
             return false;
         }
@@ -236,7 +236,7 @@ impl JobGuard {
 
     fn authorize(&self, context: &AuthContext<'_>) -> Authorization {
         let from_caller =
-            self.in_job.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
+            self.in_call.load(Ordering::Relaxed) && !self.internal.load(Ordering::Relaxed);
         if !from_caller {
             return Authorization::Allow;
         }
@@ -250,7 +250,7 @@ impl JobGuard {
         match refused {
             None => Authorization::Allow,
             Some(reason) => {
-                self.job_refusal.lock().get_or_insert_with(|| reason.clone());
+                self.call_refusal.lock().get_or_insert_with(|| reason.clone());
                 *self.refusal.lock() = Some(reason);
                 Authorization::Deny
             }
@@ -258,7 +258,7 @@ impl JobGuard {
     }
 }
 
-impl JobGuard {
+impl CallGuard {
     fn is_virtual(&self, table: &str) -> bool {
         self.virtual_tables.lock().contains(&table.to_ascii_lowercase())
     }
@@ -475,7 +475,7 @@ pub(crate) struct SchemaLinks {
 
 impl SchemaLinks {
     /// Reads `conn`'s schema (and tells `guard` its virtual tables).
-    pub(crate) fn new(conn: &Connection, guard: &JobGuard) -> Self {
+    pub(crate) fn new(conn: &Connection, guard: &CallGuard) -> Self {
         let mut schema = Self { version: i64::MIN, links: BTreeSet::new() };
         schema.refresh(conn, guard);
         schema
@@ -487,7 +487,7 @@ impl SchemaLinks {
     pub(crate) fn refresh(
         &mut self,
         conn: &Connection,
-        guard: &JobGuard,
+        guard: &CallGuard,
     ) -> Option<BTreeSet<String>> {
         let version = schema_version(conn).unwrap_or(-1);
         if version == self.version {
@@ -550,7 +550,7 @@ mod tests {
     #[test]
     fn the_own_tables_are_every_table_of_the_schema() -> Result<()> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch(include_str!("../../schema.sql"))?;
+        conn.execute_batch(include_str!("../../../schema.sql"))?;
         let mut stmt = conn.prepare(
             "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
              ORDER BY name",
@@ -570,7 +570,7 @@ mod tests {
             "PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 1234; PRAGMA synchronous = FULL;
 ",
         )?;
-        conn.execute_batch(include_str!("../../schema.sql"))?;
+        conn.execute_batch(include_str!("../../../schema.sql"))?;
         let state = ConnectionState::read(&conn)?;
         assert_eq!(
             state,

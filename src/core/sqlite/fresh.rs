@@ -23,8 +23,8 @@ use parking_lot::Mutex;
 use rusqlite::types::Value;
 use rusqlite::{Connection, MAIN_DB, OpenFlags};
 
-use crate::core::guard;
 use crate::core::schema::{self, Kept, Opened, quoted};
+use crate::core::sqlite::guard;
 use crate::error::Result;
 
 /// Most spare connections kept (one per thread that opens in-memory stores is plenty).
@@ -49,7 +49,7 @@ pub(crate) fn memory_connection() -> Result<Opened> {
 }
 
 /// Closes a writable in-memory store's connection: wiped, it is kept as a spare (with its
-/// guard, whose hooks stay installed and idle between jobs) when there is room; a connection
+/// guard, whose hooks stay installed and idle between calls) when there is room; a connection
 /// that cannot be wiped exactly is closed.
 ///
 /// # Errors
@@ -114,7 +114,7 @@ impl Image {
 /// Puts a fresh store's rows back in a connection whose schema and size are a fresh store's;
 /// whether it did. One that grew is not kept: deleting rows does not shrink a database, and
 /// its size would show (to `file_bytes_max`, to a caller's `PRAGMA page_count`). The guard is
-/// idle between jobs, so these statements are the store's own.
+/// idle between calls, so these statements are the store's own.
 fn wipe(conn: &Connection) -> Result<bool> {
     let image = Image::get()?;
     let fresh_shape = guard::schema_version(conn)? == image.schema_version

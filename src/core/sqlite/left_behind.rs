@@ -17,7 +17,7 @@
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use crate::core::store_file::{self, Credentials};
+use crate::core::sqlite::store_file::{self, Credentials};
 use crate::error::Error;
 
 /// Files a read-only open left beside another user's store that its owner could not write.

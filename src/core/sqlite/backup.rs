@@ -43,9 +43,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{Connection, OpenFlags};
 
+use super::{left_behind, store_file};
 use crate::core::presence::Presence;
 use crate::core::schema::{self, Location};
-use crate::core::{left_behind, store_file};
 use crate::error::{Error, Result};
 use crate::options::Options;
 

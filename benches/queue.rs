@@ -607,31 +607,39 @@ fn run_single(store: &Store, threads: usize) {
 /// claimed in the last round and claims up to 100 more, one commit per 100 jobs as raw makes.
 fn run_batch(store: &Store, threads: usize) {
     on_threads(store, threads, |store, t| {
-        let mut settle = Vec::new();
-        loop {
-            let cycle = Cycle {
-                worker_id: format!("w{t}"),
-                queues: vec!["q".to_owned()],
-                lease_ms: LEASE_MS,
-                settle: std::mem::take(&mut settle),
-                renew: Vec::new(),
-                claim_max: 100,
-            };
-            let cycled = store.exec(cycle).expect("cycle");
-            assert!(cycled.settled.iter().all(Result::is_ok), "every item completed");
-            if cycled.claimed.is_empty() {
-                return;
-            }
-            settle = cycled
-                .claimed
-                .into_iter()
-                .map(|c| {
-                    let (id, fence) = (c.item.id, c.fence);
-                    Settlement::Complete(Completion { id, fence, result: json!(null) })
-                })
-                .collect();
-        }
+        cycle_until_empty(&store, "q", &format!("w{t}"));
     });
+}
+
+/// Runs `Cycle` rounds as `worker` on `queue` (complete the 100 items claimed last round,
+/// claim up to 100 more) until a round claims nothing; asserts every completion held and
+/// returns how many there were.
+fn cycle_until_empty(store: &Store, queue: &str, worker: &str) -> usize {
+    let (mut settle, mut completed) = (Vec::new(), 0);
+    loop {
+        let cycle = Cycle {
+            worker_id: worker.to_owned(),
+            queues: vec![queue.to_owned()],
+            lease_ms: LEASE_MS,
+            settle: std::mem::take(&mut settle),
+            renew: Vec::new(),
+            claim_max: 100,
+        };
+        let cycled = store.exec(cycle).expect("cycle");
+        assert!(cycled.settled.iter().all(Result::is_ok), "every item completed");
+        completed += cycled.settled.len();
+        if cycled.claimed.is_empty() {
+            return completed;
+        }
+        settle = cycled
+            .claimed
+            .into_iter()
+            .map(|c| {
+                let (id, fence) = (c.item.id, c.fence);
+                Settlement::Complete(Completion { id, fence, result: json!(null) })
+            })
+            .collect();
+    }
 }
 
 /// Runs `work(store, t)` on `threads` threads, each with its own handle, until all return.
@@ -891,33 +899,7 @@ fn counted_cycles(jobs: usize) {
         let items = chunk.iter().map(|n| NewItem::new("counted", json!({ "n": n }))).collect();
         store.queue().enqueue_batch(items).expect("enqueue");
     }
-    let (mut settle, mut completed) = (Vec::new(), 0);
-    loop {
-        let cycle = Cycle {
-            worker_id: "counted".into(),
-            queues: vec!["counted".to_owned()],
-            lease_ms: 60_000,
-            settle: std::mem::take(&mut settle),
-            renew: Vec::new(),
-            claim_max: 100,
-        };
-        let cycled = store.exec(cycle).expect("cycle");
-        completed += cycled.settled.iter().filter(|settled| settled.is_ok()).count();
-        if cycled.claimed.is_empty() {
-            break;
-        }
-        settle = cycled
-            .claimed
-            .into_iter()
-            .map(|c| {
-                Settlement::Complete(Completion {
-                    id: c.item.id,
-                    fence: c.fence,
-                    result: json!(null),
-                })
-            })
-            .collect();
-    }
+    let completed = cycle_until_empty(&store, "counted", "counted");
     assert_eq!(completed, jobs, "every job completed once");
     store.close().expect("close");
     println!("{jobs} jobs through Cycle rounds of 100 on an inline in-memory store");

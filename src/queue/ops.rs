@@ -831,7 +831,7 @@ impl Op for Stats {
             let index = match stats.binary_search_by(|s| s.queue.cmp(&settings.queue)) {
                 Ok(index) => index,
                 Err(index) => {
-                    stats.insert(index, sql::empty_stats(settings.queue.clone()));
+                    stats.insert(index, QueueStats::empty(settings.queue.clone()));
                     index
                 }
             };

@@ -853,7 +853,7 @@ pub(super) fn select_stats(db: Db<'_>, tenant: &str, now_ms: i64) -> Result<Vec<
     )?;
     let mut queues: BTreeMap<String, QueueStats> = BTreeMap::new();
     for (queue, status, [first, second], oldest) in rows {
-        let stats = queues.entry(queue.clone()).or_insert_with(|| empty_stats(queue));
+        let stats = queues.entry(queue.clone()).or_insert_with(|| QueueStats::empty(queue));
         match status.as_str() {
             "pending" => {
                 (stats.pending, stats.scheduled) = (first, second);
@@ -867,20 +867,6 @@ pub(super) fn select_stats(db: Db<'_>, tenant: &str, now_ms: i64) -> Result<Vec<
         }
     }
     Ok(queues.into_values().collect())
-}
-
-pub(super) fn empty_stats(queue: String) -> QueueStats {
-    QueueStats {
-        queue,
-        pending: 0,
-        scheduled: 0,
-        claimed: 0,
-        dead: 0,
-        completed: 0,
-        oldest_pending_age_ms: None,
-        paused: false,
-        concurrency_max: None,
-    }
 }
 
 /// The tenant's kept counts (`queue_counts`) and a recount of its finished items, each as

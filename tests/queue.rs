@@ -1240,6 +1240,47 @@ fn a_limit_holds_across_stores_on_one_database() -> spindle::Result<()> {
     Ok(())
 }
 
+/// Worker pools of three stores on one limited queue: their rounds (`Cycle`) share the
+/// tenant's writers' turn on PostgreSQL, and their claims of the gated queue take its order
+/// lock, so the limit holds across them all.
+#[test]
+fn a_limit_holds_across_the_worker_pools_of_stores_on_one_database() -> spindle::Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let shared = common::SharedStore::new();
+    let stores = [shared.open(), shared.open(), shared.open()];
+    let items = 60;
+    stores[0].queue().set_concurrency("q", Some(2))?;
+    stores[1].queue().enqueue_batch((0..items).map(|n| NewItem::new("q", json!(n))).collect())?;
+    let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut pools = Vec::new();
+    for store in &stores {
+        let (r, m) = (running.clone(), most.clone());
+        let pool = store.queue().worker(&["q"]).threads(3).poll_interval(Duration::from_millis(5));
+        pools.push(pool.run(move |_| {
+            m.fetch_max(r.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_micros(200));
+            r.fetch_sub(1, Ordering::SeqCst);
+            spindle::queue::Outcome::Complete(json!(1))
+        })?);
+    }
+    let started = Instant::now();
+    while stats_of(&stores[2], "q")?.expect("q").completed < items as u64 {
+        assert!(started.elapsed() < Duration::from_secs(60), "stalled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut completed = 0;
+    for pool in pools {
+        pool.stop();
+        completed += pool.join()?.completed;
+    }
+    assert_eq!(completed, items as u64, "every item completed once");
+    assert!(most.load(Ordering::SeqCst) <= 2, "{} at once", most.load(Ordering::SeqCst));
+    for store in stores {
+        store.close()?;
+    }
+    Ok(())
+}
+
 #[test]
 fn a_pool_on_a_serial_queue_runs_its_items_one_at_a_time_and_wakes_on_each_settlement()
 -> spindle::Result<()> {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::SharedStore;
 use serde_json::json;
-use spindle::queue::{Complete, Get};
+use spindle::queue::{Complete, CompleteBatch, Completion, Get};
 use spindle::{
     Error, GraphEvent, GraphStatus, ItemStatus, ManualClock, NewItem, NodeOptions, NodeSpec,
     NodeStatus, Options, Store, Stream, TenantStatus, TenantUpdate, TxOutcome,
@@ -467,5 +467,77 @@ fn a_unique_key_enqueued_by_several_stores_at_once_makes_one_item() -> spindle::
     for store in stores {
         store.close()?;
     }
+    Ok(())
+}
+
+/// Two stores' batches of queue calls in one tenant overlap (batch-shaped queue calls share
+/// the tenant's writers' turn; `PgConn::begin`): the first store's completion waits for a row
+/// another process holds, its batch open, while the second store enqueues, claims and
+/// completes, each call answered after its commit. Every call appends the items' events, so
+/// both took positions in the tenant's log: a subscriber to it sees every event once, in the
+/// log's order.
+#[cfg(feature = "postgres")]
+#[test]
+fn queue_batches_of_two_stores_in_one_tenant_overlap_and_a_subscriber_sees_every_event_once()
+-> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(()); // SQLite's one writer never runs two batches at once.
+    }
+    let shared = SharedStore::new();
+    let (first, second) = (shared.open(), shared.open());
+    let mut log = first.subscribe_all(0)?;
+    let (id, fence) = claimed_item(&first)?;
+    // Another process holds the item's row: the first store's completion waits for it, in the
+    // middle of its batch (which holds its share of the tenant's turn).
+    let mut raw = shared.raw_client();
+    let mut other = raw.transaction().expect("raw transaction");
+    other.query("SELECT 1 FROM queue_items WHERE item_id = $1 FOR UPDATE", &[&id]).expect("row");
+    let completion = Completion { id: id.clone(), fence, result: json!(1) };
+    let mut waiting = first.submit(CompleteBatch { items: vec![completion] })?;
+    let mut watcher = shared.raw_client();
+    let waits = "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                 WHERE NOT l.granted AND a.application_name = 'spindle ' || current_schema()";
+    wait_until("the first store's batch waits for the row", || {
+        !watcher.query(waits, &[]).expect("locks").is_empty()
+    });
+    // The second store's calls run meanwhile (on a thread: before, they waited for the first
+    // store's batch to end, and a test that hung would say nothing).
+    let (done_tx, done_rx) = mpsc::channel();
+    let worker = second.clone();
+    thread::spawn(move || {
+        let run = || -> spindle::Result<()> {
+            let queue = worker.queue();
+            queue.enqueue_batch((0..5).map(|n| NewItem::new("other", json!(n))).collect())?;
+            let claimed = queue.claim_batch("w2", &["other"], 600_000, 5)?;
+            assert_eq!(claimed.len(), 5);
+            let done = claimed.into_iter().map(|c| Completion {
+                id: c.item.id,
+                fence: c.fence,
+                result: json!(null),
+            });
+            queue.complete_batch(done.collect())
+        };
+        drop(done_tx.send(run()));
+    });
+    let done = done_rx.recv_timeout(PATIENCE).expect("the second store's calls ran meanwhile");
+    done?;
+    assert!(waiting.try_wait().is_none(), "the first store's batch is still open");
+    other.commit().expect("the other process lets the row go");
+    waiting.wait()?;
+    assert_eq!(first.queue().get(&id)?.status, ItemStatus::Completed);
+    // The log as a fresh read has it, and as the subscriber saw it.
+    let written = first.events().read_all(0, 1_000)?;
+    let positions: Vec<u64> = written.iter().map(|event| event.position).collect();
+    assert!(positions.windows(2).all(|pair| pair[0] < pair[1]), "{positions:?}");
+    // Item "q": enqueued, claimed, completed; the five of "other" in one event a call.
+    assert_eq!(written.len(), 6, "{written:?}");
+    assert_eq!(written.last().map(|event| event.stream.clone()), Some(Stream::queue("q")));
+    let mut seen = Vec::new();
+    while seen.len() < written.len() {
+        let event = log.recv_timeout(PATIENCE)?.expect("an event of the log in time");
+        seen.push(event.position);
+    }
+    assert_eq!(seen, positions, "every event once, in the log's order");
+    assert_eq!(log.try_recv()?, None, "and nothing more");
     Ok(())
 }

@@ -510,19 +510,19 @@ impl Actor {
         let mut index = 0;
         while let Some(call) = calls.pop_front() {
             if !batch.open {
-                let tenants = if self.conn.locks_tenants() {
+                let (tenants, shared) = if self.conn.locks_tenants() {
                     writing_tenants(std::iter::once(&call).chain(&calls))
                 } else {
-                    Vec::new()
+                    (Vec::new(), Vec::new())
                 };
                 // A batch that starts with the crate's own op: its transaction's start goes to
                 // the server with the op's first statement, in the same round trip, and is
                 // checked after it (`read_start`). A caller's closure holds its tenants'
                 // writers from its start, as promised (see `run_call`).
                 let started = if call.internal {
-                    self.conn.begin_ahead(writes, &tenants)
+                    self.conn.begin_ahead(writes, &tenants, &shared)
                 } else {
-                    self.conn.begin(writes, &tenants).map(Some)
+                    self.conn.begin(writes, &tenants, &shared).map(Some)
                 };
                 match started {
                     Ok(Some(statuses)) => {
@@ -921,13 +921,22 @@ impl Actor {
 }
 
 /// The tenants the writing calls among `calls` run for, sorted and each once (locked in this
-/// order by an engine that serialises a tenant's writers across processes).
-fn writing_tenants<'a>(calls: impl Iterator<Item = &'a Call>) -> Vec<Arc<str>> {
+/// order by an engine that serialises a tenant's writers across processes), and those among
+/// them all of whose writing calls share the turn (`Sealed::shares_turn`).
+fn writing_tenants<'a>(calls: impl Iterator<Item = &'a Call>) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
+    let writing: Vec<&Call> = calls.filter(|call| call.writes).collect();
     let mut tenants: Vec<Arc<str>> =
-        calls.filter(|call| call.writes).map(|call| Arc::clone(&call.scope.tenant)).collect();
+        writing.iter().map(|call| Arc::clone(&call.scope.tenant)).collect();
     tenants.sort_unstable();
     tenants.dedup();
-    tenants
+    let shared = tenants
+        .iter()
+        .filter(|tenant| {
+            writing.iter().filter(|call| call.scope.tenant == **tenant).all(|call| call.shares_turn)
+        })
+        .cloned()
+        .collect();
+    (tenants, shared)
 }
 
 /// Tries to receive for up to `spin`, without parking.

@@ -123,16 +123,25 @@ impl Conn {
     /// writing calls run for: on PostgreSQL each one's writers are serialised across processes
     /// from here to the commit (SQLite's one writer lock does that for the whole file).
     ///
+    /// Those among them in `shared` are the tenants all of whose calls share the turn
+    /// (`Sealed::shares_turn`): on PostgreSQL such batches run beside each other
+    /// (`PgConn::begin`).
+    ///
     /// Returns what it read of `tenants`' statuses on the way (PostgreSQL reads each one's
     /// `tenants.status` with its head, `None` without a row), in their order; nothing on SQLite.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
-    pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<Vec<Option<String>>> {
+    pub(crate) fn begin(
+        &self,
+        writes: bool,
+        tenants: &[Arc<str>],
+        shared: &[Arc<str>],
+    ) -> Result<Vec<Option<String>>> {
         match self {
             Conn::Sqlite(_) => self
                 .statement(if writes { "BEGIN IMMEDIATE" } else { "BEGIN DEFERRED" })
                 .map(|()| Vec::new()),
             #[cfg(feature = "postgres")]
-            Conn::Postgres(pg) => pg.begin(writes, tenants),
+            Conn::Postgres(pg) => pg.begin(writes, tenants, shared),
         }
     }
 
@@ -142,11 +151,12 @@ impl Conn {
         &self,
         writes: bool,
         tenants: &[Arc<str>],
+        shared: &[Arc<str>],
     ) -> Result<Option<Vec<Option<String>>>> {
         match self {
-            Conn::Sqlite(_) => self.begin(writes, tenants).map(Some),
+            Conn::Sqlite(_) => self.begin(writes, tenants, shared).map(Some),
             #[cfg(feature = "postgres")]
-            Conn::Postgres(pg) => pg.begin_ahead(writes, tenants).map(|()| None),
+            Conn::Postgres(pg) => pg.begin_ahead(writes, tenants, shared).map(|()| None),
         }
     }
 

@@ -38,6 +38,9 @@ pub(crate) struct Call {
     pub(crate) savepoint: bool,
     /// Whether the call is the crate's own op (its SQL is trusted), not a caller's closure.
     pub(crate) internal: bool,
+    /// Whether the call shares its tenant's writers' turn with other batches' such calls
+    /// (`Sealed::shares_turn`; never a closure).
+    pub(crate) shares_turn: bool,
     /// Whether a reader may run it: it only reads, and needs nothing of the writer's own
     /// connection (`Op::on_writer`).
     pub(crate) readable: bool,
@@ -55,6 +58,7 @@ struct Shape {
     writes: bool,
     savepoint: bool,
     internal: bool,
+    shares_turn: bool,
     readable: bool,
 }
 
@@ -87,8 +91,9 @@ impl Call {
         let bound_admin = access == Access::Admin && scope.bound;
         let readable = !writes && !op.on_writer() && !bound_admin;
         let label = std::any::type_name::<O>();
+        let shares_turn = writes && op.shares_turn();
         let work = Box::new(OpWork { op, reply, retried: 0 });
-        let shape = Shape { writes, savepoint, internal: true, readable };
+        let shape = Shape { writes, savepoint, internal: true, shares_turn, readable };
         Self::new(label, access, shape, scope, work)
     }
 
@@ -100,7 +105,13 @@ impl Call {
     {
         let f = move |tx: &mut Tx<'_>| f(tx).map(TxOutcome::Commit);
         let work = Box::new(TxWork { f, reply });
-        let shape = Shape { writes: false, savepoint: false, internal: false, readable: true };
+        let shape = Shape {
+            writes: false,
+            savepoint: false,
+            internal: false,
+            shares_turn: false,
+            readable: true,
+        };
         Self::new("read", Access::Read, shape, scope, work)
     }
 
@@ -111,7 +122,13 @@ impl Call {
         F: FnOnce(&mut Tx<'_>) -> Result<TxOutcome<T>> + Send + 'static,
     {
         let work = Box::new(TxWork { f, reply });
-        let shape = Shape { writes: true, savepoint: true, internal: false, readable: false };
+        let shape = Shape {
+            writes: true,
+            savepoint: true,
+            internal: false,
+            shares_turn: false,
+            readable: false,
+        };
         Self::new("transaction", Access::Write, shape, scope, work)
     }
 
@@ -123,7 +140,7 @@ impl Call {
         scope: Scope,
         work: Box<dyn Work>,
     ) -> Self {
-        let Shape { writes, savepoint, internal, readable } = shape;
+        let Shape { writes, savepoint, internal, shares_turn, readable } = shape;
         let sent_at = Instant::now();
         let in_flight = None;
         Self {
@@ -132,6 +149,7 @@ impl Call {
             writes,
             savepoint,
             internal,
+            shares_turn,
             readable,
             scope,
             in_flight,
@@ -148,6 +166,7 @@ impl Call {
             writes,
             savepoint,
             internal,
+            shares_turn,
             readable,
             scope,
             in_flight,
@@ -163,6 +182,7 @@ impl Call {
             writes,
             savepoint,
             internal,
+            shares_turn,
             readable,
             scope,
             in_flight: None,

@@ -15,8 +15,19 @@ use crate::error::{Error, Result};
 use crate::limits::Limits;
 
 pub(crate) mod sealed {
-    /// Seals [`Op`](super::Op): only this crate's operations can run on the actor.
-    pub trait Sealed {}
+    /// Seals [`Op`](super::Op): only this crate's operations can run on the actor. It also
+    /// carries what the engine asks of an op that no caller needs to see.
+    pub trait Sealed {
+        /// Whether the op, when it writes, may share its tenant's writers' turn with other
+        /// transactions of such ops (PostgreSQL; SQLite has one writer): every write it makes
+        /// is checked in its own statement (a fence, a `SKIP LOCKED` claim, an upsert), and
+        /// what must keep an order (its events' positions, a gated queue's claims) takes the
+        /// tenant's order lock first (`Db::lock_tenant_writes`). An op that reads and then
+        /// writes on what it read (a dedupe key, a unique key) keeps the default: `false`.
+        fn shares_turn(&self) -> bool {
+            false
+        }
+    }
 }
 
 /// A typed operation that runs in one transaction on the store's thread.

@@ -200,7 +200,7 @@ impl Reader {
             return call.refuse(error, &self.state.meter);
         }
         // On PostgreSQL the start goes with the read's first statement (`PgConn::begin_ahead`).
-        if let Err(error) = self.conn.begin_ahead(false, &[]) {
+        if let Err(error) = self.conn.begin_ahead(false, &[], &[]) {
             return call.refuse(error, &self.state.meter);
         }
         let scope = call.scope.clone();

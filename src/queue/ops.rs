@@ -423,7 +423,11 @@ impl Op for Enqueue {
     }
 }
 
-impl Sealed for EnqueueBatch {}
+impl Sealed for EnqueueBatch {
+    fn shares_turn(&self) -> bool {
+        self.items.iter().all(plain)
+    }
+}
 impl Op for EnqueueBatch {
     type Output = Vec<Enqueued>;
     fn access(&self) -> Access {
@@ -465,7 +469,11 @@ impl Op for Claim {
     }
 }
 
-impl Sealed for ClaimBatch {}
+impl Sealed for ClaimBatch {
+    fn shares_turn(&self) -> bool {
+        true
+    }
+}
 impl Op for ClaimBatch {
     type Output = Vec<Claimed>;
     fn access(&self) -> Access {
@@ -537,7 +545,11 @@ impl Op for Complete {
     }
 }
 
-impl Sealed for CompleteBatch {}
+impl Sealed for CompleteBatch {
+    fn shares_turn(&self) -> bool {
+        true
+    }
+}
 impl Op for CompleteBatch {
     type Output = ();
     fn access(&self) -> Access {
@@ -621,7 +633,11 @@ impl Op for FailAndClaim {
     }
 }
 
-impl Sealed for Cycle {}
+impl Sealed for Cycle {
+    fn shares_turn(&self) -> bool {
+        true
+    }
+}
 impl Op for Cycle {
     type Output = Cycled;
     fn access(&self) -> Access {
@@ -1265,6 +1281,9 @@ fn claim_after(
         true
     };
     if item_by_item {
+        // A gated queue's claims count what is claimed: two batches sharing the tenant's turn
+        // (`Sealed::shares_turn`) must not count the same free places.
+        tx.db().lock_tenant_writes(tx.tenant())?;
         // The queues still open to this claim: one whose settings refused a claim (paused, or
         // full) is left out of the next look, which takes the places its items took in this
         // one.
@@ -1665,6 +1684,12 @@ fn encode_extras(tx: &Tx<'_>, item: &NewItem) -> Result<(Option<String>, Option<
         tx.limits().check_payload("metadata bytes", metadata)?;
     }
     Ok((tags, metadata))
+}
+
+/// Whether `item` is enqueued by its insert alone: no dedupe key or unique key, whose holder
+/// an enqueue reads before it writes (such an enqueue keeps its tenant's turn whole).
+fn plain(item: &NewItem) -> bool {
+    item.dedupe_key.is_none() && item.unique.is_none()
 }
 
 /// Refuses a caller's unique key in the schedules' own space (`schedule:`): a caller's item

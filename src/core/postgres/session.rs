@@ -33,6 +33,9 @@ use crate::options::{Durability, Options};
 const LOCK_TENANT: i32 = 1_397_771_844;
 /// The sweeps that one process at a time runs.
 const LOCK_SWEEP: i32 = 1_397_771_846;
+/// A tenant's ordered writes among the batches that share its writers' turn (see
+/// `PgConn::begin`): its event positions, and the claims that count a gated queue's places.
+const LOCK_ORDER: i32 = 1_397_771_847;
 /// The keys of the store's creation lock, and of its presence lock (every writable store of
 /// the schema holds it shared; see `PgConn::hold_alone`).
 const CREATION_KEY: &str = "1397771844, hashtext(current_schema())";
@@ -59,8 +62,12 @@ pub(crate) struct PgConn {
     in_transaction: Cell<bool>,
     /// Other processes' commits, heard on the store's channel (set once the store is open).
     notices: Option<Notices>,
-    /// The tenants whose writers this transaction holds off, taken at its start.
+    /// The tenants whose writers this transaction holds off, taken at its start (or, for a
+    /// tenant it shares, their order: `lock_tenant`).
     locked_tenants: RefCell<Vec<Arc<str>>>,
+    /// The tenants whose writers' turn this transaction shares with other batches of calls
+    /// that share it (`Sealed::shares_turn`), taken at its start.
+    shared_tenants: RefCell<Vec<Arc<str>>>,
     /// The newest event position of each tenant as this store last left it (at its last
     /// commit holding the tenant's writers).
     heads: RefCell<HashMap<Arc<str>, i64>>,
@@ -107,6 +114,7 @@ impl PgConn {
             in_transaction: Cell::new(false),
             notices: None,
             locked_tenants: RefCell::new(Vec::new()),
+            shared_tenants: RefCell::new(Vec::new()),
             heads: RefCell::new(HashMap::new()),
             appended: RefCell::new(HashMap::new()),
             foreign_found: Cell::new(0),
@@ -218,12 +226,13 @@ impl PgConn {
         drop(requests);
         let answer = if main.is_some() { answers.pop() } else { None };
         // Dropped since the last batch (found only now): connect again and start there.
-        if let ([Ahead::Begin { sql, tenants }], [Err(error)]) = (ahead.as_slice(), &answers[..])
+        if let ([Ahead::Begin { sql, tenants, shared }], [Err(error)]) =
+            (ahead.as_slice(), &answers[..])
             && reconnect
             && connection_lost(error)
         {
             self.reconnect()?;
-            self.start_ahead(sql.clone(), tenants.clone());
+            self.start_ahead(sql.clone(), tenants.clone(), shared.clone());
             return self.send_or_reconnect(main, false);
         }
         drop(ahead_args);
@@ -237,8 +246,8 @@ impl PgConn {
                     Err(error)
                 }
                 (_, Err(error)) => Err(self.failed(error)),
-                (Ahead::Begin { tenants, .. }, Ok(Answer::Messages(messages))) => {
-                    self.started(&tenants, &messages)
+                (Ahead::Begin { tenants, shared, .. }, Ok(Answer::Messages(messages))) => {
+                    self.started(&tenants, &shared, &messages)
                 }
                 (Ahead::Events { tenant, .. }, Ok(Answer::Rows(rows))) => {
                     self.events_placed(&tenant, &rows)
@@ -330,10 +339,23 @@ impl PgConn {
     /// taken (a subscriber to its whole log never pages past one still to commit) and no two
     /// transactions wait for each other's rows: SQLite's single-writer discipline, per tenant.
     ///
+    /// The tenants among them in `shared` are the ones all of whose calls in the batch share
+    /// the turn (`Sealed::shares_turn`: batch-shaped queue calls, each write checked by its own
+    /// statement):
+    /// such batches hold the tenant's lock shared, so they run beside each other, and take the
+    /// tenant's order lock only from their first event (or gated claim) to their commit
+    /// (`lock_tenant`). A batch holding the turn whole still waits for them all, and they
+    /// for it. ARCHITECTURE.md ("PostgreSQL writers") has the argument.
+    ///
     /// Returns each tenant's status as its row says (`None` without a row), read with its
     /// head: the batch's check that its tenants may write costs no round trip of its own.
-    pub(crate) fn begin(&self, writes: bool, tenants: &[Arc<str>]) -> Result<Vec<Option<String>>> {
-        self.begin_ahead(writes, tenants)?;
+    pub(crate) fn begin(
+        &self,
+        writes: bool,
+        tenants: &[Arc<str>],
+        shared: &[Arc<str>],
+    ) -> Result<Vec<Option<String>>> {
+        self.begin_ahead(writes, tenants, shared)?;
         let started = self.send(None).and_then(|_| {
             self.statuses.take().ok_or_else(|| {
                 Error::Postgres("a batch's start did not read every tenant's head".into())
@@ -351,34 +373,50 @@ impl PgConn {
     /// (`start_statuses`). A start that fails (a tenant's lock not granted in time) fails that
     /// first statement with its own error, and leaves the transaction to be rolled back; a
     /// transaction that sends nothing costs no round trip at all.
-    pub(crate) fn begin_ahead(&self, writes: bool, tenants: &[Arc<str>]) -> Result<()> {
+    pub(crate) fn begin_ahead(
+        &self,
+        writes: bool,
+        tenants: &[Arc<str>],
+        shared: &[Arc<str>],
+    ) -> Result<()> {
         if self.client.borrow().is_closed() {
             self.reconnect()?;
         }
-        self.start_ahead(begin_sql(writes, tenants), tenants.to_vec());
+        let shared = if writes { shared.to_vec() } else { Vec::new() };
+        self.start_ahead(begin_sql(writes, tenants, &shared), tenants.to_vec(), shared);
         Ok(())
     }
 
-    /// Notes a transaction whose start `sql` (taking `tenants`) waits to go ahead of its first
-    /// statement. The tenants count as held from now: the start is the first thing the server
-    /// runs of the transaction.
-    fn start_ahead(&self, sql: String, tenants: Vec<Arc<str>>) {
+    /// Notes a transaction whose start `sql` (taking `tenants`, those in `shared` shared)
+    /// waits to go ahead of its first statement. The tenants count as held from now: the
+    /// start is the first thing the server runs of the transaction.
+    fn start_ahead(&self, sql: String, tenants: Vec<Arc<str>>, shared: Vec<Arc<str>>) {
         self.start_failure.borrow_mut().take();
         self.in_transaction.set(true);
-        self.locked_tenants.borrow_mut().extend(tenants.iter().cloned());
-        self.ahead.borrow_mut().push(Ahead::Begin { sql, tenants });
+        let whole = tenants.iter().filter(|tenant| !shared.contains(tenant)).cloned();
+        self.locked_tenants.borrow_mut().extend(whole);
+        self.shared_tenants.borrow_mut().extend(shared.iter().cloned());
+        self.ahead.borrow_mut().push(Ahead::Begin { sql, tenants, shared });
     }
 
     /// What the batch's start read (`messages`, see `begin_sql`) once it answered: each
     /// tenant's head, for `notice_foreign_appends`, and its status, for `start_statuses`.
-    fn started(&self, tenants: &[Arc<str>], messages: &[SimpleQueryMessage]) -> Result<()> {
+    /// A tenant it shares (in `shared`) has no head read: others append to it meanwhile.
+    fn started(
+        &self,
+        tenants: &[Arc<str>],
+        shared: &[Arc<str>],
+        messages: &[SimpleQueryMessage],
+    ) -> Result<()> {
         let heads = heads_of(messages)?;
         if heads.len() != tenants.len() {
             return Err(Error::Postgres("a batch's start did not read every tenant's head".into()));
         }
         let mut statuses = Vec::with_capacity(heads.len());
         for (tenant, (newest, status)) in tenants.iter().zip(heads) {
-            self.notice_foreign_appends(tenant, newest);
+            if !shared.contains(tenant) {
+                self.notice_foreign_appends(tenant, newest);
+            }
             statuses.push(status);
         }
         *self.statuses.borrow_mut() = Some(statuses);
@@ -509,7 +547,9 @@ impl PgConn {
 
     /// Holds off the other processes' writers of `tenant` until this transaction ends,
     /// waiting for them (a no-op for a tenant already held). A batch takes its tenants at its
-    /// start, before it holds anything else; later, only `try_lock_tenant` is deadlock-free.
+    /// start, before it holds anything else; later, only `try_lock_tenant` is deadlock-free,
+    /// and the order of a tenant whose turn the batch shares (see `take_tenant`): every
+    /// holder of that order holds the turn shared already, and none waits for the turn.
     pub(crate) fn lock_tenant(&self, tenant: &str) -> Result<()> {
         self.take_tenant(tenant, true).map(drop)
     }
@@ -523,8 +563,27 @@ impl PgConn {
     /// Takes `tenant`'s writers for this transaction (waiting for them if `wait`); returns
     /// whether it holds them. A tenant taken is checked for other processes' appends, as one
     /// taken at a batch's start is (see `notice_foreign_appends`).
+    ///
+    /// A tenant whose turn the transaction shares (`begin`): waiting, it takes the tenant's
+    /// order instead, its head read once it is granted, in one round trip; not waiting, it
+    /// tries for the turn whole (granted only while no other transaction holds it, shared or
+    /// not).
     fn take_tenant(&self, tenant: &str, wait: bool) -> Result<bool> {
         if self.holds_tenant(tenant) {
+            return Ok(true);
+        }
+        if wait && self.shares_tenant(tenant) {
+            if let Some(failed) = self.failed_ahead.borrow().as_ref() {
+                return Err(failed.replicate());
+            }
+            // In a round trip of its own: sent ahead of the next statement, a wait for the lock
+            // stalled the session (the next statement never ran; seen in
+            // `a_limit_holds_across_stores_on_one_database`).
+            let newest = match self.send(Some(Main::Simple(&take_order_sql(tenant))))? {
+                Some(Answer::Messages(messages)) => newest_of(&messages)?,
+                _ => return Err(wrong_answer()),
+            };
+            self.held(tenant, newest);
             return Ok(true);
         }
         let key = lock_key(LOCK_TENANT, "?1");
@@ -542,9 +601,14 @@ impl PgConn {
         Ok(taken)
     }
 
-    /// Whether this transaction holds `tenant`'s writers.
+    /// Whether this transaction holds `tenant`'s writers (or, sharing them, its order).
     fn holds_tenant(&self, tenant: &str) -> bool {
         self.locked_tenants.borrow().iter().any(|locked| locked.as_ref() == tenant)
+    }
+
+    /// Whether this transaction shares `tenant`'s writers' turn (see `begin`).
+    fn shares_tenant(&self, tenant: &str) -> bool {
+        self.shared_tenants.borrow().iter().any(|shared| shared.as_ref() == tenant)
     }
 
     /// Notes that this transaction has just taken `tenant`'s writers, its newest event then
@@ -627,6 +691,7 @@ impl PgConn {
     /// Rolls back the open transaction, if any.
     pub(crate) fn rollback(&self) -> Result<()> {
         let unsent = self.start_unsent();
+
         self.ended();
         if unsent {
             // Its start never went: the server has no transaction of it.
@@ -646,6 +711,7 @@ impl PgConn {
         self.in_transaction.set(false);
         self.release_pending.set(false);
         self.locked_tenants.borrow_mut().clear();
+        self.shared_tenants.borrow_mut().clear();
         self.appended.borrow_mut().clear();
         self.ahead.borrow_mut().clear();
         self.failed_ahead.borrow_mut().take();
@@ -802,7 +868,7 @@ fn query_text(conn: &PgConn, sql: &str) -> Result<Option<String>> {
 /// Creates the store's tables unless they are there, under a lock that keeps two processes
 /// opening a new database at once from both creating them.
 fn create_if_missing(conn: &PgConn) -> Result<()> {
-    conn.begin(true, &[])?;
+    conn.begin(true, &[], &[])?;
     let created = conn
         .batch(&format!("SELECT pg_advisory_xact_lock({CREATION_KEY})"))
         .and_then(|()| store_exists(conn))
@@ -904,7 +970,7 @@ fn check_version(conn: &PgConn) -> Result<()> {
 /// The statements that open a batch's transaction, sent as one: a writing batch then holds
 /// off the other processes' writers of `tenants` (sorted, each once) and reads each one's
 /// newest event position.
-fn begin_sql(writes: bool, tenants: &[Arc<str>]) -> String {
+fn begin_sql(writes: bool, tenants: &[Arc<str>], shared: &[Arc<str>]) -> String {
     if !writes {
         // One snapshot, as SQLite's deferred transaction reads (a read-only transaction is
         // never refused for serialisation).
@@ -912,15 +978,39 @@ fn begin_sql(writes: bool, tenants: &[Arc<str>]) -> String {
     }
     // Pinned: the server's default might take the snapshot before the locks are granted.
     let mut sql = "BEGIN ISOLATION LEVEL READ COMMITTED".to_owned();
-    for tenant in tenants {
-        let tenant = quote_literal(tenant);
+    for name in tenants {
+        let tenant = quote_literal(name);
         let lock = lock_key(LOCK_TENANT, &tenant);
+        let (take, read) = if shared.contains(name) {
+            ("pg_advisory_xact_lock_shared", SHARED_HEAD)
+        } else {
+            ("pg_advisory_xact_lock", BEGIN_HEAD)
+        };
         // The schema first: the tenant's name may hold `main.` itself. Read once the lock is
         // granted (a statement of its own: its snapshot is taken after the lock's).
-        let head = BEGIN_HEAD.replace("main.", "").replace("?1", &tenant);
-        sql.push_str(&format!("; SELECT pg_advisory_xact_lock({lock}); {head}"));
+        let head = read.replace("main.", "").replace("?1", &tenant);
+        sql.push_str(&format!("; SELECT {take}({lock}); {head}"));
     }
     sql
+}
+
+/// Takes the order of tenant `tenant` (see `PgConn::take_tenant`), then reads its head (a
+/// statement of its own: its snapshot is taken after the lock's).
+fn take_order_sql(tenant: &str) -> String {
+    let tenant = quote_literal(tenant);
+    let lock = lock_key(LOCK_ORDER, &tenant);
+    let head = NEWEST_POSITION.replace("main.", "").replace("?1", &tenant);
+    format!("SELECT pg_advisory_xact_lock({lock}); {head}")
+}
+
+/// The head `take_order_sql` read: the last row of its answer (the lock's is a row too).
+fn newest_of(messages: &[SimpleQueryMessage]) -> Result<i64> {
+    let newest = messages.iter().rev().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0),
+        _ => None,
+    });
+    let newest = newest.ok_or_else(|| Error::Postgres("a tenant's head was not read".into()))?;
+    newest.parse().map_err(|_| Error::Postgres(format!("a position read as {newest:?}")))
 }
 
 /// What a writing batch's start reads of tenant `?1` once it holds its writers: its newest
@@ -928,6 +1018,10 @@ fn begin_sql(writes: bool, tenants: &[Arc<str>]) -> String {
 const BEGIN_HEAD: &str = "SELECT COALESCE(max(position), 0),
         (SELECT status FROM main.tenants WHERE tenant_id = ?1)
     FROM main.events WHERE tenant_id = ?1";
+
+/// What a start sharing tenant `?1`'s turn reads of it: its status alone (no head: others
+/// may append to it meanwhile), in the two columns `heads_of` reads.
+const SHARED_HEAD: &str = "SELECT 0, (SELECT status FROM main.tenants WHERE tenant_id = ?1)";
 
 /// What `begin_sql` read of each tenant, in its tenants' order: the two-column rows of its
 /// answer (the locks answer one empty column).
@@ -993,8 +1087,9 @@ enum Main<'s, 'a> {
 
 /// A request that goes with the transaction's next statement (see `PgConn::send`).
 enum Ahead {
-    /// A batch's start (`begin_sql`), and the writing tenants it takes, in its order.
-    Begin { sql: String, tenants: Vec<Arc<str>> },
+    /// A batch's start (`begin_sql`), and the writing tenants it takes, in its order (those in
+    /// `shared` shared).
+    Begin { sql: String, tenants: Vec<Arc<str>>, shared: Vec<Arc<str>> },
     /// An op's events (see `PgConn::defer_events`), appended to `tenant`'s log.
     Events { statement: Statement, args: Vec<HeldArg>, tenant: Arc<str> },
     /// A call's savepoint (with the release of the call's before it; `savepoint_statement`).
@@ -1357,7 +1452,7 @@ mod tests {
         ))?;
         let step = "ALTER TABLE spindle_meta ADD COLUMN note TEXT";
         for _ in 0..2 {
-            conn.begin(true, &[])?;
+            conn.begin(true, &[], &[])?;
             upgrade(&conn, &[step])?;
             conn.commit(true, false)?;
         }
@@ -1375,10 +1470,17 @@ mod tests {
 
     #[test]
     fn a_batch_start_reads_the_head_of_a_tenant_named_like_a_schema() {
-        let sql = begin_sql(true, &[Arc::from("main.domain.com")]);
+        let tenant: Arc<str> = Arc::from("main.domain.com");
+        let sql = take_order_sql(&tenant);
         assert!(sql.contains("tenant_id = E'main.domain.com'"), "{sql}");
         assert!(!sql.contains("FROM main.events"), "{sql}");
-        assert!(!sql.contains("FROM main.tenants"), "{sql}");
+        for shared in [&[][..], &[Arc::clone(&tenant)][..]] {
+            let sql = begin_sql(true, &[Arc::clone(&tenant)], shared);
+            assert!(sql.contains("tenant_id = E'main.domain.com'"), "{sql}");
+            assert!(!sql.contains("FROM main.events"), "{sql}");
+            assert!(!sql.contains("FROM main.tenants"), "{sql}");
+            assert_eq!(sql.contains("_lock_shared("), !shared.is_empty(), "{sql}");
+        }
     }
 
     #[test]

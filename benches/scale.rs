@@ -29,7 +29,9 @@
 //! completes, which are measured again under `Normal` at the end of the step: the store's own
 //! cost without an fsync (and the disk's noise) in each. The comparisons with and without two
 //! threads looping on reads (`stats`, a page of `items`, a page of `graphs().find`, a stream
-//! page and a log page, over and over) alternate in the same step, three times; the worker
+//! page and a log page, over and over) alternate in the same step, three times, with a third
+//! arm for the machine's own share: the appends while two threads of the process are busy on
+//! work that never touches the store (parsing JSON); the worker
 //! pool runs three times in turn on an empty store (a fresh file), on the grown one, and on
 //! the grown one with the two reader loops, and the medians are compared. Stream pages per
 //! second with 1 and 2 reader threads alternate too (1, 2, 2, 1), with the CPU time the
@@ -408,6 +410,9 @@ struct StepFigures {
     pool_readers: f64,
     append_p99_quiet: f64,
     append_p99_readers: f64,
+    /// An append's p50 and p99 while two threads of the process are busy on work of their own.
+    append_p50_busy: f64,
+    append_p99_busy: f64,
     append_p50_quiet: f64,
     append_p50_readers: f64,
     round_p99_quiet: f64,
@@ -581,14 +586,24 @@ fn measure(
     f.catch_up = backlog as f64 / at.elapsed().as_secs_f64();
     drop(subscription);
 
-    // With and without two threads looping on reads, alternating.
+    // With and without two threads looping on reads, and (the machine's own baseline) with
+    // two threads busy on work of their own that never touches the store, in turn.
     let mut quiet = Vec::new();
     let mut loud = Vec::new();
+    let mut busy = Vec::new();
     let mut rounds_quiet = Vec::new();
     let mut rounds_loud = Vec::new();
     let mut loops = (0u64, 0.0f64);
-    for (rep, readers_first) in [false, true, false].into_iter().enumerate() {
-        for with_readers in [readers_first, !readers_first] {
+    let arms = [Beside::Nothing, Beside::ReaderLoops, Beside::BusyLoops];
+    for rep in 0..3 {
+        for arm in arms.iter().cycle().skip(rep).take(arms.len()) {
+            if *arm == Beside::BusyLoops {
+                let others = BusyLoops::start(2);
+                busy.extend(append_for(&store, samples.phase));
+                others.stop();
+                continue;
+            }
+            let with_readers = *arm == Beside::ReaderLoops;
             let readers = with_readers.then(|| ReaderLoops::start(&store, &view, 2));
             let latencies = append_for(&store, samples.phase);
             grown.events += latencies.len() as u64;
@@ -606,6 +621,9 @@ fn measure(
             }
         }
     }
+    grown.events += busy.len() as u64;
+    f.append_p50_busy = percentile(&busy, 0.5);
+    f.append_p99_busy = percentile(&busy, 0.99);
     f.append_p50_quiet = percentile(&quiet, 0.5);
     f.append_p99_quiet = percentile(&quiet, 0.99);
     f.append_p50_readers = percentile(&loud, 0.5);
@@ -725,6 +743,48 @@ impl ReadView {
     fn stream_page(&self, rng: &mut Rng) -> (Stream, u64) {
         let stream = Stream::custom(format!("s{}", rng.below(STREAMS)));
         (stream, rng.below(self.stream_len.saturating_sub(EVENT_PAGE as u64)))
+    }
+}
+
+/// What runs beside the appends and rounds measured (see `measure`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Beside {
+    Nothing,
+    /// Two `ReaderLoops`.
+    ReaderLoops,
+    /// Two `BusyLoops`: the machine's own cost of two busy threads, whatever they do.
+    BusyLoops,
+}
+
+/// Threads busy on work that never touches the store (parsing a JSON text of about 100 KiB,
+/// over and over) until stopped.
+struct BusyLoops {
+    stop: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl BusyLoops {
+    fn start(threads: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let values: Vec<_> = (0..2_000).map(|k| json!({ "k": k, "s": "x".repeat(20) })).collect();
+        let text = Arc::new(serde_json::to_string(&values).expect("json"));
+        let threads = (0..threads)
+            .map(|_| {
+                let (stop, text) = (Arc::clone(&stop), Arc::clone(&text));
+                thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let parsed: serde_json::Value = serde_json::from_str(&text).expect("json");
+                        std::hint::black_box(parsed);
+                    }
+                })
+            })
+            .collect();
+        BusyLoops { stop, threads }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads.into_iter().for_each(|t| t.join().expect("busy loop"));
     }
 }
 
@@ -1056,6 +1116,17 @@ impl StepFigures {
             ),
         );
         row(
+            "append p99 (p50): 2 busy loops of other work / none",
+            format!(
+                "{} ({}) / {} ({}) = {:.2}x",
+                t(self.append_p99_busy),
+                t(self.append_p50_busy),
+                t(self.append_p99_quiet),
+                t(self.append_p50_quiet),
+                self.append_p99_busy / self.append_p99_quiet
+            ),
+        );
+        row(
             "pool round (`Cycle` of 100) p99 (p50): 2 reader loops / none",
             format!(
                 "{} ({}) / {} ({}) = {:.2}x",
@@ -1120,8 +1191,10 @@ fn summary(results: &[StepFigures]) {
     }
     for r in results {
         let ratio = r.append_p99_readers / r.append_p99_quiet;
+        let busy = r.append_p99_busy / r.append_p99_quiet;
         println!(
-            "| append p99 with 2 reader loops ≤ 2x none, at {} | {ratio:.2}x | {} |",
+            "| append p99 with 2 reader loops ≤ 2x none, at {} | {ratio:.2}x (2 busy loops of \
+             other work: {busy:.2}x) | {} |",
             thousands(r.n),
             met(ratio <= 2.0)
         );

@@ -1,7 +1,7 @@
 //! `Store::metrics`: what an operator scrapes. The tenant's counts (queue depth by queue and
 //! state, dead letters, completed items, graphs, executions and processes by status) come
-//! from the counts the store keeps as they change, in one read on a reader: O(queues +
-//! statuses), whatever the number of finished items. The store's own work (batches and their
+//! from the counts the store keeps as they change (live queue items from their partial
+//! indexes), in one read on a reader: whatever the number of finished items. The store's own work (batches and their
 //! sizes, op latency, conflict retries, slow batches) is counted by the store's threads as
 //! they run it, since the store opened, in this process. [`Metrics::prometheus`] writes them
 //! in the Prometheus text format.
@@ -185,7 +185,8 @@ impl Metrics {
 
 impl Store {
     /// The store's metrics now: the view's tenant's counts (read from the counts the store
-    /// keeps, in one read: O(queues + statuses)) and what the store's threads counted of their
+    /// keeps and the live items' indexes, in one read; no finished item is read) and what the
+    /// store's threads counted of their
     /// work since it opened. See [`Metrics::prometheus`] for the text a scraper reads.
     ///
     /// # Errors

@@ -1,6 +1,6 @@
 //! Kept counts against a recount of the rows they count: what a domain's `audit_counts`
-//! reports (the counts themselves are kept by the schema's triggers; see the last section of
-//! `schema.sql`).
+//! reports (the counts themselves are kept by statements in the ops, not by triggers; see the
+//! last section of `schema.sql`).
 
 use std::collections::BTreeMap;
 

@@ -1,8 +1,8 @@
 //! The operation contract: the sealed `Op` trait, what an op may touch (`Access`), and the roles
 //! that decide which accesses a store view may make.
 //!
-//! An operation is plain data. Its `apply` runs on the actor thread inside the batch's
-//! transaction, under its own savepoint: returning `Err` (or panicking) rolls back exactly its
+//! An operation is plain data. Its `apply` runs inside a transaction on one of the store's
+//! threads (the writer's batch, or a reader's for an op that only reads), under its own savepoint: returning `Err` (or panicking) rolls back exactly its
 //! own work, including its events. Only this crate can implement `Op`, so the set of things that
 //! can run against a store is closed and every one of them checks its own invariants. An op is
 //! `Clone`: on PostgreSQL a copy is applied again, in the next transaction, when the first lost
@@ -30,7 +30,8 @@ pub(crate) mod sealed {
     }
 }
 
-/// A typed operation that runs in one transaction on the store's thread.
+/// A typed operation that runs in one transaction on one of the store's threads: the writer's,
+/// or a reader's for one that only reads.
 ///
 /// Run one with [`Store::exec`](crate::Store::exec), or compose several inside
 /// [`Store::transaction`](crate::Store::transaction) with [`Tx::exec`].

@@ -186,8 +186,8 @@ impl Metrics {
 impl Store {
     /// The store's metrics now: the view's tenant's counts (read from the counts the store
     /// keeps and the live items' indexes, in one read; no finished item is read) and what the
-    /// store's threads counted of their
-    /// work since it opened. See [`Metrics::prometheus`] for the text a scraper reads.
+    /// store's threads counted of their work since it opened. See [`Metrics::prometheus`] for
+    /// the text a scraper reads.
     ///
     /// # Errors
     /// Storage errors only; `Forbidden` for a view whose role may not read.

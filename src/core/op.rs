@@ -2,9 +2,10 @@
 //! that decide which accesses a store view may make.
 //!
 //! An operation is plain data. Its `apply` runs inside a transaction on one of the store's
-//! threads (the writer's batch, or a reader's for an op that only reads), under its own savepoint: returning `Err` (or panicking) rolls back exactly its
-//! own work, including its events. Only this crate can implement `Op`, so the set of things that
-//! can run against a store is closed and every one of them checks its own invariants. An op is
+//! threads (the writer's batch, or a reader's for an op that only reads), under its own
+//! savepoint: returning `Err` (or panicking) rolls back exactly its own work, including its
+//! events. Only this crate can implement `Op`, so the set of things that can run against a
+//! store is closed and every one of them checks its own invariants. An op is
 //! `Clone`: on PostgreSQL a copy is applied again, in the next transaction, when the first lost
 //! a deadlock or a serialisation failure to another transaction (at most 3 more times).
 

@@ -341,11 +341,10 @@ impl PgConn {
     ///
     /// The tenants among them in `shared` are the ones all of whose calls in the batch share
     /// the turn (`Sealed::shares_turn`: batch-shaped queue calls, each write checked by its own
-    /// statement):
-    /// such batches hold the tenant's lock shared, so they run beside each other, and take the
-    /// tenant's order lock only from their first event (or gated claim) to their commit
-    /// (`lock_tenant`). A batch holding the turn whole still waits for them all, and they
-    /// for it. ARCHITECTURE.md ("PostgreSQL writers") has the argument.
+    /// statement): such batches hold the tenant's lock shared, so they run beside each other,
+    /// and take the tenant's order lock only from their first event (or gated claim) to their
+    /// commit (`lock_tenant`). A batch holding the turn whole still waits for them all, and
+    /// they for it. ARCHITECTURE.md ("PostgreSQL writers") has the argument.
     ///
     /// Returns each tenant's status as its row says (`None` without a row), read with its
     /// head: the batch's check that its tenants may write costs no round trip of its own.

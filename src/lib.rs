@@ -90,8 +90,10 @@
 //! reads goes to one of the store's reader threads ([`Options::readers`]), each with a
 //! read-only connection of its own: a read never waits for the writer's batch, nor a write
 //! for a read, and a read sees every write whose reply was sent before it was sent. No SQL
-//! runs outside the store's own threads, but for a backup's read-only connection of its own
-//! ([`Store::backup_to`]). See `ARCHITECTURE.md` for the map.
+//! runs outside the store's own threads, but for the tools' connections of their own to a
+//! file: a backup's read-only one ([`Store::backup_to`]), [`Store::restore`]'s to the backup
+//! and the closed store it replaces, and the `spindle` command's `check` and `migrate`. See
+//! `ARCHITECTURE.md` for the map.
 //!
 //! # How the API grows
 //!

@@ -23,7 +23,7 @@ use crate::core::postgres::client::{Answer, PgClient, Request};
 use crate::core::postgres::listen::Notices;
 use crate::core::schema::{APPLICATION_ID, SCHEMA_VERSION, quoted};
 use crate::core::state::ActorState;
-use crate::core::value::{Arg, Column, RELEASE_OP, SAVEPOINT_OP};
+use crate::core::value::{Arg, Column, RELEASE_OP, ROLLBACK_TO_OP, SAVEPOINT_OP};
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
 
@@ -68,6 +68,11 @@ pub(crate) struct PgConn {
     /// The tenants whose writers' turn this transaction shares with other batches of calls
     /// that share it (`Sealed::shares_turn`), taken at its start.
     shared_tenants: RefCell<Vec<Arc<str>>>,
+    /// The tenants of `locked_tenants` taken after the transaction's start (`take_tenant`):
+    /// a lock taken under a savepoint is let go when the savepoint is rolled back, so a
+    /// rollback to one forgets them all (`forget_later_locks`), and they are taken again when
+    /// needed.
+    later_tenants: RefCell<Vec<Arc<str>>>,
     /// The newest event position of each tenant as this store last left it (at its last
     /// commit holding the tenant's writers).
     heads: RefCell<HashMap<Arc<str>, i64>>,
@@ -115,6 +120,7 @@ impl PgConn {
             notices: None,
             locked_tenants: RefCell::new(Vec::new()),
             shared_tenants: RefCell::new(Vec::new()),
+            later_tenants: RefCell::new(Vec::new()),
             heads: RefCell::new(HashMap::new()),
             appended: RefCell::new(HashMap::new()),
             foreign_found: Cell::new(0),
@@ -155,6 +161,10 @@ impl PgConn {
 
     /// Runs a statement and returns how many rows it changed.
     pub(crate) fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize> {
+        if sql.starts_with("ROLLBACK TO") {
+            // A nested call's savepoint (`Tx::nested`).
+            self.forget_later_locks();
+        }
         match self.send(Some(Main::Execute(sql, args)))? {
             Some(Answer::Count(changed)) => Ok(usize::try_from(changed).unwrap_or(usize::MAX)),
             _ => Err(wrong_answer()),
@@ -305,6 +315,9 @@ impl PgConn {
             }
             self.ahead.borrow_mut().push(Ahead::Control(sql));
             return Ok(());
+        }
+        if sql.ends_with(ROLLBACK_TO_OP) {
+            self.forget_later_locks();
         }
         self.batch(&sql)
     }
@@ -600,6 +613,15 @@ impl PgConn {
         Ok(taken)
     }
 
+    /// Forgets the tenants taken since the transaction's start (see `later_tenants`): after a
+    /// rollback to a savepoint the server may have let their locks go.
+    fn forget_later_locks(&self) {
+        let later = self.later_tenants.take();
+        if !later.is_empty() {
+            self.locked_tenants.borrow_mut().retain(|tenant| !later.contains(tenant));
+        }
+    }
+
     /// Whether this transaction holds `tenant`'s writers (or, sharing them, its order).
     fn holds_tenant(&self, tenant: &str) -> bool {
         self.locked_tenants.borrow().iter().any(|locked| locked.as_ref() == tenant)
@@ -616,6 +638,7 @@ impl PgConn {
     fn held(&self, tenant: &str, newest: i64) {
         let tenant: Arc<str> = Arc::from(tenant);
         self.notice_foreign_appends(&tenant, newest);
+        self.later_tenants.borrow_mut().push(Arc::clone(&tenant));
         self.locked_tenants.borrow_mut().push(tenant);
     }
 
@@ -711,6 +734,7 @@ impl PgConn {
         self.release_pending.set(false);
         self.locked_tenants.borrow_mut().clear();
         self.shared_tenants.borrow_mut().clear();
+        self.later_tenants.borrow_mut().clear();
         self.appended.borrow_mut().clear();
         self.ahead.borrow_mut().clear();
         self.failed_ahead.borrow_mut().take();
@@ -1464,6 +1488,43 @@ mod tests {
         if SCHEMA_VERSION == POSTGRES_FIRST_VERSION {
             assert!(matches!(refused, Err(Error::SchemaTooNew { .. })), "{refused:?}");
         }
+        Ok(())
+    }
+
+    /// With a server (`SPINDLE_TEST_PG`): a tenant's order lock taken by a call under its
+    /// savepoint is let go by the server when the call is rolled back to it, and the session
+    /// knows: the next call that needs the order takes it again (else its events would take
+    /// positions unguarded).
+    #[test]
+    fn an_order_lock_a_rolled_back_call_took_is_taken_again() -> Result<()> {
+        let Ok(server) = std::env::var("SPINDLE_TEST_PG") else {
+            return Ok(());
+        };
+        let schema = format!("o_{}", uuid::Uuid::now_v7().simple());
+        let conn = PgConn::connect(&server)?;
+        conn.batch(&format!(
+            "CREATE SCHEMA {schema}; SET search_path = {schema};
+             CREATE TABLE events (position BIGINT, tenant_id TEXT);
+             CREATE TABLE tenants (tenant_id TEXT, status TEXT)"
+        ))?;
+        let held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+                    AND pid = pg_backend_pid() AND classid = 1397771847 AND objsubid = 2";
+        let tenant: Arc<str> = Arc::from("acme");
+        let mut seen = Vec::new();
+        conn.begin(true, std::slice::from_ref(&tenant), std::slice::from_ref(&tenant))?;
+        for rolled_back in [true, false] {
+            conn.savepoint_statement(SAVEPOINT_OP)?;
+            conn.lock_tenant(&tenant)?;
+            seen.push(conn.value::<i64>(held, &[])?.unwrap_or(-1));
+            let end = if rolled_back { ROLLBACK_TO_OP } else { RELEASE_OP };
+            conn.savepoint_statement(end)?;
+            seen.push(conn.value::<i64>(held, &[])?.unwrap_or(-1));
+            seen.push(i64::from(conn.holds_tenant(&tenant)));
+        }
+        conn.rollback()?;
+        conn.batch(&format!("DROP SCHEMA {schema} CASCADE"))?;
+        // Taken, let go with the savepoint and forgotten; taken again, kept past the release.
+        assert_eq!(seen, [1, 0, 0, 1, 1, 1]);
         Ok(())
     }
 

@@ -36,6 +36,9 @@
 //! fails unless each job was completed exactly once (the callers' count and the schema's rows
 //! agree); every append row fails unless the schema holds every event the callers appended.
 
+#[path = "common/rounds.rs"]
+mod rounds;
+
 use std::io::{BufRead, BufReader, Lines, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -350,7 +353,7 @@ fn single_callers(stores: &[Store], callers: usize) -> Measured {
 /// Each store's `callers` run one `Cycle` op a round (complete the 100 items claimed the round
 /// before, claim 100 more) until a round claims nothing.
 fn batch_callers(stores: &[Store], callers: usize) -> Measured {
-    use spindle::queue::{Completion, Cycle, Settlement};
+    use spindle::queue::{Cycle, Settlement};
     let done = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&done);
     let elapsed = run_callers(stores, callers, move |store, caller| {
@@ -371,14 +374,7 @@ fn batch_callers(stores: &[Store], callers: usize) -> Measured {
             if cycled.claimed.is_empty() {
                 return;
             }
-            settle = cycled
-                .claimed
-                .into_iter()
-                .map(|c| {
-                    let (id, fence) = (c.item.id, c.fence);
-                    Settlement::Complete(Completion { id, fence, result: json!(null) })
-                })
-                .collect();
+            settle = rounds::completions(cycled.claimed);
         }
     });
     Measured::new(done.load(Ordering::Relaxed), elapsed)

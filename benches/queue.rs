@@ -30,6 +30,9 @@
 //! update, complete update) for 100 jobs per transaction with time-ordered ids, and the store
 //! with `batch_max = 1`.
 
+#[path = "common/rounds.rs"]
+mod rounds;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -37,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 use serde_json::json;
-use spindle::queue::{Completion, Cycle, Settlement};
+use spindle::queue::{Completion, Cycle};
 use spindle::{Durability, NewItem, Options, Store};
 
 const SCHEMA_SQL: &str = include_str!("../schema.sql");
@@ -631,14 +634,7 @@ fn cycle_until_empty(store: &Store, queue: &str, worker: &str) -> usize {
         if cycled.claimed.is_empty() {
             return completed;
         }
-        settle = cycled
-            .claimed
-            .into_iter()
-            .map(|c| {
-                let (id, fence) = (c.item.id, c.fence);
-                Settlement::Complete(Completion { id, fence, result: json!(null) })
-            })
-            .collect();
+        settle = rounds::completions(cycled.claimed);
     }
 }
 

@@ -42,6 +42,9 @@
 //! bench as the same `Cycle` op its coordinator runs: settle the 100 items claimed last round,
 //! claim 100 more.
 
+#[path = "common/rounds.rs"]
+mod rounds;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -51,9 +54,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use spindle::graph::{AddNode, CompleteNode, Create, Start};
 use spindle::log::Append;
-use spindle::queue::{
-    ClaimBatch, CompleteBatch, Completion, Cycle, EnqueueBatch, Outcome, Settlement,
-};
+use spindle::queue::{ClaimBatch, CompleteBatch, Completion, Cycle, EnqueueBatch, Outcome};
 use spindle::{
     Durability, GraphFilter, GraphStatus, ItemFilter, ItemStatus, NewItem, NodeOptions, NodeSpec,
     Options, Page, Store, Stream, TxOutcome,
@@ -943,14 +944,7 @@ fn pool_rounds(store: &Store, queue: &str, rounds: usize) -> Vec<u32> {
             latencies.push(us(at));
         }
         assert!(cycled.settled.iter().all(Result::is_ok), "every item completed");
-        settle = cycled
-            .claimed
-            .into_iter()
-            .map(|c| {
-                let (id, fence) = (c.item.id, c.fence);
-                Settlement::Complete(Completion { id, fence, result: json!(null) })
-            })
-            .collect();
+        settle = rounds::completions(cycled.claimed);
     }
     latencies
 }

@@ -929,13 +929,9 @@ fn writing_tenants<'a>(calls: impl Iterator<Item = &'a Call>) -> (Vec<Arc<str>>,
         writing.iter().map(|call| Arc::clone(&call.scope.tenant)).collect();
     tenants.sort_unstable();
     tenants.dedup();
-    let shared = tenants
-        .iter()
-        .filter(|tenant| {
-            writing.iter().filter(|call| call.scope.tenant == **tenant).all(|call| call.shares_turn)
-        })
-        .cloned()
-        .collect();
+    let whole: Vec<&Arc<str>> =
+        writing.iter().filter(|call| !call.shares_turn).map(|call| &call.scope.tenant).collect();
+    let shared = tenants.iter().filter(|tenant| !whole.contains(tenant)).cloned().collect();
     (tenants, shared)
 }
 

@@ -68,11 +68,10 @@ pub(crate) struct PgConn {
     /// The tenants whose writers' turn this transaction shares with other batches of calls
     /// that share it (`Sealed::shares_turn`), taken at its start.
     shared_tenants: RefCell<Vec<Arc<str>>>,
-    /// The tenants of `locked_tenants` taken after the transaction's start (`take_tenant`):
-    /// a lock taken under a savepoint is let go when the savepoint is rolled back, so a
-    /// rollback to one forgets them all (`forget_later_locks`), and they are taken again when
-    /// needed.
-    later_tenants: RefCell<Vec<Arc<str>>>,
+    /// How many of `locked_tenants` the transaction's start took; those after them were taken
+    /// later (`take_tenant`), under a savepoint the server lets them go with if the
+    /// transaction rolls back to it (`forget_later_locks`).
+    locked_at_start: Cell<usize>,
     /// The newest event position of each tenant as this store last left it (at its last
     /// commit holding the tenant's writers).
     heads: RefCell<HashMap<Arc<str>, i64>>,
@@ -120,7 +119,7 @@ impl PgConn {
             notices: None,
             locked_tenants: RefCell::new(Vec::new()),
             shared_tenants: RefCell::new(Vec::new()),
-            later_tenants: RefCell::new(Vec::new()),
+            locked_at_start: Cell::new(0),
             heads: RefCell::new(HashMap::new()),
             appended: RefCell::new(HashMap::new()),
             foreign_found: Cell::new(0),
@@ -406,7 +405,10 @@ impl PgConn {
         self.start_failure.borrow_mut().take();
         self.in_transaction.set(true);
         let whole = tenants.iter().filter(|tenant| !shared.contains(tenant)).cloned();
-        self.locked_tenants.borrow_mut().extend(whole);
+        let mut locked = self.locked_tenants.borrow_mut();
+        locked.extend(whole);
+        self.locked_at_start.set(locked.len());
+        drop(locked);
         self.shared_tenants.borrow_mut().extend(shared.iter().cloned());
         self.ahead.borrow_mut().push(Ahead::Begin { sql, tenants, shared });
     }
@@ -613,13 +615,11 @@ impl PgConn {
         Ok(taken)
     }
 
-    /// Forgets the tenants taken since the transaction's start (see `later_tenants`): after a
-    /// rollback to a savepoint the server may have let their locks go.
+    /// Forgets the tenants taken since the transaction's start (see `locked_at_start`): after
+    /// a rollback to a savepoint the server may have let their locks go. The next call that
+    /// needs one takes it again (a lock still held is granted again at once).
     fn forget_later_locks(&self) {
-        let later = self.later_tenants.take();
-        if !later.is_empty() {
-            self.locked_tenants.borrow_mut().retain(|tenant| !later.contains(tenant));
-        }
+        self.locked_tenants.borrow_mut().truncate(self.locked_at_start.get());
     }
 
     /// Whether this transaction holds `tenant`'s writers (or, sharing them, its order).
@@ -638,7 +638,6 @@ impl PgConn {
     fn held(&self, tenant: &str, newest: i64) {
         let tenant: Arc<str> = Arc::from(tenant);
         self.notice_foreign_appends(&tenant, newest);
-        self.later_tenants.borrow_mut().push(Arc::clone(&tenant));
         self.locked_tenants.borrow_mut().push(tenant);
     }
 
@@ -734,7 +733,7 @@ impl PgConn {
         self.release_pending.set(false);
         self.locked_tenants.borrow_mut().clear();
         self.shared_tenants.borrow_mut().clear();
-        self.later_tenants.borrow_mut().clear();
+        self.locked_at_start.set(0);
         self.appended.borrow_mut().clear();
         self.ahead.borrow_mut().clear();
         self.failed_ahead.borrow_mut().take();
@@ -1457,22 +1456,31 @@ mod tests {
         assert_eq!(POSTGRES_FIRST_VERSION + steps, SCHEMA_VERSION);
     }
 
+    /// With a server to try on (`SPINDLE_TEST_PG`), a session in a schema of its own (a fresh
+    /// name, for the caller to drop) holding `tables`, and the schema's name; `None` without.
+    fn scratch_schema(tables: &str) -> Result<Option<(PgConn, String)>> {
+        let Ok(server) = std::env::var("SPINDLE_TEST_PG") else {
+            return Ok(None);
+        };
+        let schema = format!("s_{}", uuid::Uuid::now_v7().simple());
+        let conn = PgConn::connect(&server)?;
+        conn.batch(&format!("CREATE SCHEMA {schema}; SET search_path = {schema}; {tables}"))?;
+        Ok(Some((conn, schema)))
+    }
+
     /// With a server to try it on (`SPINDLE_TEST_PG`): a store at the first PostgreSQL
     /// version (only its record of itself, in a scratch schema) is taken to the next by a
     /// step, once, and is then too new for this Spindle if that is still the first version.
     #[test]
     fn an_older_store_is_upgraded_step_by_step_at_open() -> Result<()> {
-        let Ok(server) = std::env::var("SPINDLE_TEST_PG") else {
-            return Ok(());
-        };
-        let schema = format!("u_{}", uuid::Uuid::now_v7().simple());
-        let conn = PgConn::connect(&server)?;
-        conn.batch(&format!(
-            "CREATE SCHEMA {schema}; SET search_path = {schema};
-             CREATE TABLE spindle_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);
+        let Some((conn, schema)) = scratch_schema(&format!(
+            "CREATE TABLE spindle_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);
              INSERT INTO spindle_meta VALUES ('application_id', {APPLICATION_ID}),
                                              ('schema_version', {POSTGRES_FIRST_VERSION})"
-        ))?;
+        ))?
+        else {
+            return Ok(());
+        };
         let step = "ALTER TABLE spindle_meta ADD COLUMN note TEXT";
         for _ in 0..2 {
             conn.begin(true, &[], &[])?;
@@ -1497,16 +1505,13 @@ mod tests {
     /// positions unguarded).
     #[test]
     fn an_order_lock_a_rolled_back_call_took_is_taken_again() -> Result<()> {
-        let Ok(server) = std::env::var("SPINDLE_TEST_PG") else {
+        let Some((conn, schema)) = scratch_schema(
+            "CREATE TABLE events (position BIGINT, tenant_id TEXT);
+             CREATE TABLE tenants (tenant_id TEXT, status TEXT)",
+        )?
+        else {
             return Ok(());
         };
-        let schema = format!("o_{}", uuid::Uuid::now_v7().simple());
-        let conn = PgConn::connect(&server)?;
-        conn.batch(&format!(
-            "CREATE SCHEMA {schema}; SET search_path = {schema};
-             CREATE TABLE events (position BIGINT, tenant_id TEXT);
-             CREATE TABLE tenants (tenant_id TEXT, status TEXT)"
-        ))?;
         let held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
                     AND pid = pg_backend_pid() AND classid = 1397771847 AND objsubid = 2";
         let tenant: Arc<str> = Arc::from("acme");

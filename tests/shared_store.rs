@@ -316,6 +316,12 @@ fn a_tenant_named_like_sql_stays_a_name_whatever_the_session_reads_literals_as()
         let events = common::read_stream(&tenant, &stream);
         assert_eq!(events.len(), 1, "{name}");
         assert_eq!(events[0].payload, json!(name));
+        // A batch call shares the tenant's turn, and its events take the tenant's order lock,
+        // whose statement names the tenant too.
+        tenant.queue().enqueue_batch(vec![NewItem::new("named", json!(name))])?;
+        let pending: u64 = tenant.queue().stats()?.iter().map(|stats| stats.pending).sum();
+        assert_eq!(pending, 1, "{name}");
+        assert_eq!(common::read_stream(&tenant, &Stream::queue("named")).len(), 1, "{name}");
     }
     Ok(())
 }

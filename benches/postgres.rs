@@ -29,7 +29,8 @@
 //! completed items every 2 ms and stops the children once it reaches JOBS), `single` (each handler a thread: `claim`, then
 //! `complete_and_claim` per job) or `batch` (each handler a thread: one `Cycle` op a round,
 //! completing the 100 items it claimed the round before and claiming 100 more). It checks that
-//! each job was completed exactly once and prints one line of `key=value` fields. With
+//! each job was completed exactly once and prints one line of `key=value` fields. `MODE@N`
+//! opens the children's stores with N writer sessions (`Options::writers`; default 2). With
 //! `SPINDLE_PEER_ANALYZE` set, the parent runs `ANALYZE queue_items` after the enqueue.
 //!
 //! Every cycle row times the enqueue too (500 jobs to a call, before the callers start) and
@@ -54,8 +55,13 @@ use spindle::{NewItem, Options, Store, Stream};
 const CHILD_TASK: &str = "SPINDLE_BENCH_CHILD";
 /// A child's schema: the connection string its store opens.
 const CHILD_AT: &str = "SPINDLE_BENCH_CHILD_AT";
+/// A child's writer sessions (`Options::writers`), when a peer row names them (`MODE@N`).
+const CHILD_WRITERS: &str = "SPINDLE_BENCH_CHILD_WRITERS";
 /// How many processes the multi-process rows run at once.
 const PROCESSES: usize = 3;
+
+/// The writer sessions a peer row's children open their stores with (`--peer MODE@N`).
+static PEER_WRITERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
 fn main() {
     if let Ok(task) = std::env::var(CHILD_TASK) {
@@ -387,7 +393,15 @@ fn peer_row(bench: &Bench, args: &[String]) {
         let word = args.get(i).unwrap_or_else(|| panic!("{usage}: too few words"));
         word.parse().unwrap_or_else(|_| panic!("{usage}: {word:?} is no number"))
     };
-    let mode = args.first().map_or("pool", String::as_str);
+    let named = args.first().map_or("pool", String::as_str);
+    let (mode, writers) = match named.split_once('@') {
+        Some((mode, writers)) => (mode, Some(writers)),
+        None => (named, None),
+    };
+    if let Some(writers) = writers {
+        let writers = writers.parse().unwrap_or_else(|_| panic!("{usage}: {named:?}: MODE@N"));
+        PEER_WRITERS.set(writers).expect("set once");
+    }
     let (handlers, processes, jobs) = (number(1), number(2), number(3) as u64);
     let task = match mode {
         "pool" => Task::Pool { handlers },
@@ -417,7 +431,7 @@ fn peer_row(bench: &Bench, args: &[String]) {
     };
     check_cycle(&location, jobs, run.count);
     println!(
-        "system=spindle mode={mode} handlers={handlers} processes={processes} jobs={jobs} \
+        "system=spindle mode={named} handlers={handlers} processes={processes} jobs={jobs} \
          enqueue_per_s={:.0} jobs_per_s={:.0}",
         enqueued.per_second(),
         Measured::new(jobs, run.elapsed).per_second()
@@ -463,7 +477,11 @@ fn enqueue(store: &Store, jobs: u64) -> Duration {
 /// A child process: opens its own store on the parent's schema, prints `ready`, waits for `go`
 /// on stdin, runs `task` and prints `done COUNT MICROSECONDS`.
 fn run_child(task: &Task, location: &str) {
-    let store = Store::connect_with(location, Options::default()).expect("child: connect");
+    let options = match std::env::var(CHILD_WRITERS) {
+        Ok(writers) => Options::default().writers(writers.parse().expect("a number")),
+        Err(_) => Options::default(),
+    };
+    let store = Store::connect_with(location, options).expect("child: connect");
     println!("ready");
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).expect("child: read stdin");
@@ -483,7 +501,11 @@ struct Worker {
 impl Worker {
     fn spawn(task: &Task, location: &str) -> Worker {
         let bench = std::env::current_exe().expect("this bench's own path");
-        let mut process = Command::new(bench)
+        let mut command = Command::new(bench);
+        if let Some(writers) = PEER_WRITERS.get() {
+            command.env(CHILD_WRITERS, writers.to_string());
+        }
+        let mut process = command
             .env(CHILD_TASK, task.to_env())
             .env(CHILD_AT, location)
             .stdin(Stdio::piped())

@@ -83,7 +83,9 @@
 //! # How it works
 //!
 //! A [`Store`] sends each call that may write to one actor thread through a bounded mailbox
-//! (or, with [`Options::inline`], runs the actor's loop on the calling thread). The actor
+//! (or, with [`Options::inline`], runs the actor's loop on the calling thread); on PostgreSQL
+//! a store has a few such writers ([`Options::writers`]), each with a session of its own, and
+//! a calling thread always sends to the same one. The actor
 //! takes a message, drains up to `batch_max` more, and runs them in one transaction with one
 //! savepoint per operation that needs one (group commit: one fsync for the whole batch).
 //! After `COMMIT` it replies to every caller and publishes every event. A call that only
@@ -182,7 +184,7 @@ pub use crate::graph::{
 pub use crate::limits::Limits;
 pub use crate::log::{Appended, Event, Events, Stream, StreamKind};
 pub use crate::metrics::{Histogram, Metrics};
-pub use crate::options::{Durability, Options, READERS_MAX};
+pub use crate::options::{Durability, Options, READERS_MAX, WRITERS_MAX};
 pub use crate::page::Page;
 pub use crate::process::Appended as ProcessAppended;
 pub use crate::process::{

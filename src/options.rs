@@ -116,6 +116,16 @@ pub struct Options {
     /// [`Store::read`]: crate::Store::read
     /// [`Store::submit`]: crate::Store::submit
     pub readers: usize,
+    /// Writer sessions on a PostgreSQL store: each an actor thread with a session of its own
+    /// (and its own group commit), so that one process's callers do not queue behind one
+    /// socket while the server has cores to spare. A calling thread always writes through the
+    /// same one, so the ops one thread sends run in the order it sent them and its reads see
+    /// its writes; calls of different threads may run in different sessions at once, as the
+    /// calls of two processes do. Each session also listens for the others' commits (a
+    /// connection more each). Subscribers are fed live by the first; another's commit sends
+    /// them back to paging once, as another process's does. SQLite has one writer whatever
+    /// this says. Default: 2. Between 1 and [`WRITERS_MAX`].
+    pub writers: usize,
     /// A writer batch that takes longer than this, from its first statement to its last reply,
     /// is told to `tracing` as a warning and counted in [`Metrics::slow_batches`]. Default:
     /// half a second.
@@ -126,6 +136,9 @@ pub struct Options {
 
 /// The most reader threads a store may have ([`Options::readers`]).
 pub const READERS_MAX: usize = 64;
+
+/// The most writer sessions a PostgreSQL store may have ([`Options::writers`]).
+pub const WRITERS_MAX: usize = 16;
 
 /// The default number of reader threads: the machine's cores less one (the writer's), between
 /// 1 and 4. Readers never block the writer, but busy ones compete with it for the cores: on
@@ -152,6 +165,7 @@ impl Default for Options {
             seed: None,
             vfs: None,
             readers: default_readers(),
+            writers: 2,
             slow_batch: Duration::from_millis(500),
         }
     }
@@ -187,6 +201,9 @@ impl Options {
         /// Sets [`readers`](#structfield.readers): how many reader threads (0: reads on the
         /// writer).
         readers: usize;
+        /// Sets [`writers`](#structfield.writers): how many writer sessions a PostgreSQL store
+        /// keeps.
+        writers: usize;
         /// Sets [`slow_batch`](#structfield.slow_batch): the duration past which a writer batch
         /// is reported as slow.
         slow_batch: Duration;
@@ -235,6 +252,11 @@ impl Options {
         }
         if self.readers > READERS_MAX {
             return Err(Error::InvalidInput(format!("readers must be at most {READERS_MAX}")));
+        }
+        if !(1..=WRITERS_MAX).contains(&self.writers) {
+            return Err(Error::InvalidInput(format!(
+                "writers must be between 1 and {WRITERS_MAX}"
+            )));
         }
         self.limits.validate()
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use parking_lot::Mutex;
 
-use crate::core::actor::{self, EngineHooks, Inline, spin_recv};
+use crate::core::actor::{EngineHooks, Inline, spin_recv};
 use crate::core::backup::{self, BackupProgress, BackupReport};
 use crate::core::bell::Bell;
 use crate::core::clock::Clock;
@@ -29,6 +29,7 @@ use crate::core::readers::Readers;
 use crate::core::schema::Location;
 use crate::core::state::ActorState;
 use crate::core::tx::{Scope, Tx};
+use crate::core::writers::Writers;
 use crate::error::{Error, Result};
 use crate::limits::Limits;
 use crate::options::Options;
@@ -105,8 +106,9 @@ thread_local! {
 
 /// Where the actor runs.
 enum Runner {
-    /// On a thread of its own, fed through its mailbox.
-    Thread { mailbox: Sender<Msg>, thread: Mutex<Option<JoinHandle<()>>> },
+    /// On threads of their own, fed through their mailboxes: one writer, or on PostgreSQL
+    /// several (`Options::writers`).
+    Threads(Writers),
     /// On the callers' threads, one call at a time (`Options::inline`).
     Inline(Box<Inline>),
 }
@@ -124,24 +126,28 @@ impl Store {
         let clock = Arc::clone(&options.clock);
         let (recover, read_only) = (options.recover_on_open, options.read_only);
         let state = Arc::new(ActorState::default());
-        let (reader_location, reader_options) = (location.clone(), options.clone());
+        let (later_location, later_options) = (location.clone(), options.clone());
         let source = backup::Source::of(&location, &options);
         let runner = if options.inline {
             let inline = Inline::open(&location, options, Arc::clone(&state), &hooks.engine)?;
             Runner::Inline(Box::new(inline))
         } else {
-            let spawned = actor::spawn(location, options, Arc::clone(&state), &hooks.engine)?;
-            Runner::Thread { mailbox: spawned.mailbox, thread: Mutex::new(Some(spawned.thread)) }
+            Runner::Threads(Writers::spawn(location, options, &state, &hooks.engine)?)
         };
         let closed = AtomicBool::new(false);
         let mut shared = Shared { runner, readers: None, closed, state, limits, clock, source };
         // The writer made or upgraded the schema; the readers open the store as it now is.
         shared.readers =
-            Readers::start(&reader_location, &reader_options, &shared.state, &hooks.engine)?;
+            Readers::start(&later_location, &later_options, &shared.state, &hooks.engine)?;
         let scope = Scope { tenant: Arc::from(DEFAULT_TENANT), role: Role::Admin, bound: false };
         let store = Store { shared: Arc::new(shared), scope };
         if !read_only {
             store.run_at_open(hooks.at_open, recover)?;
+        }
+        // Once recovered: a store recovers only while no other session of it is there.
+        if let Runner::Threads(writers) = &store.shared.runner {
+            let state = &store.shared.state;
+            writers.start_others(&later_location, &later_options, state, &hooks.engine)?;
         }
         Ok(store)
     }
@@ -626,7 +632,7 @@ impl Shared {
     pub(crate) fn send(&self, message: Msg) -> Result<()> {
         self.check_open()?;
         match &self.runner {
-            Runner::Thread { mailbox, .. } => mailbox.send(message).map_err(|_| Error::Closed),
+            Runner::Threads(writers) => writers.send(message),
             Runner::Inline(inline) => inline.handle(message),
         }
     }
@@ -669,7 +675,9 @@ impl Shared {
             readers.close();
         }
         match &self.runner {
-            Runner::Thread { mailbox, thread } => self.close_thread(mailbox, thread),
+            Runner::Threads(writers) => {
+                writers.close(|mailbox, thread| self.close_thread(mailbox, thread))
+            }
             Runner::Inline(inline) => {
                 if self.state.on_actor_thread() {
                     return Err(reentrant());

@@ -50,6 +50,7 @@ fn options_and_limits_take_one_setter_per_field_and_reach_the_store() {
         .recover_on_open(false)
         .inline(true)
         .readers(0)
+        .writers(3)
         .slow_batch(Duration::from_millis(11))
         .file_bytes_max(1 << 30)
         .seed(42)
@@ -59,7 +60,7 @@ fn options_and_limits_take_one_setter_per_field_and_reach_the_store() {
     assert_eq!((options.batch_max, options.mailbox_capacity), (3, 5));
     assert_eq!(options.wal_bytes_max, 9 << 20);
     assert!(!options.recover_on_open && options.inline && !options.read_only);
-    assert_eq!(options.readers, 0);
+    assert_eq!((options.readers, options.writers), (0, 3));
     assert_eq!(options.slow_batch, Duration::from_millis(11));
     assert_eq!((options.file_bytes_max, options.seed), (Some(1 << 30), Some(42)));
     assert_eq!(options.vfs, defaults.vfs, "untouched");

@@ -245,22 +245,23 @@ fn a_store_connects_again_after_the_server_ends_its_session() -> spindle::Result
         return Ok(());
     }
     let shared = SharedStore::new();
-    let store = shared.open_with(spindle::Options::default().readers(2));
+    let store = shared.open_with(spindle::Options::default().readers(2).writers(2));
     let stream = Stream::custom("dropped");
     store.events().append(&stream, "before", json!(1))?;
     // An administrator ends the store's sessions (their application_name names its schema):
-    // the writer's and each reader's.
+    // each writer's and each reader's.
     let mut raw = shared.raw_client();
     let sessions =
         "SELECT pid FROM pg_stat_activity WHERE application_name = 'spindle ' || current_schema()";
     let ended = raw
         .query(&format!("SELECT pg_terminate_backend(pid) FROM ({sessions}) s"), &[])
         .expect("terminate");
-    assert_eq!(ended.len(), 3, "the store has a writer's session and two readers'");
+    assert_eq!(ended.len(), 4, "the store has two writers' sessions and two readers'");
     wait_until("the sessions end", || raw.query(sessions, &[]).expect("sessions").is_empty());
     let appended = store.events().append(&stream, "after", json!(2))?;
     assert_eq!(appended.seq, 2, "the next call runs on a new session");
-    assert_eq!(raw.query(sessions, &[]).expect("sessions").len(), 1, "the writer's, again");
+    let again = raw.query(sessions, &[]).expect("sessions").len();
+    assert_eq!(again, 1, "the session of this thread's writer, again");
     // Reads connect again too, each reader when it next runs a read.
     for _ in 0..4 {
         assert_eq!(common::read_stream(&store, &stream).len(), 2);

@@ -71,18 +71,20 @@ pub(crate) struct Spawned {
 }
 
 /// Opens the database on a new thread and starts the actor there; returns once the open has
-/// succeeded or failed.
+/// succeeded or failed. `first`: the store's first writer, whose end is the store's (another
+/// writer's ends it only by a panic; see `core::writers`).
 pub(crate) fn spawn(
     location: Location,
     options: Options,
     state: Arc<ActorState>,
     hooks: &'static EngineHooks,
+    first: bool,
 ) -> Result<Spawned> {
     let (mailbox, inbox) = bounded(options.mailbox_capacity);
     let (opened_tx, opened_rx) = bounded::<Result<()>>(1);
     let thread = std::thread::Builder::new().name("spindle-store".into()).spawn(move || {
         let _acting = Acting::enter(&state);
-        let exited = ExitFlag(Arc::clone(&state));
+        let exited = ExitFlag { state: Arc::clone(&state), first };
         match Conn::open(&location, &options, &state) {
             Ok(conn) => match Actor::new(conn, inbox, &location, options, state, hooks) {
                 Ok(actor) => {
@@ -171,12 +173,18 @@ impl Inline {
     }
 }
 
-/// Marks the actor as exited when the thread ends, however it ends.
-struct ExitFlag(Arc<ActorState>);
+/// Marks the store's actor as exited when the first writer's thread ends, however it ends, or
+/// another writer's by a panic (its callers would wait for ever).
+struct ExitFlag {
+    state: Arc<ActorState>,
+    first: bool,
+}
 
 impl Drop for ExitFlag {
     fn drop(&mut self) {
-        self.0.exited.store(true, Ordering::SeqCst);
+        if self.first || std::thread::panicking() {
+            self.state.exited.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -438,7 +446,10 @@ impl Actor {
     /// ago and are waking up), when a commit costs much more than the wait: one fsync for
     /// all of them instead of one for each half. Waits at most a quarter of a recent commit.
     fn linger(&mut self, calls: &mut Vec<Call>) -> Option<Msg> {
-        let callers = self.state.waiting.load(Ordering::Relaxed).min(self.batch_max);
+        // The callers waiting are spread over the store's writers.
+        let writers = self.state.writers.load(Ordering::Relaxed).max(1);
+        let waiting = self.state.waiting.load(Ordering::Relaxed);
+        let callers = waiting.div_ceil(writers).min(self.batch_max);
         let linger = Duration::from_micros(self.commit_us / 4);
         if calls.len() >= callers || linger < LINGER_MIN {
             return None;

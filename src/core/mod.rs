@@ -33,6 +33,7 @@ mod sqlite;
 pub(crate) mod state;
 pub(crate) mod tx;
 pub(crate) mod value;
+pub(crate) mod writers;
 
 // The engines' folders are private: above `core`, only these of their parts can be named.
 

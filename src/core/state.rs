@@ -15,6 +15,8 @@ use crate::core::meter::Meter;
 pub(crate) struct ActorState {
     /// Callers waiting for a reply; spinning helps only when there is at most one.
     pub(crate) waiting: AtomicUsize,
+    /// How many writer actors share the callers (see `core::writers`).
+    pub(crate) writers: AtomicUsize,
     /// Set when the actor has stopped: nobody will answer any more.
     pub(crate) exited: AtomicBool,
     /// Set when the writer poisoned itself: the readers refuse their calls too.

@@ -14,7 +14,7 @@ use common::{assert_graph_counts, assert_process_counts, assert_queue_counts};
 use common::{assert_workflow_counts, new_store_with};
 use serde_json::json;
 use spindle::process::{AwaitOutput, Registration, WaitKind};
-use spindle::queue::{Completion, Cycle, Settlement};
+use spindle::queue::{Claimed, CompleteBatch, Completion, Cycle, Settlement, Stats};
 use spindle::{
     GraphFilter, GraphStatus, ManualClock, NewItem, NodeOptions, NodeSpec, Options, Store,
     TxOutcome, WorkflowStatus,
@@ -378,5 +378,60 @@ fn a_version_four_postgres_store_is_upgraded_with_its_counts_filled_from_its_row
     let objects = "SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema()
                    AND indexname = 'graphs_finished'";
     assert_eq!(old.raw_count(objects), 1, "the upgrade made the index of finished graphs");
+    Ok(())
+}
+
+/// The counts of batch-shaped calls (on PostgreSQL written at their batch's end, so that
+/// batches sharing a tenant's turn lock the count's row only while they commit) are seen by a
+/// read later in the same batch, and are not written for such a call that is rolled back (a
+/// `CompleteBatch` one of whose leases is lost completes nothing).
+#[test]
+fn batch_calls_counts_are_seen_later_in_their_batch_and_go_with_a_rolled_back_call()
+-> spindle::Result<()> {
+    let clock = ManualClock::new(T0);
+    let options = Options::default().clock(Arc::new(clock.clone())).writers(1);
+    let store = new_store_with(options);
+    let queue = store.queue();
+    for n in 0..4 {
+        queue.enqueue(NewItem::new("q", json!(n)))?;
+    }
+    let claimed = queue.claim_batch("w", &["q"], 60_000, 4)?;
+    assert_eq!(claimed.len(), 4);
+    let done = |claim: &Claimed| Completion {
+        id: claim.item.id.clone(),
+        fence: claim.fence,
+        result: json!(null),
+    };
+    // The writer is held, so that what this thread sends next waits in its mailbox and runs
+    // in one batch: two completions, one of them refused whole, then a read of the counts
+    // (on the writer: this thread's writes are unanswered when it is sent).
+    let (held_tx, held_rx) = crossbeam_channel::bounded::<()>(1);
+    let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
+    let holder = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.transaction(move |_| {
+                held_tx.send(()).expect("the test waits");
+                release_rx.recv().expect("the test lets go");
+                Ok(TxOutcome::Commit(()))
+            })
+        })
+    };
+    held_rx.recv().expect("the writer is held");
+    let kept = store.submit(CompleteBatch { items: vec![done(&claimed[0]), done(&claimed[1])] })?;
+    let lost = Completion { fence: claimed[3].fence + 1, ..done(&claimed[3]) };
+    let refused = store.submit(CompleteBatch { items: vec![done(&claimed[2]), lost] })?;
+    let counted = store.submit(Stats)?;
+    release_tx.send(()).expect("the holder waits");
+    holder.join().expect("the holder ends")?;
+    kept.wait()?;
+    assert!(refused.wait().is_err(), "a lost lease refuses the whole batch");
+    let stats = counted.wait()?;
+    let q = stats.iter().find(|stats| stats.queue == "q").expect("the queue's stats");
+    assert_eq!((q.completed, q.claimed), (2, 2), "the read later in the batch sees the count");
+    assert_queue_counts(&store, "after a batch with a refused completion");
+    let after = queue.stats()?;
+    let q = after.iter().find(|stats| stats.queue == "q").expect("the queue's stats");
+    assert_eq!(q.completed, 2, "the refused call counted nothing");
     Ok(())
 }

@@ -46,7 +46,7 @@ use crate::core::op::{Access, Op, Role, sealed::Sealed};
 use crate::core::publish::{LiveRequest, Published, Publisher};
 use crate::core::schema::Location;
 use crate::core::state::{Acting, ActorState};
-use crate::core::tx::{Engine, Finished, Scope, Tx, forbidden};
+use crate::core::tx::{Engine, Finished, LateWrite, Scope, Tx, forbidden};
 use crate::error::{Error, Result};
 use crate::ids::IdGen;
 use crate::limits::Limits;
@@ -289,6 +289,8 @@ struct Batch {
     rang: bool,
     /// The earliest alarm a kept call set.
     alarm_ms: Option<i64>,
+    /// The writes kept calls left for the batch's end (`Tx::write_late`), not sent yet.
+    late: Vec<LateWrite>,
 }
 
 impl Actor {
@@ -553,6 +555,15 @@ impl Actor {
                 batch.open = true;
                 self.conn.notice_foreign_writes(&mut self.publisher);
             }
+            if !call.shares_turn && !batch.late.is_empty() {
+                // What the calls before it left for the batch's end goes before it: it may
+                // read or change those rows.
+                if let Err(error) = self.write_late(&mut batch) {
+                    call.refuse(error.replicate(), &self.state.meter);
+                    self.abandon(&mut batch, &error);
+                    continue;
+                }
+            }
             let is_alarm = carried && index == 0;
             index += 1;
             // The only call of its transaction needs no savepoint: rolling back the transaction
@@ -725,6 +736,9 @@ impl Actor {
         };
         let mut tx = Tx::new(engine, now_ms, &scope);
         tx.set_publishing(self.publisher.has_live());
+        if call.shares_turn && self.conn.locks_tenants() {
+            tx.set_writes_late();
+        }
         if !call.writes {
             // A call that only reads (a `Store::read` closure among them) stays so.
             tx.set_read_only();
@@ -800,6 +814,7 @@ impl Actor {
             Ok(()) if keep => {
                 batch.events.extend(finished.published);
                 batch.tallies.merge(finished.tallies);
+                batch.late.extend(finished.late);
                 batch.rang |= finished.rang;
                 batch.alarm_ms = earliest(batch.alarm_ms, finished.alarm_ms);
                 if finished.tenants_changed {
@@ -838,6 +853,10 @@ impl Actor {
     /// Commits the batch (a writing one only while the store's file is still at its path);
     /// returns whether it committed.
     fn commit(&mut self, mut batch: Batch, writes: bool) -> bool {
+        if let Err(gone) = self.write_late(&mut batch) {
+            self.abandon(&mut batch, &gone);
+            return false;
+        }
         if let Err(gone) = self.conn.check_before_commit(writes) {
             self.abandon(&mut batch, &gone);
             return false;
@@ -873,6 +892,19 @@ impl Actor {
         }
     }
 
+    /// Sends the writes the batch's kept calls left for its end (`Tx::write_late`), sorted by
+    /// the rows they lock, ahead of the transaction's next statement (its commit, or the next
+    /// call's first): they cost no round trip of their own, and a failure among them fails the
+    /// statement they go with, and so the batch.
+    fn write_late(&mut self, batch: &mut Batch) -> Result<()> {
+        if batch.late.is_empty() {
+            return Ok(());
+        }
+        let mut late = std::mem::take(&mut batch.late);
+        late.sort_by(|a, b| a.key.cmp(&b.key));
+        self.conn.write_ahead(&late)
+    }
+
     /// The transaction is lost: roll back whatever is left of it, answer every call of the
     /// batch (kept work with `cause`, rolled-back work with its own result), publish nothing.
     fn abandon(&mut self, batch: &mut Batch, cause: &Error) {
@@ -894,6 +926,7 @@ impl Actor {
             applied.deliver(commit_error, &self.state.meter);
         }
         batch.events.clear();
+        batch.late.clear();
         batch.tallies = Tallies::default();
         batch.rang = false;
         batch.alarm_ms = None;

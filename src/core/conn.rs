@@ -19,7 +19,8 @@ use crate::core::publish::{LiveRequest, Publisher};
 use crate::core::schema::Location;
 use crate::core::sqlite::conn::SqliteConn;
 use crate::core::state::ActorState;
-use crate::core::tx::SqliteParts;
+use crate::core::tx::{LateWrite, SqliteParts};
+use crate::core::value::borrow_args;
 use crate::error::{Error, Result};
 use crate::options::Options;
 
@@ -275,6 +276,21 @@ impl Conn {
             #[cfg(feature = "postgres")]
             Conn::Postgres(_) => Ok(()),
         }
+    }
+
+    /// Sends `late` (writes calls left for their batch's end, in order) ahead of the
+    /// transaction's next statement on PostgreSQL; runs them now on SQLite (where no call
+    /// leaves any: see `Tx::set_writes_late`).
+    pub(crate) fn write_ahead(&self, late: &[LateWrite]) -> Result<()> {
+        for write in late {
+            let args = borrow_args(&write.args);
+            match self {
+                Conn::Sqlite(_) => self.db().execute(write.sql, &args).map(drop)?,
+                #[cfg(feature = "postgres")]
+                Conn::Postgres(pg) => pg.write_ahead(write.sql, &args)?,
+            }
+        }
+        Ok(())
     }
 
     /// Whether a writing batch may commit: the store's file must still be at its path.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 use serde_json::Value;
 
-use crate::core::db::Db;
+use crate::core::db::{Db, OwnedArg, borrow_args};
 use crate::core::events::{self, Appended, OwnedStreams, Stream};
 use crate::core::meter::Tallies;
 pub(crate) use crate::core::meter::Tally;
@@ -45,6 +45,21 @@ pub struct Tx<'a> {
     /// A reader's transaction ([`Store::read`](crate::Store::read), or an op on a reader
     /// thread): ops that may write, appends and raw SQL are refused.
     read_only: bool,
+    /// Whether writes of [`Tx::write_late`] wait for the batch's end (see there).
+    writes_late: bool,
+    /// The writes left for the batch's end, in the order they were asked for.
+    late: Vec<LateWrite>,
+}
+
+/// A write a call leaves for the end of its batch (`Tx::write_late`): a statement with its
+/// arguments, and the key its batch sorts such writes by before it sends them.
+#[derive(Debug)]
+pub(crate) struct LateWrite {
+    /// What the batch sorts its late writes by: the row they lock, so that two batches lock
+    /// such rows in one order.
+    pub(crate) key: String,
+    pub(crate) sql: &'static str,
+    pub(crate) args: Vec<OwnedArg>,
 }
 
 /// What the actor lends every `Tx` of a batch.
@@ -164,7 +179,7 @@ impl<'a> Tx<'a> {
     /// Runs `work` under a savepoint of its own: on `Err` its writes and events are rolled
     /// back, and the error is returned.
     pub(crate) fn nested<T>(&mut self, work: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
-        let mark = self.published.len();
+        let (mark, late) = (self.published.len(), self.late.len());
         let (rang, alarm_ms, tallies) = (self.rang, self.alarm_ms, self.tallies);
         self.control("SAVEPOINT nested")?;
         let result = work(self);
@@ -178,6 +193,7 @@ impl<'a> Tx<'a> {
         };
         if result.is_err() || ended.is_err() {
             self.published.truncate(mark);
+            self.late.truncate(late);
             self.rang = rang;
             self.alarm_ms = alarm_ms;
             self.tallies = tallies;
@@ -207,6 +223,7 @@ impl<'a> Tx<'a> {
         let finished = other.finish();
         self.published.extend(finished.published);
         self.tallies.merge(finished.tallies);
+        self.late.extend(finished.late);
         self.rang |= finished.rang;
         self.tenants_changed |= finished.tenants_changed;
         if let Some(at_ms) = finished.alarm_ms {
@@ -364,7 +381,40 @@ impl<'a> Tx<'a> {
             tenants_changed: false,
             caller_sql: Cell::new(false),
             read_only: false,
+            writes_late: false,
+            late: Vec::new(),
         }
+    }
+
+    /// Lets this call's [`Tx::write_late`] writes wait for its batch's end: for a call that
+    /// shares its tenants' turn on PostgreSQL (`Sealed::shares_turn`), whose batch runs beside
+    /// other such batches.
+    pub(crate) fn set_writes_late(&mut self) {
+        self.writes_late = true;
+    }
+
+    /// Whether [`Tx::write_late`] writes wait for the batch's end.
+    pub(crate) fn writes_late(&self) -> bool {
+        self.writes_late
+    }
+
+    /// Runs `sql` with `args`, or, in a call that shares its tenants' turn
+    /// (`set_writes_late`), leaves it for the end of its batch, if the call is kept: with the
+    /// commit, or before the next call of the batch that does not share the turn. For a blind
+    /// write to a row that batches sharing the turn would otherwise all lock from their first
+    /// statement to their commit (a kept count): the row is then locked only for the commit's
+    /// round trip. Nothing in a call that shares the turn may read what such a write writes.
+    pub(crate) fn write_late(
+        &mut self,
+        key: String,
+        sql: &'static str,
+        args: Vec<OwnedArg>,
+    ) -> Result<()> {
+        if self.writes_late {
+            self.late.push(LateWrite { key, sql, args });
+            return Ok(());
+        }
+        self.db().execute(sql, &borrow_args(&args)).map(drop)
     }
 
     /// Makes this a reader's transaction: what may write is refused (see [`Tx::exec`]).
@@ -436,6 +486,7 @@ impl<'a> Tx<'a> {
             alarm_ms: self.alarm_ms,
             tenants_changed: self.tenants_changed,
             caller_sql: self.caller_sql.get(),
+            late: self.late,
         }
     }
 }
@@ -450,6 +501,8 @@ pub(crate) struct Finished {
     pub(crate) tenants_changed: bool,
     /// Whether the caller's own SQL ran (see [`Tx::sqlite`]).
     pub(crate) caller_sql: bool,
+    /// The writes the call left for its batch's end (`Tx::write_late`).
+    pub(crate) late: Vec<LateWrite>,
 }
 
 /// The error for something that may write, asked for in a read transaction.

@@ -179,38 +179,66 @@ fn changed(row: &Row<'_>) -> Result<Changed> {
     Ok(Changed { id: row.get(0)?, queue: row.get(1)?, attempt: row.get(2)? })
 }
 
-/// The completing statement (`complete`).
-const COMPLETE_SQL: &str = concat!(
-    "WITH done AS (
+/// The completing statement (`complete`), with `$counted`: a `counted` CTE that writes the
+/// count of what it completed, or nothing (the caller counts them later).
+macro_rules! complete_set_sql {
+    ($counted:expr) => {
+        concat!(
+            "WITH done AS (
            UPDATE main.queue_items AS q
            SET status = 'completed', result = u.result, worker_id = NULL,
                lease_expires_at_ms = NULL, updated_at_ms = ?2, finished_at_ms = ?2
            FROM unnest(?3::text[], ?4::bigint[], ?5::text[]) AS u(id, fence, result)
            WHERE q.tenant_id = ?1 AND q.item_id = u.id AND q.fence = u.fence
              AND ",
-    held_claimed!(),
-    " AND q.lease_expires_at_ms > ?2
-           RETURNING q.item_id, q.queue, q.attempt),
+            held_claimed!(),
+            " AND q.lease_expires_at_ms > ?2
+           RETURNING q.item_id, q.queue, q.attempt)",
+            $counted,
+            " SELECT item_id, queue, attempt FROM done"
+        )
+    };
+}
+
+/// Completes and counts in one statement.
+const COMPLETE_SQL: &str = complete_set_sql!(
+    ",
          counted AS (
            INSERT INTO main.queue_counts AS c (tenant_id, queue, status, total)
            SELECT ?1, queue, 'completed', count(*) FROM done GROUP BY queue
-           ON CONFLICT (tenant_id, queue, status) DO UPDATE SET total = c.total + excluded.total)
-         SELECT item_id, queue, attempt FROM done"
+           ON CONFLICT (tenant_id, queue, status) DO UPDATE SET total = c.total + excluded.total)"
 );
 
+/// Completes; the caller counts.
+const COMPLETE_UNCOUNTED_SQL: &str = complete_set_sql!("");
+
+/// Where the count of what a statement finishes is written (`queue_counts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counted {
+    /// In the statement itself.
+    Here,
+    /// By the caller, from what the statement returned (`sql::add_to_count_late`).
+    ByCaller,
+}
+
 /// Completes the held items (each with its encoded result) whose fence still holds a live
-/// lease, and counts them per queue; returns those it completed.
+/// lease, and counts them per queue where `counted` says; returns those it completed.
 pub(super) fn complete(
     db: Db<'_>,
     tenant: &str,
     now_ms: i64,
     held: &[Fenced<'_>],
     results: &[&str],
+    counted: Counted,
 ) -> Result<Vec<Changed>> {
     let (ids, fences) = ids_and_fences(held);
     let results = texts(results.iter().copied());
+    let sql = match counted {
+        Counted::Here => COMPLETE_SQL,
+        Counted::ByCaller => COMPLETE_UNCOUNTED_SQL,
+    };
     db.query_all(
-        COMPLETE_SQL,
+        sql,
         args![tenant, now_ms, Arg::Texts(&ids), Arg::Ints(&fences), Arg::Texts(&results)],
         changed,
     )
@@ -224,20 +252,9 @@ pub(super) struct Failure<'a> {
     pub(super) error: &'a str,
 }
 
-/// Ends the failed attempts of claimed items (a retry, or a dead letter counted per queue);
-/// returns the ids it changed.
-pub(super) fn fail(
-    db: Db<'_>,
-    tenant: &str,
-    now_ms: i64,
-    failures: &[Failure<'_>],
-) -> Result<Vec<String>> {
-    let ids = texts(failures.iter().map(|f| f.held.id));
-    let fences: Vec<i64> = failures.iter().map(|f| f.held.fence as i64).collect();
-    let statuses = texts(failures.iter().map(|f| if f.dead { "dead" } else { "pending" }));
-    let run_ats: Vec<i64> = failures.iter().map(|f| f.run_at_ms).collect();
-    let errors = texts(failures.iter().map(|f| f.error));
-    db.query_all(
+/// The failing statement (`fail`), with `$counted` as in `complete_set_sql!`.
+macro_rules! fail_set_sql {
+    ($counted:expr) => {
         concat!(
             "WITH failed AS (
            UPDATE main.queue_items AS q
@@ -250,13 +267,45 @@ pub(super) fn fail(
              AND ",
             held_claimed!(),
             "
-           RETURNING q.item_id, q.queue, q.status),
+           RETURNING q.item_id, q.queue, q.status)",
+            $counted,
+            " SELECT item_id FROM failed"
+        )
+    };
+}
+
+/// Fails and counts the dead letters in one statement.
+const FAIL_SQL: &str = fail_set_sql!(
+    ",
          counted AS (
            INSERT INTO main.queue_counts AS c (tenant_id, queue, status, total)
            SELECT ?1, queue, 'dead', count(*) FROM failed WHERE status = 'dead' GROUP BY queue
-           ON CONFLICT (tenant_id, queue, status) DO UPDATE SET total = c.total + excluded.total)
-         SELECT item_id FROM failed"
-        ),
+           ON CONFLICT (tenant_id, queue, status) DO UPDATE SET total = c.total + excluded.total)"
+);
+
+/// Fails; the caller counts the dead letters.
+const FAIL_UNCOUNTED_SQL: &str = fail_set_sql!("");
+
+/// Ends the failed attempts of claimed items (a retry, or a dead letter counted per queue
+/// where `counted` says); returns the ids it changed.
+pub(super) fn fail(
+    db: Db<'_>,
+    tenant: &str,
+    now_ms: i64,
+    failures: &[Failure<'_>],
+    counted: Counted,
+) -> Result<Vec<String>> {
+    let ids = texts(failures.iter().map(|f| f.held.id));
+    let fences: Vec<i64> = failures.iter().map(|f| f.held.fence as i64).collect();
+    let statuses = texts(failures.iter().map(|f| if f.dead { "dead" } else { "pending" }));
+    let run_ats: Vec<i64> = failures.iter().map(|f| f.run_at_ms).collect();
+    let errors = texts(failures.iter().map(|f| f.error));
+    let sql = match counted {
+        Counted::Here => FAIL_SQL,
+        Counted::ByCaller => FAIL_UNCOUNTED_SQL,
+    };
+    db.query_all(
+        sql,
         args![
             tenant,
             now_ms,

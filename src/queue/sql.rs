@@ -13,7 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::core::db::{Arg, Db, Query, Row, args};
+use crate::core::db::{Arg, Db, OwnedArg, Query, Row, args};
+use crate::core::tx::Tx;
 
 use super::{Backoff, ItemStatus, NewItem, QueueItem, QueueStats};
 use crate::error::{Error, Result};
@@ -938,6 +939,32 @@ pub(super) fn delete_finished_before(
     Ok(deleted.len() as u64)
 }
 
+/// Adds `?4` (positive) to the count of queue `?2`'s items in status `?3` (tenant `?1`).
+const ADD_TO_COUNT_SQL: &str =
+    "INSERT INTO main.queue_counts AS c (tenant_id, queue, status, total)
+     VALUES (?1, ?2, ?3, ?4)
+     ON CONFLICT (tenant_id, queue, status) DO UPDATE SET total = c.total + excluded.total";
+
+/// Adds `added` (positive) to the count of `queue`'s items in `status` (a finished one): now,
+/// or in a call that shares its tenant's turn on PostgreSQL at its batch's end
+/// (`Tx::write_late`), so that such batches hold the count's row only while they commit.
+pub(super) fn add_to_count_late(
+    tx: &mut Tx<'_>,
+    queue: &str,
+    status: ItemStatus,
+    added: i64,
+) -> Result<()> {
+    let status = status.as_str();
+    let key = format!("queue_counts/{}/{queue}/{status}", tx.tenant());
+    let args = vec![
+        OwnedArg::Text(tx.tenant().to_owned()),
+        OwnedArg::Text(queue.to_owned()),
+        OwnedArg::Text(status.to_owned()),
+        OwnedArg::Int(added),
+    ];
+    tx.write_late(key, ADD_TO_COUNT_SQL, args)
+}
+
 /// Adds `delta` (negative: takes it away) to the count of `queue`'s items in `status` (a
 /// finished one: completed, dead, cancelled), in the op that moves the items: a count that
 /// reaches 0 goes (see the last section of `schema.sql`).
@@ -950,12 +977,7 @@ pub(super) fn add_to_count(
 ) -> Result<()> {
     let status = status.as_str();
     if delta > 0 {
-        db.execute(
-            "INSERT INTO main.queue_counts AS c (tenant_id, queue, status, total)
-             VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (tenant_id, queue, status) DO UPDATE SET total = c.total + excluded.total",
-            args![tenant, queue, status, delta],
-        )?;
+        db.execute(ADD_TO_COUNT_SQL, args![tenant, queue, status, delta])?;
     } else if delta < 0 {
         db.execute(
             "DELETE FROM main.queue_counts

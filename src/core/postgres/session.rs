@@ -219,6 +219,7 @@ impl PgConn {
             .map(|(ahead, args)| match ahead {
                 Ahead::Begin { sql, .. } | Ahead::Control(sql) => Request::Simple(sql),
                 Ahead::Events { statement, .. } => Request::Query(statement, params(args)),
+                Ahead::Write { statement, .. } => Request::Execute(statement, params(args)),
             })
             .collect();
         match (&main, &statement) {
@@ -261,7 +262,8 @@ impl PgConn {
                 (Ahead::Events { tenant, .. }, Ok(Answer::Rows(rows))) => {
                     self.events_placed(&tenant, &rows)
                 }
-                (Ahead::Control(_), Ok(Answer::Messages(_))) => Ok(()),
+                (Ahead::Control(_), Ok(Answer::Messages(_)))
+                | (Ahead::Write { .. }, Ok(Answer::Count(_))) => Ok(()),
                 _ => Err(wrong_answer()),
             };
             if let Err(error) = done {
@@ -495,6 +497,19 @@ impl PgConn {
         let args = args.iter().map(HeldArg::of).collect();
         self.ahead.borrow_mut().push(Ahead::Events { statement, args, tenant: Arc::from(tenant) });
         Ok(true)
+    }
+
+    /// Sends a write a call left for its batch's end (`Tx::write_late`) with the transaction's
+    /// next statement, or its commit, in that round trip. Should it fail, the transaction
+    /// fails with it: the statement after it answers its error.
+    pub(crate) fn write_ahead(&self, sql: &str, args: &[Arg<'_>]) -> Result<()> {
+        if let Some(failed) = self.failed_ahead.borrow().as_ref() {
+            return Err(failed.replicate());
+        }
+        let statement = self.prepared(sql)?;
+        let args = args.iter().map(HeldArg::of).collect();
+        self.ahead.borrow_mut().push(Ahead::Write { statement, args });
+        Ok(())
     }
 
     /// Notes where deferred events were placed (`defer_events`): their tenant's newest
@@ -1116,6 +1131,8 @@ enum Ahead {
     Events { statement: Statement, args: Vec<HeldArg>, tenant: Arc<str> },
     /// A call's savepoint (with the release of the call's before it; `savepoint_statement`).
     Control(String),
+    /// A write left for the batch's end (see `PgConn::write_ahead`).
+    Write { statement: Statement, args: Vec<HeldArg> },
 }
 
 impl Ahead {
@@ -1123,7 +1140,9 @@ impl Ahead {
     fn lists(&self) -> Vec<Vec<Option<&str>>> {
         match self {
             Ahead::Begin { .. } | Ahead::Control(_) => Vec::new(),
-            Ahead::Events { args, .. } => args.iter().map(HeldArg::list).collect(),
+            Ahead::Events { args, .. } | Ahead::Write { args, .. } => {
+                args.iter().map(HeldArg::list).collect()
+            }
         }
     }
 
@@ -1131,7 +1150,7 @@ impl Ahead {
     fn args<'a>(&'a self, lists: &'a [Vec<Option<&'a str>>]) -> Vec<Arg<'a>> {
         match self {
             Ahead::Begin { .. } | Ahead::Control(_) => Vec::new(),
-            Ahead::Events { args, .. } => {
+            Ahead::Events { args, .. } | Ahead::Write { args, .. } => {
                 args.iter().zip(lists).map(|(arg, list)| arg.as_arg(list)).collect()
             }
         }

@@ -7,7 +7,7 @@
 //! checks run first, each write carries the fence in its `WHERE`, an item the write did not
 //! change is answered with the reason (`lease_lost`), and the events come in the same order.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::json;
 
@@ -17,8 +17,8 @@ use super::{
 };
 use crate::core::tx::{Tally, Tx};
 use crate::error::{Error, Result};
-use crate::queue::set_sql::{self, Failure, Fenced, NewRows};
-use crate::queue::sql::ItemRow;
+use crate::queue::set_sql::{self, Counted, Failure, Fenced, NewRows};
+use crate::queue::sql::{self, ItemRow};
 use crate::queue::{Completion, Enqueued, Fail, FailOutcome, ItemStatus, NewItem, Release};
 
 use super::{Lease, Settled, Settlement};
@@ -96,8 +96,12 @@ pub(super) fn complete_all(
     let held: Vec<Fenced<'_>> =
         completions.iter().map(|(_, c, _)| Fenced { id: &c.id, fence: c.fence }).collect();
     let results: Vec<&str> = completions.iter().map(|(_, _, result)| result.as_str()).collect();
-    let done = set_sql::complete(tx.db(), tx.tenant(), tx.now_ms(), &held, &results)?;
+    let counted = counted_where(tx);
+    let done = set_sql::complete(tx.db(), tx.tenant(), tx.now_ms(), &held, &results, counted)?;
     tx.tally(Tally::Completed, done.len() as u64);
+    if counted == Counted::ByCaller {
+        count_late(tx, done.iter().map(|c| c.queue.as_str()), ItemStatus::Completed)?;
+    }
     let done: HashMap<&str, &set_sql::Changed> = done.iter().map(|c| (c.id.as_str(), c)).collect();
     let mut answers = Vec::with_capacity(completions.len());
     for (index, completion, _) in completions {
@@ -116,6 +120,29 @@ pub(super) fn complete_all(
         answers.push((*index, answer));
     }
     Ok(answers)
+}
+
+/// Where a set-based statement's finished items are counted: in the statement, or, in a call
+/// that shares its tenant's turn, late (`count_late`).
+fn counted_where(tx: &Tx<'_>) -> Counted {
+    if tx.writes_late() { Counted::ByCaller } else { Counted::Here }
+}
+
+/// Counts the items of `queues` (one entry per item) as now in `status`, per queue, at the
+/// batch's end (`sql::add_to_count_late`).
+fn count_late<'q>(
+    tx: &mut Tx<'_>,
+    queues: impl Iterator<Item = &'q str>,
+    status: ItemStatus,
+) -> Result<()> {
+    let mut per_queue: BTreeMap<&str, i64> = BTreeMap::new();
+    for queue in queues {
+        *per_queue.entry(queue).or_default() += 1;
+    }
+    for (queue, added) in per_queue {
+        sql::add_to_count_late(tx, queue, status, added)?;
+    }
+    Ok(())
 }
 
 /// Records the failed attempts in one statement (a retry after the backoff, or a dead
@@ -152,8 +179,15 @@ fn fail_all(
             error: &failure.error,
         })
         .collect();
+    let counted = counted_where(tx);
     let changed: HashSet<String> =
-        set_sql::fail(tx.db(), tx.tenant(), tx.now_ms(), &planned)?.into_iter().collect();
+        set_sql::fail(tx.db(), tx.tenant(), tx.now_ms(), &planned, counted)?.into_iter().collect();
+    if counted == Counted::ByCaller {
+        let dead = writes.iter().filter(|(_, failure, _, outcome)| {
+            *outcome == FailOutcome::DeadLettered && changed.contains(&failure.id)
+        });
+        count_late(tx, dead.map(|(_, _, item, _)| item.queue.as_str()), ItemStatus::Dead)?;
+    }
     for (index, failure, item, outcome) in writes {
         if !changed.contains(&failure.id) {
             Error::expect_one(0, "item", &failure.id)?;

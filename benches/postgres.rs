@@ -30,7 +30,7 @@
 //! `complete_and_claim` per job) or `batch` (each handler a thread: one `Cycle` op a round,
 //! completing the 100 items it claimed the round before and claiming 100 more). It checks that
 //! each job was completed exactly once and prints one line of `key=value` fields. `MODE@N`
-//! opens the children's stores with N writer sessions (`Options::writers`; default 2). With
+//! opens the children's stores with N writer sessions (`Options::writers`; default 1). With
 //! `SPINDLE_PEER_ANALYZE` set, the parent runs `ANALYZE queue_items` after the enqueue.
 //!
 //! Every cycle row times the enqueue too (500 jobs to a call, before the callers start) and

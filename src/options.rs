@@ -117,14 +117,20 @@ pub struct Options {
     /// [`Store::submit`]: crate::Store::submit
     pub readers: usize,
     /// Writer sessions on a PostgreSQL store: each an actor thread with a session of its own
-    /// (and its own group commit), so that one process's callers do not queue behind one
-    /// socket while the server has cores to spare. A calling thread always writes through the
-    /// same one, so the ops one thread sends run in the order it sent them and its reads see
-    /// its writes; calls of different threads may run in different sessions at once, as the
-    /// calls of two processes do. Each session also listens for the others' commits (a
-    /// connection more each). Subscribers are fed live by the first; another's commit sends
-    /// them back to paging once, as another process's does. SQLite has one writer whatever
-    /// this says. Default: 2. Between 1 and [`WRITERS_MAX`].
+    /// (and its own group commit), so that one process's callers do not all queue behind one
+    /// session: a long transaction on one holds back only the threads that write through it,
+    /// and the batches of several run at once where the server has cores to spare. A calling
+    /// thread always writes through the same one, so the ops one thread sends run in the
+    /// order it sent them and its reads see its writes; calls of different threads may run in
+    /// different sessions at once, as the calls of two processes do: two sessions writing one
+    /// tenant take its turn as two processes would (a batch that waits past `busy_timeout`
+    /// for another's is answered `Busy`). Each session also listens for the others' commits
+    /// (a connection more each). Subscribers are fed live by the first; another's commit
+    /// sends them back to paging once, as another process's does. SQLite has one writer
+    /// whatever this says, and so do an inline or read-only store and one with a
+    /// [`seed`](#structfield.seed) (its ids would otherwise depend on which writer a thread
+    /// took). Default: 1 (on a machine whose two cores the server shared, a second session
+    /// made no pool or batch faster: BENCHMARKS.md). Between 1 and [`WRITERS_MAX`].
     pub writers: usize,
     /// A writer batch that takes longer than this, from its first statement to its last reply,
     /// is told to `tracing` as a warning and counted in [`Metrics::slow_batches`]. Default:
@@ -165,7 +171,7 @@ impl Default for Options {
             seed: None,
             vfs: None,
             readers: default_readers(),
-            writers: 2,
+            writers: 1,
             slow_batch: Duration::from_millis(500),
         }
     }

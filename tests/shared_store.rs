@@ -548,3 +548,53 @@ fn queue_batches_of_two_stores_in_one_tenant_overlap_and_a_subscriber_sees_every
     assert_eq!(log.try_recv()?, None, "and nothing more");
     Ok(())
 }
+
+/// A batch-shaped call leaves its completion's count for its batch's commit. Another process
+/// holds that count's row and then waits for the item's row the call completed: the two
+/// deadlock at the commit, the server ends the store's side (its deadlock check comes first),
+/// and the store runs the call again in its next transaction, once the other process has
+/// ended; the caller is answered once, `Ok`, and the item and its count are as one completion
+/// leaves them.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_batch_call_whose_commit_loses_a_deadlock_runs_again_and_is_answered_once()
+-> spindle::Result<()> {
+    if !common::on_postgres() {
+        return Ok(()); // SQLite's one writer never meets another's lock.
+    }
+    let shared = SharedStore::new();
+    let store = shared.open();
+    // A first completion makes the count's row; then the item the call completes.
+    let (id, fence) = claimed_item(&store)?;
+    store.queue().complete(&id, fence, json!(null))?;
+    let (id, fence) = claimed_item(&store)?;
+    let mut raw = shared.raw_client();
+    let mut other = raw.transaction().expect("raw transaction");
+    // The store's own deadlock check (1 s, the server's default) comes before this one.
+    other.batch_execute("SET LOCAL deadlock_timeout = '60s'").expect("deadlock timeout");
+    let counts = "SELECT total FROM queue_counts WHERE queue = 'q' AND status = 'completed'
+                  FOR UPDATE";
+    assert_eq!(other.query(counts, &[]).expect("the count's row").len(), 1);
+    let completion = Completion { id: id.clone(), fence, result: json!(2) };
+    let mut sent = store.submit(CompleteBatch { items: vec![completion] })?;
+    let mut watcher = shared.raw_client();
+    let waits = "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                 WHERE NOT l.granted AND a.application_name = 'spindle ' || current_schema()";
+    wait_until("the store's commit waits for the count's row", || {
+        !watcher.query(waits, &[]).expect("locks").is_empty()
+    });
+    // The other process now waits for the item's row, which the store's batch holds.
+    other
+        .execute("UPDATE queue_items SET updated_at_ms = updated_at_ms WHERE item_id = $1", &[&id])
+        .expect("the item's row, once the store's side of the deadlock is ended");
+    assert!(sent.try_wait().is_none(), "the call runs again after the other process ends");
+    other.commit().expect("the other process ends");
+    sent.wait()?;
+    assert_eq!(store.queue().get(&id)?.status, ItemStatus::Completed);
+    let stats = store.queue().stats()?;
+    let q = stats.iter().find(|stats| stats.queue == "q").expect("the queue's stats");
+    assert_eq!(q.completed, 2, "counted once");
+    assert!(store.metrics()?.conflict_retries >= 1, "the call ran again");
+    common::assert_queue_counts(&store, "after the deadlock");
+    Ok(())
+}

@@ -173,17 +173,22 @@ impl Inline {
     }
 }
 
-/// Marks the store's actor as exited when the first writer's thread ends, however it ends, or
-/// another writer's by a panic (its callers would wait for ever).
+/// Marks the store's actor as exited when the first writer's thread ends, however it ends.
+/// Another writer's ending by a panic poisons the store (every later call is refused); its
+/// callers' replies went with its mailbox, so they are answered `Closed`.
 struct ExitFlag {
+    /// What the store's threads share.
     state: Arc<ActorState>,
+    /// Whether this is the store's first writer.
     first: bool,
 }
 
 impl Drop for ExitFlag {
     fn drop(&mut self) {
-        if self.first || std::thread::panicking() {
+        if self.first {
             self.state.exited.store(true, Ordering::SeqCst);
+        } else if std::thread::panicking() {
+            self.state.poisoned.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -504,7 +509,8 @@ impl Actor {
 
     /// The work of `run_one_batch`; returns whether the batch committed.
     fn run_calls(&mut self, calls: Vec<Call>) -> bool {
-        let now_ms = self.stamp.next_ms();
+        // Never before the newest batch of the store's other writers either.
+        let now_ms = self.stamp.next_ms().max(self.state.stamp_ms.load(Ordering::SeqCst));
         self.state.stamp_ms.fetch_max(now_ms, Ordering::SeqCst);
         // A due alarm joins a batch that writes anyway (or runs by itself when idle): a batch of
         // reads stays a deferred transaction that another process's writer cannot block.
@@ -520,6 +526,9 @@ impl Actor {
         self.unread_start.clear();
         // Whether the alarm call's work is in the transaction about to commit.
         let mut alarm_kept = false;
+        // Whether a transaction with the alarm call's work committed (a batch may commit
+        // before its last call: see `Tx::write_late`).
+        let mut alarm_committed = false;
         let mut index = 0;
         while let Some(call) = calls.pop_front() {
             if !batch.open {
@@ -555,14 +564,22 @@ impl Actor {
                 batch.open = true;
                 self.conn.notice_foreign_writes(&mut self.publisher);
             }
-            if !call.shares_turn && !batch.late.is_empty() {
-                // What the calls before it left for the batch's end goes before it: it may
-                // read or change those rows.
-                if let Err(error) = self.write_late(&mut batch) {
-                    call.refuse(error.replicate(), &self.state.meter);
-                    self.abandon(&mut batch, &error);
-                    continue;
+            if batch.open && !call.shares_turn && !batch.late.is_empty() {
+                // What the calls before it left for the batch's end (`Tx::write_late`) is
+                // written at a commit, and it may read or change those rows: the calls
+                // before it commit first, and it starts the next transaction.
+                let before = std::mem::take(&mut batch);
+                alarm_committed |= self.commit(before, writes) && alarm_kept;
+                alarm_kept = false;
+                if !self.retries.is_empty() {
+                    // Those calls lost at their commit and run again: the rest wait for them
+                    // there, in their order.
+                    self.retries.push(call);
+                    self.retries.extend(calls.drain(..));
+                    break;
                 }
+                calls.push_front(call);
+                continue;
             }
             let is_alarm = carried && index == 0;
             index += 1;
@@ -596,7 +613,8 @@ impl Actor {
             alarm_kept &= batch.open;
         }
         let committed = batch.open && self.commit(batch, writes);
-        if !(committed && alarm_kept) {
+        alarm_committed |= committed && alarm_kept;
+        if !alarm_committed {
             self.retry_alarm(carried, now_ms);
         }
         committed
@@ -665,6 +683,11 @@ impl Actor {
     fn admit(&self, call: Call) -> Option<Call> {
         if let Some(reason) = &self.poisoned {
             call.refuse(Error::Poisoned(reason.clone()), &self.state.meter);
+            return None;
+        }
+        if self.state.poisoned.load(Ordering::SeqCst) {
+            let reason = "another writer of the store poisoned itself".to_owned();
+            call.refuse(Error::Poisoned(reason), &self.state.meter);
             return None;
         }
         if !call.scope.role.allows(call.access) {
@@ -886,16 +909,30 @@ impl Actor {
                 true
             }
             Err(error) => {
+                if self.conn.take_conflict() {
+                    self.rerun_kept(&mut batch);
+                }
                 self.abandon(&mut batch, &error);
                 false
             }
         }
     }
 
+    /// The batch's transaction lost to another at its commit (a deadlock or a lock's timeout
+    /// met by a write left for the batch's end, `Tx::write_late`): its kept calls run again in
+    /// the next transaction, in their order, as a call whose own statement lost does.
+    fn rerun_kept(&mut self, batch: &mut Batch) {
+        for applied in batch.applied.iter_mut().filter(|applied| applied.keep) {
+            if let Some(again) = applied.take_rerun() {
+                Meter::count(&self.state.meter.conflict_retries);
+                self.retries.push(again);
+            }
+        }
+    }
+
     /// Sends the writes the batch's kept calls left for its end (`Tx::write_late`), sorted by
-    /// the rows they lock, ahead of the transaction's next statement (its commit, or the next
-    /// call's first): they cost no round trip of their own, and a failure among them fails the
-    /// statement they go with, and so the batch.
+    /// the rows they lock, ahead of the commit, in its round trip: a failure among them fails
+    /// the commit.
     fn write_late(&mut self, batch: &mut Batch) -> Result<()> {
         if batch.late.is_empty() {
             return Ok(());

@@ -234,6 +234,16 @@ impl Applied {
         Some(again)
     }
 
+    /// The call once more, kept work and all, to run in a later transaction, if its own
+    /// transaction lost to another at its commit (a write left for the batch's end, see
+    /// `Tx::write_late`) and it has tries left.
+    pub(crate) fn take_rerun(&mut self) -> Option<Call> {
+        // A closure runs once (it has no copy): it is answered with the commit's error.
+        self.again.as_ref()?;
+        self.keep = false;
+        self.take_retry()
+    }
+
     /// Sends the reply and counts its latency in `meter`. `commit_error` is the batch's
     /// failure, if its writes were lost (the actor passes none for a call that kept nothing: it
     /// is answered with its own result).

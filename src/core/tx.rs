@@ -58,7 +58,9 @@ pub(crate) struct LateWrite {
     /// What the batch sorts its late writes by: the row they lock, so that two batches lock
     /// such rows in one order.
     pub(crate) key: String,
+    /// The statement.
     pub(crate) sql: &'static str,
+    /// Its arguments.
     pub(crate) args: Vec<OwnedArg>,
 }
 
@@ -399,11 +401,12 @@ impl<'a> Tx<'a> {
     }
 
     /// Runs `sql` with `args`, or, in a call that shares its tenants' turn
-    /// (`set_writes_late`), leaves it for the end of its batch, if the call is kept: with the
-    /// commit, or before the next call of the batch that does not share the turn. For a blind
-    /// write to a row that batches sharing the turn would otherwise all lock from their first
-    /// statement to their commit (a kept count): the row is then locked only for the commit's
-    /// round trip. Nothing in a call that shares the turn may read what such a write writes.
+    /// (`set_writes_late`), leaves it for the end of its batch, if the call is kept: it goes
+    /// with the commit (a call of the batch that does not share the turn, which may read such
+    /// rows, starts a transaction after it). For a blind write to a row that batches sharing
+    /// the turn would otherwise all lock from their first statement to their commit (a kept
+    /// count): the row is then locked only for the commit's round trip. Nothing in a call that
+    /// shares the turn may read what such a write writes.
     pub(crate) fn write_late(
         &mut self,
         key: String,

@@ -34,14 +34,17 @@ thread_local! {
 
 /// A store's writer actors.
 pub(crate) struct Writers {
+    /// The writer every store has: it alone feeds subscribers live.
     first: Writer,
     /// The other writers, once started (`start_others`); until then the first takes every call.
     others: OnceLock<Vec<Writer>>,
 }
 
-/// One writer actor: its mailbox and its thread (taken when it is closed).
+/// One writer actor.
 struct Writer {
+    /// Where its calls go.
     mailbox: Sender<Msg>,
+    /// Its thread, taken when it is closed.
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -62,7 +65,7 @@ impl Writers {
     }
 
     /// Starts the other writers a writable PostgreSQL store asks for (`Options::writers`), each
-    /// opening a session of its own; does nothing for another store. Called once the store is
+    /// opening a session of its own; does nothing for another store, or a seeded one. Called once the store is
     /// open (and has recovered, which it does only while no other session of it is there).
     ///
     /// # Errors
@@ -74,7 +77,10 @@ impl Writers {
         state: &Arc<ActorState>,
         hooks: &'static EngineHooks,
     ) -> Result<()> {
-        if !takes_others(location) || options.read_only || options.writers <= 1 {
+        // A seeded store's ids and secrets follow from its seed and its calls: with several
+        // writers they would also follow from which writer a thread happened to take.
+        let seeded = options.seed.is_some();
+        if !takes_others(location) || options.read_only || seeded || options.writers <= 1 {
             return Ok(());
         }
         let mut others = Vec::with_capacity(options.writers - 1);
@@ -82,8 +88,7 @@ impl Writers {
             match Writer::spawn(location.clone(), options.clone(), state, hooks, false) {
                 Ok(writer) => others.push(writer),
                 Err(error) => {
-                    // Dropping a mailbox's only sender stops its writer once it is empty.
-                    drop(others);
+                    others.into_iter().for_each(Writer::stop);
                     return Err(error);
                 }
             }
@@ -137,6 +142,7 @@ impl Writers {
 }
 
 impl Writer {
+    /// Opens a writer's session on a thread of its own (`first`: the store's first writer).
     fn spawn(
         location: Location,
         options: Options,
@@ -147,6 +153,16 @@ impl Writer {
         let Spawned { mailbox, thread } =
             actor::spawn(location, options, Arc::clone(state), hooks, first)?;
         Ok(Self { mailbox, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Stops a writer nobody has sent a call yet: with its mailbox's only sender gone it
+    /// finishes (its session's end lets go of the store's presence) and its thread ends.
+    fn stop(self) {
+        let Writer { mailbox, thread } = self;
+        drop(mailbox);
+        if let Some(thread) = thread.into_inner() {
+            let _ = thread.join();
+        }
     }
 }
 

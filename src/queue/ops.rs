@@ -1459,6 +1459,7 @@ fn settle_failure(
         FailOutcome::Retrying { run_at_ms }
     } else {
         sql::dead_letter(tx.db(), tx.tenant(), item, now_ms, error)?;
+        sql::add_to_count_late(tx, &item.queue, ItemStatus::Dead, 1)?;
         tx.tally(Tally::DeadLettered, 1);
         FailOutcome::DeadLettered
     };

@@ -583,7 +583,8 @@ pub(super) fn schedule_retry(
     .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
-/// Ends a claimed attempt of `item` (its id and fence) in the dead-letter state.
+/// Ends a claimed attempt of `item` (its id and fence) in the dead-letter state; the caller
+/// counts it (`add_to_count_late`).
 pub(super) fn dead_letter(
     db: Db<'_>,
     tenant: &str,
@@ -599,8 +600,7 @@ pub(super) fn dead_letter(
          WHERE tenant_id = ?1 AND item_id = ?2 AND fence = ?3 AND status = 'claimed'",
         args![tenant, id, item.fence as i64, now_ms, error],
     )
-    .map(|changed| Error::expect_one(changed, "item", id))??;
-    add_to_count(db, tenant, &item.queue, ItemStatus::Dead, 1)
+    .map(|changed| Error::expect_one(changed, "item", id))?
 }
 
 /// Which items [`select_items`] reads (an `ItemFilter` checked and encoded).
@@ -955,7 +955,9 @@ pub(super) fn add_to_count_late(
     added: i64,
 ) -> Result<()> {
     let status = status.as_str();
-    let key = format!("queue_counts/{}/{queue}/{status}", tx.tenant());
+    // Lengths first: names may hold any character, and two rows must never share a key.
+    let tenant = tx.tenant();
+    let key = format!("queue_counts {} {} {tenant} {queue} {status}", tenant.len(), queue.len());
     let args = vec![
         OwnedArg::Text(tx.tenant().to_owned()),
         OwnedArg::Text(queue.to_owned()),

@@ -99,7 +99,7 @@ impl Notes {
     /// Writes the completions' counts; returns the gathered events, by queue, then event type.
     pub(super) fn into_events(mut self, tx: &mut Tx<'_>) -> Result<Vec<QueueEvent>> {
         for (queue, total) in &self.completed {
-            sql::add_to_count(tx.db(), tx.tenant(), queue, ItemStatus::Completed, *total)?;
+            sql::add_to_count_late(tx, queue, ItemStatus::Completed, *total)?;
             tx.tally(Tally::Completed, u64::try_from(*total).unwrap_or(0));
         }
         self.pending.sort_by(|a, b| (&a.queue, a.event_type).cmp(&(&b.queue, b.event_type)));

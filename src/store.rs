@@ -1,7 +1,8 @@
 //! `Store`: the cheap, cloneable handle callers hold.
 //!
-//! A handle holds no connection: it sends typed calls to the actor's bounded mailbox and waits
-//! for the reply on a channel of its own. Clones and tenant views share one actor; the store
+//! A handle holds no connection: it sends typed calls to its thread's writer actor's bounded
+//! mailbox (a store has one writer, or on PostgreSQL a few: `core::writers`) and waits for the
+//! reply on a channel of its own. Clones and tenant views share the writers; the store
 //! closes when `close()` is called or when the last handle is dropped. A subscription holds only
 //! a weak reference, so it never keeps a store open.
 

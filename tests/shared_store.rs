@@ -336,6 +336,15 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until a session of the store at `shared` waits for a lock another process holds.
+#[cfg(feature = "postgres")]
+fn wait_for_a_lock(shared: &SharedStore, what: &str) {
+    let mut watcher = shared.raw_client();
+    let waits = "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                 WHERE NOT l.granted AND a.application_name = 'spindle ' || current_schema()";
+    wait_until(what, || !watcher.query(waits, &[]).expect("locks").is_empty());
+}
+
 /// A claimed item of `store`'s, as (id, fence).
 fn claimed_item(store: &Store) -> spindle::Result<(String, u64)> {
     store.queue().enqueue(NewItem::new("q", json!(1)))?;
@@ -501,12 +510,7 @@ fn queue_batches_of_two_stores_in_one_tenant_overlap_and_a_subscriber_sees_every
     other.query("SELECT 1 FROM queue_items WHERE item_id = $1 FOR UPDATE", &[&id]).expect("row");
     let completion = Completion { id: id.clone(), fence, result: json!(1) };
     let mut waiting = first.submit(CompleteBatch { items: vec![completion] })?;
-    let mut watcher = shared.raw_client();
-    let waits = "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                 WHERE NOT l.granted AND a.application_name = 'spindle ' || current_schema()";
-    wait_until("the first store's batch waits for the row", || {
-        !watcher.query(waits, &[]).expect("locks").is_empty()
-    });
+    wait_for_a_lock(&shared, "the first store's batch waits for the row");
     // The second store's calls run meanwhile (on a thread: before, they waited for the first
     // store's batch to end, and a test that hung would say nothing).
     let (done_tx, done_rx) = mpsc::channel();
@@ -577,12 +581,7 @@ fn a_batch_call_whose_commit_loses_a_deadlock_runs_again_and_is_answered_once()
     assert_eq!(other.query(counts, &[]).expect("the count's row").len(), 1);
     let completion = Completion { id: id.clone(), fence, result: json!(2) };
     let mut sent = store.submit(CompleteBatch { items: vec![completion] })?;
-    let mut watcher = shared.raw_client();
-    let waits = "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                 WHERE NOT l.granted AND a.application_name = 'spindle ' || current_schema()";
-    wait_until("the store's commit waits for the count's row", || {
-        !watcher.query(waits, &[]).expect("locks").is_empty()
-    });
+    wait_for_a_lock(&shared, "the store's commit waits for the count's row");
     // The other process now waits for the item's row, which the store's batch holds.
     other
         .execute("UPDATE queue_items SET updated_at_ms = updated_at_ms WHERE item_id = $1", &[&id])

@@ -4,8 +4,9 @@
 //! statements item by item.
 //!
 //! As there, every lease-holder write carries the fence and the `claimed` status in its own
-//! `WHERE`, and what moves an item into a finished status writes its count (`queue_counts`)
-//! in the same statement.
+//! `WHERE`. What moves an item into a finished status writes its count (`queue_counts`) in
+//! the same statement, or, in a call that shares its tenant's turn, leaves it to the caller,
+//! who writes it with the batch's commit (`Counted`, `Tx::write_late`).
 
 use crate::core::db::{Arg, Db, Row, args};
 use crate::error::Result;

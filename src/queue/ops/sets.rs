@@ -83,8 +83,9 @@ fn encoded_result(tx: &Tx<'_>, result: &serde_json::Value) -> Result<String> {
     Ok(encoded)
 }
 
-/// Completes the held items in one statement (their counts in it too) and notes their
-/// events; each answered in its place.
+/// Completes the held items in one statement (their counts in it too, or, in a call that
+/// shares its tenant's turn, with the batch's commit) and notes their events; each answered
+/// in its place.
 pub(super) fn complete_all(
     tx: &mut Tx<'_>,
     completions: &[(usize, &Completion, String)],

@@ -65,8 +65,9 @@ impl Writers {
     }
 
     /// Starts the other writers a writable PostgreSQL store asks for (`Options::writers`), each
-    /// opening a session of its own; does nothing for another store, or a seeded one. Called once the store is
-    /// open (and has recovered, which it does only while no other session of it is there).
+    /// opening a session of its own; does nothing for another store, or a seeded one. Called
+    /// once the store is open (and has recovered, which it does only while no other session
+    /// of it is there).
     ///
     /// # Errors
     /// What opening a session fails with; the writers started before it are closed again.

@@ -435,7 +435,7 @@ fn core_edges() -> BTreeMap<String, BTreeSet<String>> {
 fn only_the_stores_threads_name_the_actor_and_the_connection() {
     let edges = core_edges();
     assert!(edges.len() > 15, "the engine's modules were read: {edges:?}");
-    let threads = ["actor", "readers"];
+    let threads = ["actor", "readers", "writers"];
     let mut found = Vec::new();
     for (module, named) in &edges {
         for above in ["actor", "conn"] {

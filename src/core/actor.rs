@@ -918,16 +918,20 @@ impl Actor {
         }
     }
 
-    /// The batch's transaction lost to another at its commit (a deadlock or a lock's timeout
-    /// met by a write left for the batch's end, `Tx::write_late`): its kept calls run again in
-    /// the next transaction, in their order, as a call whose own statement lost does.
+    /// The batch's transaction lost to another at its commit (a deadlock or a serialisation
+    /// failure met by a write left for the batch's end, `Tx::write_late`): its kept calls run
+    /// again in the next transaction, in their order, as a call whose own statement lost
+    /// does, and before the calls already waiting to run again (they came after them).
     fn rerun_kept(&mut self, batch: &mut Batch) {
+        let mut again = Vec::new();
         for applied in batch.applied.iter_mut().filter(|applied| applied.keep) {
-            if let Some(again) = applied.take_rerun() {
+            if let Some(call) = applied.take_rerun() {
                 Meter::count(&self.state.meter.conflict_retries);
-                self.retries.push(again);
+                again.push(call);
             }
         }
+        again.append(&mut self.retries);
+        self.retries = again;
     }
 
     /// Sends the writes the batch's kept calls left for its end (`Tx::write_late`), sorted by

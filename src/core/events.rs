@@ -30,7 +30,7 @@ use crate::limits::Limits;
 use crate::page::{from_sql_int, to_sql_int};
 
 mod many;
-pub(crate) use many::{Encoded, append_encoded_all, insert_all_sql};
+pub(crate) use many::{Encoded, InsertAll, append_encoded_all, insert_all_sql};
 
 /// The name of an event stream: a kind and an id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -34,28 +34,40 @@ pub(super) fn texts<'a>(values: impl IntoIterator<Item = &'a str>) -> Vec<Option
     values.into_iter().map(Some).collect()
 }
 
-/// The claiming statement (`claim`).
-const CLAIM_SQL: &str = concat!(
-    "WITH expired AS (
-           SELECT e.* FROM unnest(?2::text[]) AS n(queue)
-           CROSS JOIN LATERAL (
+/// The claiming statement (`claim`) for the queues `$over` reads (before each queue's
+/// `LATERAL` subquery; empty for one queue), each named `$queue` in those subqueries, and
+/// `$named` in the settings' look-up.
+macro_rules! claim_sql {
+    ($over:expr, $queue:expr, $named:expr) => {
+        concat!(
+            "WITH expired AS (
+           SELECT e.* FROM ",
+            $over,
+            " (
              SELECT ",
-    item_columns!(),
-    " FROM main.queue_items
-             WHERE tenant_id = ?1 AND queue = n.queue AND status = 'claimed'
+            item_columns!(),
+            " FROM main.queue_items
+             WHERE tenant_id = ?1 AND queue = ",
+            $queue,
+            " AND status = 'claimed'
                AND lease_expires_at_ms <= ?3
              ORDER BY lease_expires_at_ms, item_id LIMIT ?7
              FOR UPDATE SKIP LOCKED) AS e),
          gate AS (
            SELECT EXISTS (SELECT 1 FROM main.queue_settings
-                          WHERE tenant_id = ?1 AND queue = ANY(?2::text[])
+                          WHERE tenant_id = ?1 AND queue ",
+            $named,
+            "
                             AND (paused = 1 OR concurrency_max IS NOT NULL)) AS gated),
          due AS (
            SELECT d.item_id AS due_id
-           FROM unnest(?2::text[]) AS n(queue)
-           CROSS JOIN LATERAL (
+           FROM ",
+            $over,
+            " (
              SELECT item_id, priority, run_at_ms FROM main.queue_items
-             WHERE tenant_id = ?1 AND queue = n.queue AND status = 'pending'
+             WHERE tenant_id = ?1 AND queue = ",
+            $queue,
+            " AND status = 'pending'
                AND run_at_ms <= ?3
              ORDER BY priority DESC, run_at_ms, item_id LIMIT ?4
              FOR UPDATE SKIP LOCKED) AS d
@@ -67,12 +79,24 @@ const CLAIM_SQL: &str = concat!(
                worker_id = ?5, lease_expires_at_ms = ?6, updated_at_ms = ?3
            WHERE q.tenant_id = ?1 AND q.item_id = ANY(ARRAY(SELECT due_id FROM due))
            RETURNING ",
-    item_columns!(),
-    ")
+            item_columns!(),
+            ")
          SELECT found.*, gate.gated FROM gate LEFT JOIN (
            SELECT *, 'claimed' AS kind FROM claimed
            UNION ALL SELECT *, 'expired' AS kind FROM expired) AS found ON true"
-);
+        )
+    };
+}
+
+/// The claiming statement for several queues (`?2`, an array), each read in claim order
+/// through its index and the heads merged.
+const CLAIM_SQL: &str =
+    claim_sql!("unnest(?2::text[]) AS n(queue) CROSS JOIN LATERAL", "n.queue", "= ANY(?2::text[])");
+
+/// The claiming statement for one queue (`?2`, a text): the server keeps one generic plan of
+/// it after its first few runs, where the array's (estimated at a hundred queues) kept it
+/// planning every claim again (BENCHMARKS.md, session 18).
+const CLAIM_ONE_SQL: &str = claim_sql!("", "?2", "= ?2");
 
 /// What one claiming statement found (see `claim`).
 pub(super) struct ClaimFound {
@@ -122,12 +146,16 @@ pub(super) fn claim(
     queues: &[String],
     claiming: &Claiming<'_>,
 ) -> Result<ClaimFound> {
-    let queues = texts(queues.iter().map(String::as_str));
+    let names = texts(queues.iter().map(String::as_str));
+    let (sql, queues) = match queues {
+        [queue] => (CLAIM_ONE_SQL, Arg::Text(queue)),
+        _ => (CLAIM_SQL, Arg::Texts(&names)),
+    };
     let rows = db.query_all(
-        CLAIM_SQL,
+        sql,
         args![
             tenant,
-            Arg::Texts(&queues),
+            queues,
             claiming.now_ms,
             claiming.limit as i64,
             claiming.worker_id,
@@ -180,16 +208,19 @@ fn changed(row: &Row<'_>) -> Result<Changed> {
     Ok(Changed { id: row.get(0)?, queue: row.get(1)?, attempt: row.get(2)? })
 }
 
-/// The completing statement (`complete`), with `$counted`: a `counted` CTE that writes the
-/// count of what it completed, or nothing (the caller counts them later).
+/// The completing statement (`complete`) over the completions `$from` reads (`u(id, fence,
+/// result)`), with `$counted`: a `counted` CTE that writes the count of what it completed, or
+/// nothing (the caller counts them later).
 macro_rules! complete_set_sql {
-    ($counted:expr) => {
+    ($from:expr, $counted:expr) => {
         concat!(
             "WITH done AS (
            UPDATE main.queue_items AS q
            SET status = 'completed', result = u.result, worker_id = NULL,
                lease_expires_at_ms = NULL, updated_at_ms = ?2, finished_at_ms = ?2
-           FROM unnest(?3::text[], ?4::bigint[], ?5::text[]) AS u(id, fence, result)
+           FROM ",
+            $from,
+            "
            WHERE q.tenant_id = ?1 AND q.item_id = u.id AND q.fence = u.fence
              AND ",
             held_claimed!(),
@@ -201,17 +232,43 @@ macro_rules! complete_set_sql {
     };
 }
 
-/// Completes and counts in one statement.
-const COMPLETE_SQL: &str = complete_set_sql!(
-    ",
+/// Many completions, from arrays.
+macro_rules! many_completions {
+    () => {
+        "unnest(?3::text[], ?4::bigint[], ?5::text[]) AS u(id, fence, result)"
+    };
+}
+
+/// One completion, from plain values: one row for the planner, generic plan or not, so the
+/// server keeps one plan of it (an array's hundred guessed rows kept it planning every call).
+macro_rules! one_completion {
+    () => {
+        "(SELECT ?3::text, ?4::bigint, ?5::text) AS u(id, fence, result)"
+    };
+}
+
+/// The count of what a completing statement completed, written by it.
+macro_rules! completed_counted {
+    () => {
+        ",
          counted AS (
            INSERT INTO main.queue_counts AS c (tenant_id, queue, status, total)
            SELECT ?1, queue, 'completed', count(*) FROM done GROUP BY queue
            ON CONFLICT (tenant_id, queue, status) DO UPDATE SET total = c.total + excluded.total)"
-);
+    };
+}
+
+/// Completes and counts in one statement.
+const COMPLETE_SQL: &str = complete_set_sql!(many_completions!(), completed_counted!());
 
 /// Completes; the caller counts.
-const COMPLETE_UNCOUNTED_SQL: &str = complete_set_sql!("");
+const COMPLETE_UNCOUNTED_SQL: &str = complete_set_sql!(many_completions!(), "");
+
+/// Completes one item and counts it.
+const COMPLETE_ONE_SQL: &str = complete_set_sql!(one_completion!(), completed_counted!());
+
+/// Completes one item; the caller counts.
+const COMPLETE_ONE_UNCOUNTED_SQL: &str = complete_set_sql!(one_completion!(), "");
 
 /// Where the count of what a statement finishes is written (`queue_counts`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,6 +289,14 @@ pub(super) fn complete(
     results: &[&str],
     counted: Counted,
 ) -> Result<Vec<Changed>> {
+    if let ([one], [result]) = (held, results) {
+        let sql = match counted {
+            Counted::Here => COMPLETE_ONE_SQL,
+            Counted::ByCaller => COMPLETE_ONE_UNCOUNTED_SQL,
+        };
+        let fence = one.fence as i64;
+        return db.query_all(sql, args![tenant, now_ms, one.id, fence, *result], changed);
+    }
     let (ids, fences) = ids_and_fences(held);
     let results = texts(results.iter().copied());
     let sql = match counted {
@@ -444,18 +509,19 @@ mod tests {
     /// The plan of one claim of `limit` items of queue `q` on the schema `location` names,
     /// run and rolled back (`EXPLAIN ANALYZE` of the prepared statement; `generic`: the plan
     /// a prepared statement keeps once it stops planning for each call's values).
-    fn claim_plan(location: &str, limit: i64, generic: bool) -> String {
+    fn claim_plan(location: &str, limit: i64, generic: bool, one: bool) -> String {
         let mut client = Client::connect(location, NoTls).expect("connect");
         let mode = if generic { "force_generic_plan" } else { "force_custom_plan" };
+        let (sql, queues) = if one { (CLAIM_ONE_SQL, "q") } else { (CLAIM_SQL, "{q}") };
         client
             .batch_execute(&format!(
                 "SET plan_cache_mode = {mode}; BEGIN; PREPARE claim AS {}",
-                rewrite(CLAIM_SQL)
+                rewrite(sql)
             ))
             .expect("prepare");
         let explain = format!(
             "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
-             EXECUTE claim('default', '{{q}}', {}, {limit}, 'w', {}, 100)",
+             EXECUTE claim('default', '{queues}', {}, {limit}, 'w', {}, 100)",
             i64::MAX / 2,
             i64::MAX / 2
         );
@@ -507,7 +573,8 @@ mod tests {
     /// peer bench's size: with the old index the test fails there), never analysed, a claim
     /// reads its due items through `queue_items_pending` in claim order and stops at its
     /// limit (it once took `queue_items_schedule` and sorted every pending item), with the
-    /// plan made for its values and with a generic one; and so it does once analysed. A
+    /// plan made for its values and with a generic one, for one queue and for several; and
+    /// so it does once analysed. A
     /// completion of many items probes the primary key once for each (it once read every
     /// live lease through `queue_items_leases` and compared each with every id).
     #[test]
@@ -537,7 +604,9 @@ mod tests {
                 client.batch_execute("ANALYZE queue_items").expect("analyze");
             }
             for generic in [false, true] {
-                plans.push((analysed, generic, claim_plan(&location, 10, generic)));
+                for one in [false, true] {
+                    plans.push((analysed, generic, claim_plan(&location, 10, generic, one)));
+                }
                 completions.push((analysed, generic, completion_plan(&location, generic)));
             }
         }

@@ -27,12 +27,29 @@ pub(crate) struct Encoded<'a> {
     pub(crate) encoded: &'a str,
 }
 
-/// The statement that inserts events in one go on PostgreSQL, with `$filter` (SQL starting
-/// `AND`, over `e.kind`, `e.id` and the tenant `?1`) leaving out the events of whole streams.
-/// Each stream's events take its next seqs in their order, positions grow in it, and it
-/// returns each inserted row's stream, seq and position.
+/// The statements that insert events in one go on PostgreSQL (an [`InsertAll`]), with
+/// `$filter` (SQL starting `AND`, over `e.kind`, `e.id` and the tenant `?1`) leaving out the
+/// events of whole streams. Each stream's events take its next seqs in their order, positions
+/// grow in it, and it returns each inserted row's stream, seq and position. `many` reads the
+/// events from arrays; `one` reads one event from plain values, one row for the planner,
+/// generic plan or not, so the server keeps one plan of it (an array's hundred guessed rows
+/// kept it planning every call).
 macro_rules! insert_all_sql {
     ($filter:literal) => {
+        $crate::core::events::InsertAll {
+            many: $crate::core::events::insert_all_sql!(
+                @rows "unnest(?3::text[], ?4::text[], ?5::text[], ?6::text[])
+                  WITH ORDINALITY AS e(kind, id, type, payload, n)",
+                $filter
+            ),
+            one: $crate::core::events::insert_all_sql!(
+                @rows "(SELECT ?3::text, ?4::text, ?5::text, ?6::text, 1::bigint)
+                  AS e(kind, id, type, payload, n)",
+                $filter
+            ),
+        }
+    };
+    (@rows $rows:literal, $filter:literal) => {
         concat!(
             "INSERT INTO main.events (tenant_id, stream_kind, stream_id, seq, event_type, payload,
                                       idem_key, created_at_ms)
@@ -46,8 +63,9 @@ macro_rules! insert_all_sql {
                              0)
                       + row_number() OVER (PARTITION BY e.kind, e.id ORDER BY e.n),
                     e.type, e.payload, NULL, ?2
-             FROM unnest(?3::text[], ?4::text[], ?5::text[], ?6::text[])
-                  WITH ORDINALITY AS e(kind, id, type, payload, n)
+             FROM ",
+            $rows,
+            "
              WHERE TRUE ",
             $filter,
             " ORDER BY e.n
@@ -57,11 +75,24 @@ macro_rules! insert_all_sql {
 }
 pub(crate) use insert_all_sql;
 
+/// The two texts of an `insert_all_sql!` statement: for many events, and for one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InsertAll {
+    /// Events from arrays.
+    pub(crate) many: &'static str,
+    /// One event from plain values.
+    pub(crate) one: &'static str,
+}
+
 /// Appends `events` in their order, as `append_encoded` appends each (a stream's events take
 /// its next seqs in that order, and positions grow in it): on PostgreSQL one statement, `sql`
 /// (made by `insert_all_sql!`, whose filter may leave out whole streams: those are not
 /// appended); on SQLite every event is appended (a caller filters first).
-pub(crate) fn append_encoded_all(tx: &mut Tx<'_>, events: &[Encoded<'_>], sql: &str) -> Result<()> {
+pub(crate) fn append_encoded_all(
+    tx: &mut Tx<'_>,
+    events: &[Encoded<'_>],
+    sql: InsertAll,
+) -> Result<()> {
     if !tx.db().is_postgres() {
         for event in events {
             append_encoded(tx, &event.stream, event.event_type, event.encoded)?;
@@ -103,21 +134,32 @@ fn insert_all(
     tenant: &str,
     now_ms: i64,
     events: &[Encoded<'_>],
-    sql: &str,
+    sql: InsertAll,
     defer: bool,
 ) -> Result<Option<Vec<Placed>>> {
     let kinds: Vec<Option<&str>> = events.iter().map(|e| Some(e.stream.kind.as_str())).collect();
     let ids: Vec<Option<&str>> = events.iter().map(|e| Some(e.stream.id.as_str())).collect();
     let types: Vec<Option<&str>> = events.iter().map(|e| Some(e.event_type)).collect();
     let payloads: Vec<Option<&str>> = events.iter().map(|e| Some(e.encoded)).collect();
-    let args = [
-        Arg::Text(tenant),
-        Arg::Int(now_ms),
-        Arg::Texts(&kinds),
-        Arg::Texts(&ids),
-        Arg::Texts(&types),
-        Arg::Texts(&payloads),
-    ];
+    let (sql, args) = match events {
+        [one] => {
+            let kind = one.stream.kind.as_str();
+            let values = [kind, &one.stream.id, one.event_type, one.encoded].map(Arg::Text);
+            let [kind, id, event_type, payload] = values;
+            (sql.one, [Arg::Text(tenant), Arg::Int(now_ms), kind, id, event_type, payload])
+        }
+        _ => (
+            sql.many,
+            [
+                Arg::Text(tenant),
+                Arg::Int(now_ms),
+                Arg::Texts(&kinds),
+                Arg::Texts(&ids),
+                Arg::Texts(&types),
+                Arg::Texts(&payloads),
+            ],
+        ),
+    };
     let args = args.as_slice();
     if defer && db.defer_events(sql, args, tenant)? {
         return Ok(None);

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::core::events::{self, Encoded, Stream, insert_all_sql};
+use crate::core::events::{self, Encoded, InsertAll, Stream, insert_all_sql};
 use crate::core::tx::{Tally, Tx};
 use crate::error::Result;
 use crate::queue::ItemStatus;
@@ -165,7 +165,7 @@ fn frees_a_place(event: &QueueEvent) -> bool {
 
 /// The insert of a queue op's events on PostgreSQL: a queue's stream (its id is the queue's
 /// name) is left out when its `queue_settings` row turned item events off.
-const QUEUE_EVENTS_SQL: &str = insert_all_sql!(
+const QUEUE_EVENTS_SQL: InsertAll = insert_all_sql!(
     "AND NOT EXISTS (SELECT 1 FROM main.queue_settings AS qs
                      WHERE qs.tenant_id = ?1 AND qs.queue = e.id AND qs.item_events = 0)"
 );

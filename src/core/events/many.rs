@@ -31,9 +31,10 @@ pub(crate) struct Encoded<'a> {
 /// `$filter` (SQL starting `AND`, over `e.kind`, `e.id` and the tenant `?1`) leaving out the
 /// events of whole streams. Each stream's events take its next seqs in their order, positions
 /// grow in it, and it returns each inserted row's stream, seq and position. `many` reads the
-/// events from arrays; `one` reads one event from plain values, one row for the planner,
-/// generic plan or not, so the server keeps one plan of it (an array's hundred guessed rows
-/// kept it planning every call).
+/// events from arrays; `one` and `two` read one or two events from plain values, as many rows
+/// for the planner whether its plan is generic or not, so the server keeps one plan of them
+/// (an array's hundred guessed rows kept it planning every call; a `complete_and_claim` owes
+/// two events).
 macro_rules! insert_all_sql {
     ($filter:literal) => {
         $crate::core::events::InsertAll {
@@ -44,6 +45,12 @@ macro_rules! insert_all_sql {
             ),
             one: $crate::core::events::insert_all_sql!(
                 @rows "(SELECT ?3::text, ?4::text, ?5::text, ?6::text, 1::bigint)
+                  AS e(kind, id, type, payload, n)",
+                $filter
+            ),
+            two: $crate::core::events::insert_all_sql!(
+                @rows "(SELECT ?3::text, ?4::text, ?5::text, ?6::text, 1::bigint
+                  UNION ALL SELECT ?7::text, ?8::text, ?9::text, ?10::text, 2::bigint)
                   AS e(kind, id, type, payload, n)",
                 $filter
             ),
@@ -82,6 +89,8 @@ pub(crate) struct InsertAll {
     pub(crate) many: &'static str,
     /// One event from plain values.
     pub(crate) one: &'static str,
+    /// Two events from plain values.
+    pub(crate) two: &'static str,
 }
 
 /// Appends `events` in their order, as `append_encoded` appends each (a stream's events take
@@ -137,36 +146,62 @@ fn insert_all(
     sql: InsertAll,
     defer: bool,
 ) -> Result<Option<Vec<Placed>>> {
+    let (text, values) = match events {
+        [one] => (sql.one, plain_args(one).to_vec()),
+        [first, second] => (sql.two, [plain_args(first), plain_args(second)].concat()),
+        _ => return insert_many(db, tenant, now_ms, events, sql.many, defer),
+    };
+    let args = [&[Arg::Text(tenant), Arg::Int(now_ms)][..], &values].concat();
+    insert_placed(db, tenant, events, text, &args, defer)
+}
+
+/// `insert_all` of events given as arrays.
+fn insert_many(
+    db: Db<'_>,
+    tenant: &str,
+    now_ms: i64,
+    events: &[Encoded<'_>],
+    sql: &str,
+    defer: bool,
+) -> Result<Option<Vec<Placed>>> {
     let kinds: Vec<Option<&str>> = events.iter().map(|e| Some(e.stream.kind.as_str())).collect();
     let ids: Vec<Option<&str>> = events.iter().map(|e| Some(e.stream.id.as_str())).collect();
     let types: Vec<Option<&str>> = events.iter().map(|e| Some(e.event_type)).collect();
     let payloads: Vec<Option<&str>> = events.iter().map(|e| Some(e.encoded)).collect();
-    let (sql, args) = match events {
-        [one] => {
-            let kind = one.stream.kind.as_str();
-            let values = [kind, &one.stream.id, one.event_type, one.encoded].map(Arg::Text);
-            let [kind, id, event_type, payload] = values;
-            (sql.one, [Arg::Text(tenant), Arg::Int(now_ms), kind, id, event_type, payload])
-        }
-        _ => (
-            sql.many,
-            [
-                Arg::Text(tenant),
-                Arg::Int(now_ms),
-                Arg::Texts(&kinds),
-                Arg::Texts(&ids),
-                Arg::Texts(&types),
-                Arg::Texts(&payloads),
-            ],
-        ),
-    };
-    let args = args.as_slice();
+    let args = [
+        Arg::Text(tenant),
+        Arg::Int(now_ms),
+        Arg::Texts(&kinds),
+        Arg::Texts(&ids),
+        Arg::Texts(&types),
+        Arg::Texts(&payloads),
+    ];
+    insert_placed(db, tenant, events, sql, &args, defer)
+}
+
+/// Runs an `insert_all_sql!` text with its `args` (or, if `defer`, hands it to the engine to
+/// send with the transaction's next statement); returns where each event went.
+fn insert_placed(
+    db: Db<'_>,
+    tenant: &str,
+    events: &[Encoded<'_>],
+    sql: &str,
+    args: &[Arg<'_>],
+    defer: bool,
+) -> Result<Option<Vec<Placed>>> {
     if defer && db.defer_events(sql, args, tenant)? {
         return Ok(None);
     }
     let rows: Vec<(String, String, i64, i64)> =
         db.query_all(sql, args, |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))?;
     in_order(events, rows).map(Some)
+}
+
+/// An event's kind, stream id, type and payload, as the arguments of `insert_all_sql!`'s texts
+/// for one or two events.
+fn plain_args<'a>(event: &'a Encoded<'_>) -> [Arg<'a>; 4] {
+    let stream = &event.stream;
+    [stream.kind.as_str(), stream.id.as_str(), event.event_type, event.encoded].map(Arg::Text)
 }
 
 /// Each event's `(seq, position)` from the inserted rows (`None` for a stream left out): a

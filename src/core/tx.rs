@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rusqlite::Connection;
 use serde_json::Value;
 
-use crate::core::db::{Db, OwnedArg, borrow_args};
+use crate::core::db::{Db, OwnedArg};
 use crate::core::events::{self, Appended, OwnedStreams, Stream};
 use crate::core::meter::Tallies;
 pub(crate) use crate::core::meter::Tally;
@@ -400,24 +400,16 @@ impl<'a> Tx<'a> {
         self.writes_late
     }
 
-    /// Runs `sql` with `args`, or, in a call that shares its tenants' turn
-    /// (`set_writes_late`), leaves it for the end of its batch, if the call is kept: it goes
-    /// with the commit (a call of the batch that does not share the turn, which may read such
-    /// rows, starts a transaction after it). For a blind write to a row that batches sharing
-    /// the turn would otherwise all lock from their first statement to their commit (a kept
+    /// Leaves `sql` with `args` for the end of the batch of this call, which writes late
+    /// (`writes_late`: it shares its tenants' turn), if the call is kept: it goes with the
+    /// commit (a call of the batch that does not share the turn, which may read such rows,
+    /// starts a transaction after it). For a blind write to a row that batches sharing the
+    /// turn would otherwise all lock from their first statement to their commit (a kept
     /// count): the row is then locked only for the commit's round trip. Nothing in a call that
     /// shares the turn may read what such a write writes.
-    pub(crate) fn write_late(
-        &mut self,
-        key: String,
-        sql: &'static str,
-        args: Vec<OwnedArg>,
-    ) -> Result<()> {
-        if self.writes_late {
-            self.late.push(LateWrite { key, sql, args });
-            return Ok(());
-        }
-        self.db().execute(sql, &borrow_args(&args)).map(drop)
+    pub(crate) fn write_late(&mut self, key: String, sql: &'static str, args: Vec<OwnedArg>) {
+        debug_assert!(self.writes_late, "a write left late by a call that writes at once");
+        self.late.push(LateWrite { key, sql, args });
     }
 
     /// Makes this a reader's transaction: what may write is refused (see [`Tx::exec`]).

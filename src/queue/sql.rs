@@ -954,6 +954,9 @@ pub(super) fn add_to_count_late(
     status: ItemStatus,
     added: i64,
 ) -> Result<()> {
+    if !tx.writes_late() {
+        return add_to_count(tx.db(), tx.tenant(), queue, status, added);
+    }
     let status = status.as_str();
     // Lengths first: names may hold any character, and two rows must never share a key.
     let tenant = tx.tenant();
@@ -964,7 +967,8 @@ pub(super) fn add_to_count_late(
         OwnedArg::Text(status.to_owned()),
         OwnedArg::Int(added),
     ];
-    tx.write_late(key, ADD_TO_COUNT_SQL, args)
+    tx.write_late(key, ADD_TO_COUNT_SQL, args);
+    Ok(())
 }
 
 /// Adds `delta` (negative: takes it away) to the count of `queue`'s items in `status` (a

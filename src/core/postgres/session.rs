@@ -490,24 +490,26 @@ impl PgConn {
         if !self.only_call.get() {
             return Ok(false);
         }
+        let (statement, args) = self.held_statement(sql, args)?;
+        self.ahead.borrow_mut().push(Ahead::Events { statement, args, tenant: Arc::from(tenant) });
+        Ok(true)
+    }
+
+    /// A statement to send ahead of the next one, prepared, with its arguments held; the
+    /// error of a request sent ahead before it that failed (the transaction is aborted).
+    fn held_statement(&self, sql: &str, args: &[Arg<'_>]) -> Result<(Statement, Vec<HeldArg>)> {
         if let Some(failed) = self.failed_ahead.borrow().as_ref() {
             return Err(failed.replicate());
         }
         let statement = self.prepared(sql)?;
-        let args = args.iter().map(HeldArg::of).collect();
-        self.ahead.borrow_mut().push(Ahead::Events { statement, args, tenant: Arc::from(tenant) });
-        Ok(true)
+        Ok((statement, args.iter().map(HeldArg::of).collect()))
     }
 
     /// Sends a write a call left for its batch's end (`Tx::write_late`) with the transaction's
     /// next statement, or its commit, in that round trip. Should it fail, the transaction
     /// fails with it: the statement after it answers its error.
     pub(crate) fn write_ahead(&self, sql: &str, args: &[Arg<'_>]) -> Result<()> {
-        if let Some(failed) = self.failed_ahead.borrow().as_ref() {
-            return Err(failed.replicate());
-        }
-        let statement = self.prepared(sql)?;
-        let args = args.iter().map(HeldArg::of).collect();
+        let (statement, args) = self.held_statement(sql, args)?;
         self.ahead.borrow_mut().push(Ahead::Write { statement, args });
         Ok(())
     }

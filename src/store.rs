@@ -401,6 +401,16 @@ impl Store {
     }
 
     /// The store clock's time, in epoch milliseconds.
+    /// [`Store::submit`] to writer `lane` of a store with several (see `Shared::submit_on`).
+    pub(crate) fn submit_on<O: Op>(&self, lane: usize, op: O) -> Result<Pending<O::Output>> {
+        self.shared.submit_on(&self.scope, lane, op)
+    }
+
+    /// How many writer actors take this store's calls.
+    pub(crate) fn writer_count(&self) -> usize {
+        self.shared.writer_count()
+    }
+
     pub(crate) fn now_ms(&self) -> i64 {
         self.shared.clock.now_ms()
     }
@@ -628,6 +638,36 @@ impl Shared {
         Ok(Pending { answer, shared: Arc::clone(self), taken: false })
     }
 
+    /// Sends `op` to writer `lane` (see `Writers::send_on`) without waiting for its reply.
+    /// Unlike `submit`, the op is not counted among this thread's unanswered writes: a read
+    /// the thread sends meanwhile may run on a reader before it. For the worker pool's rounds,
+    /// which read nothing they wrote before their reply.
+    pub(crate) fn submit_on<O: Op>(
+        self: &Arc<Self>,
+        scope: &Scope,
+        lane: usize,
+        op: O,
+    ) -> Result<Pending<O::Output>> {
+        if let Err(error) = op.check_shape(&self.limits) {
+            crate::core::op::forget_if_deep(op, &error);
+            return Err(error);
+        }
+        self.check_open()?;
+        let (reply, answer) = bounded(1);
+        let message = Msg::Run(Call::op(op, scope.clone(), reply));
+        match &self.runner {
+            Runner::Threads(writers) => writers.send_on(lane, message)?,
+            Runner::Inline(inline) => inline.handle(message)?,
+        }
+        Ok(Pending { answer, shared: Arc::clone(self), taken: false })
+    }
+
+    /// How many writer actors take this store's calls (one but on a PostgreSQL store with
+    /// `Options::writers`).
+    pub(crate) fn writer_count(&self) -> usize {
+        self.state.writers.load(Ordering::Relaxed).max(1)
+    }
+
     /// Sends a message to the actor (blocking while the mailbox is full); an inline store
     /// handles it before this returns.
     pub(crate) fn send(&self, message: Msg) -> Result<()> {
@@ -789,6 +829,12 @@ impl<T> Pending<T> {
     /// The reply if it has come (`Some`, once: it is then taken), without waiting.
     pub fn try_wait(&mut self) -> Option<Result<T>> {
         self.wait_timeout(Duration::ZERO)
+    }
+
+    /// The channel the reply comes on, for a caller that selects over it and others (it then
+    /// takes the reply with `try_wait`).
+    pub(crate) fn receiver(&self) -> &Receiver<Result<T>> {
+        &self.answer
     }
 
     /// Whether the reply has come (and not been taken yet): `wait` would return at once.

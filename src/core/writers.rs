@@ -113,6 +113,24 @@ impl Writers {
         writer.mailbox.send(message).map_err(|_| Error::Closed)
     }
 
+    /// Sends a call to writer `lane` (taken round the writers: the remainder by their count),
+    /// whichever thread sends it (blocking while that mailbox is full). For a caller that keeps
+    /// several independent calls in flight and wants them on different sessions (a worker
+    /// pool's rounds); its calls then keep no order among themselves.
+    ///
+    /// # Errors
+    /// `Closed` when that writer has stopped.
+    pub(crate) fn send_on(&self, lane: usize, message: Msg) -> Result<()> {
+        let writer = match self.others.get().filter(|others| !others.is_empty()) {
+            Some(others) => match lane % (others.len() + 1) {
+                0 => &self.first,
+                index => &others[index - 1],
+            },
+            None => &self.first,
+        };
+        writer.mailbox.send(message).map_err(|_| Error::Closed)
+    }
+
     /// Closes every writer with `close` (which sends it its close and waits for its thread),
     /// the first last (its session's end ends the store's presence); returns the first error
     /// met.

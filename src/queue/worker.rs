@@ -6,7 +6,10 @@
 //! renews the leases of the items still held once half their lease has passed (or sooner, see
 //! [`Worker::renew_after_ms`]), and claims items for the free handlers plus a prefetch buffer.
 //! While a round commits, handlers go on working, so the next round carries everything that
-//! finished in the meantime: the busier the pool, the more items share one commit.
+//! finished in the meantime: the busier the pool, the more items share one commit. On a
+//! store with several writer sessions (PostgreSQL, `Options::writers`) the coordinator keeps
+//! one round in flight per writer, sent to each in turn, each claiming at most its share of
+//! the pool's capacity: one round runs on the server while another commits or comes back.
 //!
 //! A handler's panic is a failed attempt (retryable). A lease the pool could not renew is
 //! reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the store and
@@ -18,13 +21,14 @@
 //! failed by the pool as retryable ("timed out after N ms"); the handler is told
 //! ([`Job::timed_out`], and [`Job::lease_lost`]) and its own outcome is dropped when it comes.
 //!
+//! Stopping is graceful: claimed items no handler has started are released (their attempt
+//! refunded), running handlers finish, and their outcomes are settled before `join` returns.
+//! No claimed item is ever left without a lease renewal or a settlement while the pool runs.
+//!
 //! [`Queue::cancel`]: super::Queue::cancel
-//! [`NewItem::run_timeout_ms`]: super::NewItem::run_timeout_ms Stopping is graceful: claimed items no handler has started are released
-//! (their attempt refunded), running handlers finish, and their outcomes are settled before
-//! `join` returns. No claimed item is ever left without a lease renewal or a settlement while
-//! the pool runs.
+//! [`NewItem::run_timeout_ms`]: super::NewItem::run_timeout_ms
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Display;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -32,13 +36,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
+use crossbeam_channel::{Receiver, Select, Sender, unbounded};
 use serde_json::Value;
 
 use super::ops::{Cycle, Cycled, Fail, Lease, NextDue, Release, Settled, Settlement, Snooze};
 use super::{Claimed, Completion, FailOutcome, ItemStatus, QueueItem};
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::{Pending, Store};
 
 /// Most handler threads a pool may have.
 pub const WORKER_THREADS_MAX: usize = 1024;
@@ -47,8 +51,12 @@ pub const WORKER_THREADS_MAX: usize = 1024;
 /// (items enqueued by another process ring no bell here); see [`Worker::poll_interval`].
 const POLL_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
 
+/// The longest the coordinator waits for a round's reply before it looks again whether the
+/// store is still there (a reply can be lost only with the store's writer).
+const REPLY_CHECK: Duration = Duration::from_millis(100);
+
 /// The default bound of a pool's prefetch buffer; see [`Worker::prefetch`].
-const PREFETCH_DEFAULT_MAX: usize = 256;
+const PREFETCH_DEFAULT_MAX: usize = 512;
 
 /// The longest the error text of a refused completion (kept on the item) may be, in bytes.
 const REFUSED_ERROR_BYTES_MAX: usize = 1024;
@@ -291,7 +299,7 @@ impl Worker {
     /// for a round, and so that one round settles and claims many items at once. The pool
     /// adapts the buffer within this bound: it doubles while handlers empty it before a round
     /// is back, and halves while items wait in it (so a pool of slow handlers holds about one
-    /// spare item, not the whole bound). Default 256 (less if `threads` plus it would pass
+    /// spare item, not the whole bound). Default 512 (less if `threads` plus it would pass
     /// `Limits::page_size_max`). 0 claims only for free handlers.
     pub fn prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = Some(prefetch);
@@ -379,6 +387,9 @@ impl Worker {
             counts: Arc::clone(&counts),
             dry: false,
             woken: true,
+            in_flight: VecDeque::new(),
+            depth: self.store.writer_count(),
+            sent: 0,
         };
         let coordinator = spawn("spindle-pool".into(), move || coordinator.run())?;
         Ok(WorkerPool {
@@ -657,6 +668,21 @@ struct Coordinator {
     dry: bool,
     /// Something may have become due since the last claim.
     woken: bool,
+    /// The rounds sent and not yet answered, oldest first.
+    in_flight: VecDeque<Round>,
+    /// Most rounds in flight at once: one per writer session of the store, each round sent to
+    /// the next writer in turn, so that one round runs while another commits.
+    depth: usize,
+    /// Rounds sent so far (the next round's writer).
+    sent: usize,
+}
+
+/// A round sent and not yet answered: what it settles, renews and claims, and its reply.
+struct Round {
+    settle: Vec<Settlement>,
+    renew: Vec<Lease>,
+    claim_max: usize,
+    reply: Pending<Cycled>,
 }
 
 impl Coordinator {
@@ -670,11 +696,13 @@ impl Coordinator {
     fn rounds(&mut self) -> Result<()> {
         let mut failures = 0_u32;
         loop {
-            self.take_events(None);
+            self.take_events();
             if self.stopping.load(Ordering::Acquire) {
                 self.release_unstarted();
             }
-            match self.round() {
+            let sent = if self.in_flight.len() < self.depth { self.send_round() } else { Ok(()) };
+            let landed = sent.and_then(|()| self.land_ready());
+            match landed {
                 Ok(()) => failures = 0,
                 Err(error) if gone(&error) => return Err(error),
                 Err(error) => {
@@ -686,23 +714,65 @@ impl Coordinator {
                     continue;
                 }
             }
-            if self.stopping.load(Ordering::Acquire) && self.held.is_empty() {
+            let idle = self.in_flight.is_empty();
+            if self.stopping.load(Ordering::Acquire) && self.held.is_empty() && idle {
                 return Ok(());
             }
-            let wait = self.idle_wait()?;
-            self.take_events(wait);
+            let wait = if self.in_flight.len() < self.depth { self.idle_wait()? } else { None };
+            self.wait(wait);
         }
     }
 
-    /// Takes every event waiting, after waiting up to `wait` for the first (none: no wait).
-    fn take_events(&mut self, wait: Option<Duration>) {
-        if let Some(wait) = wait {
-            match self.events.recv_timeout(wait) {
-                Ok(event) => self.take(event),
-                Err(RecvTimeoutError::Timeout) => self.woken = true,
-                Err(RecvTimeoutError::Disconnected) => {}
+    /// Waits for what comes first: a round's reply, a handler's event (unless every round
+    /// that may be in flight is: then only a reply helps), or the end of `wait` (none: no
+    /// wait, unless rounds fill every place, then up to `REPLY_CHECK`); the end of `wait`
+    /// wakes the pool (something may have fallen due). Takes every event waiting.
+    fn wait(&mut self, wait: Option<Duration>) {
+        let full = self.in_flight.len() >= self.depth;
+        if let Some(timeout) = if full { Some(REPLY_CHECK) } else { wait } {
+            let mut select = Select::new();
+            if !full {
+                select.recv(&self.events);
+            }
+            for round in &self.in_flight {
+                select.recv(round.reply.receiver());
+            }
+            if select.ready_timeout(timeout).is_err() && !full {
+                self.woken = true;
             }
         }
+        self.take_events();
+    }
+
+    /// Takes in the replies of the rounds in flight that have come, in any order.
+    ///
+    /// # Errors
+    /// The first round's error; its settlements wait for the next round.
+    fn land_ready(&mut self) -> Result<()> {
+        let mut result = Ok(());
+        let mut index = 0;
+        while index < self.in_flight.len() {
+            let Some(reply) = self.in_flight[index].reply.try_wait() else {
+                index += 1;
+                continue;
+            };
+            let Some(round) = self.in_flight.remove(index) else { break };
+            match reply {
+                Ok(cycled) => self.record(round.settle, &round.renew, cycled, round.claim_max),
+                Err(error) => {
+                    // On an error the settlements stay for the next round.
+                    self.cycle.settle.splice(0..0, round.settle);
+                    if result.is_ok() {
+                        result = Err(error);
+                    }
+                }
+            }
+        }
+        result
+    }
+
+    /// Takes every event waiting.
+    fn take_events(&mut self) {
         while let Ok(event) = self.events.try_recv() {
             self.take(event);
         }
@@ -747,37 +817,54 @@ impl Coordinator {
         }
     }
 
-    /// One round, if there is anything to do: settle, renew, claim.
-    fn round(&mut self) -> Result<()> {
+    /// Sends one round, if there is anything to do: settle, renew, claim. It goes to the next
+    /// writer in turn, and is taken in by `land_ready` once answered.
+    fn send_round(&mut self) -> Result<()> {
         let now_ms = self.store.now_ms();
         self.time_out(now_ms);
         let renew = self.due_renewals(now_ms);
-        let busy = self.held.len() + self.abandoned.len();
-        let free = self.capacity().saturating_sub(busy);
         let claim_max = if self.stopping.load(Ordering::Acquire) || (self.dry && !self.woken) {
             0
         } else {
-            free
+            self.free()
         };
         if self.cycle.settle.is_empty() && renew.is_empty() && claim_max == 0 {
             return Ok(());
         }
         let page = self.store.limits().page_size_max;
         let settle_count = self.cycle.settle.len().min(page);
+        let settle: Vec<Settlement> = self.cycle.settle.drain(..settle_count).collect();
         let cycle = Cycle {
             worker_id: self.cycle.worker_id.clone(),
             queues: self.cycle.queues.clone(),
             lease_ms: self.cycle.lease_ms,
-            settle: self.cycle.settle[..settle_count].to_vec(),
+            settle: settle.clone(),
             renew: renew.clone(),
             claim_max,
         };
         self.woken = false;
-        // On an error the settlements stay for the next round.
-        let settled = self.store.exec(cycle)?;
-        let finished: Vec<Settlement> = self.cycle.settle.drain(..settle_count).collect();
-        self.record(finished, &renew, settled, claim_max);
-        Ok(())
+        match self.store.submit_on(self.sent, cycle) {
+            Ok(reply) => {
+                self.sent = self.sent.wrapping_add(1);
+                self.in_flight.push_back(Round { settle, renew, claim_max, reply });
+                Ok(())
+            }
+            Err(error) => {
+                // On an error the settlements stay for the next round.
+                self.cycle.settle.splice(0..0, settle);
+                Err(error)
+            }
+        }
+    }
+
+    /// How many more items the pool may claim now: its capacity less the items it holds and
+    /// those the rounds in flight may bring, and at most its share of the capacity for one
+    /// round of those that may be in flight (so that they take turns with like loads).
+    fn free(&self) -> usize {
+        let asked: usize = self.in_flight.iter().map(|round| round.claim_max).sum();
+        let busy = self.held.len() + self.abandoned.len() + asked;
+        let share = self.capacity().div_ceil(self.depth);
+        self.capacity().saturating_sub(busy).min(share)
     }
 
     /// Fails, as retryable, every attempt whose handler has run past its item's run timeout;
@@ -799,10 +886,20 @@ impl Coordinator {
         }
     }
 
-    /// The held items due for a renewal (and not lost).
+    /// The held items due for a renewal (and not lost, nor renewed or settled by a round in
+    /// flight).
     fn due_renewals(&self, now_ms: i64) -> Vec<Lease> {
+        let in_flight: HashSet<&str> = self
+            .in_flight
+            .iter()
+            .flat_map(|round| {
+                let renewed = round.renew.iter().map(|lease| lease.id.as_str());
+                renewed.chain(round.settle.iter().map(Settlement::id))
+            })
+            .collect();
         self.held
             .iter()
+            .filter(|(id, _)| !in_flight.contains(id.as_str()))
             .filter(|(_, held)| !held.lost.load(Ordering::Acquire))
             .filter(|(_, held)| held.expires_at_ms.saturating_sub(now_ms) <= self.renew_left_ms)
             .map(|(id, held)| Lease { id: id.clone(), fence: held.fence })
@@ -942,7 +1039,7 @@ impl Coordinator {
     /// due is fired here (none when a round is due then: its items are claimed at once).
     fn idle_wait(&mut self) -> Result<Option<Duration>> {
         let stopping = self.stopping.load(Ordering::Acquire);
-        let free = self.held.len() + self.abandoned.len() < self.capacity();
+        let free = self.free() > 0;
         if !self.cycle.settle.is_empty() || (free && !stopping && (!self.dry || self.woken)) {
             return Ok(None);
         }
@@ -956,7 +1053,7 @@ impl Coordinator {
         if let Some(times_out_at_ms) = self.held.values().filter_map(Held::times_out_at_ms).min() {
             wait = wait.min(self.store.until_ms(times_out_at_ms));
         }
-        if self.held.is_empty() && !stopping {
+        if self.held.is_empty() && self.in_flight.is_empty() && !stopping {
             let next_due = match self.store.exec(NextDue { queues: self.cycle.queues.clone() }) {
                 Ok(next_due) => next_due,
                 Err(error) if gone(&error) => return Err(error),

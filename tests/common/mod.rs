@@ -157,9 +157,15 @@ pub fn new_postgres_location() -> String {
     format!("{server} options='-csearch_path={schema}'")
 }
 
-/// Opens the store at a PostgreSQL location (with the `postgres` feature).
+/// Opens the store at a PostgreSQL location (with the `postgres` feature), with
+/// `SPINDLE_TEST_WRITERS` writer sessions where the test asks for the default one (so that a
+/// suite runs again with several: `SPINDLE_TEST_WRITERS=2`).
 #[cfg(feature = "postgres")]
-pub fn connect_postgres(location: &str, options: Options) -> Store {
+pub fn connect_postgres(location: &str, mut options: Options) -> Store {
+    let writers = std::env::var("SPINDLE_TEST_WRITERS").ok().and_then(|n| n.parse().ok());
+    if let Some(writers) = writers.filter(|_| options.writers == 1) {
+        options.writers = writers;
+    }
     Store::connect_with(location, options).expect("connect to the test server")
 }
 

@@ -102,6 +102,78 @@ fn answered_while_held(writers: usize, threads: usize) -> spindle::Result<bool> 
 }
 
 /// The op that enqueues item `n` on `queue`.
+/// A worker pool keeps up to one round in flight on each writer, each sent to a writer
+/// without one: a transaction held open on one of two writers holds up at most one round, and
+/// the pool completes its items meanwhile (in another tenant), whichever writer is held (each
+/// try holds it from a fresh thread: threads take writers in turn). On SQLite, one writer,
+/// the pool completes none until the hold ends. Either way every item is completed once.
+#[test]
+fn a_pool_completes_its_items_while_one_of_two_writers_is_held() -> spindle::Result<()> {
+    let tries = if common::on_postgres() { 6 } else { 1 };
+    for _ in 0..tries {
+        let (while_held, completed) = pool_while_held(2)?;
+        assert_eq!(completed, POOL_ITEMS, "every item completed once the hold ends");
+        if common::on_postgres() {
+            assert_eq!(while_held, POOL_ITEMS, "the pool's rounds went on on the other writer");
+        } else {
+            assert_eq!(while_held, 0, "SQLite has one writer: the pool waits for the held one");
+        }
+    }
+    Ok(())
+}
+
+/// Items of the pool test.
+const POOL_ITEMS: u64 = 5;
+
+/// How many items a pool of a store with `writers` completed while a transaction of the store
+/// was held open (waiting up to ten seconds on PostgreSQL for all of them, `STUCK` on
+/// SQLite), and how many it completed in all.
+fn pool_while_held(writers: usize) -> spindle::Result<(u64, u64)> {
+    let store = common::new_store_with(Options::default().writers(writers));
+    let other = store.tenant("other")?;
+    for n in 0..POOL_ITEMS {
+        other.exec(enqueue("q", usize::try_from(n).expect("small")))?;
+    }
+    let (held_tx, held_rx) = bounded::<()>(1);
+    let (release_tx, release_rx) = bounded::<()>(1);
+    let holder = {
+        let store = store.clone();
+        thread::spawn(move || {
+            store.transaction(move |tx| {
+                tx.exec(enqueue("held", 0))?;
+                held_tx.send(()).expect("the test waits");
+                release_rx.recv_timeout(PATIENCE).expect("the test lets go");
+                Ok(TxOutcome::Commit(()))
+            })
+        })
+    };
+    held_rx.recv_timeout(PATIENCE).expect("the transaction is held");
+    let pool = other
+        .queue()
+        .worker(&["q"])
+        .threads(2)
+        .run(|_job| spindle::queue::Outcome::Complete(json!(null)))?;
+    let patience = if common::on_postgres() { PATIENCE / 6 } else { STUCK };
+    let deadline = Instant::now() + patience;
+    while pool.report().completed < POOL_ITEMS && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let while_held = pool.report().completed;
+    release_tx.send(()).expect("the holder waits");
+    holder.join().expect("the holder ends")?;
+    let deadline = Instant::now() + PATIENCE;
+    while pool.report().completed < POOL_ITEMS && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    pool.stop();
+    let report = pool.join()?;
+    let stats = other.queue().stats()?;
+    let q = stats.iter().find(|stats| stats.queue == "q").expect("queue q");
+    assert_eq!((q.completed, q.pending, q.claimed), (POOL_ITEMS, 0, 0), "{q:?}");
+    store.close()?;
+    Ok((while_held, report.completed))
+}
+
 fn enqueue(queue: &str, n: usize) -> Enqueue {
     Enqueue { item: NewItem::new(queue, json!(n)) }
 }

@@ -8,8 +8,8 @@
 //! While a round commits, handlers go on working, so the next round carries everything that
 //! finished in the meantime: the busier the pool, the more items share one commit. On a
 //! store with several writer sessions (PostgreSQL, `Options::writers`) the coordinator keeps
-//! one round in flight per writer, sent to each in turn, each claiming at most its share of
-//! the pool's capacity: one round runs on the server while another commits or comes back.
+//! up to one round in flight on each writer, each claiming at most its share of the pool's
+//! capacity: one round runs on the server while another commits or comes back.
 //!
 //! A handler's panic is a failed attempt (retryable). A lease the pool could not renew is
 //! reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the store and
@@ -389,7 +389,6 @@ impl Worker {
             woken: true,
             in_flight: VecDeque::new(),
             depth: self.store.writer_count(),
-            sent: 0,
         };
         let coordinator = spawn("spindle-pool".into(), move || coordinator.run())?;
         Ok(WorkerPool {
@@ -671,14 +670,14 @@ struct Coordinator {
     /// The rounds sent and not yet answered, oldest first.
     in_flight: VecDeque<Round>,
     /// Most rounds in flight at once: one per writer session of the store, each round sent to
-    /// the next writer in turn, so that one round runs while another commits.
+    /// a writer without one, so that one round runs while another commits.
     depth: usize,
-    /// Rounds sent so far (the next round's writer).
-    sent: usize,
 }
 
-/// A round sent and not yet answered: what it settles, renews and claims, and its reply.
+/// A round sent and not yet answered: its writer, what it settles, renews and claims, and
+/// its reply.
 struct Round {
+    lane: usize,
     settle: Vec<Settlement>,
     renew: Vec<Lease>,
     claim_max: usize,
@@ -817,8 +816,8 @@ impl Coordinator {
         }
     }
 
-    /// Sends one round, if there is anything to do: settle, renew, claim. It goes to the next
-    /// writer in turn, and is taken in by `land_ready` once answered.
+    /// Sends one round, if there is anything to do: settle, renew, claim. It goes to a writer
+    /// without a round, and is taken in by `land_ready` once answered.
     fn send_round(&mut self) -> Result<()> {
         let now_ms = self.store.now_ms();
         self.time_out(now_ms);
@@ -843,10 +842,14 @@ impl Coordinator {
             claim_max,
         };
         self.woken = false;
-        match self.store.submit_on(self.sent, cycle) {
+        // The first writer without a round: a writer held up (by a long transaction of the
+        // store's, say) holds up one round, not every other.
+        let lane = (0..self.depth)
+            .find(|lane| self.in_flight.iter().all(|round| round.lane != *lane))
+            .unwrap_or_default();
+        match self.store.submit_on(lane, cycle) {
             Ok(reply) => {
-                self.sent = self.sent.wrapping_add(1);
-                self.in_flight.push_back(Round { settle, renew, claim_max, reply });
+                self.in_flight.push_back(Round { lane, settle, renew, claim_max, reply });
                 Ok(())
             }
             Err(error) => {

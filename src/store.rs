@@ -635,7 +635,7 @@ impl Shared {
                 self.send(Msg::Run(call))?;
             }
         }
-        Ok(Pending { answer, shared: Arc::clone(self), taken: false })
+        Ok(Pending { answer, shared: Arc::clone(self), taken: false, waiting: false })
     }
 
     /// Sends `op` to writer `lane` (see `Writers::send_on`) without waiting for its reply.
@@ -659,7 +659,9 @@ impl Shared {
             Runner::Threads(writers) => writers.send_on(lane, message)?,
             Runner::Inline(inline) => inline.handle(message)?,
         }
-        Ok(Pending { answer, shared: Arc::clone(self), taken: false })
+        // Its sender waits for it as a caller of `exec` would (see `Pending::waiting`).
+        self.state.waiting.fetch_add(1, Ordering::Relaxed);
+        Ok(Pending { answer, shared: Arc::clone(self), taken: false, waiting: true })
     }
 
     /// How many writer actors take this store's calls (one but on a PostgreSQL store with
@@ -777,6 +779,18 @@ pub struct Pending<T> {
     answer: Receiver<Result<T>>,
     shared: Arc<Shared>,
     taken: bool,
+    /// Counted among the callers waiting for the writers (`ActorState::waiting`) until it is
+    /// dropped: its sender waits for nothing else (a worker pool's round), so a writer need
+    /// not spin for the next call, and a batch lingers for it as for a blocked caller.
+    waiting: bool,
+}
+
+impl<T> Drop for Pending<T> {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.shared.state.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for Pending<T> {

@@ -56,7 +56,7 @@ fn a_call_of_another_thread_is_answered_while_one_writer_is_held() -> spindle::R
 /// Whether, with `writers`, one of up to `threads` fresh threads had a write answered while a
 /// transaction of the store was held open; every write commits once it is let go.
 fn answered_while_held(writers: usize, threads: usize) -> spindle::Result<bool> {
-    let store = common::new_store_with(Options::default().writers(writers));
+    let store = common::new_store_exact(Options::default().writers(writers));
     let (held_tx, held_rx) = bounded::<()>(1);
     let (release_tx, release_rx) = bounded::<()>(1);
     let holder = {
@@ -129,7 +129,7 @@ const POOL_ITEMS: u64 = 5;
 /// was held open (waiting up to ten seconds on PostgreSQL for all of them, `STUCK` on
 /// SQLite), and how many it completed in all.
 fn pool_while_held(writers: usize) -> spindle::Result<(u64, u64)> {
-    let store = common::new_store_with(Options::default().writers(writers));
+    let store = common::new_store_exact(Options::default().writers(writers));
     let other = store.tenant("other")?;
     for n in 0..POOL_ITEMS {
         other.exec(enqueue("q", usize::try_from(n).expect("small")))?;
@@ -195,7 +195,7 @@ fn every_event_of_many_threads_on_several_writers_reaches_a_subscriber_once_in_o
     const THREADS: usize = 8;
     const ROUNDS: u64 = 5;
     const AHEAD: u64 = 10;
-    let store = common::new_store_with(Options::default().writers(3));
+    let store = common::new_store_exact(Options::default().writers(3));
     let mut subscription = store.subscribe_all(0)?;
     let barrier = Arc::new(Barrier::new(THREADS));
     let appenders: Vec<_> = (0..THREADS)

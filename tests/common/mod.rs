@@ -131,11 +131,28 @@ pub fn new_store() -> Store {
     new_store_with(Options::default())
 }
 
-/// A fresh, private store with `options` on the engine under test.
+/// A fresh, private store with `options` on the engine under test (on PostgreSQL with
+/// `SPINDLE_TEST_WRITERS` writer sessions where `options` asks for one: see
+/// `connect_postgres`).
 pub fn new_store_with(options: Options) -> Store {
     if on_postgres() {
         return connect_postgres(&new_postgres_location(), options);
     }
+    new_local_store(options)
+}
+
+/// A fresh, private store with exactly `options`, whatever `SPINDLE_TEST_WRITERS` says (for
+/// the tests of `Options::writers` itself).
+pub fn new_store_exact(options: Options) -> Store {
+    if on_postgres() {
+        return connect_postgres_exact(&new_postgres_location(), options);
+    }
+    new_local_store(options)
+}
+
+/// A fresh store of the SQLite engine under test: a file with `SPINDLE_TEST_ENGINE=file`,
+/// else in memory.
+fn new_local_store(options: Options) -> Store {
     if on_files() {
         return Store::open_with(new_store_file(), options).expect("open a store file");
     }
@@ -166,7 +183,18 @@ pub fn connect_postgres(location: &str, mut options: Options) -> Store {
     if let Some(writers) = writers.filter(|_| options.writers == 1) {
         options.writers = writers;
     }
+    connect_postgres_exact(location, options)
+}
+
+/// Opens the store at a PostgreSQL location with exactly `options`.
+#[cfg(feature = "postgres")]
+pub fn connect_postgres_exact(location: &str, options: Options) -> Store {
     Store::connect_with(location, options).expect("connect to the test server")
+}
+
+#[cfg(not(feature = "postgres"))]
+pub fn connect_postgres_exact(_: &str, _: Options) -> Store {
+    needs_the_postgres_feature()
 }
 
 #[cfg(not(feature = "postgres"))]

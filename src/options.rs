@@ -129,8 +129,10 @@ pub struct Options {
     /// sends them back to paging once, as another process's does. SQLite has one writer
     /// whatever this says, and so do an inline or read-only store and one with a
     /// [`seed`](#structfield.seed) (its ids would otherwise depend on which writer a thread
-    /// took). Default: 1 (on a machine whose two cores the server shared, a second session
-    /// made no pool or batch faster: BENCHMARKS.md). Between 1 and [`WRITERS_MAX`].
+    /// took). A worker pool keeps a round in flight on each session (its rounds keep no
+    /// order among themselves). Default: 1 (on a machine whose two cores the server shared,
+    /// a second session made one process's pool 1.14x faster and three processes' pools
+    /// slower: BENCHMARKS.md). Between 1 and [`WRITERS_MAX`].
     pub writers: usize,
     /// A writer batch that takes longer than this, from its first statement to its last reply,
     /// is told to `tracing` as a warning and counted in [`Metrics::slow_batches`]. Default:

@@ -400,7 +400,6 @@ impl Store {
         Store { shared: Arc::clone(&self.shared), scope }
     }
 
-    /// The store clock's time, in epoch milliseconds.
     /// [`Store::submit`] to writer `lane` of a store with several (see `Shared::submit_on`).
     pub(crate) fn submit_on<O: Op>(&self, lane: usize, op: O) -> Result<Pending<O::Output>> {
         self.shared.submit_on(&self.scope, lane, op)
@@ -411,6 +410,7 @@ impl Store {
         self.shared.writer_count()
     }
 
+    /// The store clock's time, in epoch milliseconds.
     pub(crate) fn now_ms(&self) -> i64 {
         self.shared.clock.now_ms()
     }
@@ -635,7 +635,7 @@ impl Shared {
                 self.send(Msg::Run(call))?;
             }
         }
-        Ok(Pending { answer, shared: Arc::clone(self), taken: false, waiting: false })
+        Ok(Pending { answer, shared: Arc::clone(self), taken: false, _waiting: None })
     }
 
     /// Sends `op` to writer `lane` (see `Writers::send_on`) without waiting for its reply.
@@ -659,9 +659,9 @@ impl Shared {
             Runner::Threads(writers) => writers.send_on(lane, message)?,
             Runner::Inline(inline) => inline.handle(message)?,
         }
-        // Its sender waits for it as a caller of `exec` would (see `Pending::waiting`).
-        self.state.waiting.fetch_add(1, Ordering::Relaxed);
-        Ok(Pending { answer, shared: Arc::clone(self), taken: false, waiting: true })
+        // Its sender waits for it as a caller of `exec` would (see `Pending::_waiting`).
+        let waiting = Some(WaitingCount::enter(&self.state));
+        Ok(Pending { answer, shared: Arc::clone(self), taken: false, _waiting: waiting })
     }
 
     /// How many writer actors take this store's calls (one but on a PostgreSQL store with
@@ -780,17 +780,9 @@ pub struct Pending<T> {
     shared: Arc<Shared>,
     taken: bool,
     /// Counted among the callers waiting for the writers (`ActorState::waiting`) until it is
-    /// dropped: its sender waits for nothing else (a worker pool's round), so a writer need
-    /// not spin for the next call, and a batch lingers for it as for a blocked caller.
-    waiting: bool,
-}
-
-impl<T> Drop for Pending<T> {
-    fn drop(&mut self) {
-        if self.waiting {
-            self.shared.state.waiting.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
+    /// dropped, when its sender waits for nothing else (a worker pool's round): a writer then
+    /// need not spin for the next call, and a batch lingers for it as for a blocked caller.
+    _waiting: Option<WaitingCount>,
 }
 
 impl<T> std::fmt::Debug for Pending<T> {
@@ -874,6 +866,23 @@ pub(crate) fn wait_reply<T>(answer: &Receiver<Result<T>>, state: &ActorState) ->
                 }
             }
         }
+    }
+}
+
+/// Counts a caller as waiting for the actor while it lives, for a reply that outlives the
+/// call that sent it (`Shared::submit_on`).
+struct WaitingCount(Arc<ActorState>);
+
+impl WaitingCount {
+    fn enter(state: &Arc<ActorState>) -> Self {
+        state.waiting.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(state))
+    }
+}
+
+impl Drop for WaitingCount {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

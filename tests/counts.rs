@@ -390,7 +390,7 @@ fn batch_calls_counts_are_seen_later_in_their_batch_and_go_with_a_rolled_back_ca
 -> spindle::Result<()> {
     let clock = ManualClock::new(T0);
     let options = Options::default().clock(Arc::new(clock.clone())).writers(1);
-    let store = new_store_with(options);
+    let store = common::new_store_exact(options);
     let queue = store.queue();
     for n in 0..4 {
         queue.enqueue(NewItem::new("q", json!(n)))?;

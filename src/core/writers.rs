@@ -121,14 +121,7 @@ impl Writers {
     /// # Errors
     /// `Closed` when that writer has stopped.
     pub(crate) fn send_on(&self, lane: usize, message: Msg) -> Result<()> {
-        let writer = match self.others.get().filter(|others| !others.is_empty()) {
-            Some(others) => match lane % (others.len() + 1) {
-                0 => &self.first,
-                index => &others[index - 1],
-            },
-            None => &self.first,
-        };
-        writer.mailbox.send(message).map_err(|_| Error::Closed)
+        self.writer_at(lane).mailbox.send(message).map_err(|_| Error::Closed)
     }
 
     /// Closes every writer with `close` (which sends it its close and waits for its thread),
@@ -150,10 +143,15 @@ impl Writers {
 
     /// The writer of the calling thread.
     fn of_this_thread(&self) -> &Writer {
+        self.writer_at(SLOT.with(|slot| *slot))
+    }
+
+    /// Writer `index`, taken round the writers started (the remainder by their count).
+    fn writer_at(&self, index: usize) -> &Writer {
         let Some(others) = self.others.get().filter(|others| !others.is_empty()) else {
             return &self.first;
         };
-        match SLOT.with(|slot| *slot % (others.len() + 1)) {
+        match index % (others.len() + 1) {
             0 => &self.first,
             index => &others[index - 1],
         }

@@ -55,6 +55,9 @@ const POLL_INTERVAL_DEFAULT: Duration = Duration::from_millis(500);
 /// store is still there (a reply can be lost only with the store's writer).
 const REPLY_CHECK: Duration = Duration::from_millis(100);
 
+/// How long a pool that gives up waits for each round still in flight.
+const LAND_PATIENCE: Duration = Duration::from_secs(5);
+
 /// The default bound of a pool's prefetch buffer; see [`Worker::prefetch`].
 const PREFETCH_DEFAULT_MAX: usize = 512;
 
@@ -389,6 +392,8 @@ impl Worker {
             woken: true,
             in_flight: VecDeque::new(),
             depth: self.store.writer_count(),
+            sent: 0,
+            dry_from: 0,
         };
         let coordinator = spawn("spindle-pool".into(), move || coordinator.run())?;
         Ok(WorkerPool {
@@ -667,19 +672,31 @@ struct Coordinator {
     dry: bool,
     /// Something may have become due since the last claim.
     woken: bool,
-    /// The rounds sent and not yet answered, oldest first.
+    /// The rounds sent and not yet answered, oldest first. No two touch the same item: a
+    /// settlement waits while its item's renewal is in flight, and an item whose renewal or
+    /// settlement is in flight is not renewed again.
     in_flight: VecDeque<Round>,
     /// Most rounds in flight at once: one per writer session of the store, each round sent to
     /// a writer without one, so that one round runs while another commits.
     depth: usize,
+    /// Rounds sent so far: the next round's number.
+    sent: u64,
+    /// The number of the round whose reply last said whether the queue is dry: a reply of an
+    /// older round does not say it again.
+    dry_from: u64,
 }
 
-/// A round sent and not yet answered: its writer, what it settles, renews and claims, and
-/// its reply.
+/// A round sent and not yet answered.
 struct Round {
+    /// Its number, in sending order.
+    number: u64,
+    /// Its writer (`Shared::submit_on`'s lane).
     lane: usize,
+    /// What it settles, in order.
     settle: Vec<Settlement>,
+    /// The leases it renews, in order.
     renew: Vec<Lease>,
+    /// The most items it claims.
     claim_max: usize,
     reply: Pending<Cycled>,
 }
@@ -700,13 +717,14 @@ impl Coordinator {
                 self.release_unstarted();
             }
             let sent = if self.in_flight.len() < self.depth { self.send_round() } else { Ok(()) };
-            let landed = sent.and_then(|()| self.land_ready());
-            match landed {
-                Ok(()) => failures = 0,
+            match sent.and_then(|()| self.land_ready()) {
+                Ok(true) => failures = 0,
+                Ok(false) => {}
                 Err(error) if gone(&error) => return Err(error),
                 Err(error) => {
                     failures += 1;
                     if failures > 50 {
+                        self.land_all();
                         return Err(error);
                     }
                     std::thread::sleep(Duration::from_millis(u64::from(failures.min(10)) * 10));
@@ -743,12 +761,13 @@ impl Coordinator {
         self.take_events();
     }
 
-    /// Takes in the replies of the rounds in flight that have come, in any order.
+    /// Takes in the replies of the rounds in flight that have come, in any order; returns
+    /// whether one of them was done.
     ///
     /// # Errors
     /// The first round's error; its settlements wait for the next round.
-    fn land_ready(&mut self) -> Result<()> {
-        let mut result = Ok(());
+    fn land_ready(&mut self) -> Result<bool> {
+        let mut result = Ok(false);
         let mut index = 0;
         while index < self.in_flight.len() {
             let Some(reply) = self.in_flight[index].reply.try_wait() else {
@@ -756,18 +775,40 @@ impl Coordinator {
                 continue;
             };
             let Some(round) = self.in_flight.remove(index) else { break };
-            match reply {
-                Ok(cycled) => self.record(round.settle, &round.renew, cycled, round.claim_max),
-                Err(error) => {
-                    // On an error the settlements stay for the next round.
-                    self.cycle.settle.splice(0..0, round.settle);
-                    if result.is_ok() {
-                        result = Err(error);
-                    }
-                }
-            }
+            let landed = self.land(round, reply);
+            result = match (result, landed) {
+                (Err(error), _) | (Ok(_), Err(error)) => Err(error),
+                (Ok(_), Ok(())) => Ok(true),
+            };
         }
         result
+    }
+
+    /// Takes in one round's reply: what it did, or (on an error) its settlements back for the
+    /// next round.
+    fn land(&mut self, round: Round, reply: Result<Cycled>) -> Result<()> {
+        let Round { number, settle, renew, claim_max, reply: pending, .. } = round;
+        // No longer a caller waiting (`record` may read from the store).
+        drop(pending);
+        match reply {
+            Ok(cycled) => {
+                self.record(settle, &renew, cycled, claim_max, number);
+                Ok(())
+            }
+            Err(error) => {
+                self.cycle.settle.splice(0..0, settle);
+                Err(error)
+            }
+        }
+    }
+
+    /// Waits for every round in flight (a while each) and takes it in, before the pool gives
+    /// up: what a round claimed is then handed out, not left to its lease.
+    fn land_all(&mut self) {
+        while let Some(mut round) = self.in_flight.pop_front() {
+            let reply = round.reply.wait_timeout(LAND_PATIENCE).unwrap_or(Err(Error::Closed));
+            let _ = self.land(round, reply);
+        }
     }
 
     /// Takes every event waiting.
@@ -790,7 +831,7 @@ impl Coordinator {
         if self.abandoned.remove(&(id.clone(), fence)) {
             return;
         }
-        if let Some(held) = self.held.get_mut(&id) {
+        if let Some(held) = self.held.get_mut(&id).filter(|held| held.fence == fence) {
             held.handler_done = true;
         }
         let settlement = match outcome {
@@ -827,12 +868,10 @@ impl Coordinator {
         } else {
             self.free()
         };
-        if self.cycle.settle.is_empty() && renew.is_empty() && claim_max == 0 {
+        let settle = self.take_settlements();
+        if settle.is_empty() && renew.is_empty() && claim_max == 0 {
             return Ok(());
         }
-        let page = self.store.limits().page_size_max;
-        let settle_count = self.cycle.settle.len().min(page);
-        let settle: Vec<Settlement> = self.cycle.settle.drain(..settle_count).collect();
         let cycle = Cycle {
             worker_id: self.cycle.worker_id.clone(),
             queues: self.cycle.queues.clone(),
@@ -841,7 +880,9 @@ impl Coordinator {
             renew: renew.clone(),
             claim_max,
         };
-        self.woken = false;
+        if claim_max > 0 {
+            self.woken = false;
+        }
         // The first writer without a round: a writer held up (by a long transaction of the
         // store's, say) holds up one round, not every other.
         let lane = (0..self.depth)
@@ -849,7 +890,9 @@ impl Coordinator {
             .unwrap_or_default();
         match self.store.submit_on(lane, cycle) {
             Ok(reply) => {
-                self.in_flight.push_back(Round { lane, settle, renew, claim_max, reply });
+                self.sent += 1;
+                let number = self.sent;
+                self.in_flight.push_back(Round { number, lane, settle, renew, claim_max, reply });
                 Ok(())
             }
             Err(error) => {
@@ -858,6 +901,48 @@ impl Coordinator {
                 Err(error)
             }
         }
+    }
+
+    /// The settlements the next round carries: up to a page of them, but for those whose
+    /// item's renewal is in flight (they wait for it, so that no two rounds in flight touch
+    /// one item, and lock rows in different orders).
+    fn take_settlements(&mut self) -> Vec<Settlement> {
+        let page = self.store.limits().page_size_max;
+        let renewing = self.renewing();
+        let mut settle = Vec::new();
+        let mut later = Vec::new();
+        for settlement in self.cycle.settle.drain(..) {
+            if settle.len() < page && !renewing.contains(settlement.id()) {
+                settle.push(settlement);
+            } else {
+                later.push(settlement);
+            }
+        }
+        self.cycle.settle = later;
+        settle
+    }
+
+    /// Whether a settlement waits that the next round may carry.
+    fn settlement_ready(&self) -> bool {
+        let renewing = self.renewing();
+        self.cycle.settle.iter().any(|settlement| !renewing.contains(settlement.id()))
+    }
+
+    /// The items a round in flight renews.
+    fn renewing(&self) -> HashSet<String> {
+        let renew = self.in_flight.iter().flat_map(|round| &round.renew);
+        renew.map(|lease| lease.id.clone()).collect()
+    }
+
+    /// The items a round in flight renews or settles.
+    fn touched_in_flight(&self) -> HashSet<&str> {
+        self.in_flight
+            .iter()
+            .flat_map(|round| {
+                let renewed = round.renew.iter().map(|lease| lease.id.as_str());
+                renewed.chain(round.settle.iter().map(Settlement::id))
+            })
+            .collect()
     }
 
     /// How many more items the pool may claim now: its capacity less the items it holds and
@@ -892,14 +977,7 @@ impl Coordinator {
     /// The held items due for a renewal (and not lost, nor renewed or settled by a round in
     /// flight).
     fn due_renewals(&self, now_ms: i64) -> Vec<Lease> {
-        let in_flight: HashSet<&str> = self
-            .in_flight
-            .iter()
-            .flat_map(|round| {
-                let renewed = round.renew.iter().map(|lease| lease.id.as_str());
-                renewed.chain(round.settle.iter().map(Settlement::id))
-            })
-            .collect();
+        let in_flight = self.touched_in_flight();
         self.held
             .iter()
             .filter(|(id, _)| !in_flight.contains(id.as_str()))
@@ -910,12 +988,22 @@ impl Coordinator {
     }
 
     /// Takes in what a round did: counts, renewed leases, new jobs.
-    fn record(&mut self, finished: Vec<Settlement>, renew: &[Lease], cycled: Cycled, asked: usize) {
+    /// Only what the store says of an item under the fence it was sent with touches what the
+    /// pool holds: another round may have claimed it again since. A reply of round `number`
+    /// says whether the queue is dry unless a later round's reply said it already.
+    fn record(
+        &mut self,
+        finished: Vec<Settlement>,
+        renew: &[Lease],
+        cycled: Cycled,
+        asked: usize,
+        number: u64,
+    ) {
         for (settlement, result) in finished.into_iter().zip(cycled.settled) {
             self.settled(settlement, result);
         }
         for (lease, result) in renew.iter().zip(cycled.renewed) {
-            let Some(held) = self.held.get(&lease.id) else { continue };
+            let Some(held) = self.held_under(&lease.id, lease.fence) else { continue };
             match result {
                 Ok(expires_at_ms) => {
                     if let Some(held) = self.held.get_mut(&lease.id) {
@@ -930,7 +1018,10 @@ impl Coordinator {
                 }
             }
         }
-        self.dry = cycled.claimed.len() < asked;
+        if number >= self.dry_from {
+            self.dry = cycled.claimed.len() < asked;
+            self.dry_from = number;
+        }
         self.adapt_prefetch();
         Counts::add(&self.counts.claimed, cycled.claimed.len() as u64);
         for claimed in cycled.claimed {
@@ -951,7 +1042,7 @@ impl Coordinator {
             Ok(Settled::Snoozed { .. }) => Counts::add(&counts.snoozed, 1),
             Err(Error::LeaseLost(_) | Error::NotFound { .. }) => {
                 let id = settlement.id();
-                match self.held.get(id) {
+                match self.held_under(id, fence_of(&settlement)) {
                     Some(held) if self.was_cancelled(id, held) => {
                         Counts::add(&counts.cancelled, 1);
                     }
@@ -960,7 +1051,14 @@ impl Coordinator {
             }
             Err(error) => return self.refused(settlement, &error),
         }
-        self.held.remove(settlement.id());
+        if self.held_under(settlement.id(), fence_of(&settlement)).is_some() {
+            self.held.remove(settlement.id());
+        }
+    }
+
+    /// The item `id` the pool holds, if it holds it under `fence`.
+    fn held_under(&self, id: &str, fence: u64) -> Option<&Held> {
+        self.held.get(id).filter(|held| held.fence == fence)
     }
 
     /// Whether the item `held` was refused for was cancelled under its claim: known from an
@@ -1043,13 +1141,16 @@ impl Coordinator {
     fn idle_wait(&mut self) -> Result<Option<Duration>> {
         let stopping = self.stopping.load(Ordering::Acquire);
         let free = self.free() > 0;
-        if !self.cycle.settle.is_empty() || (free && !stopping && (!self.dry || self.woken)) {
+        if self.settlement_ready() || (free && !stopping && (!self.dry || self.woken)) {
             return Ok(None);
         }
         let mut wait = self.poll_interval;
-        let renewing = self.held.values().filter(|held| !held.lost.load(Ordering::Acquire));
+        // A renewal or settlement in flight moves its item's lease when its reply comes.
+        let in_flight = self.touched_in_flight();
+        let renewing = self.held.iter().filter(|(id, _)| !in_flight.contains(id.as_str()));
+        let renewing = renewing.filter(|(_, held)| !held.lost.load(Ordering::Acquire));
         if let Some(renew_at_ms) =
-            renewing.map(|held| held.expires_at_ms - self.renew_left_ms).min()
+            renewing.map(|(_, held)| held.expires_at_ms - self.renew_left_ms).min()
         {
             wait = wait.min(self.store.until_ms(renew_at_ms));
         }
@@ -1080,6 +1181,16 @@ impl Coordinator {
             }
         }
         Ok(Some(wait))
+    }
+}
+
+/// The fence a settlement was sent under.
+fn fence_of(settlement: &Settlement) -> u64 {
+    match settlement {
+        Settlement::Complete(done) => done.fence,
+        Settlement::Fail(failure) => failure.fence,
+        Settlement::Release(release) => release.fence,
+        Settlement::Snooze(snooze) => snooze.fence,
     }
 }
 

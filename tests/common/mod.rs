@@ -131,28 +131,23 @@ pub fn new_store() -> Store {
     new_store_with(Options::default())
 }
 
-/// A fresh, private store with `options` on the engine under test (on PostgreSQL with
-/// `SPINDLE_TEST_WRITERS` writer sessions where `options` asks for one: see
-/// `connect_postgres`).
-pub fn new_store_with(options: Options) -> Store {
-    if on_postgres() {
-        return connect_postgres(&new_postgres_location(), options);
+/// A fresh, private store with `options` on the engine under test; on PostgreSQL with
+/// `SPINDLE_TEST_WRITERS` writer sessions where `options` asks for one (so that the suites
+/// run again with several: `SPINDLE_TEST_WRITERS=2`).
+pub fn new_store_with(mut options: Options) -> Store {
+    let writers = std::env::var("SPINDLE_TEST_WRITERS").ok().and_then(|n| n.parse().ok());
+    if let Some(writers) = writers.filter(|_| options.writers == 1) {
+        options.writers = writers;
     }
-    new_local_store(options)
+    new_store_exact(options)
 }
 
 /// A fresh, private store with exactly `options`, whatever `SPINDLE_TEST_WRITERS` says (for
-/// the tests of `Options::writers` itself).
+/// the tests that count writers).
 pub fn new_store_exact(options: Options) -> Store {
     if on_postgres() {
-        return connect_postgres_exact(&new_postgres_location(), options);
+        return connect_postgres(&new_postgres_location(), options);
     }
-    new_local_store(options)
-}
-
-/// A fresh store of the SQLite engine under test: a file with `SPINDLE_TEST_ENGINE=file`,
-/// else in memory.
-fn new_local_store(options: Options) -> Store {
     if on_files() {
         return Store::open_with(new_store_file(), options).expect("open a store file");
     }
@@ -174,27 +169,10 @@ pub fn new_postgres_location() -> String {
     format!("{server} options='-csearch_path={schema}'")
 }
 
-/// Opens the store at a PostgreSQL location (with the `postgres` feature), with
-/// `SPINDLE_TEST_WRITERS` writer sessions where the test asks for the default one (so that a
-/// suite runs again with several: `SPINDLE_TEST_WRITERS=2`).
+/// Opens the store at a PostgreSQL location (with the `postgres` feature).
 #[cfg(feature = "postgres")]
-pub fn connect_postgres(location: &str, mut options: Options) -> Store {
-    let writers = std::env::var("SPINDLE_TEST_WRITERS").ok().and_then(|n| n.parse().ok());
-    if let Some(writers) = writers.filter(|_| options.writers == 1) {
-        options.writers = writers;
-    }
-    connect_postgres_exact(location, options)
-}
-
-/// Opens the store at a PostgreSQL location with exactly `options`.
-#[cfg(feature = "postgres")]
-pub fn connect_postgres_exact(location: &str, options: Options) -> Store {
+pub fn connect_postgres(location: &str, options: Options) -> Store {
     Store::connect_with(location, options).expect("connect to the test server")
-}
-
-#[cfg(not(feature = "postgres"))]
-pub fn connect_postgres_exact(_: &str, _: Options) -> Store {
-    needs_the_postgres_feature()
 }
 
 #[cfg(not(feature = "postgres"))]

@@ -11,7 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::bounded;
+use crossbeam_channel::{Sender, bounded};
 use serde_json::json;
 use spindle::log::Append;
 use spindle::queue::Enqueue;
@@ -57,20 +57,7 @@ fn a_call_of_another_thread_is_answered_while_one_writer_is_held() -> spindle::R
 /// transaction of the store was held open; every write commits once it is let go.
 fn answered_while_held(writers: usize, threads: usize) -> spindle::Result<bool> {
     let store = common::new_store_exact(Options::default().writers(writers));
-    let (held_tx, held_rx) = bounded::<()>(1);
-    let (release_tx, release_rx) = bounded::<()>(1);
-    let holder = {
-        let store = store.clone();
-        thread::spawn(move || {
-            store.transaction(move |tx| {
-                tx.exec(enqueue("held", 0))?;
-                held_tx.send(()).expect("the test waits");
-                release_rx.recv_timeout(PATIENCE).expect("the test lets go");
-                Ok(TxOutcome::Commit(()))
-            })
-        })
-    };
-    held_rx.recv_timeout(PATIENCE).expect("the transaction is held");
+    let (holder, release_tx) = hold(&store);
     // Another tenant: the held transaction holds its own tenant's turn.
     let other = store.tenant("other")?;
     let mut waiting = Vec::new();
@@ -136,20 +123,7 @@ fn pool_while_held(writers: usize, spare: bool) -> spindle::Result<(u64, u64)> {
     for n in 0..POOL_ITEMS {
         other.exec(enqueue("q", usize::try_from(n).expect("small")))?;
     }
-    let (held_tx, held_rx) = bounded::<()>(1);
-    let (release_tx, release_rx) = bounded::<()>(1);
-    let holder = {
-        let store = store.clone();
-        thread::spawn(move || {
-            store.transaction(move |tx| {
-                tx.exec(enqueue("held", 0))?;
-                held_tx.send(()).expect("the test waits");
-                release_rx.recv_timeout(PATIENCE).expect("the test lets go");
-                Ok(TxOutcome::Commit(()))
-            })
-        })
-    };
-    held_rx.recv_timeout(PATIENCE).expect("the transaction is held");
+    let (holder, release_tx) = hold(&store);
     let spare = if spare {
         let other = other.clone();
         let send = move || other.submit(enqueue("spare", 0));
@@ -184,6 +158,25 @@ fn pool_while_held(writers: usize, spare: bool) -> spindle::Result<(u64, u64)> {
     assert_eq!((q.completed, q.pending, q.claimed), (POOL_ITEMS, 0, 0), "{q:?}");
     store.close()?;
     Ok((while_held, report.completed))
+}
+
+/// Holds a transaction of `store` open on a fresh thread (it enqueues an item on queue
+/// `held`, then waits): returns once it is held, with the thread and the sender that lets it
+/// commit.
+fn hold(store: &Store) -> (thread::JoinHandle<spindle::Result<()>>, Sender<()>) {
+    let (held_tx, held_rx) = bounded::<()>(1);
+    let (release_tx, release_rx) = bounded::<()>(1);
+    let store = store.clone();
+    let holder = thread::spawn(move || {
+        store.transaction(move |tx| {
+            tx.exec(enqueue("held", 0))?;
+            held_tx.send(()).expect("the test waits");
+            release_rx.recv_timeout(PATIENCE).expect("the test lets go");
+            Ok(TxOutcome::Commit(()))
+        })
+    });
+    held_rx.recv_timeout(PATIENCE).expect("the transaction is held");
+    (holder, release_tx)
 }
 
 /// The op that enqueues item `n` on `queue`.

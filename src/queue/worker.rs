@@ -717,10 +717,15 @@ impl Coordinator {
                 self.release_unstarted();
             }
             let sent = if self.in_flight.len() < self.depth { self.send_round() } else { Ok(()) };
-            match sent.and_then(|()| self.land_ready()) {
+            // Replies that came are taken in even when this round could not be sent.
+            let landed = self.land_ready();
+            match worse(sent.map(|()| false), landed) {
                 Ok(true) => failures = 0,
                 Ok(false) => {}
-                Err(error) if gone(&error) => return Err(error),
+                Err(error) if gone(&error) => {
+                    self.land_all();
+                    return Err(error);
+                }
                 Err(error) => {
                     failures += 1;
                     if failures > 50 {
@@ -775,11 +780,8 @@ impl Coordinator {
                 continue;
             };
             let Some(round) = self.in_flight.remove(index) else { break };
-            let landed = self.land(round, reply);
-            result = match (result, landed) {
-                (Err(error), _) | (Ok(_), Err(error)) => Err(error),
-                (Ok(_), Ok(())) => Ok(true),
-            };
+            let landed = self.land(round, reply).map(|()| true);
+            result = worse(result, landed);
         }
         result
     }
@@ -797,14 +799,18 @@ impl Coordinator {
             }
             Err(error) => {
                 self.cycle.settle.splice(0..0, settle);
+                // Its claim is tried again, dry or not.
+                self.woken |= claim_max > 0;
                 Err(error)
             }
         }
     }
 
     /// Waits for every round in flight (a while each) and takes it in, before the pool gives
-    /// up: what a round claimed is then handed out, not left to its lease.
+    /// up: what its rounds settled is counted. No job goes to a handler any more (the pool is
+    /// ending): what they claimed is left to its lease.
     fn land_all(&mut self) {
+        self.jobs = None;
         while let Some(mut round) = self.in_flight.pop_front() {
             let reply = round.reply.wait_timeout(LAND_PATIENCE).unwrap_or(Err(Error::Closed));
             let _ = self.land(round, reply);
@@ -841,7 +847,9 @@ impl Coordinator {
             Outcome::Release => Settlement::Release(Release { id, fence }),
             Outcome::Snooze(delay_ms) => Settlement::Snooze(Snooze { id, fence, delay_ms }),
             Outcome::Settled => {
-                self.held.remove(&id);
+                if self.held_under(&id, fence).is_some() {
+                    self.held.remove(&id);
+                }
                 Counts::add(&self.counts.settled_by_handler, 1);
                 return;
             }
@@ -896,8 +904,10 @@ impl Coordinator {
                 Ok(())
             }
             Err(error) => {
-                // On an error the settlements stay for the next round.
+                // On an error the settlements stay for the next round, and the claim is tried
+                // again.
                 self.cycle.settle.splice(0..0, settle);
+                self.woken |= claim_max > 0;
                 Err(error)
             }
         }
@@ -1103,7 +1113,21 @@ impl Coordinator {
         self.prefetch = self.prefetch.min(self.prefetch_max);
     }
 
+    /// Hands a claimed item to the handlers, or, once the pool is stopping, releases it. A
+    /// claim older than the one the pool holds of the item (its reply came late) is dropped;
+    /// a claim the pool holds under an older fence is told it is lost.
     fn dispatch(&mut self, claimed: Claimed) {
+        if let Some(held) = self.held.get(&claimed.item.id) {
+            if held.fence > claimed.fence {
+                Counts::add(&self.counts.lease_lost, 1);
+                return;
+            }
+            held.lost.store(true, Ordering::Release);
+        }
+        if self.stopping.load(Ordering::Acquire) {
+            let release = Release { id: claimed.item.id.clone(), fence: claimed.fence };
+            self.cycle.settle.push(Settlement::Release(release));
+        }
         let lost = Arc::new(AtomicBool::new(false));
         let cancelled = Arc::new(AtomicBool::new(false));
         let timed_out = Arc::new(AtomicBool::new(false));
@@ -1128,7 +1152,7 @@ impl Coordinator {
             stopping: Arc::clone(&self.stopping),
             store: self.store.clone(),
         };
-        if let Some(jobs) = &self.jobs {
+        if let Some(jobs) = self.jobs.as_ref().filter(|_| !self.stopping.load(Ordering::Acquire)) {
             // The coordinator holds a receiver itself, so the channel is never disconnected.
             let _ = jobs.send(job);
         }
@@ -1181,6 +1205,16 @@ impl Coordinator {
             }
         }
         Ok(Some(wait))
+    }
+}
+
+/// Of two results, the one to act on: an error that says the store is gone, else the first
+/// error, else whether either did something.
+fn worse(first: Result<bool>, second: Result<bool>) -> Result<bool> {
+    match (first, second) {
+        (Err(error), _) | (_, Err(error)) if gone(&error) => Err(error),
+        (Err(error), _) | (_, Err(error)) => Err(error),
+        (Ok(first), Ok(second)) => Ok(first || second),
     }
 }
 

@@ -76,6 +76,42 @@ fn a_pool_completes_every_item_exactly_once() -> spindle::Result<()> {
     Ok(())
 }
 
+/// A result nested deeper than the store keeps is refused for its item alone: the item is
+/// dead-lettered with the reason, and the round's other settlements go through (a round with
+/// it would fail its shape check whole, and every round after it).
+#[test]
+fn a_result_nested_too_deep_dead_letters_its_item_and_the_pool_goes_on() -> spindle::Result<()> {
+    let (store, _clock) = setup();
+    let items = ["deep", "ok"].iter().map(|kind| NewItem::new("q", json!({ "kind": kind })));
+    let ids: Vec<String> =
+        store.queue().enqueue_batch(items.collect())?.into_iter().map(|e| e.id).collect();
+    let mut deep = json!(0);
+    for _ in 0..=store.limits().json_depth_max {
+        deep = json!([deep]);
+    }
+    let pool =
+        store.queue().worker(&["q"]).threads(1).run(move |job| {
+            match job.payload()["kind"].as_str().unwrap_or_default() {
+                "deep" => Outcome::Complete(deep.clone()),
+                _ => Outcome::Complete(json!("done")),
+            }
+        })?;
+    eventually("both settled", || {
+        let report = pool.report();
+        report.completed + report.dead_lettered >= 2
+    });
+    pool.stop();
+    let report = pool.join()?;
+    assert_eq!((report.completed, report.dead_lettered, report.retried), (1, 1, 0));
+    let deep_item = store.queue().get(&ids[0])?;
+    assert_eq!(deep_item.status, ItemStatus::Dead);
+    assert_eq!(deep_item.result, None, "nothing of the refused result is kept");
+    assert!(deep_item.last_error.unwrap_or_default().contains("JSON nesting depth"));
+    let ok_item = store.queue().get(&ids[1])?;
+    assert_eq!((ok_item.status, ok_item.result), (ItemStatus::Completed, Some(json!("done"))));
+    Ok(())
+}
+
 #[test]
 fn outcomes_complete_retry_fail_release_and_panic_each_do_what_they_say() -> spindle::Result<()> {
     let (store, _clock) = setup();

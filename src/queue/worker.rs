@@ -854,6 +854,13 @@ impl Coordinator {
                 return;
             }
         };
+        // A result nested past the limit would fail the whole round's shape check (and every
+        // round after it): it is refused here, alone.
+        if let Settlement::Complete(done) = &settlement
+            && let Err(error) = self.store.limits().check_depths([&done.result])
+        {
+            return self.refused(settlement, &error);
+        }
         self.cycle.settle.push(settlement);
     }
 

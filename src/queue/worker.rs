@@ -11,11 +11,12 @@
 //! up to one round in flight on each writer, each claiming at most its share of the pool's
 //! capacity: one round runs on the server while another commits or comes back.
 //!
-//! A handler's panic is a failed attempt (retryable). A lease the pool could not renew is
-//! reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the store and
-//! counted as lost. An item cancelled while its handler runs ([`Queue::cancel`]) is reported
-//! the same way, and more precisely ([`Job::cancelled`]: at the handler's next check, and at
-//! the next renewal); its outcome is refused and counted as cancelled, never retried.
+//! A handler's panic is a failed attempt (retryable); a result the store cannot keep (too
+//! large, nested too deep) dead-letters its item with the reason. A lease the pool could not
+//! renew is reported to the handler ([`Job::lease_lost`]); its outcome is then refused by the
+//! store and counted as lost. An item cancelled while its handler runs ([`Queue::cancel`]) is
+//! reported the same way, and more precisely ([`Job::cancelled`]: at the handler's next check,
+//! and at the next renewal); its outcome is refused and counted as cancelled, never retried.
 //!
 //! An item with a run timeout ([`NewItem::run_timeout_ms`]) whose handler runs past it is
 //! failed by the pool as retryable ("timed out after N ms"); the handler is told
@@ -1085,8 +1086,9 @@ impl Coordinator {
             || self.store.queue().get(id).is_ok_and(|item| cancelled_under(&item, held.fence))
     }
 
-    /// A settlement the store refused for its content (a result too large, an error text too
-    /// long): the item is dead-lettered with the reason, so that it is not left claimed.
+    /// A settlement the store refused for its content (a result too large or nested too deep,
+    /// an error text too long): the item is dead-lettered with the reason, so that it is not
+    /// left claimed.
     fn refused(&mut self, settlement: Settlement, error: &Error) {
         let (id, fence) = match settlement {
             Settlement::Complete(done) => (done.id, done.fence),

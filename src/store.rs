@@ -655,12 +655,13 @@ impl Shared {
         self.check_open()?;
         let (reply, answer) = bounded(1);
         let message = Msg::Run(Call::op(op, scope.clone(), reply));
+        // Its sender waits for it as a caller of `exec` would (see `Pending::_waiting`),
+        // counted before the writer can look.
+        let waiting = Some(WaitingCount::enter(&self.state));
         match &self.runner {
             Runner::Threads(writers) => writers.send_on(lane, message)?,
             Runner::Inline(inline) => inline.handle(message)?,
         }
-        // Its sender waits for it as a caller of `exec` would (see `Pending::_waiting`).
-        let waiting = Some(WaitingCount::enter(&self.state));
         Ok(Pending { answer, shared: Arc::clone(self), taken: false, _waiting: waiting })
     }
 

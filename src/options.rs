@@ -131,7 +131,7 @@ pub struct Options {
     /// [`seed`](#structfield.seed) (its ids would otherwise depend on which writer a thread
     /// took). A worker pool keeps a round in flight on each session (its rounds keep no
     /// order among themselves). Default: 1 (on a machine whose two cores the server shared,
-    /// a second session made one process's pool 1.14x faster and three processes' pools
+    /// a second session made one process's pool 1.14-1.36x faster and three processes' pools
     /// slower: BENCHMARKS.md). Between 1 and [`WRITERS_MAX`].
     pub writers: usize,
     /// A writer batch that takes longer than this, from its first statement to its last reply,

@@ -549,12 +549,22 @@ impl Store {
 
 impl Shared {
     pub(crate) fn exec<O: Op>(&self, scope: &Scope, op: O) -> Result<O::Output> {
+        let (call, answer) = self.call_of(scope, op)?;
+        self.run(call, &answer)
+    }
+
+    /// The call that runs `op` in `scope`, and the channel its reply comes on, once the op's
+    /// shape is within the store's limits.
+    ///
+    /// # Errors
+    /// The op's shape error (the op is then dropped safely, however deep its values).
+    fn call_of<O: Op>(&self, scope: &Scope, op: O) -> Result<(Call, Receiver<Result<O::Output>>)> {
         if let Err(error) = op.check_shape(&self.limits) {
             crate::core::op::forget_if_deep(op, &error);
             return Err(error);
         }
         let (reply, answer) = bounded(1);
-        self.run(Call::op(op, scope.clone(), reply), &answer)
+        Ok((Call::op(op, scope.clone(), reply), answer))
     }
 
     /// Runs `call` on a reader if one may (see `readers.rs`), else on the writer, and waits for
@@ -619,12 +629,7 @@ impl Shared {
         scope: &Scope,
         op: O,
     ) -> Result<Pending<O::Output>> {
-        if let Err(error) = op.check_shape(&self.limits) {
-            crate::core::op::forget_if_deep(op, &error);
-            return Err(error);
-        }
-        let (reply, answer) = bounded(1);
-        let mut call = Call::op(op, scope.clone(), reply);
+        let (mut call, answer) = self.call_of(scope, op)?;
         match self.reader_for(&call) {
             Some(readers) => {
                 self.check_open()?;
@@ -648,13 +653,9 @@ impl Shared {
         lane: usize,
         op: O,
     ) -> Result<Pending<O::Output>> {
-        if let Err(error) = op.check_shape(&self.limits) {
-            crate::core::op::forget_if_deep(op, &error);
-            return Err(error);
-        }
+        let (call, answer) = self.call_of(scope, op)?;
         self.check_open()?;
-        let (reply, answer) = bounded(1);
-        let message = Msg::Run(Call::op(op, scope.clone(), reply));
+        let message = Msg::Run(call);
         // Its sender waits for it as a caller of `exec` would (see `Pending::_waiting`),
         // counted before the writer can look.
         let waiting = Some(WaitingCount::enter(&self.state));

@@ -574,9 +574,9 @@ mod tests {
     /// reads its due items through `queue_items_pending` in claim order and stops at its
     /// limit (it once took `queue_items_schedule` and sorted every pending item), with the
     /// plan made for its values and with a generic one, for one queue and for several; and
-    /// so it does once analysed. A
-    /// completion of many items probes the primary key once for each (it once read every
-    /// live lease through `queue_items_leases` and compared each with every id).
+    /// so it does once analysed. A completion of many items probes the primary key once for
+    /// each (it once read every live lease through `queue_items_leases` and compared each
+    /// with every id).
     #[test]
     fn a_claim_reads_only_its_items_from_the_index_with_or_without_statistics() -> Result<()> {
         let Ok(server) = std::env::var("SPINDLE_TEST_PG") else {
@@ -605,20 +605,22 @@ mod tests {
             }
             for generic in [false, true] {
                 for one in [false, true] {
-                    plans.push((analysed, generic, claim_plan(&location, 10, generic, one)));
+                    let plan = claim_plan(&location, 10, generic, one);
+                    plans
+                        .push((format!("analysed {analysed}, generic {generic}, one {one}"), plan));
                 }
                 completions.push((analysed, generic, completion_plan(&location, generic)));
             }
         }
         client.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).expect("drop");
-        for (analysed, generic, plan) in plans {
+        for (case, plan) in plans {
             let scan = plan
                 .lines()
                 .find(|line| line.contains("Index Scan using queue_items_pending"))
-                .unwrap_or_else(|| panic!("analysed {analysed}, generic {generic}:\n{plan}"));
-            assert!(scan.contains("rows=10 "), "analysed {analysed}, generic {generic}:\n{plan}");
-            assert!(!plan.contains("queue_items_schedule"), "{plan}");
-            assert!(!plan.contains("Seq Scan"), "analysed {analysed}, generic {generic}:\n{plan}");
+                .unwrap_or_else(|| panic!("{case}:\n{plan}"));
+            assert!(scan.contains("rows=10 "), "{case}:\n{plan}");
+            assert!(!plan.contains("queue_items_schedule"), "{case}:\n{plan}");
+            assert!(!plan.contains("Seq Scan"), "{case}:\n{plan}");
         }
         for (analysed, generic, plan) in completions {
             // Without statistics the rows are found through the primary key (a probe per id,

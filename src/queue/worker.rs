@@ -926,7 +926,7 @@ impl Coordinator {
     /// one item, and lock rows in different orders).
     fn take_settlements(&mut self) -> Vec<Settlement> {
         let page = self.store.limits().page_size_max;
-        let renewing = self.renewing();
+        let renewing = renewing(&self.in_flight);
         let mut settle = Vec::new();
         let mut later = Vec::new();
         for settlement in self.cycle.settle.drain(..) {
@@ -942,14 +942,8 @@ impl Coordinator {
 
     /// Whether a settlement waits that the next round may carry.
     fn settlement_ready(&self) -> bool {
-        let renewing = self.renewing();
+        let renewing = renewing(&self.in_flight);
         self.cycle.settle.iter().any(|settlement| !renewing.contains(settlement.id()))
-    }
-
-    /// The items a round in flight renews.
-    fn renewing(&self) -> HashSet<String> {
-        let renew = self.in_flight.iter().flat_map(|round| &round.renew);
-        renew.map(|lease| lease.id.clone()).collect()
     }
 
     /// The items a round in flight renews or settles.
@@ -1215,6 +1209,12 @@ impl Coordinator {
         }
         Ok(Some(wait))
     }
+}
+
+/// The items the rounds `in_flight` renew.
+fn renewing(in_flight: &VecDeque<Round>) -> HashSet<&str> {
+    let renew = in_flight.iter().flat_map(|round| &round.renew);
+    renew.map(|lease| lease.id.as_str()).collect()
 }
 
 /// Of two results, the one to act on: an error that says the store is gone, else the first

@@ -654,15 +654,10 @@ impl Shared {
         op: O,
     ) -> Result<Pending<O::Output>> {
         let (call, answer) = self.call_of(scope, op)?;
-        self.check_open()?;
-        let message = Msg::Run(call);
         // Its sender waits for it as a caller of `exec` would (see `Pending::_waiting`),
         // counted before the writer can look.
         let waiting = Some(WaitingCount::enter(&self.state));
-        match &self.runner {
-            Runner::Threads(writers) => writers.send_on(lane, message)?,
-            Runner::Inline(inline) => inline.handle(message)?,
-        }
+        self.send_to(Some(lane), Msg::Run(call))?;
         Ok(Pending { answer, shared: Arc::clone(self), taken: false, _waiting: waiting })
     }
 
@@ -675,10 +670,17 @@ impl Shared {
     /// Sends a message to the actor (blocking while the mailbox is full); an inline store
     /// handles it before this returns.
     pub(crate) fn send(&self, message: Msg) -> Result<()> {
+        self.send_to(None, message)
+    }
+
+    /// Sends a message to writer `lane` (see `Writers::send_on`), or with none to its writer
+    /// (`Writers::send`); an inline store handles it before this returns.
+    fn send_to(&self, lane: Option<usize>, message: Msg) -> Result<()> {
         self.check_open()?;
-        match &self.runner {
-            Runner::Threads(writers) => writers.send(message),
-            Runner::Inline(inline) => inline.handle(message),
+        match (&self.runner, lane) {
+            (Runner::Threads(writers), Some(lane)) => writers.send_on(lane, message),
+            (Runner::Threads(writers), None) => writers.send(message),
+            (Runner::Inline(inline), _) => inline.handle(message),
         }
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Sender, bounded};
 use serde_json::json;
 use spindle::log::Append;
-use spindle::queue::Enqueue;
+use spindle::queue::{Enqueue, WorkerPool};
 use spindle::{Error, NewItem, Options, Store, Stream, TxOutcome, WRITERS_MAX};
 
 /// Long enough that a wait that times out is a lost reply, not a slow machine.
@@ -137,20 +137,13 @@ fn pool_while_held(writers: usize, spare: bool) -> spindle::Result<(u64, u64)> {
         .threads(2)
         .run(|_job| spindle::queue::Outcome::Complete(json!(null)))?;
     let patience = if common::on_postgres() { PATIENCE / 6 } else { STUCK };
-    let deadline = Instant::now() + patience;
-    while pool.report().completed < POOL_ITEMS && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(5));
-    }
-    let while_held = pool.report().completed;
+    let while_held = completed_within(&pool, patience);
     release_tx.send(()).expect("the holder waits");
     holder.join().expect("the holder ends")?;
     if let Some(mut spare) = spare {
         spare.wait_timeout(PATIENCE).expect("answered once the hold ends")?;
     }
-    let deadline = Instant::now() + PATIENCE;
-    while pool.report().completed < POOL_ITEMS && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(5));
-    }
+    completed_within(&pool, PATIENCE);
     pool.stop();
     let report = pool.join()?;
     let stats = other.queue().stats()?;
@@ -158,6 +151,16 @@ fn pool_while_held(writers: usize, spare: bool) -> spindle::Result<(u64, u64)> {
     assert_eq!((q.completed, q.pending, q.claimed), (POOL_ITEMS, 0, 0), "{q:?}");
     store.close()?;
     Ok((while_held, report.completed))
+}
+
+/// How many items `pool` has completed once it has completed them all, or `patience` has
+/// passed.
+fn completed_within(pool: &WorkerPool, patience: Duration) -> u64 {
+    let deadline = Instant::now() + patience;
+    while pool.report().completed < POOL_ITEMS && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    pool.report().completed
 }
 
 /// Holds a transaction of `store` open on a fresh thread (it enqueues an item on queue

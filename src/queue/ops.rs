@@ -213,6 +213,16 @@ impl Settlement {
             Settlement::Snooze(snooze) => &snooze.id,
         }
     }
+
+    /// The fence the item was claimed under.
+    pub(crate) fn fence(&self) -> u64 {
+        match self {
+            Settlement::Complete(done) => done.fence,
+            Settlement::Fail(fail) => fail.fence,
+            Settlement::Release(release) => release.fence,
+            Settlement::Snooze(snooze) => snooze.fence,
+        }
+    }
 }
 
 /// What a [`Settlement`] did.

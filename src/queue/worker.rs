@@ -799,12 +799,17 @@ impl Coordinator {
                 Ok(())
             }
             Err(error) => {
-                self.cycle.settle.splice(0..0, settle);
-                // Its claim is tried again, dry or not.
-                self.woken |= claim_max > 0;
+                self.put_back(settle, claim_max);
                 Err(error)
             }
         }
+    }
+
+    /// Gives a round that failed back to the next: its settlements go first, and its claim
+    /// (of up to `claim_max` items) is tried again, dry or not.
+    fn put_back(&mut self, settle: Vec<Settlement>, claim_max: usize) {
+        self.cycle.settle.splice(0..0, settle);
+        self.woken |= claim_max > 0;
     }
 
     /// Waits for every round in flight (a while each) and takes it in, before the pool gives
@@ -860,7 +865,7 @@ impl Coordinator {
         if let Settlement::Complete(done) = &settlement
             && let Err(error) = self.store.limits().check_depths([&done.result])
         {
-            return self.refused(settlement, &error);
+            return self.refused(&settlement, &error);
         }
         self.cycle.settle.push(settlement);
     }
@@ -912,10 +917,7 @@ impl Coordinator {
                 Ok(())
             }
             Err(error) => {
-                // On an error the settlements stay for the next round, and the claim is tried
-                // again.
-                self.cycle.settle.splice(0..0, settle);
-                self.woken |= claim_max > 0;
+                self.put_back(settle, claim_max);
                 Err(error)
             }
         }
@@ -1054,16 +1056,16 @@ impl Coordinator {
             Ok(Settled::Snoozed { .. }) => Counts::add(&counts.snoozed, 1),
             Err(Error::LeaseLost(_) | Error::NotFound { .. }) => {
                 let id = settlement.id();
-                match self.held_under(id, fence_of(&settlement)) {
+                match self.held_under(id, settlement.fence()) {
                     Some(held) if self.was_cancelled(id, held) => {
                         Counts::add(&counts.cancelled, 1);
                     }
                     _ => Counts::add(&counts.lease_lost, 1),
                 }
             }
-            Err(error) => return self.refused(settlement, &error),
+            Err(error) => return self.refused(&settlement, &error),
         }
-        if self.held_under(settlement.id(), fence_of(&settlement)).is_some() {
+        if self.held_under(settlement.id(), settlement.fence()).is_some() {
             self.held.remove(settlement.id());
         }
     }
@@ -1083,13 +1085,8 @@ impl Coordinator {
     /// A settlement the store refused for its content (a result too large or nested too deep,
     /// an error text too long): the item is dead-lettered with the reason, so that it is not
     /// left claimed.
-    fn refused(&mut self, settlement: Settlement, error: &Error) {
-        let (id, fence) = match settlement {
-            Settlement::Complete(done) => (done.id, done.fence),
-            Settlement::Fail(failure) => (failure.id, failure.fence),
-            Settlement::Release(release) => (release.id, release.fence),
-            Settlement::Snooze(snooze) => (snooze.id, snooze.fence),
-        };
+    fn refused(&mut self, settlement: &Settlement, error: &Error) {
+        let (id, fence) = (settlement.id().to_owned(), settlement.fence());
         let mut error = format!("the pool could not record the handler's outcome: {error}");
         let mut end = error.len().min(REFUSED_ERROR_BYTES_MAX);
         while !error.is_char_boundary(end) {
@@ -1224,16 +1221,6 @@ fn worse(first: Result<bool>, second: Result<bool>) -> Result<bool> {
         (Err(error), _) | (_, Err(error)) if gone(&error) => Err(error),
         (Err(error), _) | (_, Err(error)) => Err(error),
         (Ok(first), Ok(second)) => Ok(first || second),
-    }
-}
-
-/// The fence a settlement was sent under.
-fn fence_of(settlement: &Settlement) -> u64 {
-    match settlement {
-        Settlement::Complete(done) => done.fence,
-        Settlement::Fail(failure) => failure.fence,
-        Settlement::Release(release) => release.fence,
-        Settlement::Snooze(snooze) => snooze.fence,
     }
 }
 
